@@ -1,0 +1,10 @@
+// etcd for the test environment, at the version k8s.io/kubernetes selects.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }

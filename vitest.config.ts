@@ -1,0 +1,27 @@
+import { defineConfig } from 'vitest/config'
+
+// Two projects: pure unit tests need no servers; integration tests share one real environment
+// (etcd, kube-apiserver, kube-controller-manager, nats-server) started once by the global setup.
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: 'unit',
+          include: ['test/unit/**/*.test.ts'],
+        },
+      },
+      {
+        test: {
+          name: 'integration',
+          include: ['test/integration/**/*.test.ts'],
+          globalSetup: ['test/env/global-setup.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 120_000,
+          // Two cores: a few files at once keeps the apiserver responsive.
+          maxWorkers: 2,
+        },
+      },
+    ],
+  },
+})
