@@ -1,0 +1,229 @@
+// The ModelBackfill API (ai.flexinfer/v1alpha2): one zod schema is the source of truth for what the functions
+// validate and for the CRD's openAPIV3Schema (`npm run gen:crds`). CEL rules travel as zod metadata
+// (`x-kubernetes-validations`) so `kubectl apply` refuses what the functions would block anyway.
+import { z } from 'zod'
+import { DurationError, parseDuration } from './duration.js'
+
+export const GROUP = 'ai.flexinfer'
+export const VERSION = 'v1alpha2'
+export const API_VERSION = `${GROUP}/${VERSION}`
+export const FINALIZER = 'ai.flexinfer/modelbackfill'
+export const RESERVED_ENV = 'FLEXINFER_WORKLOAD_CLASS'
+export const MAX_ENV = 32
+export const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/
+export const MIN_REPEAT_AFTER_MS = 60_000
+export const DEFAULT_IDLE_FOR = '10m'
+export const DEFAULT_MAX_RUN_DURATION = '30m'
+
+export const PHASES = [
+  'WaitingForIdle',
+  'Starting',
+  'Running',
+  'Cancelling',
+  'Succeeded',
+  'Failed',
+  'Suspended',
+  'Blocked',
+] as const
+export type Phase = (typeof PHASES)[number]
+
+/** status.reason vocabulary per phase, exactly as contract.md pins it. */
+export const REASONS = {
+  WaitingForIdle: ['ModelNotReady', 'IdleWindow', 'NodeUnresolved', 'RepeatDue'],
+  Starting: ['JobCreated'],
+  Running: ['JobRunning'],
+  Cancelling: [
+    'ForegroundDemand',
+    'GamingIntent',
+    'GPULeaseActive',
+    'Suspended',
+    'SpecChanged',
+    'ModelNotFound',
+    'ModelNotReady',
+    'NodeChanged',
+    'NodeUnresolved',
+  ],
+  Succeeded: ['JobComplete', 'RepeatScheduled', 'RepeatCleanup'],
+  Failed: ['JobFailed'],
+  Suspended: ['Suspended'],
+  Blocked: [
+    'ModelNotFound',
+    'TemplateNotFound',
+    'GPURequestForbidden',
+    'InvalidEnvironment',
+    'InvalidRepeatAfter',
+    'RepeatStateInvalid',
+    'GamingIntent',
+    'GPULeaseActive',
+    'ConcurrentBackfill',
+  ],
+} as const satisfies Record<Phase, readonly string[]>
+export type Reason<P extends Phase = Phase> = (typeof REASONS)[P][number]
+export type CancelReason = (typeof REASONS)['Cancelling'][number]
+
+/** CEL: a Go duration Kubernetes can parse, not negative. `duration()` fails on bad syntax, so guard with matches. */
+const GO_DURATION_RE = '^[+]?(0|([0-9]*[.]?[0-9]+(ns|us|µs|ms|s|m|h))+)$'
+const durationField = (field: string, description: string, extraRules: { rule: string; message: string }[] = []) =>
+  z
+    .string()
+    .min(1)
+    .meta({
+      description,
+      'x-kubernetes-validations': [
+        {
+          rule: `self.matches('${GO_DURATION_RE}')`,
+          message: `${field} must be a non-negative duration such as 90s, 15m or 1h30m`,
+        },
+        ...extraRules,
+      ],
+    })
+
+export const ModelBackfillSpec = z
+  .object({
+    modelRef: z.string().min(1).meta({ description: 'Name of the Model (same namespace) whose idle time is used.' }),
+    templateRef: z
+      .string()
+      .min(1)
+      .meta({ description: 'Name of a CronJob in the same namespace whose jobTemplate is copied for each attempt.' }),
+    idleFor: durationField('idleFor', 'Continuous foreground-idle window required before an attempt.').default(
+      DEFAULT_IDLE_FOR,
+    ),
+    maxRunDuration: durationField('maxRunDuration', "Becomes the Job's activeDeadlineSeconds.").default(
+      DEFAULT_MAX_RUN_DURATION,
+    ),
+    repeatAfter: durationField('repeatAfter', 'Cooldown after a successful run; 0 or absent keeps it one-shot.', [
+      {
+        rule: `!self.matches('${GO_DURATION_RE}') || duration(self) == duration('0s') || duration(self) >= duration('1m')`,
+        message: 'repeatAfter must be 0 (one-shot) or at least 1m',
+      },
+    ]).optional(),
+    env: z
+      .record(z.string(), z.string())
+      .meta({
+        description: `Literal environment overrides for every container (at most ${MAX_ENV}).`,
+        'x-kubernetes-validations': [
+          { rule: `self.size() <= ${MAX_ENV}`, message: `env may have at most ${MAX_ENV} entries` },
+          {
+            rule: `self.all(k, k.matches('${ENV_NAME.source}'))`,
+            message: 'env names must match ^[A-Za-z_][A-Za-z0-9_]*$',
+          },
+          {
+            rule: `!('${RESERVED_ENV}' in self)`,
+            message: `${RESERVED_ENV} is reserved: the controller always sets it to background`,
+          },
+        ],
+      })
+      .optional(),
+    suspend: z.boolean().optional().meta({ description: 'Cancels any running attempt and admits no new one.' }),
+  })
+  .meta({ description: 'ModelBackfillSpec declares opportunistic background work on a warm model.' })
+export type ModelBackfillSpec = z.infer<typeof ModelBackfillSpec>
+
+const Time = z.string().meta({ format: 'date-time' })
+
+export const Condition = z.object({
+  type: z.string(),
+  status: z.enum(['True', 'False', 'Unknown']),
+  reason: z.string().optional(),
+  message: z.string().optional(),
+  lastTransitionTime: Time.optional(),
+  observedGeneration: z.number().int().optional(),
+})
+export type Condition = z.infer<typeof Condition>
+
+export const ModelBackfillStatus = z.object({
+  phase: z.enum(PHASES).optional(),
+  reason: z.string().optional(),
+  message: z.string().optional(),
+  observedGeneration: z.number().int().optional(),
+  nodeName: z.string().optional(),
+  jobName: z.string().optional(),
+  idleSince: Time.optional(),
+  startedAt: Time.optional(),
+  completionTime: Time.optional(),
+  nextRunTime: Time.optional(),
+  attempts: z.number().int().optional(),
+  conditions: z.array(Condition).optional(),
+})
+export type ModelBackfillStatus = z.infer<typeof ModelBackfillStatus>
+
+export interface ObjectMeta {
+  name: string
+  namespace: string
+  uid?: string
+  generation?: number
+  resourceVersion?: string
+  deletionTimestamp?: string
+  finalizers?: string[]
+  labels?: Record<string, string>
+  annotations?: Record<string, string>
+}
+
+export interface ModelBackfill {
+  apiVersion?: string
+  kind?: string
+  metadata: ObjectMeta
+  spec: ModelBackfillSpec
+  status?: ModelBackfillStatus
+}
+
+/** A spec problem the functions block on (defence in depth behind the CRD's CEL rules). */
+export interface SpecProblem {
+  reason: 'InvalidEnvironment' | 'InvalidRepeatAfter'
+  message: string
+}
+
+export interface ResolvedSpec {
+  idleForMs: number
+  maxRunDurationMs: number
+  repeatAfterMs: number
+}
+
+/** Validates what CEL also checks, for objects admitted before the CRD had the rules. */
+export function checkSpec(spec: ModelBackfillSpec): { problem: SpecProblem } | { resolved: ResolvedSpec } {
+  const env = spec.env ?? {}
+  const names = Object.keys(env)
+  if (names.length > MAX_ENV) {
+    return { problem: { reason: 'InvalidEnvironment', message: `env has ${names.length} entries; at most ${MAX_ENV}` } }
+  }
+  const bad = names.filter((n) => !ENV_NAME.test(n)).sort()
+  if (bad.length) {
+    return {
+      problem: { reason: 'InvalidEnvironment', message: `invalid environment variable name(s): ${bad.join(', ')}` },
+    }
+  }
+  if (RESERVED_ENV in env) {
+    return {
+      problem: { reason: 'InvalidEnvironment', message: `${RESERVED_ENV} is reserved and cannot be overridden` },
+    }
+  }
+  let repeatAfterMs = 0
+  try {
+    repeatAfterMs = spec.repeatAfter ? parseDuration(spec.repeatAfter) : 0
+  } catch (err) {
+    return { problem: { reason: 'InvalidRepeatAfter', message: `repeatAfter: ${(err as Error).message}` } }
+  }
+  if (repeatAfterMs < 0 || (repeatAfterMs > 0 && repeatAfterMs < MIN_REPEAT_AFTER_MS)) {
+    return {
+      problem: { reason: 'InvalidRepeatAfter', message: `repeatAfter ${spec.repeatAfter} must be 0 or at least 1m` },
+    }
+  }
+  // idleFor / maxRunDuration have defaults; a bad value left by an old CRD falls back to the default rather
+  // than wedging the declaration, since no Blocked reason exists for them.
+  const orDefault = (value: string | undefined, fallback: string) => {
+    try {
+      const ms = parseDuration(value ?? fallback)
+      return ms >= 0 ? ms : parseDuration(fallback)
+    } catch (err) {
+      if (err instanceof DurationError) return parseDuration(fallback)
+      throw err
+    }
+  }
+  return {
+    resolved: {
+      idleForMs: orDefault(spec.idleFor, DEFAULT_IDLE_FOR),
+      maxRunDurationMs: orDefault(spec.maxRunDuration, DEFAULT_MAX_RUN_DURATION),
+      repeatAfterMs,
+    },
+  }
+}
