@@ -8,7 +8,9 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-K8S_VERSION=$(sed -n 's/^require k8s.io\/kubernetes v//p' "$root/tools/k8s/go.mod")
+# The pinned release, from tools/k8s/go.mod (block form "\tk8s.io/kubernetes v1.34.4" or "require k8s.io/kubernetes v…").
+K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print substr($2, 2); exit }
+                   $1 == "require" && $2 == "k8s.io/kubernetes" { print substr($3, 2); exit }' "$root/tools/k8s/go.mod")
 NATS_SERVER_VERSION=v2.14.10
 NATS_CLI_VERSION=v0.5.0
 cache=${MODELBACKFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelbackfill}
@@ -17,6 +19,16 @@ nats_dir="$cache/nats-server-$NATS_SERVER_VERSION"
 natscli_dir="$cache/natscli-$NATS_CLI_VERSION"
 
 log() { printf '[install-binaries] %s\n' "$*" >&2; }
+[ -n "$K8S_VERSION" ] || { log "cannot read the k8s.io/kubernetes version from tools/k8s/go.mod"; exit 1; }
+
+# Version stamps as the Kubernetes release build sets them (hack/lib/version.sh), so /version and
+# `kubectl version` report the real release instead of v0.0.0-master.
+k8s_minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
+  k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
 
 build_go() { # <out-dir> <name> <package...>: go build with visible progress, atomically placed
   local out=$1 name=$2; shift 2
@@ -24,7 +36,7 @@ build_go() { # <out-dir> <name> <package...>: go build with visible progress, at
   mkdir -p "$out"
   log "$name: building (first time only; a few minutes on 2 cores)..."
   local start=$SECONDS
-  (cd "$root/tools/k8s" && go build -trimpath -ldflags='-s -w' -o "$out/$name.tmp" "$@")
+  (cd "$root/tools/k8s" && go build -trimpath -ldflags="$k8s_ldflags" -o "$out/$name.tmp" "$@")
   mv "$out/$name.tmp" "$out/$name"
   log "$name: built in $((SECONDS - start))s"
 }
@@ -37,12 +49,20 @@ install_go() { # <out-dir> <name> <module/pkg@version>
   local start=$SECONDS tmp
   tmp=$(mktemp -d)
   GOBIN="$tmp" GOFLAGS=-trimpath go install -ldflags='-s -w' "$pkg"
-  mv "$tmp/$(basename "${pkg%@*}")" "$out/$name"
+  # go install names the binary after the package path, minus a major-version suffix (…/nats-server/v2 → nats-server).
+  mv "$tmp"/* "$out/$name"
   rm -rf "$tmp"
   log "$name: built in $((SECONDS - start))s"
 }
 
 command -v go >/dev/null || { log "a Go toolchain is required to build the test servers (or set KUBEBUILDER_ASSETS)"; exit 1; }
+
+# One build at a time per cache (two test runs starting together must not race on the same outputs).
+mkdir -p "$cache"
+if command -v flock >/dev/null; then
+  exec 9>"$cache/.install.lock"
+  flock -n 9 || { log "another install is running; waiting for it..."; flock 9; }
+fi
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
   for b in etcd kube-apiserver kubectl; do
@@ -64,10 +84,14 @@ install_go "$natscli_dir" nats "github.com/nats-io/natscli/nats@$NATS_CLI_VERSIO
 # One manifest the TypeScript harness reads, so both agree on where everything is.
 manifest="$cache/binaries.json"
 kdir=${KUBEBUILDER_ASSETS:-$k8s_dir}
+kversion="v$K8S_VERSION"
+if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
+  kversion=$("$kdir/kube-apiserver" --version | awk '{ print $2 }')
+fi
 kcm="$kdir/kube-controller-manager"; [ -x "$kcm" ] || kcm="$k8s_dir/kube-controller-manager"
 cat > "$manifest.tmp" <<JSON
 {
-  "kubernetesVersion": "v$K8S_VERSION",
+  "kubernetesVersion": "$kversion",
   "etcd": "$kdir/etcd",
   "kubeApiserver": "$kdir/kube-apiserver",
   "kubeControllerManager": "$kcm",
