@@ -61,30 +61,56 @@ export const REASONS = {
 export type Reason<P extends Phase = Phase> = (typeof REASONS)[P][number]
 export type CancelReason = (typeof REASONS)['Cancelling'][number]
 
-/** CEL: a Go duration Kubernetes can parse, not negative. `duration()` fails on bad syntax, so guard with matches. */
-const GO_DURATION_RE = '^[+]?(0|([0-9]*[.]?[0-9]+(ns|us|µs|ms|s|m|h))+)$'
+/**
+ * CEL: Go duration syntax as Kubernetes' `duration()` parses it (sign allowed here, refused by its own rule so the
+ * user reads "must not be negative" rather than a syntax error). `duration()` raises an evaluation error on bad
+ * syntax, so every rule that calls it is guarded by this match.
+ */
+const GO_DURATION_RE = '^[-+]?(0|([0-9]*[.]?[0-9]+(ns|us|µs|μs|ms|s|m|h))+)$'
+/** Bounds strings CEL rules read, so the apiserver's cost estimator accepts the rules. */
+export const MAX_DURATION_LENGTH = 64
+export const MAX_NAME_LENGTH = 253
 const durationField = (field: string, description: string, extraRules: { rule: string; message: string }[] = []) =>
   z
     .string()
     .min(1)
+    .max(MAX_DURATION_LENGTH)
     .meta({
       description,
       'x-kubernetes-validations': [
         {
-          rule: `self.matches('${GO_DURATION_RE}')`,
-          message: `${field} must be a non-negative duration such as 90s, 15m or 1h30m`,
+          // The duration() half turns what the syntax allows but Go cannot represent (e.g. 9999999999h, past
+          // ~292 years) into a refusal too; `&&` short-circuits on false, so bad syntax never reaches it.
+          rule: `self.matches('${GO_DURATION_RE}') && duration(self) == duration(self)`,
+          message: `${field} must be a duration such as 90s, 15m or 1h30m`,
         },
+        { rule: `!self.startsWith('-')`, message: `${field} must not be negative` },
         ...extraRules,
       ],
     })
 
+const nameRef = (field: string, what: string, description: string) =>
+  z
+    .string()
+    .min(1)
+    .max(MAX_NAME_LENGTH)
+    .meta({
+      description,
+      'x-kubernetes-validations': [{ rule: 'self.size() > 0', message: `${field} must name a ${what}` }],
+    })
+
 export const ModelBackfillSpec = z
   .object({
-    modelRef: z.string().min(1).meta({ description: 'Name of the Model (same namespace) whose idle time is used.' }),
-    templateRef: z
-      .string()
-      .min(1)
-      .meta({ description: 'Name of a CronJob in the same namespace whose jobTemplate is copied for each attempt.' }),
+    modelRef: nameRef(
+      'modelRef',
+      'Model in the same namespace',
+      'Name of the Model (same namespace) whose idle time is used.',
+    ),
+    templateRef: nameRef(
+      'templateRef',
+      'CronJob in the same namespace',
+      'Name of a CronJob in the same namespace whose jobTemplate is copied for each attempt.',
+    ),
     idleFor: durationField('idleFor', 'Continuous foreground-idle window required before an attempt.').default(
       DEFAULT_IDLE_FOR,
     ),
@@ -93,7 +119,7 @@ export const ModelBackfillSpec = z
     ),
     repeatAfter: durationField('repeatAfter', 'Cooldown after a successful run; 0 or absent keeps it one-shot.', [
       {
-        rule: `!self.matches('${GO_DURATION_RE}') || duration(self) == duration('0s') || duration(self) >= duration('1m')`,
+        rule: `!self.matches('${GO_DURATION_RE}') || self.startsWith('-') || duration(self) == duration('0s') || duration(self) >= duration('1m')`,
         message: 'repeatAfter must be 0 (one-shot) or at least 1m',
       },
     ]).optional(),
@@ -105,7 +131,8 @@ export const ModelBackfillSpec = z
           { rule: `self.size() <= ${MAX_ENV}`, message: `env may have at most ${MAX_ENV} entries` },
           {
             rule: `self.all(k, k.matches('${ENV_NAME.source}'))`,
-            message: 'env names must match ^[A-Za-z_][A-Za-z0-9_]*$',
+            message:
+              'env names must match ^[A-Za-z_][A-Za-z0-9_]*$ (letters, digits, underscore; not starting with a digit)',
           },
           {
             rule: `!('${RESERVED_ENV}' in self)`,
@@ -120,6 +147,7 @@ export const ModelBackfillSpec = z
 export type ModelBackfillSpec = z.infer<typeof ModelBackfillSpec>
 
 const Time = z.string().meta({ format: 'date-time' })
+const time = (description: string) => Time.meta({ description })
 
 export const Condition = z.object({
   type: z.string(),
@@ -131,20 +159,29 @@ export const Condition = z.object({
 })
 export type Condition = z.infer<typeof Condition>
 
-export const ModelBackfillStatus = z.object({
-  phase: z.enum(PHASES).optional(),
-  reason: z.string().optional(),
-  message: z.string().optional(),
-  observedGeneration: z.number().int().optional(),
-  nodeName: z.string().optional(),
-  jobName: z.string().optional(),
-  idleSince: Time.optional(),
-  startedAt: Time.optional(),
-  completionTime: Time.optional(),
-  nextRunTime: Time.optional(),
-  attempts: z.number().int().optional(),
-  conditions: z.array(Condition).optional(),
-})
+export const ModelBackfillStatus = z
+  .object({
+    phase: z.enum(PHASES).optional(),
+    reason: z.string().optional().meta({ description: 'Machine-readable reason for the phase (contract vocabulary).' }),
+    message: z.string().optional(),
+    observedGeneration: z.number().int().optional(),
+    nodeName: z.string().optional().meta({ description: "The model's node for the current or last attempt." }),
+    jobName: z.string().optional().meta({ description: 'The owned Job of the current or last attempt.' }),
+    idleSince: time('Start of the current continuous foreground-idle window.').optional(),
+    startedAt: time('When the current or last Job was created.').optional(),
+    completionTime: time('When the last attempt reached a terminal state.').optional(),
+    nextRunTime: time('With repeatAfter: when a succeeded declaration may re-enter idle admission.').optional(),
+    attempts: z.number().int().optional().meta({ description: 'Jobs created so far (every attempt counts).' }),
+    conditions: z
+      .array(Condition)
+      .meta({
+        description: 'Ready is True only while Running or Succeeded.',
+        'x-kubernetes-list-type': 'map',
+        'x-kubernetes-list-map-keys': ['type'],
+      })
+      .optional(),
+  })
+  .meta({ description: 'ModelBackfillStatus is written only by the controller functions.' })
 export type ModelBackfillStatus = z.infer<typeof ModelBackfillStatus>
 
 export interface ObjectMeta {
