@@ -1,0 +1,608 @@
+// The one place that knows the phase table. Pure: no I/O, no clock. Every function calls it with what it
+// observed and applies the actions it returns, so duplicated, reordered or replayed events converge on the
+// same state (the decision is level-triggered: it looks at the world, not at the event that woke it).
+import {
+  type CancelReason,
+  type Condition,
+  checkSpec,
+  FINALIZER,
+  type ModelBackfill,
+  type ModelBackfillStatus,
+  type Phase,
+  type ResolvedSpec,
+} from './api.js'
+import type { GpuViolation } from './job.js'
+import { jobName as nameJob } from './names.js'
+import { type BackfillState, emptyCounters, type ModelIdleState, type PreemptionReason } from './state.js'
+import {
+  blockingGamingSession,
+  blockingLease,
+  type GamingSessionView,
+  type GPULeaseView,
+  type JobView,
+  type ModelView,
+} from './world.js'
+
+/** How often a Blocked declaration re-checks conditions that no watched object reports (templates, contenders). */
+export const RECHECK_MS = 15_000
+
+export interface Contender {
+  namespace: string
+  backfill?: string
+  jobName: string
+  on: 'model' | 'node'
+}
+
+export type TemplateObservation = { found: false } | { found: true; gpu: GpuViolation[] }
+
+export interface Observed {
+  /** null: the ModelBackfill no longer exists. */
+  backfill: ModelBackfill | null
+  state: BackfillState | null
+  /** null: the Model does not exist. */
+  model: ModelView | null
+  idle: ModelIdleState | null
+  gamingSessions: GamingSessionView[]
+  leases: GPULeaseView[]
+  template: TemplateObservation
+  /** The Job named by state.jobName, or null when it does not exist. */
+  job: JobView | null
+  /** Other active backfill attempts on the same model or node (foreign Jobs and live claims). */
+  contenders: Contender[]
+}
+
+export type Trigger =
+  | { type: 'resource' }
+  | { type: 'timer' }
+  | { type: 'admit' }
+  /** A cancel request from the demand function, carrying the foreground request's time. */
+  | { type: 'foreground'; at: string }
+
+export type DeleteWhy = CancelReason | 'Deleted' | 'Cleanup' | 'RepeatCleanup'
+
+export type Action =
+  | { type: 'addFinalizer' }
+  | { type: 'removeFinalizer' }
+  | { type: 'createJob'; jobName: string; attempt: number; node: string; spec: ResolvedSpec }
+  | { type: 'deleteJob'; jobName: string; why: DeleteWhy }
+  | { type: 'armTimer'; at: string }
+  | { type: 'cancelTimer' }
+  | { type: 'releaseClaims'; jobName: string }
+  | { type: 'deleteState' }
+  | { type: 'recordEvent'; eventType: 'Normal' | 'Warning'; reason: string; message: string }
+
+export interface Decision {
+  /** The next state; null when the state should be deleted. */
+  state: BackfillState | null
+  /** The status to show, or null when the object is gone. */
+  status: ModelBackfillStatus | null
+  actions: Action[]
+}
+
+const PREEMPTION_OF: Record<CancelReason, PreemptionReason> = {
+  ForegroundDemand: 'foreground',
+  GamingIntent: 'gaming',
+  GPULeaseActive: 'gpu_lease',
+  Suspended: 'suspended',
+  SpecChanged: 'spec_changed',
+  ModelNotFound: 'model_unavailable',
+  ModelNotReady: 'model_unavailable',
+  NodeChanged: 'model_unavailable',
+  NodeUnresolved: 'model_unavailable',
+}
+
+const iso = (ms: number) => new Date(ms).toISOString()
+const ms = (text: string | undefined) => (text ? Date.parse(text) : Number.NaN)
+const latest = (...times: (string | undefined)[]) =>
+  times.reduce<number>((max, t) => {
+    const v = ms(t)
+    return Number.isNaN(v) ? max : Math.max(max, v)
+  }, Number.NEGATIVE_INFINITY)
+
+/** The working copy decide mutates; only decide's own helpers see it. */
+interface Work {
+  o: Observed
+  b: ModelBackfill
+  now: number
+  s: BackfillState
+  actions: Action[]
+  spec: ResolvedSpec | null
+}
+
+export function initialState(b: ModelBackfill, now: number): BackfillState {
+  return {
+    namespace: b.metadata.namespace,
+    name: b.metadata.name,
+    uid: b.metadata.uid,
+    model: b.spec.modelRef,
+    generation: b.metadata.generation ?? 1,
+    phase: 'WaitingForIdle',
+    reason: 'IdleWindow',
+    message: 'waiting for the first idle window',
+    // Seed from an existing status so a migration from FlexInfer's controller keeps counting attempts.
+    attempts: b.status?.attempts ?? 0,
+    windowStart: iso(now),
+    counters: emptyCounters(),
+    updatedAt: iso(now),
+  }
+}
+
+export function decide(o: Observed, trigger: Trigger, now: number): Decision {
+  const b = o.backfill
+  if (!b) return gone(o)
+  const base = o.state ?? initialState(b, now)
+  const checked = checkSpec(b.spec)
+  const w: Work = {
+    o,
+    b,
+    now,
+    s: structuredClone({ ...base, model: b.spec.modelRef, uid: b.metadata.uid }),
+    actions: [],
+    spec: 'resolved' in checked ? checked.resolved : null,
+  }
+  if (b.metadata.deletionTimestamp) {
+    finalizeDeletion(w)
+    return finish(w)
+  }
+  if (!(b.metadata.finalizers ?? []).includes(FINALIZER)) w.actions.push({ type: 'addFinalizer' })
+
+  if (w.s.jobName && attemptInFlight(w, trigger)) return finish(w)
+  // No attempt in flight: a spec change just clears what the last generation left and starts over.
+  if (w.s.generation !== (b.metadata.generation ?? 1)) restartForNewGeneration(w)
+  if ('problem' in checked) {
+    set(w, 'Blocked', checked.problem.reason, checked.problem.message)
+    return finish(w)
+  }
+  if (b.spec.suspend) {
+    set(w, 'Suspended', 'Suspended', 'spec.suspend is true; no attempt may run')
+    return finish(w)
+  }
+  if (w.s.phase === 'Failed') return finish(w)
+  let repeatDue = false
+  if (w.s.phase === 'Succeeded') {
+    const hold = cooldown(w)
+    if (hold) return finish(w)
+    repeatDue = true
+  }
+  gatesAndAdmit(w, repeatDue)
+  return finish(w)
+}
+
+/** The ModelBackfill is gone (its finalizer was removed by someone else, or it never had one). */
+function gone(o: Observed): Decision {
+  const actions: Action[] = []
+  if (o.state) {
+    actions.push({ type: 'cancelTimer' }, { type: 'deleteState' })
+    if (o.state.jobName) actions.push({ type: 'releaseClaims', jobName: o.state.jobName })
+  }
+  return { state: null, status: null, actions }
+}
+
+/** Deletion: the Job goes first, then the finalizer, the timer, the claims and the state. */
+function finalizeDeletion(w: Work) {
+  const { s, o } = w
+  const job = o.job
+  if (s.jobName && job && !job.outcome) {
+    if (!job.deleting) {
+      w.actions.push({ type: 'deleteJob', jobName: s.jobName, why: 'Deleted' })
+      if (s.phase === 'Starting' || s.phase === 'Running') {
+        s.counters.preemptions.other = (s.counters.preemptions.other ?? 0) + 1
+        addUseful(w)
+        w.actions.push({
+          type: 'recordEvent',
+          eventType: 'Normal',
+          reason: 'Cancelled',
+          message: `ModelBackfill is being deleted; deleting Job ${s.jobName}`,
+        })
+      }
+    }
+    s.message = `ModelBackfill is being deleted; waiting for Job ${s.jobName} to be removed`
+    return
+  }
+  if (s.jobName) w.actions.push({ type: 'releaseClaims', jobName: s.jobName })
+  w.actions.push({ type: 'cancelTimer' }, { type: 'removeFinalizer' }, { type: 'deleteState' })
+  s.message = 'ModelBackfill deleted'
+}
+
+/** Handles the current attempt's Job. Returns true while the attempt still holds the declaration. */
+function attemptInFlight(w: Work, trigger: Trigger): boolean {
+  const { s, o } = w
+  const jobName = s.jobName as string
+  const job = o.job
+  if (job?.outcome) return concludeAttempt(w, job)
+  if (job?.deleting) {
+    if (s.phase === 'Succeeded') return true // RepeatCleanup or a cleanup in progress
+    if (s.phase !== 'Cancelling') s.message = `Job ${jobName} is being deleted`
+    return true
+  }
+  if (job) {
+    const reason = cancelReason(w, trigger)
+    if (reason) {
+      cancel(w, reason)
+      return true
+    }
+    if (job.started) {
+      if (s.phase !== 'Running') {
+        s.runningSince = iso(w.now)
+        w.actions.push({
+          type: 'recordEvent',
+          eventType: 'Normal',
+          reason: 'Running',
+          message: `Job ${jobName} is running`,
+        })
+      }
+      set(w, 'Running', 'JobRunning', `Job ${jobName} is running on node ${s.nodeName}`)
+    } else {
+      set(w, 'Starting', 'JobCreated', `Job ${jobName} created; waiting for it to start`)
+    }
+    return true
+  }
+  // The Job does not exist.
+  switch (s.phase) {
+    case 'Starting': {
+      // Admitted, but the Job is not there: a crash between the state write and the create. Re-check the gates
+      // with the attempt's own claim: still admissible → create it (same name, so at most one Job); else abandon.
+      const reason = cancelReason(w, trigger)
+      if (!reason) {
+        w.actions.push({
+          type: 'createJob',
+          jobName,
+          attempt: s.attempts,
+          node: s.nodeName as string,
+          spec: w.spec as ResolvedSpec,
+        })
+        return true
+      }
+      s.attempts -= 1
+      s.counters.starts -= 1
+      endAttempt(w, jobName)
+      s.windowStart = iso(w.now)
+      return false
+    }
+    case 'Cancelling':
+      endAttempt(w, jobName)
+      s.windowStart = iso(w.now)
+      return false
+    case 'Running':
+      // Someone else removed the Job: count it as preempted and start a fresh window.
+      s.counters.preemptions.other = (s.counters.preemptions.other ?? 0) + 1
+      addUseful(w)
+      endAttempt(w, jobName)
+      s.windowStart = iso(w.now)
+      return false
+    case 'Succeeded':
+      // The previous run's Job is gone (RepeatCleanup finished, or its TTL removed it).
+      s.jobName = undefined
+      return false
+    default:
+      s.jobName = undefined
+      return false
+  }
+}
+
+function endAttempt(w: Work, jobName: string) {
+  w.actions.push({ type: 'releaseClaims', jobName })
+  const s = w.s
+  s.jobName = undefined
+  s.nodeName = undefined
+  s.startedAt = undefined
+  s.runningSince = undefined
+}
+
+/** The first reason that wins over the running attempt, if any. */
+function cancelReason(w: Work, trigger: Trigger): CancelReason | undefined {
+  const { s, o, b, now } = w
+  // Suspending is itself a spec change; the more specific reason wins.
+  if (b.spec.suspend) return 'Suspended'
+  if (s.generation !== (b.metadata.generation ?? 1)) return 'SpecChanged'
+  const model = o.model
+  if (!model) return 'ModelNotFound'
+  if (!model.ready) return 'ModelNotReady'
+  if (!model.node) return 'NodeUnresolved'
+  if (s.nodeName && model.node !== s.nodeName) return 'NodeChanged'
+  if (blockingGamingSession(o.gamingSessions, model.node, now)) return 'GamingIntent'
+  if (blockingLease(o.leases, model, now)) return 'GPULeaseActive'
+  const lastForeground = latest(
+    o.idle?.lastForegroundAt,
+    model.lastActiveTime,
+    trigger.type === 'foreground' ? trigger.at : undefined,
+  )
+  // Any foreground request after the idle window the attempt was admitted on breaks it.
+  if (lastForeground > ms(s.idleSince ?? s.startedAt)) return 'ForegroundDemand'
+  return undefined
+}
+
+function cancel(w: Work, reason: CancelReason) {
+  const s = w.s
+  const jobName = s.jobName as string
+  if (s.phase !== 'Cancelling') {
+    const metric = PREEMPTION_OF[reason]
+    s.counters.preemptions[metric] = (s.counters.preemptions[metric] ?? 0) + 1
+    addUseful(w)
+    w.actions.push({
+      type: 'recordEvent',
+      eventType: 'Normal',
+      reason: 'Cancelled',
+      message: `Cancelled Job ${jobName}: ${reason}`,
+    })
+    set(w, 'Cancelling', reason, `${cancelMessage(reason)}; deleting Job ${jobName}`)
+  }
+  // Re-issued while Cancelling too: a delete is idempotent and a lost one must not wedge the attempt.
+  w.actions.push({ type: 'deleteJob', jobName, why: s.reason as CancelReason })
+}
+
+function cancelMessage(reason: CancelReason): string {
+  switch (reason) {
+    case 'ForegroundDemand':
+      return 'foreground request for the model'
+    case 'GamingIntent':
+      return 'a gaming session targets the model node'
+    case 'GPULeaseActive':
+      return 'a GPU lease holds the model node or GPU group'
+    case 'Suspended':
+      return 'spec.suspend is true'
+    case 'SpecChanged':
+      return 'the spec changed'
+    case 'ModelNotFound':
+      return 'the Model no longer exists'
+    case 'ModelNotReady':
+      return 'the Model is no longer Ready'
+    case 'NodeChanged':
+      return 'the Model moved to another node'
+    case 'NodeUnresolved':
+      return 'the Model node cannot be resolved'
+  }
+}
+
+/** Useful time is running time only: from the observed start of running to the end of the attempt. */
+function addUseful(w: Work, endIso?: string) {
+  const s = w.s
+  const from = ms(s.runningSince)
+  if (Number.isNaN(from)) return
+  const end = Math.min(w.now, Number.isNaN(ms(endIso)) ? w.now : ms(endIso))
+  s.counters.usefulSeconds += Math.max(0, (end - from) / 1000)
+  s.runningSince = undefined
+}
+
+/** The Job reached Complete or Failed. A completed Job wins over a coincident cancel. */
+function concludeAttempt(w: Work, job: JobView): boolean {
+  const { s, now } = w
+  const jobName = s.jobName as string
+  if (s.phase === 'Succeeded' || s.phase === 'Failed') {
+    if (s.generation !== (w.b.metadata.generation ?? 1)) {
+      // A terminal attempt of an older spec: clear it and start over.
+      if (!job.deleting) w.actions.push({ type: 'deleteJob', jobName, why: 'Cleanup' })
+      s.jobName = undefined
+      return false
+    }
+    if (s.phase === 'Succeeded' && w.spec && w.spec.repeatAfterMs > 0 && now >= ms(s.nextRunTime)) {
+      // Cooldown over: remove the previous run's Job before the gates run again.
+      if (!job.deleting) w.actions.push({ type: 'deleteJob', jobName, why: 'RepeatCleanup' })
+      set(w, 'Succeeded', 'RepeatCleanup', `cooldown over; removing Job ${jobName} of the previous run`)
+      return true
+    }
+    if (s.phase === 'Succeeded' && w.spec?.repeatAfterMs && s.nextRunTime) armTimer(w, ms(s.nextRunTime))
+    return true
+  }
+  if (s.phase === 'Cancelling') {
+    // The delete raced the Job's own completion: the outcome wins, the preemption is taken back.
+    const metric = PREEMPTION_OF[s.reason as CancelReason] ?? 'other'
+    s.counters.preemptions[metric] = Math.max(0, (s.counters.preemptions[metric] ?? 0) - 1)
+  } else {
+    addUseful(w, job.outcomeTime)
+  }
+  const completion = job.outcomeTime ?? iso(now)
+  s.completionTime = completion
+  s.runningSince = undefined
+  w.actions.push({ type: 'releaseClaims', jobName })
+  if (job.outcome === 'Failed') {
+    s.counters.failed += 1
+    w.actions.push({
+      type: 'recordEvent',
+      eventType: 'Warning',
+      reason: 'Failed',
+      message: `Job ${jobName} failed: ${job.outcomeMessage ?? 'unknown reason'}`,
+    })
+    set(
+      w,
+      'Failed',
+      'JobFailed',
+      `Job ${jobName} failed: ${job.outcomeMessage ?? 'unknown reason'}; change the spec to retry`,
+    )
+    return true
+  }
+  s.counters.success += 1
+  w.actions.push({ type: 'recordEvent', eventType: 'Normal', reason: 'Completed', message: `Job ${jobName} completed` })
+  const repeatAfterMs = w.spec?.repeatAfterMs ?? 0
+  if (repeatAfterMs > 0) {
+    const next = ms(completion) + repeatAfterMs
+    s.nextRunTime = iso(next)
+    armTimer(w, next)
+    set(w, 'Succeeded', 'RepeatScheduled', `Job ${jobName} completed; next run may start after ${s.nextRunTime}`)
+  } else {
+    set(w, 'Succeeded', 'JobComplete', `Job ${jobName} completed`)
+  }
+  return true
+}
+
+function restartForNewGeneration(w: Work) {
+  const s = w.s
+  s.generation = w.b.metadata.generation ?? 1
+  s.completionTime = undefined
+  s.nextRunTime = undefined
+  s.startedAt = undefined
+  if (s.phase !== 'WaitingForIdle') set(w, 'WaitingForIdle', 'IdleWindow', 'spec changed; starting over')
+}
+
+/** Succeeded: one-shot stays; with repeatAfter, hold until nextRunTime. Returns true while holding. */
+function cooldown(w: Work): boolean {
+  const { s, now } = w
+  const repeatAfterMs = w.spec?.repeatAfterMs ?? 0
+  if (repeatAfterMs === 0) {
+    if (s.reason !== 'JobComplete') set(w, 'Succeeded', 'JobComplete', 'completed; one-shot declarations do not repeat')
+    return true
+  }
+  const next = ms(s.nextRunTime)
+  if (Number.isNaN(next)) {
+    set(w, 'Blocked', 'RepeatStateInvalid', 'succeeded with repeatAfter but nextRunTime is missing or invalid')
+    return true
+  }
+  if (now < next) {
+    armTimer(w, next)
+    set(w, 'Succeeded', 'RepeatScheduled', `next run may start after ${s.nextRunTime}`)
+    return true
+  }
+  return false
+}
+
+/** The admission gates in order; admits when every one passes. */
+function gatesAndAdmit(w: Work, repeatDue: boolean): boolean {
+  const { s, o, b, now } = w
+  const spec = w.spec as ResolvedSpec
+  const model = o.model
+  const waitReason = repeatDue || s.reason === 'RepeatDue' ? 'RepeatDue' : 'IdleWindow'
+  if (!model) {
+    return set(w, 'Blocked', 'ModelNotFound', `Model ${b.metadata.namespace}/${b.spec.modelRef} not found`)
+  }
+  if (!o.template.found) {
+    armTimer(w, now + RECHECK_MS)
+    return set(w, 'Blocked', 'TemplateNotFound', `CronJob ${b.metadata.namespace}/${b.spec.templateRef} not found`)
+  }
+  if (o.template.gpu.length) {
+    const g = o.template.gpu[0] as GpuViolation
+    armTimer(w, now + RECHECK_MS)
+    return set(
+      w,
+      'Blocked',
+      'GPURequestForbidden',
+      `CronJob ${b.spec.templateRef} container ${g.container} sets ${g.resource}=${g.quantity}; backfill must not request a GPU`,
+    )
+  }
+  if (!model.ready) {
+    return set(w, 'WaitingForIdle', 'ModelNotReady', `Model ${model.name} is ${model.phase ?? 'not Ready'}`)
+  }
+  if (s.phase === 'WaitingForIdle' && s.reason === 'ModelNotReady') s.windowStart = iso(now) // warm from now on
+  if (!model.node) {
+    return set(w, 'WaitingForIdle', 'NodeUnresolved', `Model ${model.name} has no status.gpu.node or hostname selector`)
+  }
+  const idleSince = latest(s.windowStart, o.idle?.lastForegroundAt, model.lastActiveTime)
+  s.idleSince = iso(idleSince)
+  const due = idleSince + spec.idleForMs
+  if (now < due) {
+    armTimer(w, due)
+    const why = repeatDue || waitReason === 'RepeatDue' ? 'cooldown over; ' : ''
+    return set(w, 'WaitingForIdle', waitReason, `${why}idle since ${s.idleSince}; window completes at ${iso(due)}`)
+  }
+  const session = blockingGamingSession(o.gamingSessions, model.node, now)
+  if (session) {
+    armExpiry(w, session.expiresAt)
+    return set(w, 'Blocked', 'GamingIntent', `GamingSession ${session.name} targets node ${model.node}`)
+  }
+  const lease = blockingLease(o.leases, model, now)
+  if (lease) {
+    armExpiry(w, lease.expiresAt)
+    return set(w, 'Blocked', 'GPULeaseActive', `GPULease ${lease.namespace}/${lease.name} holds the model's GPU`)
+  }
+  const contender = o.contenders[0]
+  if (contender) {
+    armTimer(w, now + RECHECK_MS)
+    const who = contender.backfill ? `${contender.namespace}/${contender.backfill}` : contender.namespace
+    return set(
+      w,
+      'Blocked',
+      'ConcurrentBackfill',
+      `backfill ${who} (Job ${contender.jobName}) is active on the same ${contender.on}`,
+    )
+  }
+  // Admit.
+  s.attempts += 1
+  s.counters.starts += 1
+  s.jobName = nameJob(b.metadata.name, s.attempts)
+  s.nodeName = model.node
+  s.startedAt = iso(now)
+  s.completionTime = undefined
+  s.nextRunTime = undefined
+  w.actions.push(
+    { type: 'createJob', jobName: s.jobName, attempt: s.attempts, node: model.node, spec },
+    {
+      type: 'recordEvent',
+      eventType: 'Normal',
+      reason: 'Started',
+      message: `Started attempt ${s.attempts} as Job ${s.jobName} on node ${model.node}`,
+    },
+  )
+  return set(w, 'Starting', 'JobCreated', `creating Job ${s.jobName} (attempt ${s.attempts})`)
+}
+
+function armExpiry(w: Work, expiresAt: string | undefined) {
+  const at = ms(expiresAt)
+  armTimer(w, Number.isNaN(at) ? w.now + RECHECK_MS : Math.max(at, w.now) + 1)
+}
+
+/** Lazy re-arm: a timer already due no later than `at` will fire and re-check, so it is left alone. */
+function armTimer(w: Work, at: number) {
+  const current = ms(w.s.timerAt)
+  if (!Number.isNaN(current) && current > w.now && current <= at) return
+  w.s.timerAt = iso(at)
+  w.actions.push({ type: 'armTimer', at: w.s.timerAt })
+}
+
+function set(w: Work, phase: Phase, reason: string, message: string): true {
+  const s = w.s
+  if (phase === 'Blocked' && (s.phase !== 'Blocked' || s.reason !== reason)) {
+    w.actions.push({ type: 'recordEvent', eventType: 'Warning', reason: 'Blocked', message: `${reason}: ${message}` })
+  }
+  s.phase = phase
+  s.reason = reason
+  s.message = message
+  return true
+}
+
+function finish(w: Work): Decision {
+  const { s, b, o, now } = w
+  const deleting = w.actions.some((a) => a.type === 'deleteState')
+  if (sameState(o.state, s)) {
+    s.updatedAt = o.state?.updatedAt ?? iso(now)
+  } else {
+    s.updatedAt = iso(now)
+  }
+  return { state: deleting ? null : s, status: deleting ? null : projectStatus(s, b, now), actions: w.actions }
+}
+
+const withoutStamp = (s: BackfillState) => JSON.stringify({ ...s, updatedAt: undefined })
+export const sameState = (a: BackfillState | null, b: BackfillState | null) =>
+  a === b || (a !== null && b !== null && withoutStamp(a) === withoutStamp(b))
+
+/** The status subresource is a projection of the state; the Ready condition is True only while Running/Succeeded. */
+export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): ModelBackfillStatus {
+  const ready = s.phase === 'Running' || s.phase === 'Succeeded'
+  const previous = b.status?.conditions?.find((c) => c.type === 'Ready')
+  const status = ready ? 'True' : 'False'
+  const condition: Condition = {
+    type: 'Ready',
+    status,
+    reason: s.reason,
+    message: s.message,
+    lastTransitionTime:
+      previous?.status === status && previous.lastTransitionTime ? previous.lastTransitionTime : iso(now),
+    observedGeneration: s.generation,
+  }
+  const out: ModelBackfillStatus = {
+    phase: s.phase,
+    reason: s.reason,
+    message: s.message,
+    observedGeneration: s.generation,
+    nodeName: s.nodeName,
+    jobName: s.jobName,
+    idleSince: s.idleSince,
+    startedAt: s.startedAt,
+    completionTime: s.completionTime,
+    nextRunTime: s.nextRunTime,
+    attempts: s.attempts,
+    conditions: [condition],
+  }
+  for (const key of Object.keys(out) as (keyof ModelBackfillStatus)[]) {
+    if (out[key] === undefined) delete out[key]
+  }
+  return out
+}

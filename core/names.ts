@@ -1,0 +1,27 @@
+// Deterministic names and keys: every replica, every retry and every replay derives the same ones,
+// which is what makes Job creation and KV writes idempotent.
+import { createHash } from 'node:crypto'
+
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
+
+/** `<backfill>-<attempt>-<first 8 hex of sha256(backfill)>`, DNS-safe, at most 63 characters. */
+export function jobName(backfill: string, attempt: number): string {
+  const raw = `${backfill}-${attempt}-${sha256(backfill).slice(0, 8)}`
+  return raw
+    .toLowerCase()
+    .replace(/[^a-z0-9-]/g, '-')
+    .slice(0, 63)
+    .replace(/^-+|-+$/g, '')
+}
+
+/** Value of the `ai.flexinfer/model-backfill` label: first 16 hex of sha256(backfill name). */
+export const backfillLabelValue = (backfill: string) => sha256(backfill).slice(0, 16)
+
+export const LABEL_BACKFILL = 'ai.flexinfer/model-backfill'
+export const ANNOTATION_MODEL = 'ai.flexinfer/backfill-model'
+export const ANNOTATION_NODE = 'ai.flexinfer/backfill-node'
+export const WORKLOAD_CLASS_ENV = 'FLEXINFER_WORKLOAD_CLASS'
+
+/** NATS KV keys allow [-/_=.a-zA-Z0-9]; Kubernetes names are DNS labels/subdomains, so they fit as they are. */
+export const modelKey = (namespace: string, model: string) => `${namespace}.${model}`
+export const backfillKey = (namespace: string, backfill: string) => `${namespace}.${backfill}`
