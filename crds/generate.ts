@@ -118,6 +118,9 @@ export function toStructural(node: JsonSchema, defs: Record<string, JsonSchema> 
   if (out.type === undefined && out['x-kubernetes-preserve-unknown-fields'] !== true) {
     throw new Error(`${path}: structural schemas need a type`)
   }
+  if (out.type !== undefined && typeof out.type !== 'string') {
+    throw new Error(`${path}: type ${JSON.stringify(out.type)} is a union; structural schemas need one type`)
+  }
   if (Array.isArray(out.required) && out.required.length === 0) delete out.required
   return ordered(out)
 }
