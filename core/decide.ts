@@ -55,8 +55,8 @@ export type Trigger =
   | { type: 'resource' }
   | { type: 'timer' }
   | { type: 'admit' }
-  /** A cancel request from the demand function, carrying the foreground request's time. */
-  | { type: 'foreground'; at: string }
+  /** A cancel request (the cancel function has already deleted the Job), with the time of the winning signal. */
+  | { type: 'cancel'; reason: CancelReason; at: string }
 
 export type DeleteWhy = CancelReason | 'Deleted' | 'Cleanup' | 'RepeatCleanup'
 
@@ -211,8 +211,11 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
   const job = o.job
   if (job?.outcome) return concludeAttempt(w, job)
   if (job?.deleting) {
-    if (s.phase === 'Succeeded') return true // RepeatCleanup or a cleanup in progress
-    if (s.phase !== 'Cancelling') s.message = `Job ${jobName} is being deleted`
+    if (s.phase === 'Succeeded' || s.phase === 'Cancelling') return true // cleanup or cancellation in progress
+    // Deleted by the cancel function before this decision, or by someone else: account for it as a cancel.
+    const reason = cancelReason(w, trigger) ?? (trigger.type === 'cancel' ? trigger.reason : undefined)
+    if (reason) cancel(w, reason)
+    else s.message = `Job ${jobName} is being deleted`
     return true
   }
   if (job) {
@@ -305,7 +308,7 @@ function cancelReason(w: Work, trigger: Trigger): CancelReason | undefined {
   const lastForeground = latest(
     o.idle?.lastForegroundAt,
     model.lastActiveTime,
-    trigger.type === 'foreground' ? trigger.at : undefined,
+    trigger.type === 'cancel' && trigger.reason === 'ForegroundDemand' ? trigger.at : undefined,
   )
   // Any foreground request after the idle window the attempt was admitted on breaks it.
   if (lastForeground > ms(s.idleSince ?? s.startedAt)) return 'ForegroundDemand'

@@ -1,0 +1,21 @@
+// admit: when a backfill's timer fires (idle window end, cooldown over, re-check) or another function asks,
+// run the gates and create the attempt's Job. The only function that creates Jobs.
+import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
+import type { EventFunction } from '../../runtime/function.js'
+import { reconcile } from '../../runtime/reconcile.js'
+
+export const admit: EventFunction = {
+  name: 'admit',
+  concurrency: 8,
+  subscriptions: [
+    { stream: STREAM_TIMERS, subjects: ['flexinfer.events.timer.>'] },
+    { stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.admit'] },
+  ],
+  async handle(event, deps) {
+    if (event.type === 'ai.flexinfer.timer.fired') {
+      await reconcile(deps, 'admit', event.data.namespace, event.data.backfill, { type: 'timer' })
+    } else if (event.type === 'ai.flexinfer.backfill.admit') {
+      await reconcile(deps, 'admit', event.data.namespace, event.data.backfill, { type: 'admit' })
+    }
+  },
+}

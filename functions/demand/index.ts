@@ -1,0 +1,243 @@
+// demand: the hot path. Every gateway foreground request lands here. It costs no Kubernetes API call: the
+// cancel decision is made from a watched copy of the claims bucket (who runs on which model), and idle state
+// is written to KV coalesced — at most one write per model per COALESCE_MS, the first one after a quiet period
+// immediately (leading edge) — while a cancel is never delayed by any of it.
+import type { KV, KvWatchEntry } from '@nats-io/kv'
+import { modelKey } from '../../core/names.js'
+import type { Claim, ModelIdleState } from '../../core/state.js'
+import { STREAM_EVENTS } from '../../events/catalog.js'
+import type { InboundEvent } from '../../events/codec.js'
+import type { EventFunction } from '../../runtime/function.js'
+import type { Deps } from '../../runtime/reconcile.js'
+
+export const COALESCE_MS = 250
+const CANCEL_DEDUPE_MS = 60_000
+
+type LiveClaim = Claim & { idleSince?: string }
+
+interface Waiter {
+  upTo: number
+  resolve: () => void
+  reject: (err: unknown) => void
+}
+
+interface ModelEntry {
+  namespace: string
+  model: string
+  /** Newest foreground request time seen / persisted. */
+  seen: number
+  persisted: number
+  requests: number
+  lastWriteAt: number
+  revision: number
+  writing: boolean
+  timer?: NodeJS.Timeout
+  waiters: Waiter[]
+}
+
+export class Demand {
+  private readonly models = new Map<string, ModelEntry>()
+  private readonly claims = new Map<string, LiveClaim>()
+  private readonly cancelled = new Map<string, number>()
+  private watch?: AsyncIterable<KvWatchEntry> & { stop(): void }
+  private watchDone?: Promise<void>
+  /** Counters for logs and the benchmark. */
+  readonly stats = { requests: 0, background: 0, kvWrites: 0, cancels: 0 }
+
+  constructor(private readonly deps: Deps) {}
+
+  private get idle(): KV {
+    return this.deps.bus.kv.idle
+  }
+
+  async start() {
+    // Only model claims matter here; the watch replays current values first, then follows changes.
+    const watch = await this.deps.bus.kv.claims.watch({ key: 'model.>' })
+    this.watch = watch
+    this.watchDone = (async () => {
+      for await (const e of watch) {
+        if (e.operation === 'PUT') this.claims.set(e.key, e.json<LiveClaim>())
+        else this.claims.delete(e.key)
+      }
+    })()
+  }
+
+  async stop() {
+    this.watch?.stop()
+    await this.watchDone
+    for (const entry of this.models.values()) clearTimeout(entry.timer)
+    await Promise.all([...this.models.values()].map((e) => (e.seen > e.persisted ? this.flush(e) : undefined)))
+  }
+
+  async handle(event: InboundEvent): Promise<void> {
+    if (event.type !== 'ai.flexinfer.foreground.request') return
+    const { namespace, model, workloadClass } = event.data
+    if (workloadClass === 'background') {
+      // Background requests (our own Jobs) serve a Ready model without counting as demand.
+      this.stats.background++
+      return
+    }
+    this.stats.requests++
+    const now = this.deps.now()
+    const parsed = Date.parse(event.time)
+    // A gateway clock running ahead must not hold a model busy into the future.
+    const at = Number.isNaN(parsed) ? now : Math.min(parsed, now)
+    const key = modelKey(namespace, model)
+
+    const cancelling = this.cancelIfClaimed(key, at)
+    const entry = this.entry(namespace, model)
+    entry.requests++
+    if (at <= entry.persisted) {
+      await cancelling
+      return
+    }
+    entry.seen = Math.max(entry.seen, at)
+    const durable = new Promise<void>((resolve, reject) => entry.waiters.push({ upTo: at, resolve, reject }))
+    if (!entry.writing && !entry.timer) {
+      const wait = entry.lastWriteAt + COALESCE_MS - now
+      if (wait <= 0) void this.flush(entry, true)
+      else entry.timer = setTimeout(() => void this.flush(entry), wait)
+    }
+    await Promise.all([cancelling, durable])
+  }
+
+  private entry(namespace: string, model: string): ModelEntry {
+    const key = modelKey(namespace, model)
+    let entry = this.models.get(key)
+    if (!entry) {
+      entry = {
+        namespace,
+        model,
+        seen: 0,
+        persisted: 0,
+        requests: 0,
+        lastWriteAt: 0,
+        revision: 0,
+        writing: false,
+        waiters: [],
+      }
+      this.models.set(key, entry)
+    }
+    return entry
+  }
+
+  /** Cancels the attempt holding the model if this request breaks the window it was admitted on. */
+  private async cancelIfClaimed(key: string, at: number, claim = this.claims.get(`model.${key}`)) {
+    if (!claim) return
+    const windowStart = Date.parse(claim.idleSince ?? claim.claimedAt)
+    if (!(at > windowStart)) return
+    const sent = this.cancelled.get(claim.jobName)
+    const now = this.deps.now()
+    if (sent && now - sent < CANCEL_DEDUPE_MS) return
+    this.cancelled.set(claim.jobName, now)
+    if (this.cancelled.size > 10_000) this.pruneCancelled(now)
+    this.stats.cancels++
+    try {
+      await this.deps.bus.publish(
+        'ai.flexinfer.backfill.cancel',
+        {
+          namespace: claim.namespace,
+          backfill: claim.backfill,
+          jobName: claim.jobName,
+          reason: 'ForegroundDemand',
+          at: new Date(at).toISOString(),
+        },
+        // Replicas and redeliveries publishing the same cancel collapse into one message.
+        { msgID: `cancel-${claim.jobName}` },
+      )
+    } catch (err) {
+      this.cancelled.delete(claim.jobName)
+      throw err
+    }
+  }
+
+  private pruneCancelled(now: number) {
+    for (const [job, at] of this.cancelled) if (now - at >= CANCEL_DEDUPE_MS) this.cancelled.delete(job)
+  }
+
+  /** Persists the newest request time with compare-and-set (replicas never move it backwards). */
+  private async flush(entry: ModelEntry, leadingEdge = false) {
+    clearTimeout(entry.timer)
+    entry.timer = undefined
+    if (entry.writing) return
+    entry.writing = true
+    const target = entry.seen
+    const key = modelKey(entry.namespace, entry.model)
+    try {
+      await this.writeMax(entry, key, target)
+      entry.persisted = Math.max(entry.persisted, target)
+      entry.lastWriteAt = this.deps.now()
+      this.stats.kvWrites++
+      const done = entry.waiters.filter((w) => w.upTo <= entry.persisted)
+      entry.waiters = entry.waiters.filter((w) => w.upTo > entry.persisted)
+      for (const w of done) w.resolve()
+      if (leadingEdge) {
+        // The other half of admit's re-check: having written idleness, look at the claim itself (not the
+        // watched copy, which may lag) so an admission racing this request is cancelled either way.
+        const fresh = await this.deps.bus.kv.claims.get(`model.${key}`)
+        if (fresh?.operation === 'PUT') await this.cancelIfClaimed(key, target, fresh.json<LiveClaim>())
+      }
+    } catch (err) {
+      const failed = entry.waiters
+      entry.waiters = []
+      for (const w of failed) w.reject(err)
+    } finally {
+      entry.writing = false
+    }
+    if (entry.seen > entry.persisted && !entry.timer) {
+      const wait = Math.max(0, entry.lastWriteAt + COALESCE_MS - this.deps.now())
+      entry.timer = setTimeout(() => void this.flush(entry), wait)
+    }
+  }
+
+  private async writeMax(entry: ModelEntry, key: string, at: number) {
+    for (let i = 0; i < 5; i++) {
+      const value: ModelIdleState = {
+        namespace: entry.namespace,
+        model: entry.model,
+        lastForegroundAt: new Date(at).toISOString(),
+        requests: entry.requests,
+        updatedAt: new Date(this.deps.now()).toISOString(),
+      }
+      try {
+        if (entry.revision > 0) entry.revision = await this.idle.update(key, JSON.stringify(value), entry.revision)
+        else entry.revision = await this.idle.create(key, JSON.stringify(value))
+        return
+      } catch (err) {
+        if (!/wrong last sequence|key exists/i.test(String((err as Error).message))) throw err
+        const current = await this.idle.get(key)
+        entry.revision = current?.revision ?? 0
+        if (current?.operation === 'PUT') {
+          const stored = current.json<ModelIdleState>()
+          const storedAt = Date.parse(stored.lastForegroundAt)
+          entry.requests = Math.max(entry.requests, stored.requests ?? 0)
+          if (storedAt >= at) return // another replica already has a newer time
+        }
+      }
+    }
+    throw new Error(`could not write idle state for ${key}: repeated compare-and-set conflicts`)
+  }
+}
+
+/** A demand function with its own caches (one per process, or several in tests racing each other). */
+export function demandFunction(): EventFunction {
+  let instance: Demand | undefined
+  return {
+    name: 'demand',
+    // Handlers mostly wait for a coalesced write: many may be in flight at once.
+    concurrency: 4096,
+    subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.foreground.request'], deliverNew: true }],
+    async start(deps) {
+      instance = new Demand(deps)
+      await instance.start()
+    },
+    async stop() {
+      await instance?.stop()
+      instance = undefined
+    },
+    handle(event) {
+      if (!instance) throw new Error('demand function not started')
+      return instance.handle(event)
+    },
+  }
+}

@@ -1,0 +1,50 @@
+// lifecycle: Kubernetes-side changes — a ModelBackfill added/changed/deleted (spec, suspend, finalizer), a Model
+// turning Ready or not or moving, gaming sessions, GPU leases, Jobs starting/finishing/disappearing — each
+// re-decides the backfills it can affect. Job creation is forwarded to admit and Job deletion to cancel.
+import { STREAM_EVENTS } from '../../events/catalog.js'
+import type { EventFunction } from '../../runtime/function.js'
+import { type Deps, reconcile } from '../../runtime/reconcile.js'
+
+async function reconcileAll(deps: Deps, filter: (b: { namespace: string; model: string }) => boolean, ns?: string) {
+  const backfills = await deps.kube.listBackfills(ns)
+  for (const b of backfills) {
+    if (!filter({ namespace: b.metadata.namespace, model: b.spec?.modelRef })) continue
+    await reconcile(deps, 'lifecycle', b.metadata.namespace, b.metadata.name, { type: 'resource' })
+  }
+}
+
+export const lifecycle: EventFunction = {
+  name: 'lifecycle',
+  concurrency: 8,
+  subscriptions: [
+    {
+      stream: STREAM_EVENTS,
+      subjects: [
+        'flexinfer.events.backfill.changed',
+        'flexinfer.events.model.>',
+        'flexinfer.events.gaming.>',
+        'flexinfer.events.gpu.>',
+        'flexinfer.events.job.>',
+      ],
+    },
+  ],
+  async handle(event, deps) {
+    const resource = { type: 'resource' } as const
+    switch (event.type) {
+      case 'ai.flexinfer.backfill.changed':
+        await reconcile(deps, 'lifecycle', event.data.namespace, event.data.backfill, resource)
+        return
+      case 'ai.flexinfer.model.ready':
+        await reconcileAll(deps, (b) => b.model === event.data.model, event.data.namespace)
+        return
+      case 'ai.flexinfer.gaming.session':
+      case 'ai.flexinfer.gpu.lease':
+        // Sessions and leases target nodes and GPU groups: any backfill in the cluster may be affected.
+        await reconcileAll(deps, () => true)
+        return
+      case 'ai.flexinfer.job.completed':
+        if (event.data.backfill) await reconcile(deps, 'lifecycle', event.data.namespace, event.data.backfill, resource)
+        return
+    }
+  },
+}

@@ -1,0 +1,110 @@
+// Transport: a JetStream pull consumer per (function, stream). Malformed events and events that keep failing go
+// to the dead-letter stream with the reason; nothing is dropped silently and nothing crashes the process.
+import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import { decode } from '../events/codec.js'
+import { consumerName, type EventFunction, PermanentError } from './function.js'
+import type { Deps } from './reconcile.js'
+
+export const MAX_DELIVER = 8
+const ACK_WAIT_MS = 30_000
+const backoffMs = (deliveries: number) => Math.min(30_000, 250 * 2 ** Math.min(deliveries, 7))
+
+export interface RunningFunction {
+  name: string
+  stop(): Promise<void>
+  /** Events handled, dead-lettered, retried (for logs, tests and the benchmark). */
+  stats: { handled: number; deadLettered: number; retried: number }
+}
+
+export async function ensureConsumers(deps: Deps, fn: EventFunction) {
+  for (const sub of fn.subscriptions) {
+    const durable = consumerName(fn.name, sub.stream)
+    const config = {
+      durable_name: durable,
+      ack_policy: AckPolicy.Explicit,
+      ack_wait: ACK_WAIT_MS * 1_000_000,
+      max_ack_pending: Math.max(1000, fn.concurrency * 2),
+      filter_subjects: sub.subjects,
+    }
+    try {
+      await deps.bus.jsm.consumers.info(sub.stream, durable)
+      await deps.bus.jsm.consumers.update(sub.stream, durable, config)
+    } catch (err) {
+      if (!/not found/i.test(String((err as Error).message))) throw err
+      await deps.bus.jsm.consumers.add(sub.stream, {
+        ...config,
+        deliver_policy: sub.deliverNew ? DeliverPolicy.New : DeliverPolicy.All,
+      })
+    }
+  }
+}
+
+export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<RunningFunction> {
+  await ensureConsumers(deps, fn)
+  await fn.start?.(deps)
+  const stats = { handled: 0, deadLettered: 0, retried: 0 }
+  const log = deps.log.child({ function: fn.name })
+  const inFlight = new Set<Promise<void>>()
+  const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
+
+  const process = async (msg: JsMsg) => {
+    const decoded = decode(msg.data)
+    if (!decoded.ok) {
+      await deadLetter(msg, decoded.reason)
+      return
+    }
+    try {
+      await fn.handle(decoded.event, deps)
+      msg.ack()
+      stats.handled++
+    } catch (err) {
+      const reason = `${decoded.event.type} ${decoded.event.id}: ${(err as Error)?.message ?? String(err)}`
+      if (err instanceof PermanentError || msg.info.deliveryCount >= MAX_DELIVER) {
+        await deadLetter(msg, reason)
+        return
+      }
+      stats.retried++
+      log.warn({ err, type: decoded.event.type, id: decoded.event.id, delivery: msg.info.deliveryCount }, 'retrying')
+      msg.nak(backoffMs(msg.info.deliveryCount))
+    }
+  }
+
+  const deadLetter = async (msg: JsMsg, reason: string) => {
+    log.warn({ subject: msg.subject, reason }, 'dead-lettered event')
+    try {
+      await deps.bus.deadLetter(fn.name, reason, msg.data, msg.subject)
+      msg.term(reason)
+      stats.deadLettered++
+    } catch (err) {
+      // Could not keep it: leave it to be redelivered rather than lose it.
+      log.error({ err }, 'dead-letter publish failed')
+      msg.nak(1000)
+    }
+  }
+
+  for (const sub of fn.subscriptions) {
+    const consumer = await deps.bus.js.consumers.get(sub.stream, consumerName(fn.name, sub.stream))
+    const messages = await consumer.consume({ max_messages: Math.max(100, fn.concurrency) })
+    const done = (async () => {
+      for await (const msg of messages) {
+        const task = process(msg).catch((err) => log.error({ err }, 'unexpected error handling event'))
+        inFlight.add(task)
+        void task.finally(() => inFlight.delete(task))
+        while (inFlight.size >= fn.concurrency) await Promise.race(inFlight)
+      }
+    })()
+    loops.push({ messages, done })
+  }
+
+  return {
+    name: fn.name,
+    stats,
+    async stop() {
+      // Graceful: stop pulling, let what is in flight finish (and ack), then tear down.
+      for (const loop of loops) await loop.messages.close()
+      await Promise.all(loops.map((l) => l.done))
+      await Promise.allSettled([...inFlight])
+      await fn.stop?.()
+    },
+  }
+}

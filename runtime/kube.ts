@@ -1,0 +1,198 @@
+// The Kubernetes side of the functions: the reads decide() needs and the few writes it asks for. Every write is
+// idempotent (deterministic names, 404/409 tolerated where they mean "already done").
+import {
+  ApiException,
+  BatchV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  type KubeConfig,
+  PatchStrategy,
+  setHeaderOptions,
+  type V1CronJob,
+  type V1Job,
+} from '@kubernetes/client-node'
+import { FINALIZER, GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION } from '../core/api.js'
+import { LABEL_BACKFILL } from '../core/names.js'
+
+export const PLURALS = {
+  backfills: 'modelbackfills',
+  models: 'models',
+  gamingSessions: 'gamingsessions',
+  gpuLeases: 'gpuleases',
+} as const
+
+export const statusCode = (err: unknown): number | undefined => {
+  if (err instanceof ApiException) return err.code
+  const code = (err as { code?: unknown; statusCode?: unknown })?.code ?? (err as { statusCode?: unknown })?.statusCode
+  return typeof code === 'number' ? code : undefined
+}
+
+async function orNull<T>(call: Promise<T>): Promise<T | null> {
+  try {
+    return await call
+  } catch (err) {
+    if (statusCode(err) === 404) return null
+    throw err
+  }
+}
+
+const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch)
+
+export class Kube {
+  readonly custom: CustomObjectsApi
+  readonly batch: BatchV1Api
+  readonly core: CoreV1Api
+  /** Requests this process sent to the API server, by verb (the benchmark reads it). */
+  readonly requests = { read: 0, list: 0, write: 0 }
+
+  constructor(readonly kc: KubeConfig) {
+    this.custom = kc.makeApiClient(CustomObjectsApi)
+    this.batch = kc.makeApiClient(BatchV1Api)
+    this.core = kc.makeApiClient(CoreV1Api)
+  }
+
+  private crd(plural: string, namespace: string, name: string) {
+    return { group: GROUP, version: VERSION, plural, namespace, name }
+  }
+
+  getBackfill(namespace: string, name: string): Promise<ModelBackfill | null> {
+    this.requests.read++
+    return orNull(this.custom.getNamespacedCustomObject(this.crd(PLURALS.backfills, namespace, name)))
+  }
+
+  async listBackfills(namespace?: string): Promise<ModelBackfill[]> {
+    this.requests.list++
+    const list = namespace
+      ? await this.custom.listNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          plural: PLURALS.backfills,
+          namespace,
+        })
+      : await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURALS.backfills })
+    return (list as { items: ModelBackfill[] }).items
+  }
+
+  getModel(namespace: string, name: string): Promise<unknown | null> {
+    this.requests.read++
+    return orNull(this.custom.getNamespacedCustomObject(this.crd(PLURALS.models, namespace, name)))
+  }
+
+  /** GamingSessions and GPULeases target nodes and GPU groups, which are cluster-wide: list all namespaces. */
+  async listAll(plural: string): Promise<unknown[]> {
+    this.requests.list++
+    const list = await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })
+    return (list as { items: unknown[] }).items
+  }
+
+  getCronJob(namespace: string, name: string): Promise<V1CronJob | null> {
+    this.requests.read++
+    return orNull(this.batch.readNamespacedCronJob({ namespace, name }))
+  }
+
+  getJob(namespace: string, name: string): Promise<V1Job | null> {
+    this.requests.read++
+    return orNull(this.batch.readNamespacedJob({ namespace, name }))
+  }
+
+  /** Every backfill Job in the cluster: the contender gate is per model and per node, across declarations. */
+  async listBackfillJobs(): Promise<V1Job[]> {
+    this.requests.list++
+    return (await this.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL })).items
+  }
+
+  /** Creates the attempt's Job; an existing Job of the same (deterministic) name means it is already done. */
+  async createJob(job: V1Job): Promise<'created' | 'exists'> {
+    this.requests.write++
+    try {
+      await this.batch.createNamespacedJob({ namespace: job.metadata?.namespace as string, body: job })
+      return 'created'
+    } catch (err) {
+      if (statusCode(err) === 409) return 'exists'
+      throw err
+    }
+  }
+
+  /** Foreground propagation: the Job stays (Cancelling) until its pods are gone. 404 means already deleted. */
+  async deleteJob(namespace: string, name: string): Promise<'deleted' | 'absent'> {
+    this.requests.write++
+    try {
+      await this.batch.deleteNamespacedJob({ namespace, name, propagationPolicy: 'Foreground' })
+      return 'deleted'
+    } catch (err) {
+      if (statusCode(err) === 404) return 'absent'
+      throw err
+    }
+  }
+
+  /** Adds or removes our finalizer with a merge patch guarded by resourceVersion (409 → caller re-decides). */
+  async setFinalizer(backfill: ModelBackfill, present: boolean) {
+    const current = backfill.metadata.finalizers ?? []
+    const has = current.includes(FINALIZER)
+    if (has === present) return
+    const finalizers = present ? [...current, FINALIZER] : current.filter((f) => f !== FINALIZER)
+    this.requests.write++
+    try {
+      await this.custom.patchNamespacedCustomObject(
+        {
+          ...this.crd(PLURALS.backfills, backfill.metadata.namespace, backfill.metadata.name),
+          body: { metadata: { finalizers, resourceVersion: backfill.metadata.resourceVersion } },
+        },
+        mergePatch,
+      )
+    } catch (err) {
+      if (statusCode(err) === 404) return
+      throw err
+    }
+  }
+
+  /** Replaces status with optimistic concurrency; returns false on a conflict so the caller can re-read. */
+  async writeStatus(backfill: ModelBackfill, status: ModelBackfillStatus): Promise<boolean> {
+    this.requests.write++
+    try {
+      await this.custom.replaceNamespacedCustomObjectStatus({
+        ...this.crd(PLURALS.backfills, backfill.metadata.namespace, backfill.metadata.name),
+        body: { ...backfill, status },
+      })
+      return true
+    } catch (err) {
+      const code = statusCode(err)
+      if (code === 409) return false
+      if (code === 404) return true
+      throw err
+    }
+  }
+
+  /** A core/v1 Event on the ModelBackfill, so `kubectl describe` tells the story. Best effort. */
+  async recordEvent(backfill: ModelBackfill, type: 'Normal' | 'Warning', reason: string, message: string) {
+    const now = new Date()
+    this.requests.write++
+    try {
+      await this.core.createNamespacedEvent({
+        namespace: backfill.metadata.namespace,
+        body: {
+          metadata: { generateName: `${backfill.metadata.name}.`, namespace: backfill.metadata.namespace },
+          involvedObject: {
+            apiVersion: `${GROUP}/${VERSION}`,
+            kind: 'ModelBackfill',
+            name: backfill.metadata.name,
+            namespace: backfill.metadata.namespace,
+            uid: backfill.metadata.uid,
+            resourceVersion: backfill.metadata.resourceVersion,
+          },
+          type,
+          reason,
+          message: message.slice(0, 1024),
+          firstTimestamp: now,
+          lastTimestamp: now,
+          count: 1,
+          source: { component: 'model-backfill' },
+          reportingComponent: 'flexinfer.ai/model-backfill',
+          reportingInstance: process.env.HOSTNAME ?? 'local',
+        },
+      })
+    } catch {
+      // Events are for people; losing one must never fail a transition.
+    }
+  }
+}

@@ -1,0 +1,171 @@
+// NATS topology (streams, KV buckets) and the small bus every function uses to publish events, arm timers and
+// dead-letter what it cannot accept. Provisioning is idempotent: every function ensures it at start.
+
+import {
+  DiscardPolicy,
+  type JetStreamClient,
+  type JetStreamManager,
+  jetstream,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type StreamConfig,
+} from '@nats-io/jetstream'
+import { type KV, Kvm } from '@nats-io/kv'
+import { connect, headers, type NatsConnection } from '@nats-io/transport-node'
+import {
+  BUCKET_BACKFILLS,
+  BUCKET_CLAIMS,
+  BUCKET_MODEL_IDLE,
+  type EventData,
+  type EventType,
+  STREAM_DEAD_LETTER,
+  STREAM_EVENTS,
+  STREAM_TIMERS,
+  scheduleSubject,
+  subjectFor,
+} from '../events/catalog.js'
+import { encode } from '../events/codec.js'
+
+/**
+ * Retention, bounded whatever the gateway's rate:
+ * - FLEXINFER_EVENTS keeps at most 15 minutes and 512 MiB (oldest dropped). Handlers are level-triggered and
+ *   foreground events carry their request time, so nothing older is ever needed, and a restart replays at most
+ *   15 minutes of events that cannot move an idle window backwards.
+ * - FLEXINFER_TIMERS holds one schedule and one fired message per backfill (max_msgs_per_subject 1), no age limit:
+ *   a 24h repeatAfter schedule must outlive the event stream's 15 minutes.
+ * - FLEXINFER_DEADLETTER keeps 7 days, 64 MiB.
+ */
+export const EVENTS_MAX_AGE_MS = 15 * 60_000
+const ns = (ms: number) => ms * 1_000_000
+
+export const streamConfigs: (Partial<StreamConfig> & { name: string })[] = [
+  {
+    name: STREAM_EVENTS,
+    description: 'ModelBackfill events: gateway foreground requests, Kubernetes changes, cancel/admit requests',
+    subjects: [
+      'flexinfer.events.foreground.>',
+      'flexinfer.events.backfill.>',
+      'flexinfer.events.model.>',
+      'flexinfer.events.gaming.>',
+      'flexinfer.events.gpu.>',
+      'flexinfer.events.job.>',
+      'flexinfer.events.k8s.>',
+    ],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    max_age: ns(EVENTS_MAX_AGE_MS),
+    max_bytes: 512 * 1024 * 1024,
+    discard: DiscardPolicy.Old,
+    duplicate_window: ns(60_000),
+  },
+  {
+    name: STREAM_TIMERS,
+    description: 'Per-backfill timers: one JetStream message schedule per backfill and the events they fire',
+    subjects: ['flexinfer.schedules.>', 'flexinfer.events.timer.>'],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    max_msgs_per_subject: 1,
+    allow_rollup_hdrs: true,
+    allow_msg_schedules: true,
+  },
+  {
+    name: STREAM_DEAD_LETTER,
+    description: 'Events a function could not accept, with the reason (header Flexinfer-Dead-Letter-Reason)',
+    subjects: ['flexinfer.deadletter.>'],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    max_age: ns(7 * 24 * 3_600_000),
+    max_bytes: 64 * 1024 * 1024,
+    discard: DiscardPolicy.Old,
+  },
+]
+
+export async function ensureStreams(jsm: JetStreamManager) {
+  for (const config of streamConfigs) {
+    try {
+      await jsm.streams.info(config.name as string)
+      await jsm.streams.update(config.name as string, config)
+    } catch (err) {
+      if (!isNotFound(err)) throw err
+      await jsm.streams.add(config)
+    }
+  }
+}
+
+const isNotFound = (err: unknown) => /not found/i.test(String((err as Error)?.message ?? err))
+
+export interface Buckets {
+  idle: KV
+  backfills: KV
+  claims: KV
+}
+
+export async function ensureBuckets(nc: NatsConnection): Promise<Buckets> {
+  const kvm = new Kvm(nc)
+  const [idle, backfills, claims] = await Promise.all([
+    kvm.create(BUCKET_MODEL_IDLE, { history: 1, description: 'Per-model foreground idle state (demand function)' }),
+    kvm.create(BUCKET_BACKFILLS, { history: 5, description: 'Per-backfill attempt state, written by CAS' }),
+    kvm.create(BUCKET_CLAIMS, { history: 1, description: 'Exclusive model/node claims of active attempts' }),
+  ])
+  return { idle, backfills, claims }
+}
+
+export const DEAD_LETTER_REASON = 'Flexinfer-Dead-Letter-Reason'
+
+export class Bus {
+  readonly js: JetStreamClient
+  constructor(
+    readonly nc: NatsConnection,
+    readonly jsm: JetStreamManager,
+    readonly kv: Buckets,
+  ) {
+    this.js = jetstream(nc)
+  }
+
+  static async connect(servers: string, name: string): Promise<Bus> {
+    const nc = await connect({ servers, name, maxReconnectAttempts: -1 })
+    return Bus.open(nc)
+  }
+
+  static async open(nc: NatsConnection): Promise<Bus> {
+    const jsm = await jetstreamManager(nc)
+    await ensureStreams(jsm)
+    return new Bus(nc, jsm, await ensureBuckets(nc))
+  }
+
+  /** Publishes a catalog event and waits for JetStream to store it. */
+  async publish<T extends EventType>(type: T, data: EventData<T>, options: { time?: string; msgID?: string } = {}) {
+    const body = encode(type, data, { time: options.time })
+    return this.js.publish(subjectFor(type, data), body, options.msgID ? { msgID: options.msgID } : undefined)
+  }
+
+  /**
+   * Arms the backfill's single timer at `at` (replacing any earlier one: one schedule per subject). Nothing waits
+   * in memory: the server stores the schedule and publishes the timer event when due, so every function may be
+   * scaled to zero meanwhile.
+   */
+  async armTimer(namespace: string, backfill: string, at: string) {
+    const data = { namespace, backfill, due: at }
+    const target = subjectFor('ai.flexinfer.timer.fired', data)
+    await this.js.publish(scheduleSubject(namespace, backfill), encode('ai.flexinfer.timer.fired', data), {
+      schedule: { specification: new Date(at), target },
+    })
+  }
+
+  async cancelTimer(namespace: string, backfill: string) {
+    await this.jsm.streams.purge(STREAM_TIMERS, { filter: scheduleSubject(namespace, backfill) })
+  }
+
+  /** Keeps what could not be accepted, with why, so nothing is lost and a person can see the reason. */
+  async deadLetter(fn: string, reason: string, payload: Uint8Array | string, originalSubject?: string) {
+    const h = headers()
+    h.set(DEAD_LETTER_REASON, reason.slice(0, 1024))
+    if (originalSubject) h.set('Flexinfer-Original-Subject', originalSubject)
+    await this.js.publish(`flexinfer.deadletter.${fn}`, payload, { headers: h })
+  }
+
+  async close() {
+    await this.nc.drain()
+  }
+}

@@ -1,0 +1,327 @@
+// The thin adapter around decide(): observe the world, decide, commit the state by compare-and-set, apply the
+// actions this function owns and forward the rest. Each function runs it with its role:
+//   admit     creates Jobs (after taking the model and node claims and re-checking idleness),
+//   cancel    deletes Jobs,
+//   lifecycle neither: it forwards Job creation to admit and Job deletion to cancel.
+import type { V1CronJob } from '@kubernetes/client-node'
+import type { ModelBackfill } from '../core/api.js'
+import { type Contender, type Decision, decide, type Observed, sameState, type Trigger } from '../core/decide.js'
+import { buildJob, gpuViolations } from '../core/job.js'
+import { backfillKey, backfillLabelValue, modelKey } from '../core/names.js'
+import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
+import { gamingSessionView, gpuLeaseView, isActiveJob, jobView, modelView } from '../core/world.js'
+import { type Kube, PLURALS } from './kube.js'
+import type { Logger } from './log.js'
+import type { Bus } from './nats.js'
+
+export type Role = 'admit' | 'cancel' | 'lifecycle'
+
+export interface Deps {
+  kube: Kube
+  bus: Bus
+  log: Logger
+  now: () => number
+}
+
+/** A claim younger than this is live even before its holder's state names it (admission in flight). */
+export const CLAIM_GRACE_MS = 30_000
+const MAX_CAS_RETRIES = 8
+
+export const claimKeys = (namespace: string, model: string, node: string) => ({
+  model: `model.${modelKey(namespace, model)}`,
+  node: `node.${node}`,
+})
+
+interface Observation {
+  observed: Observed
+  template: V1CronJob | null
+}
+
+const readJson = <T>(entry: { operation: string; json: <U>() => U } | null): T | null =>
+  entry && entry.operation === 'PUT' ? entry.json<T>() : null
+
+export async function observe(
+  deps: Deps,
+  namespace: string,
+  name: string,
+  state: BackfillState | null,
+): Promise<Observation> {
+  const { kube, bus } = deps
+  const backfill = await kube.getBackfill(namespace, name)
+  if (!backfill) {
+    return {
+      observed: {
+        backfill: null,
+        state,
+        model: null,
+        idle: null,
+        gamingSessions: [],
+        leases: [],
+        template: { found: false },
+        job: null,
+        contenders: [],
+      },
+      template: null,
+    }
+  }
+  const modelName = backfill.spec.modelRef
+  const [model, template, job, sessions, leases, jobs, idle] = await Promise.all([
+    kube.getModel(namespace, modelName),
+    kube.getCronJob(namespace, backfill.spec.templateRef),
+    state?.jobName ? kube.getJob(namespace, state.jobName) : Promise.resolve(null),
+    kube.listAll(PLURALS.gamingSessions),
+    kube.listAll(PLURALS.gpuLeases),
+    kube.listBackfillJobs(),
+    bus.kv.idle.get(modelKey(namespace, modelName)),
+  ])
+  const modelV = model ? modelView(model) : null
+  const ours = backfillLabelValue(name)
+  const contenders: Contender[] = []
+  for (const j of jobs.map(jobView)) {
+    if (j.backfillLabel === ours && j.namespace === namespace) continue
+    if (!isActiveJob(j)) continue
+    const on =
+      j.namespace === namespace && j.model === modelName
+        ? 'model'
+        : modelV?.node && j.node === modelV.node
+          ? 'node'
+          : null
+    if (on) contenders.push({ namespace: j.namespace, jobName: j.name, on })
+  }
+  return {
+    observed: {
+      backfill,
+      state,
+      model: modelV,
+      idle: readJson<ModelIdleState>(idle),
+      gamingSessions: sessions.map(gamingSessionView),
+      leases: leases.map(gpuLeaseView),
+      template: template ? { found: true, gpu: gpuViolations(template) } : { found: false },
+      job: job ? jobView(job) : null,
+      contenders,
+    },
+    template,
+  }
+}
+
+/** Reconciles one backfill: converges whatever event woke it, however often, in whatever order. */
+export async function reconcile(
+  deps: Deps,
+  role: Role,
+  namespace: string,
+  name: string,
+  trigger: Trigger,
+): Promise<Decision | null> {
+  const kv = deps.bus.kv.backfills
+  const key = backfillKey(namespace, name)
+  for (let round = 0; round < MAX_CAS_RETRIES; round++) {
+    const entry = await kv.get(key)
+    const state = readJson<BackfillState>(entry)
+    const { observed, template } = await observe(deps, namespace, name, state)
+    let decision = decide(observed, trigger, deps.now())
+    const create = decision.actions.find((a) => a.type === 'createJob')
+    if (create && role !== 'admit') {
+      // Only admit creates Jobs (it holds the claims); hand the backfill over to it, committing nothing.
+      await deps.bus.publish('ai.flexinfer.backfill.admit', { namespace, backfill: name })
+      return decision
+    }
+    if (create) {
+      const claimed = await acquireClaims(deps, observed, decision)
+      if (claimed.contender) {
+        observed.contenders.push(claimed.contender)
+      } else {
+        // Dekker-style re-check: the demand function writes idleness before it looks for claims, and we look
+        // at idleness after taking ours, so a foreground request racing this admission is seen by one side.
+        observed.idle = readJson<ModelIdleState>(
+          await deps.bus.kv.idle.get(modelKey(namespace, observed.backfill?.spec.modelRef ?? '')),
+        )
+      }
+      decision = decide(observed, trigger, deps.now())
+      if (!decision.actions.some((a) => a.type === 'createJob') && claimed.keys) {
+        await releaseClaimKeys(deps, claimed.keys, create.jobName)
+      }
+    }
+    if (!sameState(state, decision.state)) {
+      try {
+        if (decision.state === null) await kv.delete(key, entry ? { previousSeq: entry.revision } : undefined)
+        else if (entry) await kv.update(key, JSON.stringify(decision.state), entry.revision)
+        else await kv.create(key, JSON.stringify(decision.state))
+      } catch (err) {
+        if (isCasConflict(err)) continue
+        throw err
+      }
+    }
+    await apply(deps, role, observed, template, decision)
+    return decision
+  }
+  deps.log.warn(
+    { namespace, backfill: name },
+    'gave up after repeated compare-and-set conflicts; a later event retries',
+  )
+  return null
+}
+
+const isCasConflict = (err: unknown) =>
+  /wrong last sequence|key exists|10071|10164/i.test(String((err as Error)?.message))
+
+async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | null, d: Decision) {
+  const { kube, bus, log } = deps
+  const b = o.backfill as ModelBackfill | null
+  const prior = o.state
+  for (const action of d.actions) {
+    switch (action.type) {
+      case 'addFinalizer':
+        if (b) await kube.setFinalizer(b, true)
+        break
+      case 'removeFinalizer':
+        if (b) await kube.setFinalizer(b, false)
+        break
+      case 'createJob': {
+        if (!b || !template) break
+        const job = buildJob({
+          backfill: b,
+          template,
+          name: action.jobName,
+          node: action.node,
+          maxRunDurationMs: action.spec.maxRunDurationMs,
+        })
+        const result = await kube.createJob(job)
+        log.info(
+          { namespace: b.metadata.namespace, backfill: b.metadata.name, job: action.jobName, result },
+          'job created',
+        )
+        break
+      }
+      case 'deleteJob': {
+        const namespace = b?.metadata.namespace ?? prior?.namespace ?? ''
+        if (
+          role === 'cancel' ||
+          action.why === 'Deleted' ||
+          action.why === 'Cleanup' ||
+          action.why === 'RepeatCleanup'
+        ) {
+          // Housekeeping deletes (no preemption latency at stake) are done by whoever decides them.
+          const result = await kube.deleteJob(namespace, action.jobName)
+          log.info({ namespace, job: action.jobName, why: action.why, result }, 'job deleted')
+        } else {
+          await bus.publish('ai.flexinfer.backfill.cancel', {
+            namespace,
+            backfill: b?.metadata.name ?? prior?.name ?? '',
+            jobName: action.jobName,
+            reason: action.why,
+            at: new Date(deps.now()).toISOString(),
+          })
+        }
+        break
+      }
+      case 'armTimer':
+        await bus.armTimer(b?.metadata.namespace ?? '', b?.metadata.name ?? '', action.at)
+        break
+      case 'cancelTimer':
+        if (prior) await bus.cancelTimer(prior.namespace, prior.name)
+        break
+      case 'releaseClaims':
+        if (prior?.nodeName) {
+          await releaseClaimKeys(deps, claimKeys(prior.namespace, prior.model, prior.nodeName), action.jobName)
+        }
+        break
+      case 'deleteState':
+        break // committed with the state (null)
+      case 'recordEvent':
+        if (b) await kube.recordEvent(b, action.eventType, action.reason, action.message)
+        break
+    }
+  }
+  if (b && d.status) await writeStatus(deps, b, d)
+}
+
+async function writeStatus(deps: Deps, backfill: ModelBackfill, d: Decision) {
+  let current: ModelBackfill | null = backfill
+  for (let i = 0; i < 4 && current; i++) {
+    if (sameStatus(current, d)) return
+    if (await deps.kube.writeStatus(current, d.status ?? {})) return
+    current = await deps.kube.getBackfill(backfill.metadata.namespace, backfill.metadata.name)
+  }
+}
+
+function sameStatus(b: ModelBackfill, d: Decision): boolean {
+  return JSON.stringify(b.status ?? {}) === JSON.stringify(d.status ?? {})
+}
+
+interface Claimed {
+  keys?: { model: string; node: string }
+  contender?: Contender
+}
+
+async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Claimed> {
+  const create = d.actions.find((a) => a.type === 'createJob')
+  const b = o.backfill
+  if (create?.type !== 'createJob' || !b) return {}
+  const namespace = b.metadata.namespace
+  const keys = claimKeys(namespace, b.spec.modelRef, create.node)
+  const claim: Claim & { idleSince?: string } = {
+    namespace,
+    backfill: b.metadata.name,
+    attempt: create.attempt,
+    jobName: create.jobName,
+    claimedAt: new Date(deps.now()).toISOString(),
+    idleSince: d.state?.idleSince,
+  }
+  const taken: string[] = []
+  for (const [on, key] of Object.entries(keys) as ['model' | 'node', string][]) {
+    const holder = await takeClaim(deps, key, claim)
+    if (holder) {
+      for (const k of taken) await releaseClaimKeys(deps, { model: k, node: k }, create.jobName)
+      return { contender: { namespace: holder.namespace, backfill: holder.backfill, jobName: holder.jobName, on } }
+    }
+    taken.push(key)
+  }
+  return { keys }
+}
+
+/** Takes `key` for `claim`; returns the live holder when someone else has it. */
+async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim | null> {
+  const kv = deps.bus.kv.claims
+  const body = JSON.stringify(claim)
+  for (let i = 0; i < 4; i++) {
+    try {
+      await kv.create(key, body)
+      return null
+    } catch (err) {
+      if (!isCasConflict(err)) throw err
+    }
+    const entry = await kv.get(key)
+    const holder = readJson<Claim>(entry)
+    if (!entry || !holder) continue // released meanwhile (a delete marker): try create again
+    if (holder.jobName === claim.jobName) return null // ours already (a retry or a second replica)
+    if (!(await isStale(deps, holder))) return holder
+    try {
+      await deps.bus.kv.claims.update(key, body, entry.revision)
+      return null
+    } catch (err) {
+      if (!isCasConflict(err)) throw err
+    }
+  }
+  return readJson<Claim>(await kv.get(key)) ?? null
+}
+
+/** A claim is stale when its holder's state has moved on from that Job and the grace period is over. */
+async function isStale(deps: Deps, holder: Claim): Promise<boolean> {
+  if (deps.now() - Date.parse(holder.claimedAt) < CLAIM_GRACE_MS) return false
+  const state = readJson<BackfillState>(await deps.bus.kv.backfills.get(backfillKey(holder.namespace, holder.backfill)))
+  return state?.jobName !== holder.jobName
+}
+
+async function releaseClaimKeys(deps: Deps, keys: { model: string; node: string }, jobName: string) {
+  const kv = deps.bus.kv.claims
+  for (const key of new Set([keys.model, keys.node])) {
+    const entry = await kv.get(key)
+    const holder = readJson<Claim>(entry)
+    if (!entry || holder?.jobName !== jobName) continue
+    try {
+      await kv.delete(key, { previousSeq: entry.revision })
+    } catch (err) {
+      if (!isCasConflict(err)) throw err
+    }
+  }
+}

@@ -1,0 +1,79 @@
+// Kubernetes as an event source for local runs and tests: list+watch the same resources Knative's
+// ApiServerSource (Resource mode) watches in production and publish the same CloudEvents into NATS, so the
+// functions run one code path everywhere. Informers relist and re-watch on their own after errors.
+import { type KubeConfig, type KubernetesObject, makeInformer } from '@kubernetes/client-node'
+import { GROUP, VERSION } from '../core/api.js'
+import { LABEL_BACKFILL } from '../core/names.js'
+import { apiserverSubject } from '../events/catalog.js'
+import { encodeApiServerEvent, type KubeObject } from '../events/codec.js'
+import type { Kube } from './kube.js'
+import type { Logger } from './log.js'
+import type { Bus } from './nats.js'
+
+interface Watched {
+  resource: string
+  apiVersion: string
+  kind: string
+  path: string
+  labelSelector?: string
+  list: () => Promise<{ items: KubernetesObject[] }>
+}
+
+export function watchedResources(kube: Kube): Watched[] {
+  const custom = (plural: string, kind: string): Watched => ({
+    resource: plural,
+    apiVersion: `${GROUP}/${VERSION}`,
+    kind,
+    path: `/apis/${GROUP}/${VERSION}/${plural}`,
+    list: async () => kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural }),
+  })
+  return [
+    custom('modelbackfills', 'ModelBackfill'),
+    custom('models', 'Model'),
+    custom('gamingsessions', 'GamingSession'),
+    custom('gpuleases', 'GPULease'),
+    {
+      resource: 'jobs',
+      apiVersion: 'batch/v1',
+      kind: 'Job',
+      path: '/apis/batch/v1/jobs',
+      labelSelector: LABEL_BACKFILL,
+      list: async () => kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
+    },
+  ]
+}
+
+export interface Watcher {
+  stop(): Promise<void>
+}
+
+export async function startWatcher(kc: KubeConfig, kube: Kube, bus: Bus, log: Logger): Promise<Watcher> {
+  const source = kc.getCurrentCluster()?.server ?? 'kubernetes'
+  const informers = watchedResources(kube).map((w) => {
+    const informer = makeInformer(kc, w.path, w.list as never, w.labelSelector)
+    const publish = (verb: 'add' | 'update' | 'delete') => (obj: KubernetesObject) => {
+      // Watch events omit apiVersion/kind on list items; ApiServerSource always carries them.
+      const full = { apiVersion: w.apiVersion, kind: w.kind, ...obj } as KubeObject
+      const meta = obj.metadata ?? {}
+      const subject = `/apis/${w.apiVersion}/namespaces/${meta.namespace}/${w.resource}/${meta.name}`
+      const id = `${meta.uid}.${meta.resourceVersion}.${verb}`
+      bus.js
+        .publish(apiserverSubject(w.resource), encodeApiServerEvent(verb, full, { source, subject, id }), { msgID: id })
+        .catch((err) => log.error({ err, resource: w.resource, name: meta.name }, 'watcher publish failed'))
+    }
+    informer.on('add', publish('add'))
+    informer.on('update', publish('update'))
+    informer.on('delete', publish('delete'))
+    informer.on('error', (err) => {
+      log.warn({ err: String(err), resource: w.resource }, 'watch error; restarting in 1s')
+      setTimeout(() => informer.start().catch(() => {}), 1000)
+    })
+    return informer
+  })
+  await Promise.all(informers.map((i) => i.start()))
+  return {
+    async stop() {
+      await Promise.all(informers.map((i) => i.stop()))
+    },
+  }
+}
