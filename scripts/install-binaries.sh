@@ -65,6 +65,7 @@ if command -v flock >/dev/null; then
 fi
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
+  KUBEBUILDER_ASSETS=$(cd "$KUBEBUILDER_ASSETS" && pwd) # the manifest holds absolute paths
   for b in etcd kube-apiserver kubectl; do
     [ -x "$KUBEBUILDER_ASSETS/$b" ] || { log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS lacks $b"; exit 1; }
   done
