@@ -1,0 +1,80 @@
+// Where the real server binaries live. scripts/install-binaries.sh builds them once (or takes the Kubernetes ones
+// from $KUBEBUILDER_ASSETS) and writes a manifest; this module reads it and runs the script when anything is missing.
+import { spawnSync } from 'node:child_process'
+import { accessSync, constants, readFileSync } from 'node:fs'
+import { homedir } from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { z } from 'zod'
+
+export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..')
+
+const Manifest = z.object({
+  kubernetesVersion: z.string(),
+  etcd: z.string(),
+  kubeApiserver: z.string(),
+  kubeControllerManager: z.string(),
+  kubectl: z.string(),
+  natsServer: z.string(),
+  nats: z.string(),
+})
+
+export type Binaries = z.infer<typeof Manifest>
+
+export function cacheDir(): string {
+  if (process.env.MODELBACKFILL_CACHE) return process.env.MODELBACKFILL_CACHE
+  return join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'modelbackfill')
+}
+
+export function manifestPath(): string {
+  return join(cacheDir(), 'binaries.json')
+}
+
+/** The k8s.io/kubernetes release tools/k8s/go.mod pins, e.g. "v1.34.4". */
+export function pinnedKubernetesVersion(): string {
+  const gomod = readFileSync(join(repoRoot, 'tools/k8s/go.mod'), 'utf8')
+  const m = /^\s*(?:require\s+)?k8s\.io\/kubernetes\s+(v\S+)/m.exec(gomod)
+  if (!m?.[1]) throw new Error('tools/k8s/go.mod does not require k8s.io/kubernetes')
+  return m[1]
+}
+
+function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, constants.X_OK)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Why the manifest cannot be used as is, or undefined when it can. */
+function staleReason(): string | undefined {
+  let manifest: Binaries
+  try {
+    manifest = Manifest.parse(JSON.parse(readFileSync(manifestPath(), 'utf8')))
+  } catch (err) {
+    return `no usable manifest at ${manifestPath()} (${(err as Error).message.split('\n')[0]})`
+  }
+  const missing = Object.entries(manifest).filter(([key, path]) => key !== 'kubernetesVersion' && !isExecutable(path))
+  if (missing.length > 0) return `missing binaries: ${missing.map(([k, p]) => `${k}=${p}`).join(', ')}`
+  const assets = process.env.KUBEBUILDER_ASSETS
+  if (assets) {
+    if (dirname(manifest.kubeApiserver) !== resolve(assets)) return `KUBEBUILDER_ASSETS changed to ${assets}`
+  } else if (manifest.kubernetesVersion !== pinnedKubernetesVersion()) {
+    return `manifest has Kubernetes ${manifest.kubernetesVersion}, tools/k8s pins ${pinnedKubernetesVersion()}`
+  }
+  return undefined
+}
+
+/** Reads the manifest; builds or refreshes the binaries first (progress on this process's stdio) when needed. */
+export function ensureBinaries(): Binaries {
+  const reason = staleReason()
+  if (reason) {
+    process.stderr.write(`[test-env] ${reason}; running scripts/install-binaries.sh\n`)
+    const r = spawnSync('bash', [join(repoRoot, 'scripts/install-binaries.sh')], { stdio: 'inherit' })
+    if (r.status !== 0) throw new Error(`scripts/install-binaries.sh failed (exit ${r.status ?? r.signal})`)
+    const after = staleReason()
+    if (after) throw new Error(`after scripts/install-binaries.sh: ${after}`)
+  }
+  return Manifest.parse(JSON.parse(readFileSync(manifestPath(), 'utf8')))
+}

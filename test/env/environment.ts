@@ -1,0 +1,378 @@
+// The real test environment: etcd, kube-apiserver (TLS, RBAC, service-account tokens), kube-controller-manager
+// (garbage collector, Job controller, service accounts, namespaces) and nats-server with JetStream, all on free
+// loopback ports, with the repo's CRDs applied. Used by the vitest global setup, by `npm run env:up` and by tests.
+import { existsSync } from 'node:fs'
+import { mkdir, mkdtemp, readdir, readFile, symlink, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { type Binaries, ensureBinaries, repoRoot } from './binaries.js'
+import { cmdline, run, runOk, waitFor } from './exec.js'
+import { freePorts, httpGet, LOOPBACK } from './net.js'
+import { createPki, type Pki, writeKubeconfig } from './pki.js'
+import {
+  DEFAULT_STOP_GRACE_SECONDS,
+  Reaper,
+  reapGroups,
+  type ServerProcess,
+  startServer,
+  whileRunning,
+} from './supervisor.js'
+
+export const MIN_NATS_SERVER_VERSION = [2, 12, 0] as const
+
+/** Controllers kube-controller-manager runs (names as `kube-controller-manager --help` lists them for v1.34). */
+export const CONTROLLERS = [
+  'garbage-collector-controller',
+  'job-controller',
+  'namespace-controller',
+  'serviceaccount-controller',
+  'serviceaccount-token-controller',
+  'root-ca-certificate-publisher-controller',
+  'clusterrole-aggregation-controller',
+]
+
+export const SERVICE_ACCOUNT_ISSUER = 'https://kubernetes.default.svc.cluster.local'
+
+/** Everything a client needs, JSON-serializable (vitest `provide`, `<dir>/env.json`). */
+export interface EnvironmentInfo {
+  dir: string
+  detached: boolean
+  kubeconfigPath: string
+  apiserverUrl: string
+  caCertPath: string
+  etcdUrl: string
+  natsUrl: string
+  natsMonitorUrl: string
+  envShPath: string
+  kubernetesVersion: string
+  natsServerVersion: string
+  binaries: Binaries
+  /** Names of the CustomResourceDefinitions applied from crds/. */
+  crds: string[]
+  processes: { name: string; pid: number; logPath: string }[]
+  startupMs: number
+}
+
+export interface Environment extends EnvironmentInfo {
+  stop(): Promise<void>
+}
+
+export interface StartOptions {
+  /** Directory for all state (certs, data, logs, kubeconfig, env.sh); created, must be absent or empty. Default: a fresh temp dir. */
+  dir?: string
+  /** Keep the servers running after this process exits (npm run env:up). Default false: they die with it. */
+  detached?: boolean
+  /** Override binaries from the manifest (tests use this to inject a failing component). */
+  binaries?: Partial<Binaries>
+  /** Directory with CRD manifests (*.yaml, *.yml) to apply; default crds/ in the repo. */
+  crdsDir?: string
+  /** Progress lines; default to stderr. */
+  log?: (line: string) => void
+}
+
+const owned = new WeakMap<object, Reaper>()
+
+export async function startEnvironment(opts: StartOptions = {}): Promise<Environment> {
+  const started = Date.now()
+  const log = opts.log ?? ((line: string) => process.stderr.write(`[test-env] ${line}\n`))
+  const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)}s`
+  const binaries: Binaries = { ...ensureBinaries(), ...opts.binaries }
+
+  const dir = opts.dir ? resolve(opts.dir) : await mkdtemp(join(tmpdir(), 'modelbackfill-env-'))
+  if (opts.dir) {
+    await mkdir(dir, { recursive: true })
+    if ((await readdir(dir)).length > 0) throw new Error(`environment directory ${dir} is not empty`)
+  }
+  const reaper = new Reaper()
+  reaper.removeDir(dir)
+  const processes: ServerProcess[] = []
+  try {
+    const logs = join(dir, 'logs')
+    await mkdir(logs)
+    const [pki, ports, natsServerVersion] = await Promise.all([
+      createPki(join(dir, 'pki')),
+      freePorts(6),
+      checkNatsServerVersion(binaries.natsServer),
+    ])
+    const [etcdPort, etcdPeerPort, apiserverPort, kcmPort, natsPort, natsMonitorPort] = ports as [
+      number,
+      number,
+      number,
+      number,
+      number,
+      number,
+    ]
+    const start = (name: string, command: string, args: string[]) => {
+      const p = startServer(reaper, name, command, args, { cwd: dir, logPath: join(logs, `${name}.log`) })
+      processes.push(p)
+      return p
+    }
+
+    // NATS first: it is ready long before the apiserver.
+    const natsUrl = `nats://${LOOPBACK}:${natsPort}`
+    const natsMonitorUrl = `http://${LOOPBACK}:${natsMonitorPort}`
+    const natsConf = join(dir, 'nats-server.conf')
+    await writeFile(
+      natsConf,
+      [
+        'server_name: modelbackfill-test',
+        `listen: "${LOOPBACK}:${natsPort}"`,
+        `http: "${LOOPBACK}:${natsMonitorPort}"`,
+        'jetstream {',
+        `  store_dir: ${JSON.stringify(join(dir, 'nats'))}`,
+        '  max_memory_store: 256MB',
+        '  max_file_store: 2GB',
+        '}',
+        '',
+      ].join('\n'),
+    )
+    const nats = start('nats-server', binaries.natsServer, ['-c', natsConf])
+    const natsReady = whileRunning(
+      nats,
+      waitFor('nats-server /healthz', async () => (await httpGet(`${natsMonitorUrl}/healthz`)).status === 200),
+    ).then(() => log(`nats-server ${natsServerVersion} ready at ${natsUrl} (${elapsed()})`))
+    natsReady.catch(() => {})
+
+    const etcdUrl = `http://${LOOPBACK}:${etcdPort}`
+    const peerUrl = `http://${LOOPBACK}:${etcdPeerPort}`
+    const etcd = start('etcd', binaries.etcd, [
+      '--name=default',
+      `--data-dir=${join(dir, 'etcd')}`,
+      `--listen-client-urls=${etcdUrl}`,
+      `--advertise-client-urls=${etcdUrl}`,
+      `--listen-peer-urls=${peerUrl}`,
+      `--initial-advertise-peer-urls=${peerUrl}`,
+      `--initial-cluster=default=${peerUrl}`,
+      '--unsafe-no-fsync', // throwaway data; fsync dominates write latency on small machines
+      '--log-level=warn',
+    ])
+    await whileRunning(
+      etcd,
+      waitFor('etcd /health', async () => JSON.parse((await httpGet(`${etcdUrl}/health`)).body).health === 'true'),
+    )
+    log(`etcd ready (${elapsed()})`)
+
+    const apiserverUrl = `https://${LOOPBACK}:${apiserverPort}`
+    const apiserver = start('kube-apiserver', binaries.kubeApiserver, [
+      `--etcd-servers=${etcdUrl}`,
+      `--bind-address=${LOOPBACK}`,
+      `--advertise-address=${LOOPBACK}`,
+      `--secure-port=${apiserverPort}`,
+      `--tls-cert-file=${pki.apiserverCert}`,
+      `--tls-private-key-file=${pki.apiserverKey}`,
+      `--client-ca-file=${pki.caCert}`,
+      '--authorization-mode=RBAC',
+      `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
+      `--service-account-key-file=${pki.serviceAccountPub}`,
+      `--service-account-signing-key-file=${pki.serviceAccountKey}`,
+      `--api-audiences=${SERVICE_ACCOUNT_ISSUER}`,
+      '--service-cluster-ip-range=10.0.0.0/24',
+      '--allow-privileged=true',
+      '--profiling=false',
+      `--cert-dir=${join(dir, 'apiserver')}`,
+    ])
+    const tls = await adminTls(pki)
+    await whileRunning(
+      apiserver,
+      waitFor(
+        'kube-apiserver /readyz',
+        async () => {
+          const r = await httpGet(`${apiserverUrl}/readyz`, tls)
+          if (r.status !== 200) throw new Error(`/readyz ${r.status}: ${r.body.slice(-400)}`)
+          return true
+        },
+        { timeoutMs: 90_000, intervalMs: 200 },
+      ),
+    )
+    log(`kube-apiserver ready at ${apiserverUrl} (${elapsed()})`)
+
+    const kubeconfigPath = join(dir, 'kubeconfig')
+    const kcmKubeconfig = join(dir, 'kube-controller-manager.kubeconfig')
+    await Promise.all([
+      writeKubeconfig(kubeconfigPath, {
+        server: apiserverUrl,
+        caCert: pki.caCert,
+        clientCert: pki.adminCert,
+        clientKey: pki.adminKey,
+        user: 'admin',
+      }),
+      writeKubeconfig(kcmKubeconfig, {
+        server: apiserverUrl,
+        caCert: pki.caCert,
+        clientCert: pki.controllerManagerCert,
+        clientKey: pki.controllerManagerKey,
+        user: 'system:kube-controller-manager',
+      }),
+    ])
+
+    // CRDs before the controller manager, so its garbage collector discovers them on its first sync.
+    const crds = await applyCrds(binaries.kubectl, kubeconfigPath, opts.crdsDir ?? join(repoRoot, 'crds'), dir)
+    if (crds.length > 0) log(`${crds.length} CRDs established (${elapsed()})`)
+
+    const kcm = start('kube-controller-manager', binaries.kubeControllerManager, [
+      `--kubeconfig=${kcmKubeconfig}`,
+      `--authentication-kubeconfig=${kcmKubeconfig}`,
+      `--authorization-kubeconfig=${kcmKubeconfig}`,
+      `--bind-address=${LOOPBACK}`,
+      `--secure-port=${kcmPort}`,
+      `--cert-dir=${join(dir, 'kube-controller-manager')}`,
+      `--controllers=${CONTROLLERS.join(',')}`,
+      `--root-ca-file=${pki.caCert}`,
+      `--service-account-private-key-file=${pki.serviceAccountKey}`,
+      '--use-service-account-credentials=true',
+      '--leader-elect=false',
+    ])
+    await whileRunning(
+      kcm,
+      waitFor(
+        'kube-controller-manager /healthz and the default ServiceAccount',
+        async () => {
+          const health = await httpGet(`https://${LOOPBACK}:${kcmPort}/healthz`, { insecure: true })
+          if (health.status !== 200) throw new Error(`/healthz ${health.status}: ${health.body}`)
+          // The serviceaccount controller at work: the proof that controllers actually run.
+          const sa = await httpGet(`${apiserverUrl}/api/v1/namespaces/default/serviceaccounts/default`, tls)
+          if (sa.status !== 200) throw new Error(`default ServiceAccount: ${sa.status}`)
+          return true
+        },
+        { timeoutMs: 60_000, intervalMs: 200 },
+      ),
+    )
+    log(`kube-controller-manager ready (${elapsed()})`)
+    await natsReady
+
+    // A bin/ with just kubectl and nats, so env.sh can put exactly those first on PATH.
+    const bin = join(dir, 'bin')
+    await mkdir(bin)
+    await Promise.all([symlink(binaries.kubectl, join(bin, 'kubectl')), symlink(binaries.nats, join(bin, 'nats'))])
+    const envShPath = join(dir, 'env.sh')
+    await writeFile(
+      envShPath,
+      [
+        '# The ModelBackfill local test environment. Source it: . .testenv/env.sh',
+        `export KUBECONFIG=${shellQuote(kubeconfigPath)}`,
+        `export NATS_URL=${shellQuote(natsUrl)}`,
+        `export NATS_MONITOR_URL=${shellQuote(natsMonitorUrl)}`,
+        `export PATH=${shellQuote(bin)}:"$PATH"`,
+        '',
+      ].join('\n'),
+    )
+
+    const info: EnvironmentInfo = {
+      dir,
+      detached: opts.detached ?? false,
+      kubeconfigPath,
+      apiserverUrl,
+      caCertPath: pki.caCert,
+      etcdUrl,
+      natsUrl,
+      natsMonitorUrl,
+      envShPath,
+      kubernetesVersion: binaries.kubernetesVersion,
+      natsServerVersion,
+      binaries,
+      crds,
+      processes: processes.map((p) => ({ name: p.name, pid: p.pid, logPath: p.logPath })),
+      startupMs: Date.now() - started,
+    }
+    await writeFile(join(dir, 'env.json'), `${JSON.stringify(info, null, 2)}\n`)
+    const env: Environment = { ...info, stop: () => stopEnvironment(env) }
+    if (opts.detached) await reaper.release()
+    else owned.set(env, reaper)
+    log(`environment up in ${elapsed()} (${dir})`)
+    return env
+  } catch (err) {
+    await reaper.reap()
+    throw err
+  }
+}
+
+/**
+ * Stops every process of the environment (SIGTERM, SIGKILL after the grace period) and removes its directory.
+ * Works for an environment this process started and for one described by its env.json (e.g. from `env:up`).
+ */
+export async function stopEnvironment(
+  env: Pick<EnvironmentInfo, 'dir' | 'processes'>,
+  graceSeconds = DEFAULT_STOP_GRACE_SECONDS,
+): Promise<void> {
+  const reaper = owned.get(env)
+  if (reaper) {
+    owned.delete(env)
+    await reaper.reap()
+    return
+  }
+  const pids = env.processes.filter((p) => belongsTo(p.pid, env.dir)).map((p) => p.pid)
+  await reapGroups(pids, [env.dir], graceSeconds)
+  // Servers of a detached environment were re-parented to init when their starter exited; give init a moment to
+  // reap them so they do not even linger as zombies (harmless, but they show up in `pgrep`).
+  await waitFor('init to reap the stopped servers', () => pids.every((pid) => !existsSync(`/proc/${pid}`)), {
+    timeoutMs: 10_000,
+  }).catch(() => {})
+}
+
+/** True when pid is alive and is one of this environment's servers (guards against pid reuse). */
+export function belongsTo(pid: number, dir: string): boolean {
+  return cmdline(pid)?.includes(dir) ?? false
+}
+
+/** Reads `<dir>/env.json` of an environment, or undefined when there is none. */
+export async function readEnvironmentInfo(dir: string): Promise<EnvironmentInfo | undefined> {
+  try {
+    return JSON.parse(await readFile(join(resolve(dir), 'env.json'), 'utf8')) as EnvironmentInfo
+  } catch {
+    return undefined
+  }
+}
+
+async function adminTls(pki: Pki) {
+  const [ca, cert, key] = await Promise.all([readFile(pki.caCert), readFile(pki.adminCert), readFile(pki.adminKey)])
+  return { ca, cert, key }
+}
+
+async function checkNatsServerVersion(natsServer: string): Promise<string> {
+  const r = await runOk(natsServer, ['--version'])
+  const m = /v?(\d+)\.(\d+)\.(\d+)/.exec(r.stdout + r.stderr)
+  if (!m) throw new Error(`cannot parse the nats-server version from: ${r.stdout}${r.stderr}`)
+  const version = [Number(m[1]), Number(m[2]), Number(m[3])]
+  const [wantMajor, wantMinor] = MIN_NATS_SERVER_VERSION
+  const [major = 0, minor = 0] = version
+  if (major < wantMajor || (major === wantMajor && minor < wantMinor)) {
+    throw new Error(
+      `nats-server ${version.join('.')} at ${natsServer} is too old: JetStream message schedules need ≥ ${MIN_NATS_SERVER_VERSION.join('.')}`,
+    )
+  }
+  return `v${version.join('.')}`
+}
+
+async function applyCrds(kubectl: string, kubeconfig: string, crdsDir: string, dir: string): Promise<string[]> {
+  let files: string[]
+  try {
+    files = (await readdir(crdsDir)).filter((f) => /\.ya?ml$/.test(f)).sort()
+  } catch {
+    return []
+  }
+  if (files.length === 0) return []
+  const base = ['--kubeconfig', kubeconfig, '--cache-dir', join(dir, 'kubectl-cache')]
+  const applied = await run(kubectl, [
+    ...base,
+    'apply',
+    '--server-side',
+    '--force-conflicts',
+    '--field-manager=modelbackfill-test-env',
+    '-o',
+    'name',
+    ...files.flatMap((f) => ['-f', join(crdsDir, f)]),
+  ])
+  if (applied.code !== 0) throw new Error(`kubectl apply of ${crdsDir}/*.yaml failed:\n${applied.stderr}`)
+  const names = applied.stdout
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l.startsWith('customresourcedefinition'))
+  if (names.length > 0) {
+    await runOk(kubectl, [...base, 'wait', '--for=condition=Established', '--timeout=60s', ...names])
+  }
+  return names.map((n) => n.slice(n.indexOf('/') + 1))
+}
+
+function shellQuote(s: string): string {
+  return `'${s.replaceAll("'", `'\\''`)}'`
+}
