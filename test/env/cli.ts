@@ -1,0 +1,90 @@
+// npm run env:up / env:down: a persistent local environment under .testenv/ that outlives this command.
+import { existsSync } from 'node:fs'
+import { rm } from 'node:fs/promises'
+import { join, relative } from 'node:path'
+import { repoRoot } from './binaries.js'
+import {
+  belongsTo,
+  type EnvironmentInfo,
+  readEnvironmentInfo,
+  startEnvironment,
+  stopEnvironment,
+} from './environment.js'
+import { processesMentioning } from './exec.js'
+
+const dir = join(repoRoot, '.testenv')
+const rel = relative(process.cwd(), dir) || '.'
+
+function running(info: EnvironmentInfo): EnvironmentInfo['processes'] {
+  return info.processes.filter((p) => belongsTo(p.pid, info.dir))
+}
+
+async function up(): Promise<void> {
+  const info = await readEnvironmentInfo(dir)
+  if (info) {
+    const alive = running(info)
+    if (alive.length === info.processes.length) {
+      console.log(`The environment is already up (${alive.map((p) => `${p.name} ${p.pid}`).join(', ')}).`)
+      printUsage(info)
+      return
+    }
+    console.log(`A previous environment in ${rel} is partly gone; stopping what is left and starting fresh.`)
+    await stopEnvironment(info)
+  }
+  await stopStragglers()
+  if (existsSync(dir)) await rm(dir, { recursive: true, force: true })
+  const env = await startEnvironment({ dir, detached: true })
+  console.log(
+    `Environment up in ${(env.startupMs / 1000).toFixed(1)}s: Kubernetes ${env.kubernetesVersion}, nats-server ${env.natsServerVersion}`,
+  )
+  printUsage(env)
+}
+
+function printUsage(info: EnvironmentInfo): void {
+  console.log(`
+  apiserver   ${info.apiserverUrl}
+  NATS        ${info.natsUrl}  (monitoring ${info.natsMonitorUrl})
+  CRDs        ${info.crds.length > 0 ? info.crds.join(', ') : '(none in crds/)'}
+  logs        ${relative(process.cwd(), join(info.dir, 'logs'))}/
+
+Use it from a shell:
+  . ${relative(process.cwd(), info.envShPath)}
+  kubectl get --raw /version
+  nats stream ls
+
+Stop it: npm run env:down`)
+}
+
+async function down(): Promise<void> {
+  const info = await readEnvironmentInfo(dir)
+  if (info) {
+    const alive = running(info)
+    await stopEnvironment(info)
+    console.log(alive.length > 0 ? `Stopped ${alive.map((p) => p.name).join(', ')}.` : 'Nothing was running.')
+  } else {
+    console.log(`No environment recorded in ${rel}.`)
+  }
+  await stopStragglers()
+  await rm(dir, { recursive: true, force: true })
+}
+
+/** Servers still running from .testenv/ without a record (e.g. env.json lost): stop them too. */
+async function stopStragglers(): Promise<void> {
+  const stray = processesMentioning(`${dir}/`).filter((p) => p.pid !== process.pid)
+  if (stray.length === 0) return
+  console.log(`Stopping unrecorded processes from ${rel}: ${stray.map((p) => p.pid).join(', ')}`)
+  await stopEnvironment({ dir, processes: stray.map((p) => ({ name: p.cmd, pid: p.pid, logPath: '' })) })
+}
+
+const command = process.argv[2]
+try {
+  if (command === 'up') await up()
+  else if (command === 'down') await down()
+  else {
+    console.error('usage: tsx test/env/cli.ts up|down')
+    process.exitCode = 2
+  }
+} catch (err) {
+  console.error(err instanceof Error ? err.message : err)
+  process.exitCode = 1
+}
