@@ -4,14 +4,20 @@ import { createHash } from 'node:crypto'
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
-/** `<backfill>-<attempt>-<first 8 hex of sha256(backfill)>`, DNS-safe, at most 63 characters. */
+/**
+ * `<backfill>-<attempt>-<first 8 hex of sha256(backfill)>`, DNS-safe, at most 63 characters. A long name is trimmed
+ * in its backfill part only: the attempt and the hash are what keep every attempt's (and every backfill's) name
+ * distinct, so they always survive.
+ */
 export function jobName(backfill: string, attempt: number): string {
-  const raw = `${backfill}-${attempt}-${sha256(backfill).slice(0, 8)}`
-  return raw
+  const suffix = `-${attempt}-${sha256(backfill).slice(0, 8)}`
+  const prefix = backfill
     .toLowerCase()
     .replace(/[^a-z0-9-]/g, '-')
-    .slice(0, 63)
-    .replace(/^-+|-+$/g, '')
+    .replace(/^-+/, '')
+    .slice(0, 63 - suffix.length)
+    .replace(/-+$/, '')
+  return `${prefix}${suffix}`
 }
 
 /** Value of the `ai.flexinfer/model-backfill` label: first 16 hex of sha256(backfill name). */
