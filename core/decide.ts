@@ -164,7 +164,7 @@ export function decide(o: Observed, trigger: Trigger, now: number): Decision {
     if (hold) return finish(w)
     repeatDue = true
   }
-  gatesAndAdmit(w, repeatDue)
+  gatesAndAdmit(w, repeatDue, trigger)
   return finish(w)
 }
 
@@ -292,6 +292,10 @@ function endAttempt(w: Work, jobName: string) {
   s.runningSince = undefined
 }
 
+/** The foreground request time a cancel request carries: a foreground signal like the idle state's. */
+const foregroundAt = (trigger: Trigger) =>
+  trigger.type === 'cancel' && trigger.reason === 'ForegroundDemand' ? trigger.at : undefined
+
 /** The first reason that wins over the running attempt, if any. */
 function cancelReason(w: Work, trigger: Trigger): CancelReason | undefined {
   const { s, o, b, now } = w
@@ -305,11 +309,7 @@ function cancelReason(w: Work, trigger: Trigger): CancelReason | undefined {
   if (s.nodeName && model.node !== s.nodeName) return 'NodeChanged'
   if (blockingGamingSession(o.gamingSessions, model.node, now)) return 'GamingIntent'
   if (blockingLease(o.leases, model, now)) return 'GPULeaseActive'
-  const lastForeground = latest(
-    o.idle?.lastForegroundAt,
-    model.lastActiveTime,
-    trigger.type === 'cancel' && trigger.reason === 'ForegroundDemand' ? trigger.at : undefined,
-  )
+  const lastForeground = latest(o.idle?.lastForegroundAt, model.lastActiveTime, foregroundAt(trigger))
   // Any foreground request after the idle window the attempt was admitted on breaks it.
   if (lastForeground > ms(s.idleSince ?? s.startedAt)) return 'ForegroundDemand'
   return undefined
@@ -459,7 +459,7 @@ function cooldown(w: Work): boolean {
 }
 
 /** The admission gates in order; admits when every one passes. */
-function gatesAndAdmit(w: Work, repeatDue: boolean): boolean {
+function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
   const { s, o, b, now } = w
   const spec = w.spec as ResolvedSpec
   const model = o.model
@@ -488,7 +488,8 @@ function gatesAndAdmit(w: Work, repeatDue: boolean): boolean {
   if (!model.node) {
     return set(w, 'WaitingForIdle', 'NodeUnresolved', `Model ${model.name} has no status.gpu.node or hostname selector`)
   }
-  const idleSince = latest(s.windowStart, o.idle?.lastForegroundAt, model.lastActiveTime)
+  // The cancel request's own time counts too: it may arrive before the coalesced idle-state write.
+  const idleSince = latest(s.windowStart, o.idle?.lastForegroundAt, model.lastActiveTime, foregroundAt(trigger))
   s.idleSince = iso(idleSince)
   const due = idleSince + spec.idleForMs
   if (now < due) {
