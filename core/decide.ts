@@ -246,6 +246,14 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       // Admitted, but the Job is not there: a crash between the state write and the create. Re-check the gates
       // with the attempt's own claim: still admissible → create it (same name, so at most one Job); else abandon.
       const reason = cancelReason(w, trigger)
+      if (trigger.type === 'cancel') {
+        // The cancel function deleted it (so it did exist): a preempted attempt, not an abandoned admission.
+        const metric = PREEMPTION_OF[reason ?? trigger.reason]
+        s.counters.preemptions[metric] = (s.counters.preemptions[metric] ?? 0) + 1
+        endAttempt(w, jobName)
+        s.windowStart = iso(w.now)
+        return false
+      }
       if (!reason) {
         w.actions.push({
           type: 'createJob',
@@ -266,13 +274,17 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       endAttempt(w, jobName)
       s.windowStart = iso(w.now)
       return false
-    case 'Running':
-      // Someone else removed the Job: count it as preempted and start a fresh window.
-      s.counters.preemptions.other = (s.counters.preemptions.other ?? 0) + 1
+    case 'Running': {
+      // Gone before a decision saw it being deleted: by the cancel function (the trigger says why), or by
+      // someone else. Either way it was preempted; start a fresh window.
+      const reason = cancelReason(w, trigger) ?? (trigger.type === 'cancel' ? trigger.reason : undefined)
+      const metric = reason ? PREEMPTION_OF[reason] : 'other'
+      s.counters.preemptions[metric] = (s.counters.preemptions[metric] ?? 0) + 1
       addUseful(w)
       endAttempt(w, jobName)
       s.windowStart = iso(w.now)
       return false
+    }
     case 'Succeeded':
       // The previous run's Job is gone (RepeatCleanup finished, or its TTL removed it).
       s.jobName = undefined

@@ -17,7 +17,7 @@ export async function translate(event: InboundEvent, deps: Deps): Promise<void> 
   const namespace = String(obj.metadata.namespace ?? '')
   const name = String(obj.metadata.name)
   // The source event id makes re-publishing on redelivery a no-op (JetStream de-duplication).
-  const msgID = `${event.id}`
+  const msgID = `source:${event.id}`
   const isOurs = obj.apiVersion?.startsWith(GROUP_PREFIX)
   switch (`${isOurs ? 'flexinfer' : obj.apiVersion}/${obj.kind}`) {
     case 'flexinfer/ModelBackfill': {

@@ -1,0 +1,89 @@
+// The four metric families of contract.md, with their exact names and labels. The counts live in each
+// backfill's KV state and change atomically with the transition that causes them, so an instance scaling to
+// zero right after counting loses nothing; the exporter only reads them (a KV watch keeps its copy current).
+import type { KvWatchEntry } from '@nats-io/kv'
+import { Counter, Registry } from 'prom-client'
+import { type BackfillState, PREEMPTION_REASONS } from '../core/state.js'
+import type { Bus } from './nats.js'
+
+export class BackfillMetrics {
+  readonly registry = new Registry()
+  private readonly states = new Map<string, BackfillState>()
+  private watch?: AsyncIterable<KvWatchEntry> & { stop(): void }
+  private done?: Promise<void>
+
+  constructor() {
+    const states = this.states
+    const each = (fn: (s: BackfillState, labels: { backfill: string; namespace: string; model: string }) => void) => {
+      for (const s of states.values()) fn(s, { backfill: s.name, namespace: s.namespace, model: s.model })
+    }
+    new Counter({
+      name: 'flexinfer_model_backfill_starts_total',
+      help: 'Admitted Job attempts, including retries after preemption.',
+      labelNames: ['backfill', 'namespace', 'model'],
+      registers: [this.registry],
+      collect() {
+        this.reset()
+        each((s, l) => this.inc(l, s.counters.starts))
+      },
+    })
+    new Counter({
+      name: 'flexinfer_model_backfill_completions_total',
+      help: 'Terminal attempts by bounded result.',
+      labelNames: ['backfill', 'namespace', 'model', 'result'],
+      registers: [this.registry],
+      collect() {
+        this.reset()
+        each((s, l) => {
+          this.inc({ ...l, result: 'success' }, s.counters.success)
+          this.inc({ ...l, result: 'failed' }, s.counters.failed)
+        })
+      },
+    })
+    new Counter({
+      name: 'flexinfer_model_backfill_preemptions_total',
+      help: 'Attempts cancelled for foreground or gaming priority.',
+      labelNames: ['backfill', 'namespace', 'model', 'reason'],
+      registers: [this.registry],
+      collect() {
+        this.reset()
+        each((s, l) => {
+          for (const reason of PREEMPTION_REASONS) {
+            const n = s.counters.preemptions[reason]
+            if (n) this.inc({ ...l, reason }, n)
+          }
+        })
+      },
+    })
+    new Counter({
+      name: 'flexinfer_model_backfill_useful_running_seconds_total',
+      help: 'Cumulative time spent running background work; waiting time is excluded.',
+      labelNames: ['backfill', 'namespace', 'model'],
+      registers: [this.registry],
+      collect() {
+        this.reset()
+        each((s, l) => this.inc(l, s.counters.usefulSeconds))
+      },
+    })
+  }
+
+  async start(bus: Bus) {
+    const watch = await bus.kv.backfills.watch()
+    this.watch = watch
+    this.done = (async () => {
+      for await (const e of watch) {
+        if (e.operation === 'PUT') this.states.set(e.key, e.json<BackfillState>())
+        else this.states.delete(e.key)
+      }
+    })()
+  }
+
+  async stop() {
+    this.watch?.stop()
+    await this.done
+  }
+
+  metrics() {
+    return this.registry.metrics()
+  }
+}
