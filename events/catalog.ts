@@ -33,7 +33,7 @@ export const APISERVER_TYPES = [
 export const catalog = {
   'ai.flexinfer.foreground.request': {
     subject: 'flexinfer.events.foreground.request',
-    producer: 'gateway (events/emitter.ts, or the HTTP ingress)',
+    producer: 'gateway (events/emitter.ts or any NATS client)',
     consumers: ['demand'],
     description: 'A foreground request reached a model. Resets its idle window and preempts any backfill on it.',
     data: z.object({

@@ -43,6 +43,10 @@ const isApiServerType = (type: string): type is ApiServerType => (APISERVER_TYPE
 
 /** Accepts an already-parsed structured event (from NATS or the HTTP binding) and validates it. */
 export function validate(raw: unknown): DecodeResult {
+  // The SDK fills in a missing id and time; on the wire they are required (time: we need the request time).
+  const envelope = raw as Record<string, unknown>
+  const missing = ['specversion', 'id', 'source', 'type'].filter((k) => typeof envelope[k] !== 'string' || !envelope[k])
+  if (missing.length) return { ok: false, reason: `invalid CloudEvent envelope: missing ${missing.join(', ')}` }
   let event: CloudEvent<unknown>
   try {
     event = new CloudEvent(raw as Record<string, unknown>)
