@@ -1,8 +1,9 @@
 // The real test environment: etcd, kube-apiserver (TLS, RBAC, service-account tokens), kube-controller-manager
 // (garbage collector, Job controller, service accounts, namespaces) and nats-server with JetStream, all on free
 // loopback ports, with the repo's CRDs applied. Used by the vitest global setup, by `npm run env:up` and by tests.
+import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
-import { mkdir, mkdtemp, readdir, readFile, symlink, writeFile } from 'node:fs/promises'
+import { mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { type Binaries, ensureBinaries, repoRoot } from './binaries.js'
@@ -78,15 +79,16 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
   const elapsed = () => `${((Date.now() - started) / 1000).toFixed(1)}s`
   const binaries: Binaries = { ...ensureBinaries(), ...opts.binaries }
 
-  const dir = opts.dir ? resolve(opts.dir) : await mkdtemp(join(tmpdir(), 'modelbackfill-env-'))
-  if (opts.dir) {
-    await mkdir(dir, { recursive: true })
-    if ((await readdir(dir)).length > 0) throw new Error(`environment directory ${dir} is not empty`)
+  const dir = resolve(opts.dir ?? join(tmpdir(), `modelbackfill-env-${randomBytes(6).toString('hex')}`))
+  if (opts.dir && (await readdir(dir).catch(() => [])).length > 0) {
+    throw new Error(`environment directory ${dir} is not empty`)
   }
+  // The reaper learns about the directory before it exists: from here on, whenever this process dies, it cleans up.
   const reaper = new Reaper()
   reaper.removeDir(dir)
   const processes: ServerProcess[] = []
   try {
+    await mkdir(dir, { recursive: true, mode: 0o700 })
     const logs = join(dir, 'logs')
     await mkdir(logs)
     const [pki, ports, natsServerVersion] = await Promise.all([

@@ -9,6 +9,7 @@
 # SIGTERM, then SIGKILL if the group's leader is still there after the grace period.
 grace=$1
 groups=()
+debug() { [ -z "${MODELBACKFILL_REAPER_LOG:-}" ] || echo "$(date +%T.%N) reaper $$: $*" >>"$MODELBACKFILL_REAPER_LOG"; }
 dirs=()
 
 leader_alive() { # a zombie does not count: its parent may be gone and nobody reaps it soon
@@ -20,6 +21,7 @@ leader_alive() { # a zombie does not count: its parent may be gone and nobody re
 
 reap() {
   trap '' TERM INT HUP
+  debug "reaping groups=(${groups[*]}) dirs=(${dirs[*]})"
   local g i n
   for ((n = ${#groups[@]} - 1; n >= 0; n--)); do
     g=${groups[n]}
@@ -31,21 +33,22 @@ reap() {
     done
     leader_alive "$g" && kill -KILL -- "-$g" 2>/dev/null
   done
-  for d in "${dirs[@]}"; do rm -rf -- "$d"; done
+  for d in "${dirs[@]}"; do rm -rf -- "$d" || debug "rm -rf $d failed"; done
+  debug "done"
   exit 0
 }
 
 trap reap TERM INT HUP
 while IFS=' ' read -r cmd arg; do
   case $cmd in
-    group) groups+=("$arg") ;;
+    group) groups+=("$arg") && debug "$cmd $arg" ;;
     forget)
       keep=()
       for g in "${groups[@]}"; do [ "$g" = "$arg" ] || keep+=("$g"); done
       groups=("${keep[@]}")
       ;;
-    dir) dirs+=("$arg") ;;
-    release) exit 0 ;;
+    dir) dirs+=("$arg") && debug "$cmd $arg" ;;
+    release) debug "released" && exit 0 ;;
   esac
 done
 reap
