@@ -16,6 +16,8 @@ export default defineConfig({
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
           globalSetup: ['test/env/global-setup.ts'],
+          // The functions log JSON per transition; tests only want warnings and errors.
+          env: { LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' },
           testTimeout: 60_000,
           hookTimeout: 120_000,
           // Two cores: a few files at once keeps the apiserver responsive.

@@ -1,0 +1,175 @@
+// Crash-safety and concurrency: racing admit replicas, duplicated and reordered events, two declarations on
+// one model, and malformed input going to the dead-letter stream while the functions keep serving.
+import { jetstream, jetstreamManager } from '@nats-io/jetstream'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { jobName } from '../../../core/names.js'
+import { STREAM_DEAD_LETTER } from '../../../events/catalog.js'
+import { encode } from '../../../events/codec.js'
+import { DEAD_LETTER_REASON } from '../../../runtime/nats.js'
+import { reconcile } from '../../../runtime/reconcile.js'
+import { type Runner, startRunner } from '../../../runtime/runner.js'
+import { useTestEnv } from '../../env/fixture.js'
+import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+
+const env = useTestEnv()
+let runner: Runner
+let secondAdmit: Runner
+let world: BackfillWorld
+
+beforeAll(async () => {
+  runner = await startRunner({ natsUrl: env.natsUrl, kubeconfig: env.kc, watch: true })
+  // A second replica of the admit function: same durable consumer, its own connections and caches.
+  secondAdmit = await startRunner({ natsUrl: env.natsUrl, kubeconfig: env.kc, functions: ['admit'] })
+  world = new BackfillWorld(env.kc, env.namespace, env.nc)
+})
+afterAll(async () => {
+  await secondAdmit?.stop()
+  await runner?.stop()
+})
+
+const ownJobs = async (backfill: string) =>
+  (await world.jobs()).filter((j) => j.metadata?.ownerReferences?.some((r) => r.name === backfill))
+
+describe('racing admit replicas', () => {
+  it('create exactly one Job for one attempt', async () => {
+    await world.model('m-race', { node: 'node-race' })
+    await world.template('tpl-race')
+    await world.backfill('race', { modelRef: 'm-race', templateRef: 'tpl-race', idleFor: '2s' })
+    await world.waitFor('race', 'WaitingForIdle', 'IdleWindow')
+    await new Promise((r) => setTimeout(r, 2100))
+    // Both replicas (and direct reconciles on two independent connections) race for the same admission.
+    const bus = runner.deps.bus
+    await Promise.all([
+      ...Array.from({ length: 10 }, () =>
+        bus.publish('ai.flexinfer.backfill.admit', { namespace: env.namespace, backfill: 'race' }),
+      ),
+      reconcile(runner.deps, 'admit', env.namespace, 'race', { type: 'admit' }),
+      reconcile(secondAdmit.deps, 'admit', env.namespace, 'race', { type: 'admit' }),
+      reconcile(secondAdmit.deps, 'admit', env.namespace, 'race', { type: 'admit' }),
+    ])
+    await world.waitFor('race', 'Running')
+    await new Promise((r) => setTimeout(r, 1500))
+    const jobs = await ownJobs('race')
+    expect(jobs.map((j) => j.metadata?.name)).toEqual([jobName('race', 1)])
+    const state = await world.state('race')
+    expect(state?.attempts).toBe(1)
+    expect(state?.counters.starts).toBe(1)
+  })
+
+  it('two declarations on one model: one runs, the other is Blocked ConcurrentBackfill', async () => {
+    await world.model('m-shared', { node: 'node-shared' })
+    await world.template('tpl-shared')
+    await Promise.all([
+      world.backfill('first', { modelRef: 'm-shared', templateRef: 'tpl-shared', idleFor: '2s' }),
+      world.backfill('second', { modelRef: 'm-shared', templateRef: 'tpl-shared', idleFor: '2s' }),
+    ])
+    const running = await waitUntil('one of them running', async () => {
+      const [a, b] = await Promise.all([world.getBackfill('first'), world.getBackfill('second')])
+      const run = [a, b].filter((x) => x?.status?.phase === 'Running')
+      const blocked = [a, b].filter((x) => x?.status?.phase === 'Blocked')
+      return run.length === 1 && blocked.length === 1 ? { run: run[0], blocked: blocked[0] } : undefined
+    })
+    expect(running.blocked?.status?.reason).toBe('ConcurrentBackfill')
+    expect(running.blocked?.status?.message).toContain(running.run?.metadata.name)
+    const jobs = [...(await ownJobs('first')), ...(await ownJobs('second'))]
+    expect(jobs).toHaveLength(1)
+  })
+})
+
+describe('duplicated and reordered events', () => {
+  it('replaying every kind of event in shuffled order changes nothing once Succeeded', async () => {
+    await world.model('m-replay', { node: 'node-replay' })
+    await world.template('tpl-replay')
+    await world.backfill('replay', { modelRef: 'm-replay', templateRef: 'tpl-replay', idleFor: '2s' })
+    await world.waitFor('replay', 'Running')
+    await world.finishJob(jobName('replay', 1), 'Succeeded')
+    await world.waitFor('replay', 'Succeeded', 'JobComplete')
+    const before = await world.state('replay')
+
+    const ns = env.namespace
+    const bus = runner.deps.bus
+    const job = jobName('replay', 1)
+    const at = new Date().toISOString()
+    const replays = [
+      () =>
+        bus.publish('ai.flexinfer.backfill.changed', {
+          namespace: ns,
+          backfill: 'replay',
+          generation: 1,
+          deleted: false,
+        }),
+      () => bus.publish('ai.flexinfer.backfill.admit', { namespace: ns, backfill: 'replay' }),
+      () => bus.publish('ai.flexinfer.job.completed', { namespace: ns, job, backfill: 'replay', outcome: 'Started' }),
+      () => bus.publish('ai.flexinfer.job.completed', { namespace: ns, job, backfill: 'replay', outcome: 'Complete' }),
+      () => bus.publish('ai.flexinfer.model.ready', { namespace: ns, model: 'm-replay', ready: true, deleted: false }),
+      () => bus.armTimer(ns, 'replay', new Date(Date.now() + 200).toISOString()),
+      // A stale foreground request from before the attempt, delivered late.
+      () =>
+        bus.publish(
+          'ai.flexinfer.foreground.request',
+          { namespace: ns, model: 'm-replay' },
+          { time: new Date(Date.parse(before?.startedAt ?? at) - 60_000).toISOString() },
+        ),
+    ]
+    const shuffled = [...replays, ...replays, ...replays].sort(() => Math.random() - 0.5)
+    for (const publish of shuffled) await publish()
+    await new Promise((r) => setTimeout(r, 3000))
+
+    const after = await world.state('replay')
+    expect(after?.phase).toBe('Succeeded')
+    expect(after?.attempts).toBe(1)
+    expect(after?.counters).toEqual(before?.counters)
+    expect((await ownJobs('replay')).map((j) => j.metadata?.name)).toEqual([job])
+  })
+
+  it('a duplicated cancel request preempts once', async () => {
+    await world.model('m-dup', { node: 'node-dup' })
+    await world.template('tpl-dup')
+    await world.backfill('dup', { modelRef: 'm-dup', templateRef: 'tpl-dup', idleFor: '2s' })
+    await world.waitFor('dup', 'Running')
+    const cancel = {
+      namespace: env.namespace,
+      backfill: 'dup',
+      jobName: jobName('dup', 1),
+      reason: 'ForegroundDemand',
+      at: new Date().toISOString(),
+    }
+    await Promise.all(Array.from({ length: 5 }, () => runner.deps.bus.publish('ai.flexinfer.backfill.cancel', cancel)))
+    await world.waitFor('dup', 'WaitingForIdle')
+    await new Promise((r) => setTimeout(r, 500))
+    const state = await world.state('dup')
+    expect(state?.counters.preemptions).toEqual({ foreground: 1 })
+    expect(state?.attempts).toBe(1)
+  })
+})
+
+describe('malformed input', () => {
+  it('goes to the dead-letter stream with its reason, and the functions keep serving', async () => {
+    const js = jetstream(env.nc)
+    const jsm = await jetstreamManager(env.nc)
+    const before = (await jsm.streams.info(STREAM_DEAD_LETTER)).state.last_seq
+    await js.publish('flexinfer.events.foreground.request', 'this is not an event')
+    await js.publish(
+      'flexinfer.events.foreground.request',
+      encode('ai.flexinfer.foreground.request', { namespace: 'Not Valid', model: 'm' } as never),
+    )
+    const reasons = await waitUntil('two dead letters', async () => {
+      const info = await jsm.streams.info(STREAM_DEAD_LETTER)
+      if (info.state.last_seq < before + 2) return undefined
+      const found: string[] = []
+      for (let seq = before + 1; seq <= info.state.last_seq; seq++) {
+        const msg = await jsm.streams.getMessage(STREAM_DEAD_LETTER, { seq })
+        if (msg?.subject === 'flexinfer.deadletter.demand') found.push(msg.header.get(DEAD_LETTER_REASON))
+      }
+      return found.length >= 2 ? found : undefined
+    })
+    expect(reasons.some((r) => /not JSON/.test(r))).toBe(true)
+    expect(reasons.some((r) => /namespace: must be a Kubernetes namespace/.test(r))).toBe(true)
+
+    // Still serving: a new declaration goes all the way to Running.
+    await world.model('m-after', { node: 'node-after' })
+    await world.template('tpl-after')
+    await world.backfill('after', { modelRef: 'm-after', templateRef: 'tpl-after', idleFor: '2s' })
+    await world.waitFor('after', 'Running')
+  })
+})
