@@ -49,6 +49,9 @@ export interface Watcher {
 
 export async function startWatcher(kc: KubeConfig, kube: Kube, bus: Bus, log: Logger): Promise<Watcher> {
   const source = kc.getCurrentCluster()?.server ?? 'kubernetes'
+  // stop() aborts each watch, which the informer reports as an error: without this flag the restart below would
+  // bring a stopped watcher back to life a second later (listing and watching for a runner that is gone).
+  let stopped = false
   const informers = watchedResources(kube).map((w) => {
     const informer = makeInformer(kc, w.path, w.list as never, w.labelSelector)
     const publish = (verb: 'add' | 'update' | 'delete') => (obj: KubernetesObject) => {
@@ -65,14 +68,18 @@ export async function startWatcher(kc: KubeConfig, kube: Kube, bus: Bus, log: Lo
     informer.on('update', publish('update'))
     informer.on('delete', publish('delete'))
     informer.on('error', (err) => {
+      if (stopped) return
       log.warn({ err: String(err), resource: w.resource }, 'watch error; restarting in 1s')
-      setTimeout(() => informer.start().catch(() => {}), 1000)
+      setTimeout(() => {
+        if (!stopped) informer.start().catch(() => {})
+      }, 1000)
     })
     return informer
   })
   await Promise.all(informers.map((i) => i.start()))
   return {
     async stop() {
+      stopped = true
       await Promise.all(informers.map((i) => i.stop()))
     },
   }
