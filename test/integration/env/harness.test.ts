@@ -1,12 +1,13 @@
 // The harness itself: what the global setup provides, namespace isolation per test file, clean teardown, and no
 // orphan servers when the owning process fails or is killed.
 import { type ChildProcessByStdio, spawn } from 'node:child_process'
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Readable, Writable } from 'node:stream'
 import { AuthenticationV1Api, CoreV1Api } from '@kubernetes/client-node'
 import { describe, expect, inject, it } from 'vitest'
+import { parseAllDocuments } from 'yaml'
 import { repoRoot } from '../../env/binaries.js'
 import { type EnvironmentInfo, startEnvironment } from '../../env/environment.js'
 import { isAlive, processesMentioning, waitFor } from '../../env/exec.js'
@@ -38,22 +39,24 @@ describe('the shared environment', () => {
     const core = env.kc.makeApiClient(CoreV1Api)
     const ns = await core.readNamespace({ name: env.namespace })
     expect(ns.status?.phase).toBe('Active')
-    expect(
-      (await core.listNamespacedConfigMap({ namespace: env.namespace })).items.map((c) => c.metadata?.name),
-    ).toEqual(['kube-root-ca.crt'])
+    // Only what a new namespace always has (kube-root-ca.crt comes from the root-ca publisher controller).
+    const configMaps = (await core.listNamespacedConfigMap({ namespace: env.namespace })).items
+    expect(configMaps.map((c) => c.metadata?.name).filter((n) => n !== 'kube-root-ca.crt')).toEqual([])
     expect((await core.listNamespacedPod({ namespace: env.namespace })).items).toEqual([])
   })
 
-  it('has the CRDs from crds/ established', async () => {
+  it('has every CustomResourceDefinition in crds/*.yaml applied and Established', async () => {
     const info = inject('testEnv')
-    for (const crd of info.crds) {
-      const got = await env.kubectl([
-        'get',
-        'crd',
-        crd,
-        '-o',
-        'jsonpath={.status.conditions[?(@.type=="Established")].status}',
-      ])
+    const dir = join(repoRoot, 'crds')
+    const files = existsSync(dir) ? readdirSync(dir).filter((f) => /\.ya?ml$/.test(f)) : []
+    const expected = files
+      .flatMap((f) => parseAllDocuments(readFileSync(join(dir, f), 'utf8')).map((d) => d.toJS()))
+      .filter((doc) => doc?.kind === 'CustomResourceDefinition')
+      .map((doc) => String(doc.metadata.name))
+    expect([...info.crds].sort()).toEqual(expected.sort())
+    for (const crd of expected) {
+      const jsonpath = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+      const got = await env.kubectl(['get', 'crd', crd, '-o', jsonpath])
       expect(got.stdout, crd).toBe('True')
     }
   })
