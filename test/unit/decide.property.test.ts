@@ -1,0 +1,116 @@
+// decide() under random histories: two backfills sharing a model or a node, driven step by step the way the
+// functions drive them (support/sim.ts), with the contract's invariants checked on every single decision:
+// never admit inside an idle window (nor within idleFor of a cancelled Job being gone); never two active Jobs per
+// model or node; Failed is left only by a generation bump; attempts = distinct Job names asked for; a completed
+// Job observed with a cancel condition yields Succeeded and no preemption; every reason belongs to its phase;
+// the finalizer goes only after the Job; deciding again on the result is a no-op.
+// SIM_COVERAGE=1 prints what the histories exercised; SIM_RUNS=5000 runs a longer search.
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import { type Coincident, Sim, type SimConfig, type SimEvent } from './support/sim.js'
+import { MINUTE, SECOND } from './support/world.js'
+
+const bf = fc.constantFrom(0, 1)
+const model = fc.constantFrom(0, 1)
+const coincident = fc.constantFrom<Coincident>(
+  'none',
+  'foreground',
+  'gaming',
+  'lease',
+  'suspend',
+  'notReady',
+  'specChange',
+)
+
+const event: fc.Arbitrary<SimEvent> = fc.oneof(
+  { weight: 6, arbitrary: fc.record({ k: fc.constant('advance'), ms: fc.integer({ min: SECOND, max: 15 * MINUTE }) }) },
+  { weight: 6, arbitrary: fc.constant({ k: 'tick' } as const) },
+  { weight: 4, arbitrary: fc.record({ k: fc.constant('foreground'), model }) },
+  { weight: 1, arbitrary: fc.record({ k: fc.constant('lastActive'), model }) },
+  { weight: 4, arbitrary: fc.record({ k: fc.constant('jobStart'), bf }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      k: fc.constant('jobFinish'),
+      bf,
+      outcome: fc.constantFrom('Complete', 'Complete', 'Failed'),
+      with: coincident,
+    }),
+  },
+  { weight: 4, arbitrary: fc.record({ k: fc.constant('reap'), finished: fc.boolean() }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      k: fc.constant('gaming'),
+      on: fc.boolean(),
+      node: fc.constantFrom(0, 1),
+      ttlMs: fc.integer({ min: MINUTE, max: 60 * MINUTE }),
+      deleting: fc.boolean(),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      k: fc.constant('lease'),
+      on: fc.boolean(),
+      by: fc.constantFrom('node', 'group'),
+      ttlMs: fc.integer({ min: MINUTE, max: 60 * MINUTE }),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ k: fc.constant('suspend'), bf }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ k: fc.constant('specChange'), bf, idleForMin: fc.integer({ min: 1, max: 10 }) }),
+  },
+  { weight: 1, arbitrary: fc.record({ k: fc.constant('ready'), model, ready: fc.boolean() }) },
+  { weight: 1, arbitrary: fc.record({ k: fc.constant('move'), model }) },
+  { weight: 1, arbitrary: fc.record({ k: fc.constant('delete'), bf }) },
+)
+
+const LONG = 'x'.repeat(70)
+const config: fc.Arbitrary<SimConfig> = fc.record({
+  share: fc.constantFrom('model', 'node'),
+  names: fc.constantFrom<[string, string]>(['bf-a', 'bf-b'], [`${LONG}-a`, `${LONG}-b`]),
+  idleForMin: fc.tuple(fc.integer({ min: 1, max: 10 }), fc.integer({ min: 1, max: 10 })),
+  repeatAfterMin: fc.tuple(fc.constantFrom(0, 1, 5, 30), fc.constantFrom(0, 1, 5, 30)),
+})
+
+const RUNS = Number(process.env.SIM_RUNS ?? 200)
+
+describe('decide: invariants over random histories', () => {
+  // About a second for the default 200 histories; the generous timeout is for slow CI machines and SIM_RUNS.
+  const timeout = Math.max(30_000, RUNS * 10)
+  it('hold for every decision (idle window, exclusivity, Failed, attempts, completion wins, reasons, idempotence)', {
+    timeout,
+  }, () => {
+    let decisions = 0
+    let admissions = 0
+    const seen = new Map<string, number>()
+    fc.assert(
+      fc.property(config, fc.array(event, { minLength: 20, maxLength: 40 }), (cfg, events) => {
+        const sim = new Sim(cfg)
+        sim.run(events)
+        decisions += sim.decisions
+        admissions += sim.bfs.reduce((n, b) => n + b.created.size, 0)
+        for (const [k, n] of sim.seen) seen.set(k, (seen.get(k) ?? 0) + n)
+      }),
+      { numRuns: RUNS },
+    )
+    if (process.env.SIM_COVERAGE) console.log(decisions, admissions, [...seen].sort())
+    // The histories are not degenerate: they decide a lot, admit often and reach the interesting outcomes.
+    expect(decisions).toBeGreaterThan(2000)
+    expect(admissions).toBeGreaterThan(100)
+    for (const outcome of [
+      'Cancelling/ForegroundDemand',
+      'Cancelling/SpecChanged',
+      'Blocked/ConcurrentBackfill',
+      'Failed/JobFailed',
+      'Succeeded/JobComplete',
+      'Succeeded/RepeatScheduled',
+      'Succeeded/RepeatCleanup',
+      'gone',
+    ]) {
+      expect(seen.get(outcome) ?? 0, outcome).toBeGreaterThan(0)
+    }
+  })
+})
