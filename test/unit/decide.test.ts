@@ -204,6 +204,24 @@ const CHANGES: Change[] = [
     },
   },
   {
+    what: 'cancel request (ForegroundDemand) decided after the deleted Job is already gone',
+    apply: (f) => ({
+      world: world(f, { idle: anIdleState(f.now), job: f.world.job?.outcome ? f.world.job : null }),
+      trigger: cancelRequest(f.now),
+    }),
+    expect: {
+      WaitingForIdle: waiting('IdleWindow', armAt(T0 + 20 * MINUTE)),
+      // The cancel function deleted it, so it existed: a preempted attempt (still counted), fresh window from now.
+      Starting: waiting('IdleWindow', { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 21 * MINUTE)),
+      Running: waiting('IdleWindow', { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 25 * MINUTE)),
+      Cancelling: waiting('IdleWindow', { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 25 * MINUTE)),
+      Succeeded: SAME,
+      Failed: SAME,
+      Suspended: SAME,
+      Blocked: waiting('IdleWindow'),
+    },
+  },
+  {
     what: 'Job being deleted by someone else (no cancel reason)',
     apply: (f) => ({ world: world(f, { job: f.world.job && { ...f.world.job, deleting: true } }) }),
     expect: {
@@ -758,6 +776,17 @@ describe('decide: focused transitions', () => {
     expectActions(d.actions, [{ type: 'deleteJob', jobName: J1, why: 'ForegroundDemand' }])
     expect(d.state?.counters.preemptions).toEqual({ foreground: 1 })
   })
+
+  it.each(['Starting', 'Running'] as const)(
+    '%s: a Job the cancel function removed before the decision is a preemption of that reason, still an attempt',
+    (phase) => {
+      const f = FIXTURES[phase]
+      const d = decide({ ...f.world, job: null }, cancelRequest(f.now, 'GamingIntent'), f.now)
+      expect(d.state).toMatchObject({ phase: 'WaitingForIdle', attempts: 1, windowStart: iso(f.now) })
+      expect(d.state?.counters).toMatchObject({ starts: 1, preemptions: { gaming: 1 } })
+      expect(d.actions.some((a) => a.type === 'createJob')).toBe(false)
+    },
+  )
 
   it('a Starting attempt whose Job never appeared and is no longer admissible is abandoned (not counted)', () => {
     const f = FIXTURES.Starting
