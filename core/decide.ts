@@ -185,7 +185,9 @@ function finalizeDeletion(w: Work) {
   if (s.jobName && job && !job.outcome) {
     if (!job.deleting) {
       w.actions.push({ type: 'deleteJob', jobName: s.jobName, why: 'Deleted' })
-      if (s.phase === 'Starting' || s.phase === 'Running') {
+      if ((s.phase === 'Starting' || s.phase === 'Running') && !s.deletionCancelled) {
+        // Counted once: the decision repeats until the Job is seen going, the count must not.
+        s.deletionCancelled = true
         s.counters.preemptions.other = (s.counters.preemptions.other ?? 0) + 1
         addUseful(w)
         w.actions.push({

@@ -45,6 +45,8 @@ export interface BackfillState {
   runningSince?: string
   completionTime?: string
   nextRunTime?: string
+  /** Set once the deletion of the ModelBackfill has cancelled its running attempt (counted once). */
+  deletionCancelled?: boolean
   /** Due time of the armed timer, so timers are re-armed lazily rather than on every foreground request. */
   timerAt?: string
   counters: Counters

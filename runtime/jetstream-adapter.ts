@@ -45,6 +45,12 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
   const stats = { handled: 0, deadLettered: 0, retried: 0 }
   const log = deps.log.child({ function: fn.name })
   const inFlight = new Set<Promise<void>>()
+  // A slot-counting gate: O(1) per message, where racing thousands of in-flight promises would be O(n).
+  let freed: (() => void) | undefined
+  const slotFreed = () =>
+    new Promise<void>((resolve) => {
+      freed = resolve
+    })
   const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
 
   const process = async (msg: JsMsg) => {
@@ -87,10 +93,15 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
     const messages = await consumer.consume({ max_messages: Math.max(100, fn.concurrency) })
     const done = (async () => {
       for await (const msg of messages) {
-        const task = process(msg).catch((err) => log.error({ err }, 'unexpected error handling event'))
+        const task: Promise<void> = process(msg)
+          .catch((err) => log.error({ err }, 'unexpected error handling event'))
+          .finally(() => {
+            inFlight.delete(task)
+            freed?.()
+            freed = undefined
+          })
         inFlight.add(task)
-        void task.finally(() => inFlight.delete(task))
-        while (inFlight.size >= fn.concurrency) await Promise.race(inFlight)
+        while (inFlight.size >= fn.concurrency) await slotFreed()
       }
     })()
     loops.push({ messages, done })

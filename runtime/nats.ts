@@ -113,6 +113,9 @@ export async function ensureBuckets(nc: NatsConnection): Promise<Buckets> {
 
 export const DEAD_LETTER_REASON = 'Flexinfer-Dead-Letter-Reason'
 
+/** nats-server (2.12–2.14) evaluates message schedules on a ~250 ms tick; measured, see bench/README.md. */
+export const SCHEDULER_TICK_MS = 250
+
 export class Bus {
   readonly js: JetStreamClient
   constructor(
@@ -148,8 +151,10 @@ export class Bus {
   async armTimer(namespace: string, backfill: string, at: string) {
     const data = { namespace, backfill, due: at }
     const target = subjectFor('ai.flexinfer.timer.fired', data)
+    // The server's scheduler ticks about every 250 ms: fire one tick early; the admit function waits out the rest.
+    const fireAt = Math.max(Date.now(), Date.parse(at) - SCHEDULER_TICK_MS)
     await this.js.publish(scheduleSubject(namespace, backfill), encode('ai.flexinfer.timer.fired', data), {
-      schedule: { specification: new Date(at), target },
+      schedule: { specification: new Date(fireAt), target },
     })
   }
 

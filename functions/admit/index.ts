@@ -2,6 +2,7 @@
 // run the gates and create the attempt's Job. The only function that creates Jobs.
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
 import type { EventFunction } from '../../runtime/function.js'
+import { SCHEDULER_TICK_MS } from '../../runtime/nats.js'
 import { reconcile } from '../../runtime/reconcile.js'
 
 export const admit: EventFunction = {
@@ -13,6 +14,9 @@ export const admit: EventFunction = {
   ],
   async handle(event, deps) {
     if (event.type === 'ai.flexinfer.timer.fired') {
+      // Timers fire up to one scheduler tick early (see Bus.armTimer): wait out that remainder, never more.
+      const early = Date.parse(event.data.due) - deps.now()
+      if (early > 0 && early <= 2 * SCHEDULER_TICK_MS) await new Promise((r) => setTimeout(r, early))
       await reconcile(deps, 'admit', event.data.namespace, event.data.backfill, { type: 'timer' })
     } else if (event.type === 'ai.flexinfer.backfill.admit') {
       await reconcile(deps, 'admit', event.data.namespace, event.data.backfill, { type: 'admit' })

@@ -1,0 +1,213 @@
+// `npm run bench`: measures the system against its goals on the real servers (its own environment, loopback
+// only, every loop bounded). Prints progress, then one JSON object on the last line (also written to
+// bench/results/latest.json). Goals: preemption p99 ≤ 30 ms with 100 models under 5,000 foreground events/s,
+// admission lateness p99 ≤ 250 ms, ≥ 50,000 events/s ingested by one demand instance, 0 API-server requests
+// per non-cancelling foreground request, ≤ 4 KV writes per model per second.
+import { spawn } from 'node:child_process'
+import { mkdir, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node'
+import { jetstream, jetstreamManager } from '@nats-io/jetstream'
+import { connect } from '@nats-io/transport-node'
+import { parseDuration } from '../core/duration.js'
+import { jobName } from '../core/names.js'
+import { BUCKET_MODEL_IDLE, STREAM_EVENTS } from '../events/catalog.js'
+import { encode } from '../events/codec.js'
+import { type Runner, startRunner } from '../runtime/runner.js'
+import { repoRoot } from '../test/env/binaries.js'
+import { startEnvironment } from '../test/env/environment.js'
+import { BackfillWorld, waitUntil } from '../test/integration/support/backfill-world.js'
+
+const MODELS = Number(process.env.BENCH_MODELS ?? 100)
+const LOAD_RATE = Number(process.env.BENCH_RATE ?? 5000)
+const INGEST_EVENTS = Number(process.env.BENCH_INGEST ?? 200_000)
+const IDLE_FOR = '3s'
+const log = (line: string) => process.stderr.write(`[bench] ${line}\n`)
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+function percentile(values: number[], p: number): number {
+  if (!values.length) return Number.NaN
+  const sorted = [...values].sort((a, b) => a - b)
+  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)
+  return Math.round((sorted[Math.max(0, index)] as number) * 10) / 10
+}
+
+const environment = await startEnvironment({ log: (l) => log(l) })
+const results: Record<string, number | string> = { models: MODELS, load_events_per_s: LOAD_RATE }
+const runners: Runner[] = []
+try {
+  const kc = new KubeConfig()
+  kc.loadFromFile(environment.kubeconfigPath)
+  const namespace = 'bench'
+  const core = kc.makeApiClient(CoreV1Api)
+  await core.createNamespace({ body: { metadata: { name: namespace } } })
+  await waitUntil('default ServiceAccount', async () =>
+    core.readNamespacedServiceAccount({ name: 'default', namespace }).then(
+      () => true,
+      () => undefined,
+    ),
+  )
+  const nc = await connect({ servers: environment.natsUrl, name: 'bench' })
+  const js = jetstream(nc)
+  const jsm = await jetstreamManager(nc)
+  const world = new BackfillWorld(kc, namespace, nc)
+
+  const runner = await startRunner({ natsUrl: environment.natsUrl, kubeconfig: kc, watch: true })
+  runners.push(runner)
+  // "Job DELETE accepted by the apiserver": the moment the cancel function's DELETE call returns.
+  const deletedAt = new Map<string, number>()
+  const kube = runner.deps.kube
+  const deleteJob = kube.deleteJob.bind(kube)
+  kube.deleteJob = async (ns, name) => {
+    const result = await deleteJob(ns, name)
+    if (!deletedAt.has(name)) deletedAt.set(name, performance.now() + performance.timeOrigin)
+    return result
+  }
+
+  // 1. Admission lateness: MODELS quiet models, one backfill each, all admitted by their timers.
+  log(`creating ${MODELS} models and backfills (idleFor ${IDLE_FOR})`)
+  await world.template('bench-tpl')
+  for (let i = 0; i < MODELS; i++) await world.model(`m-${i}`, { node: `node-${i}` })
+  for (let i = 0; i < MODELS; i++)
+    await world.backfill(`b-${i}`, { modelRef: `m-${i}`, templateRef: 'bench-tpl', idleFor: IDLE_FOR })
+  const lateness = await waitUntil(
+    `all ${MODELS} backfills admitted`,
+    async () => {
+      const out: number[] = []
+      for (let i = 0; i < MODELS; i++) {
+        const s = await world.state(`b-${i}`)
+        if (!s?.startedAt || !s.idleSince || s.attempts < 1) return undefined
+        out.push(Date.parse(s.startedAt) - (Date.parse(s.idleSince) + parseDuration(IDLE_FOR)))
+      }
+      return out
+    },
+    120_000,
+  )
+  results.admission_lateness_ms_p50 = percentile(lateness, 50)
+  results.admission_lateness_ms_p99 = percentile(lateness, 99)
+  log(`admission lateness p50 ${results.admission_lateness_ms_p50} ms, p99 ${results.admission_lateness_ms_p99} ms`)
+  await waitUntil(
+    'all Running',
+    async () => {
+      for (let i = 0; i < MODELS; i++) if ((await world.state(`b-${i}`))?.phase !== 'Running') return undefined
+      return true
+    },
+    120_000,
+  )
+
+  // 2. Preemption under load: a separate process floods other models with LOAD_RATE foreground events/s while
+  // each of the MODELS running attempts is preempted by one foreground request, one after another.
+  const seconds = Math.ceil((MODELS * 80) / 1000) + 4
+  log(`load: ${LOAD_RATE} foreground events/s on ${MODELS} other models for ${seconds}s`)
+  const idleStream = `KV_${BUCKET_MODEL_IDLE}`
+  const load = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      join(repoRoot, 'bench/load.ts'),
+      environment.natsUrl,
+      namespace,
+      'busy',
+      String(MODELS),
+      String(LOAD_RATE),
+      String(seconds),
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  )
+  let loadOut = ''
+  load.stdout.on('data', (d) => {
+    loadOut += d
+  })
+  const loadDone = new Promise<void>((resolve) => load.on('exit', () => resolve()))
+  await sleep(1500)
+  const kvBefore = (await jsm.streams.info(idleStream)).state.last_seq
+  const kvFrom = Date.now()
+  const apiBefore = { ...kube.requests }
+  const preemption: number[] = []
+  for (let i = 0; i < MODELS; i++) {
+    const job = jobName(`b-${i}`, 1)
+    const sentAt = performance.now() + performance.timeOrigin
+    await js.publish(
+      'flexinfer.events.foreground.request',
+      encode('ai.flexinfer.foreground.request', { namespace, model: `m-${i}` }),
+    )
+    const done = await waitUntil(`delete of ${job}`, async () => deletedAt.get(job), 10_000).catch(() => undefined)
+    if (done !== undefined) preemption.push(done - sentAt)
+    await sleep(40)
+  }
+  const kvAfter = (await jsm.streams.info(idleStream)).state.last_seq
+  const kvSeconds = (Date.now() - kvFrom) / 1000
+  await loadDone
+  const loadResult = JSON.parse(loadOut.trim() || '{"sent":0,"seconds":1}') as { sent: number; seconds: number }
+  results.preemption_samples = preemption.length
+  results.preemption_ms_p50 = percentile(preemption, 50)
+  results.preemption_ms_p99 = percentile(preemption, 99)
+  results.load_events_sent = loadResult.sent
+  results.load_events_per_s_achieved = Math.round(loadResult.sent / loadResult.seconds)
+  // Writes to the idle bucket by the load (2×MODELS models were written: the flooded ones and the preempted ones).
+  results.kv_writes_per_model_per_s = Math.round(((kvAfter - kvBefore) / MODELS / kvSeconds) * 100) / 100
+  const apiDuring =
+    kube.requests.read + kube.requests.list + kube.requests.write - (apiBefore.read + apiBefore.list + apiBefore.write)
+  results.apiserver_requests_during_load = apiDuring
+  log(
+    `preemption p50 ${results.preemption_ms_p50} ms, p99 ${results.preemption_ms_p99} ms (${preemption.length} samples)`,
+  )
+  for (const r of runners.splice(0)) await r.stop()
+
+  // 3. Ingestion: one demand instance alone drains a backlog of foreground events for models with no attempt.
+  log(`ingest: publishing ${INGEST_EVENTS} foreground events for 1000 models`)
+  const demandOnly = await startRunner({ natsUrl: environment.natsUrl, kubeconfig: kc, functions: ['demand'] })
+  await demandOnly.stop() // the durable consumer exists now; the backlog accumulates while nothing consumes it
+  for (let sent = 0; sent < INGEST_EVENTS; ) {
+    const batch = []
+    for (let i = 0; i < 2000 && sent < INGEST_EVENTS; i++, sent++) {
+      batch.push(
+        js.publish(
+          'flexinfer.events.foreground.request',
+          encode('ai.flexinfer.foreground.request', { namespace, model: `ingest-${sent % 1000}` }),
+        ),
+      )
+    }
+    await Promise.all(batch)
+  }
+  const ingest = await startRunner({ natsUrl: environment.natsUrl, kubeconfig: kc, functions: ['demand'] })
+  runners.push(ingest)
+  const t0 = performance.now()
+  await waitUntil(
+    'backlog drained',
+    async () => {
+      const info = await jsm.consumers.info(STREAM_EVENTS, 'demand')
+      return info.num_pending === 0 && info.num_ack_pending === 0 ? true : undefined
+    },
+    300_000,
+  )
+  const drainMs = performance.now() - t0
+  const ingestRequests = ingest.deps.kube.requests
+  results.ingest_events_per_s = Math.round(INGEST_EVENTS / (drainMs / 1000))
+  results.apiserver_requests_per_fg_request =
+    (ingestRequests.read + ingestRequests.list + ingestRequests.write) / INGEST_EVENTS
+  log(
+    `ingest ${results.ingest_events_per_s} events/s; ${results.apiserver_requests_per_fg_request} API requests per event`,
+  )
+  for (const r of runners.splice(0)) await r.stop()
+  await nc.close()
+} finally {
+  for (const r of runners) await r.stop().catch(() => {})
+  await environment.stop()
+}
+
+const goals = {
+  preemption_ms_p99: (v: number) => v <= 30,
+  admission_lateness_ms_p99: (v: number) => v <= 250,
+  ingest_events_per_s: (v: number) => v >= 50_000,
+  apiserver_requests_per_fg_request: (v: number) => v === 0,
+  kv_writes_per_model_per_s: (v: number) => v <= 4,
+}
+results.goals_met = Object.entries(goals)
+  .filter(([k, ok]) => ok(results[k] as number))
+  .map(([k]) => k)
+  .join(',')
+await mkdir(join(repoRoot, 'bench/results'), { recursive: true })
+await writeFile(join(repoRoot, 'bench/results/latest.json'), `${JSON.stringify(results, null, 2)}\n`)
+process.stdout.write(`${JSON.stringify(results)}\n`)
