@@ -211,3 +211,5 @@ results.goals_met = Object.entries(goals)
 await mkdir(join(repoRoot, 'bench/results'), { recursive: true })
 await writeFile(join(repoRoot, 'bench/results/latest.json'), `${JSON.stringify(results, null, 2)}\n`)
 process.stdout.write(`${JSON.stringify(results)}\n`)
+// Client libraries may keep sockets half-open after close; the run is over.
+process.exit(0)

@@ -49,6 +49,11 @@ export interface Observed {
   job: JobView | null
   /** Other active backfill attempts on the same model or node (foreign Jobs and live claims). */
   contenders: Contender[]
+  /**
+   * This backfill's own active Jobs other than the current attempt's: left by an admission that lost a race
+   * with a cancel (the Job was created after the attempt had already ended). They are deleted on sight.
+   */
+  strays?: JobView[]
 }
 
 export type Trigger =
@@ -145,6 +150,9 @@ export function decide(o: Observed, trigger: Trigger, now: number): Decision {
     return finish(w)
   }
   if (!(b.metadata.finalizers ?? []).includes(FINALIZER)) w.actions.push({ type: 'addFinalizer' })
+  for (const stray of o.strays ?? []) {
+    if (stray.name !== w.s.jobName) w.actions.push({ type: 'deleteJob', jobName: stray.name, why: 'Cleanup' })
+  }
 
   if (w.s.jobName && attemptInFlight(w, trigger)) return finish(w)
   // No attempt in flight: a spec change just clears what the last generation left and starts over.

@@ -45,12 +45,11 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
   const stats = { handled: 0, deadLettered: 0, retried: 0 }
   const log = deps.log.child({ function: fn.name })
   const inFlight = new Set<Promise<void>>()
-  // A slot-counting gate: O(1) per message, where racing thousands of in-flight promises would be O(n).
-  let freed: (() => void) | undefined
-  const slotFreed = () =>
-    new Promise<void>((resolve) => {
-      freed = resolve
-    })
+  // A slot gate shared by every subscription's loop: O(1) per message (racing thousands of in-flight promises
+  // would be O(n)), and each waiting loop is woken when a slot frees.
+  const waiting: (() => void)[] = []
+  const slotFreed = () => new Promise<void>((resolve) => waiting.push(resolve))
+
   const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
 
   const process = async (msg: JsMsg) => {
@@ -97,8 +96,7 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
           .catch((err) => log.error({ err }, 'unexpected error handling event'))
           .finally(() => {
             inFlight.delete(task)
-            freed?.()
-            freed = undefined
+            waiting.shift()?.()
           })
         inFlight.add(task)
         while (inFlight.size >= fn.concurrency) await slotFreed()

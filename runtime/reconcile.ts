@@ -9,7 +9,7 @@ import { type Contender, type Decision, decide, type Observed, sameState, type T
 import { buildJob, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, modelKey } from '../core/names.js'
 import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
-import { gamingSessionView, gpuLeaseView, isActiveJob, jobView, modelView } from '../core/world.js'
+import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
 import { type Kube, PLURALS } from './kube.js'
 import type { Logger } from './log.js'
 import type { Bus } from './nats.js'
@@ -77,9 +77,13 @@ export async function observe(
   const modelV = model ? modelView(model) : null
   const ours = backfillLabelValue(name)
   const contenders: Contender[] = []
+  const strays: JobView[] = []
   for (const j of jobs.map(jobView)) {
-    if (j.backfillLabel === ours && j.namespace === namespace) continue
     if (!isActiveJob(j)) continue
+    if (j.backfillLabel === ours && j.namespace === namespace) {
+      if (j.name !== state?.jobName) strays.push(j)
+      continue
+    }
     const on =
       j.namespace === namespace && j.model === modelName
         ? 'model'
@@ -99,6 +103,7 @@ export async function observe(
       template: template ? { found: true, gpu: gpuViolations(template) } : { found: false },
       job: job ? jobView(job) : null,
       contenders,
+      strays,
     },
     template,
   }
@@ -194,6 +199,7 @@ async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | 
       }
       case 'deleteJob': {
         const namespace = b?.metadata.namespace ?? prior?.namespace ?? ''
+        if (action.why === 'Cleanup' && b && (await isCurrentAttempt(deps, b, action.jobName))) break
         if (
           role === 'cancel' ||
           action.why === 'Deleted' ||
@@ -233,6 +239,14 @@ async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | 
     }
   }
   if (b && d.status) await writeStatus(deps, b, d)
+}
+
+/** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */
+async function isCurrentAttempt(deps: Deps, b: ModelBackfill, jobName: string): Promise<boolean> {
+  const fresh = readJson<BackfillState>(
+    await deps.bus.kv.backfills.get(backfillKey(b.metadata.namespace, b.metadata.name)),
+  )
+  return fresh?.jobName === jobName
 }
 
 async function writeStatus(deps: Deps, backfill: ModelBackfill, d: Decision) {
