@@ -9,6 +9,8 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
+          // Projects with different maxWorkers must run in separate groups (vitest 4): unit first, it is quick.
+          sequence: { groupOrder: 0 },
         },
       },
       {
@@ -22,6 +24,7 @@ export default defineConfig({
           hookTimeout: 120_000,
           // Two cores: a few files at once keeps the apiserver responsive.
           maxWorkers: 2,
+          sequence: { groupOrder: 1 },
         },
       },
     ],
