@@ -260,6 +260,7 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
         // The cancel function deleted it (so it did exist): a preempted attempt, not an abandoned admission.
         const metric = PREEMPTION_OF[reason ?? trigger.reason]
         s.counters.preemptions[metric] = (s.counters.preemptions[metric] ?? 0) + 1
+        recordCancelled(w, jobName, reason ?? trigger.reason)
         endAttempt(w, jobName)
         s.windowStart = iso(w.now)
         return false
@@ -291,6 +292,7 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       const metric = reason ? PREEMPTION_OF[reason] : 'other'
       s.counters.preemptions[metric] = (s.counters.preemptions[metric] ?? 0) + 1
       addUseful(w)
+      recordCancelled(w, jobName, reason ?? 'the Job was deleted')
       endAttempt(w, jobName)
       s.windowStart = iso(w.now)
       return false
@@ -344,16 +346,21 @@ function cancel(w: Work, reason: CancelReason) {
     const metric = PREEMPTION_OF[reason]
     s.counters.preemptions[metric] = (s.counters.preemptions[metric] ?? 0) + 1
     addUseful(w)
-    w.actions.push({
-      type: 'recordEvent',
-      eventType: 'Normal',
-      reason: 'Cancelled',
-      message: `Cancelled Job ${jobName}: ${reason}`,
-    })
+    recordCancelled(w, jobName, reason)
     set(w, 'Cancelling', reason, `${cancelMessage(reason)}; deleting Job ${jobName}`)
   }
   // Re-issued while Cancelling too: a delete is idempotent and a lost one must not wedge the attempt.
   w.actions.push({ type: 'deleteJob', jobName, why: s.reason as CancelReason })
+}
+
+/** Every preemption tells `kubectl describe` why, also when its Job was already gone by the time it was decided. */
+function recordCancelled(w: Work, jobName: string, why: string) {
+  w.actions.push({
+    type: 'recordEvent',
+    eventType: 'Normal',
+    reason: 'Cancelled',
+    message: `Cancelled Job ${jobName}: ${why}`,
+  })
 }
 
 function cancelMessage(reason: CancelReason): string {

@@ -76,6 +76,7 @@ const blocked = (reason: string, ...more: ActionLike[]): Expected => ({
 })
 const waiting = (reason: string, ...actions: ActionLike[]): Expected => ({ phase: 'WaitingForIdle', reason, actions })
 const armAt = (at: number): ActionLike => ({ type: 'armTimer', at: iso(at) })
+const CANCELLED_EVENT: ActionLike = { type: 'recordEvent', eventType: 'Normal', reason: 'Cancelled' }
 const cleanup: ActionLike = { type: 'deleteJob', jobName: J1, why: 'Cleanup' }
 
 /** Builds the change's world from the fixture's. */
@@ -211,9 +212,10 @@ const CHANGES: Change[] = [
     }),
     expect: {
       WaitingForIdle: waiting('IdleWindow', armAt(T0 + 20 * MINUTE)),
-      // The cancel function deleted it, so it existed: a preempted attempt (still counted), fresh window from now.
-      Starting: waiting('IdleWindow', { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 21 * MINUTE)),
-      Running: waiting('IdleWindow', { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 25 * MINUTE)),
+      // The cancel function deleted it, so it existed: a preempted attempt (still counted, still told as Cancelled),
+      // fresh window from now.
+      Starting: waiting('IdleWindow', CANCELLED_EVENT, { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 21 * MINUTE)),
+      Running: waiting('IdleWindow', CANCELLED_EVENT, { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 25 * MINUTE)),
       Cancelling: waiting('IdleWindow', { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 25 * MINUTE)),
       Succeeded: SAME,
       Failed: SAME,
@@ -501,8 +503,8 @@ const CHANGES: Change[] = [
       WaitingForIdle: NA,
       // Admitted but the Job is missing (a crash between the state write and the create): create it, same name.
       Starting: { phase: 'Starting', reason: 'JobCreated', actions: [{ type: 'createJob', jobName: J1, attempt: 1 }] },
-      // Someone removed the Job: the attempt ends and a fresh window starts now.
-      Running: waiting('IdleWindow', { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 25 * MINUTE)),
+      // Someone removed the Job: the attempt ends (told as Cancelled) and a fresh window starts now.
+      Running: waiting('IdleWindow', CANCELLED_EVENT, { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 25 * MINUTE)),
       Cancelling: waiting('IdleWindow', { type: 'releaseClaims', jobName: J1 }, armAt(T0 + 25 * MINUTE)),
       Succeeded: SAME,
       Failed: SAME,
