@@ -77,7 +77,14 @@ export const catalog = {
     producer: 'source (from ApiServerSource events)',
     consumers: ['lifecycle'],
     description: 'A ModelBackfill was added, updated (spec, suspend, finalizers) or deleted.',
-    data: z.object({ namespace, backfill: name, generation: z.number().int().optional(), deleted: z.boolean() }),
+    data: z.object({
+      namespace,
+      backfill: name,
+      generation: z.number().int().optional(),
+      /** metadata.deletionTimestamp is set (the finalizer holds the object). */
+      deleting: z.boolean().optional(),
+      deleted: z.boolean(),
+    }),
   },
   'ai.flexinfer.model.ready': {
     subject: 'flexinfer.events.model.ready',

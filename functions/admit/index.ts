@@ -7,7 +7,8 @@ import { reconcile } from '../../runtime/reconcile.js'
 
 export const admit: EventFunction = {
   name: 'admit',
-  concurrency: 8,
+  // Admissions are I/O-bound (API reads, KV, Job create): many at once keeps a burst of due timers on time.
+  concurrency: 32,
   subscriptions: [
     { stream: STREAM_TIMERS, subjects: ['flexinfer.events.timer.>'] },
     { stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.admit'] },

@@ -24,7 +24,7 @@ export async function translate(event: InboundEvent, deps: Deps): Promise<void> 
       const generation = Number(obj.metadata.generation ?? 0) || undefined
       await deps.bus.publish(
         'ai.flexinfer.backfill.changed',
-        { namespace, backfill: name, generation, deleted },
+        { namespace, backfill: name, generation, deleting: Boolean(obj.metadata.deletionTimestamp), deleted },
         { msgID },
       )
       return
