@@ -1,12 +1,29 @@
 // Builders and probes for end-to-end tests: Models (with status written through the status subresource, as
 // FlexInfer would), CronJob templates, ModelBackfills, finishing a Job's pods the way a kubelet would, and
 // waiting for a backfill to reach a phase. Everything goes through the real apiserver.
-import { BatchV1Api, CoreV1Api, CustomObjectsApi, type KubeConfig, type V1Job } from '@kubernetes/client-node'
+import { randomUUID } from 'node:crypto'
+import {
+  BatchV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  type KubeConfig,
+  PatchStrategy,
+  setHeaderOptions,
+  type V1Job,
+  type V1Pod,
+  Watch,
+} from '@kubernetes/client-node'
 import type { KV } from '@nats-io/kv'
 import { Kvm } from '@nats-io/kv'
 import type { NatsConnection } from '@nats-io/transport-node'
-import { GROUP, type ModelBackfill, type ModelBackfillSpec, VERSION } from '../../../core/api.js'
-import { backfillKey } from '../../../core/names.js'
+import {
+  GROUP,
+  type ModelBackfill,
+  type ModelBackfillSpec,
+  type ModelBackfillStatus,
+  VERSION,
+} from '../../../core/api.js'
+import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey, LABEL_BACKFILL } from '../../../core/names.js'
 import type { BackfillState } from '../../../core/state.js'
 import { BUCKET_BACKFILLS } from '../../../events/catalog.js'
 import { sleep } from '../../env/exec.js'
@@ -15,6 +32,7 @@ export class BackfillWorld {
   readonly custom: CustomObjectsApi
   readonly batch: BatchV1Api
   readonly core: CoreV1Api
+  private readonly watches = new Set<() => void>()
 
   constructor(
     readonly kc: KubeConfig,
@@ -30,12 +48,19 @@ export class BackfillWorld {
     return { group: GROUP, version: VERSION, namespace: this.namespace, plural }
   }
 
-  async model(name: string, opts: { phase?: string; node?: string; group?: string; lastActiveTime?: string } = {}) {
+  /** A Model; `hostname` sets spec.nodeSelector["kubernetes.io/hostname"] (the node when status.gpu.node is unset). */
+  async model(
+    name: string,
+    opts: { phase?: string; node?: string; group?: string; hostname?: string; lastActiveTime?: string } = {},
+  ) {
     const body = {
       apiVersion: `${GROUP}/${VERSION}`,
       kind: 'Model',
       metadata: { name, namespace: this.namespace },
-      spec: { gpu: opts.group ? { shared: opts.group } : undefined },
+      spec: {
+        gpu: opts.group ? { shared: opts.group } : undefined,
+        nodeSelector: opts.hostname ? { 'kubernetes.io/hostname': opts.hostname } : undefined,
+      },
     }
     const created = await this.custom.createNamespacedCustomObject({ ...this.crd('models'), body })
     await this.modelStatus(name, { phase: opts.phase ?? 'Ready', node: opts.node, lastActiveTime: opts.lastActiveTime })
@@ -121,13 +146,42 @@ export class BackfillWorld {
     })) as ModelBackfill
   }
 
+  /** Replaces the spec fields given; retried when a status write of the functions raced the read (409). */
   async patchBackfillSpec(name: string, spec: Partial<ModelBackfillSpec>) {
-    const current = await this.getBackfill(name)
-    await this.custom.replaceNamespacedCustomObject({
-      ...this.crd('modelbackfills'),
-      name,
-      body: { ...current, spec: { ...current?.spec, ...spec } },
-    })
+    for (let i = 0; ; i++) {
+      const current = await this.getBackfill(name)
+      try {
+        await this.custom.replaceNamespacedCustomObject({
+          ...this.crd('modelbackfills'),
+          name,
+          body: { ...current, spec: { ...current?.spec, ...spec } },
+        })
+        return
+      } catch (err) {
+        if ((err as { code?: number }).code !== 409 || i >= 10) throw err
+      }
+    }
+  }
+
+  /** Names for one test's objects. Nodes are cluster-wide (sessions, leases, contenders): unique per namespace. */
+  names(id: string) {
+    return { backfill: id, model: `${id}-model`, template: `${id}-tpl`, node: `${id}-${this.namespace}` }
+  }
+
+  /**
+   * The usual setup under names(id): a Ready model on its own node, a CPU-only template and a backfill on them
+   * (idleFor 2s unless `spec` says otherwise).
+   */
+  async declare(
+    id: string,
+    spec: Partial<ModelBackfillSpec> = {},
+    model: { phase?: string; node?: string; group?: string; hostname?: string } = {},
+  ) {
+    const n = this.names(id)
+    await this.model(n.model, { node: n.node, ...model })
+    await this.template(n.template)
+    await this.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s', ...spec })
+    return n
   }
 
   async getBackfill(name: string): Promise<ModelBackfill | null> {
@@ -143,13 +197,18 @@ export class BackfillWorld {
     await this.custom.deleteNamespacedCustomObject({ ...this.crd('modelbackfills'), name })
   }
 
-  async gamingSession(name: string, nodeName: string, opts: { expiresAt?: string; mode?: string } = {}) {
+  /** `finalizers` keep it around with a deletionTimestamp after a delete (a session being torn down). */
+  async gamingSession(
+    name: string,
+    nodeName: string,
+    opts: { expiresAt?: string; mode?: string; finalizers?: string[] } = {},
+  ) {
     await this.custom.createNamespacedCustomObject({
       ...this.crd('gamingsessions'),
       body: {
         apiVersion: `${GROUP}/${VERSION}`,
         kind: 'GamingSession',
-        metadata: { name },
+        metadata: { name, finalizers: opts.finalizers },
         spec: { nodeName, mode: opts.mode, expiresAt: opts.expiresAt },
       },
     })
@@ -166,6 +225,72 @@ export class BackfillWorld {
     await this.custom.deleteNamespacedCustomObject({ ...this.crd(plural), name })
   }
 
+  async getObject(plural: string, name: string): Promise<{ metadata?: { deletionTimestamp?: string } } | null> {
+    try {
+      return await this.custom.getNamespacedCustomObject({ ...this.crd(plural), name })
+    } catch (err) {
+      if ((err as { code?: number }).code === 404) return null
+      throw err
+    }
+  }
+
+  /** Lets a custom object that is held by finalizers go. */
+  async clearFinalizers(plural: string, name: string) {
+    await this.custom.patchNamespacedCustomObject(
+      { ...this.crd(plural), name, body: { metadata: { finalizers: null } } },
+      mergePatch,
+    )
+  }
+
+  /**
+   * A ModelBackfill written straight to etcd, past the apiserver's validation: what an object created before the
+   * CRD carried its CEL rules looks like. The apiserver serves it (and its watch reports it) like any other.
+   */
+  async backfillBypassingAdmission(etcdUrl: string, name: string, spec: Record<string, unknown>) {
+    const object = {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: 'ModelBackfill',
+      metadata: {
+        name,
+        namespace: this.namespace,
+        uid: randomUUID(),
+        generation: 1,
+        creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+      },
+      spec,
+    }
+    const b64 = (text: string) => Buffer.from(text).toString('base64')
+    const response = await fetch(`${etcdUrl}/v3/kv/put`, {
+      method: 'POST',
+      body: JSON.stringify({
+        key: b64(`/registry/${GROUP}/modelbackfills/${this.namespace}/${name}`),
+        value: b64(JSON.stringify(object)),
+      }),
+    })
+    if (!response.ok) throw new Error(`etcd put failed: ${response.status} ${await response.text()}`)
+  }
+
+  /**
+   * Another declaration's active backfill Job (labelled and annotated as ours are, but owned by nobody here): the
+   * contender gate must see it. Its pods stay Pending like every Job's in this environment.
+   */
+  async foreignJob(name: string, opts: { node: string; model: string }) {
+    await this.batch.createNamespacedJob({
+      namespace: this.namespace,
+      body: {
+        metadata: {
+          name,
+          labels: { [LABEL_BACKFILL]: 'f0f0f0f0f0f0f0f0' },
+          annotations: { [ANNOTATION_MODEL]: opts.model, [ANNOTATION_NODE]: opts.node },
+        },
+        spec: {
+          backoffLimit: 0,
+          template: { spec: { restartPolicy: 'Never', containers: [{ name: 'eval', image: 'busybox' }] } },
+        },
+      },
+    })
+  }
+
   async job(name: string): Promise<V1Job | null> {
     try {
       return await this.batch.readNamespacedJob({ namespace: this.namespace, name })
@@ -175,21 +300,80 @@ export class BackfillWorld {
     }
   }
 
+  /** The Jobs owned by one backfill (its attempts that still exist). */
+  async jobsOf(backfill: string): Promise<V1Job[]> {
+    return (await this.jobs()).filter((j) => j.metadata?.ownerReferences?.some((r) => r.name === backfill))
+  }
+
   async jobs(): Promise<V1Job[]> {
     return (
       await this.batch.listNamespacedJob({ namespace: this.namespace, labelSelector: 'ai.flexinfer/model-backfill' })
     ).items
   }
 
-  /** Plays the kubelet: the Job's pods finish with `phase`, and the real Job controller concludes the Job. */
-  async finishJob(jobName: string, phase: 'Succeeded' | 'Failed') {
-    const pods = await waitUntil(`pods of Job ${jobName}`, async () => {
+  /** The Job's pods, once the Job controller has created them. */
+  async pods(jobName: string): Promise<V1Pod[]> {
+    return waitUntil(`pods of Job ${jobName}`, async () => {
       const list = await this.core.listNamespacedPod({
         namespace: this.namespace,
         labelSelector: `job-name=${jobName}`,
       })
       return list.items.length ? list.items : undefined
     })
+  }
+
+  /**
+   * Holds the Job's pods with a finalizer of ours, as a kubelet still stopping containers would: a Job deleted with
+   * foreground propagation then stays visible (deletionTimestamp set) until releasePods().
+   */
+  async holdPods(jobName: string) {
+    for (const pod of await this.pods(jobName)) {
+      const finalizers = [...(pod.metadata?.finalizers ?? []), HOLD_FINALIZER]
+      await this.patchPodFinalizers(pod, finalizers)
+    }
+  }
+
+  async releasePods(jobName: string) {
+    const list = await this.core.listNamespacedPod({ namespace: this.namespace, labelSelector: `job-name=${jobName}` })
+    for (const pod of list.items) {
+      await this.patchPodFinalizers(
+        pod,
+        (pod.metadata?.finalizers ?? []).filter((f) => f !== HOLD_FINALIZER),
+      )
+    }
+  }
+
+  /** Finalizers guarded by resourceVersion (the Job controller edits them too); retried on a conflict. */
+  private async patchPodFinalizers(pod: V1Pod, finalizers: string[]) {
+    let current = pod
+    let wanted = finalizers
+    const mine = finalizers.includes(HOLD_FINALIZER)
+    for (let i = 0; ; i++) {
+      try {
+        await this.core.patchNamespacedPod(
+          {
+            namespace: this.namespace,
+            name: current.metadata?.name as string,
+            body: { metadata: { finalizers: wanted, resourceVersion: current.metadata?.resourceVersion } },
+          },
+          mergePatch,
+        )
+        return
+      } catch (err) {
+        if ((err as { code?: number }).code !== 409 || i >= 10) throw err
+        current = await this.core.readNamespacedPod({
+          namespace: this.namespace,
+          name: current.metadata?.name as string,
+        })
+        const others = (current.metadata?.finalizers ?? []).filter((f) => f !== HOLD_FINALIZER)
+        wanted = mine ? [...others, HOLD_FINALIZER] : others
+      }
+    }
+  }
+
+  /** Plays the kubelet: the Job's pods finish with `phase`, and the real Job controller concludes the Job. */
+  async finishJob(jobName: string, phase: 'Succeeded' | 'Failed') {
+    const pods = await this.pods(jobName)
     for (const pod of pods) {
       const now = new Date()
       await this.core.replaceNamespacedPodStatus({
@@ -216,24 +400,128 @@ export class BackfillWorld {
     }
   }
 
+  /** The Kubernetes Events on the ModelBackfill (what `kubectl describe` shows), oldest first. */
+  async events(name: string): Promise<{ type: string; reason: string; message: string }[]> {
+    const list = await this.core.listNamespacedEvent({
+      namespace: this.namespace,
+      fieldSelector: `involvedObject.kind=ModelBackfill,involvedObject.name=${name}`,
+    })
+    return list.items
+      .sort((a, b) => String(a.metadata?.creationTimestamp).localeCompare(String(b.metadata?.creationTimestamp)))
+      .map((e) => ({ type: e.type ?? '', reason: e.reason ?? '', message: e.message ?? '' }))
+  }
+
+  /**
+   * Records every status the backfill goes through, from a watch: each write is seen, so a transient phase that
+   * polling would miss (Starting, Cancelling, RepeatCleanup) is in the history. Start it before the change.
+   */
+  async history(name: string): Promise<StatusHistory> {
+    const statuses: ModelBackfillStatus[] = []
+    let resourceVersion: string | undefined
+    let controller: AbortController | undefined
+    let stopped = false
+    const start = async (): Promise<void> => {
+      controller = await new Watch(this.kc).watch(
+        `/apis/${GROUP}/${VERSION}/namespaces/${this.namespace}/modelbackfills`,
+        { fieldSelector: `metadata.name=${name}`, resourceVersion },
+        (type, obj: ModelBackfill) => {
+          if (type === 'ERROR') resourceVersion = undefined // e.g. 410 Gone: start over from the current object
+          if (type !== 'ADDED' && type !== 'MODIFIED') return
+          resourceVersion = obj.metadata.resourceVersion
+          const last = statuses.at(-1)
+          if (obj.status?.phase && JSON.stringify(last) !== JSON.stringify(obj.status)) statuses.push(obj.status)
+        },
+        () => {
+          if (!stopped) setTimeout(() => start().catch(() => {}), 100)
+        },
+      )
+    }
+    await start()
+    this.watches.add(() => {
+      stopped = true
+      controller?.abort()
+    })
+    const phases = () => {
+      const out: string[] = []
+      for (const s of statuses) {
+        const p = `${s.phase}/${s.reason}`
+        if (out.at(-1) !== p) out.push(p)
+      }
+      return out
+    }
+    return {
+      statuses,
+      phases,
+      first(count, timeoutMs = 30_000) {
+        return waitUntil(
+          `${count} phases of ${name}`,
+          async () => (phases().length >= count ? phases().slice(0, count) : undefined),
+          timeoutMs,
+          async () => JSON.stringify(phases()),
+        )
+      },
+      stop() {
+        stopped = true
+        controller?.abort()
+      },
+    }
+  }
+
   async state(name: string): Promise<BackfillState | null> {
     const kv: KV = await new Kvm(this.nc).open(BUCKET_BACKFILLS)
     const entry = await kv.get(backfillKey(this.namespace, name))
     return entry?.operation === 'PUT' ? entry.json<BackfillState>() : null
   }
 
-  /** Waits until the backfill's status satisfies `check` (phase and reason by default). */
+  /** Stops every history() watch still open (those of a test that failed before stopping its own). */
+  close() {
+    for (const stop of this.watches) stop()
+    this.watches.clear()
+  }
+
+  /** Waits until the backfill reaches `phase` (and `reason`, when given). */
   async waitFor(name: string, phase: string, reason?: string, timeoutMs = 30_000): Promise<ModelBackfill> {
+    return this.waitForStatus(
+      name,
+      `${phase}${reason ? `/${reason}` : ''}`,
+      (s) => s.phase === phase && (!reason || s.reason === reason),
+      timeoutMs,
+    )
+  }
+
+  /** Waits until the backfill's status satisfies `check`, e.g. Running with attempts 2. */
+  async waitForStatus(
+    name: string,
+    what: string,
+    check: (status: ModelBackfillStatus) => boolean,
+    timeoutMs = 30_000,
+  ): Promise<ModelBackfill> {
     return waitUntil(
-      `${name} to reach ${phase}${reason ? `/${reason}` : ''}`,
+      `${name} to reach ${what}`,
       async () => {
         const b = await this.getBackfill(name)
-        return b?.status?.phase === phase && (!reason || b.status?.reason === reason) ? b : undefined
+        return b?.status && check(b.status) ? b : undefined
       },
       timeoutMs,
       async () => JSON.stringify((await this.getBackfill(name))?.status ?? null),
     )
   }
+}
+
+const HOLD_FINALIZER = 'test.flexinfer.ai/hold'
+const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch)
+
+export interface StatusHistory {
+  /** Every distinct status written, oldest first. */
+  statuses: ModelBackfillStatus[]
+  /** `phase/reason` of each status, consecutive repeats folded. */
+  phases(): string[]
+  /**
+   * The first `count` phases, once the watch has seen that many (it may lag a GET by a moment): compare them with
+   * the expected story, a diverging one fails the comparison rather than the wait.
+   */
+  first(count: number, timeoutMs?: number): Promise<string[]>
+  stop(): void
 }
 
 export async function waitUntil<T>(
