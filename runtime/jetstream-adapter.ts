@@ -89,7 +89,7 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
 
   for (const sub of fn.subscriptions) {
     const consumer = await deps.bus.js.consumers.get(sub.stream, consumerName(fn.name, sub.stream))
-    const messages = await consumer.consume({ max_messages: Math.max(100, fn.concurrency) })
+    const messages = await consumer.consume({ max_messages: Math.min(Math.max(100, fn.concurrency), 4096) })
     const done = (async () => {
       for await (const msg of messages) {
         const task: Promise<void> = process(msg)

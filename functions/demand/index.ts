@@ -224,8 +224,9 @@ export function demandFunction(): EventFunction {
   let instance: Demand | undefined
   return {
     name: 'demand',
-    // Handlers mostly wait for a coalesced write: many may be in flight at once.
-    concurrency: 4096,
+    // A request is acked only once the coalesced write covering it is stored (≤ COALESCE_MS later), so the
+    // rate one instance sustains is about concurrency / COALESCE_MS: keep many in flight (they are small).
+    concurrency: 32_768,
     subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.foreground.request'], deliverNew: true }],
     async start(deps) {
       instance = new Demand(deps)
