@@ -5,6 +5,9 @@ import { ANNOTATION_MODEL, ANNOTATION_NODE, LABEL_BACKFILL } from './names.js'
 type Obj = Record<string, unknown>
 const obj = (v: unknown): Obj => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Obj) : {})
 const str = (v: unknown): string | undefined => (typeof v === 'string' && v !== '' ? v : undefined)
+/** A timestamp as an ISO string: raw JSON carries strings, the typed client (e.g. readNamespacedJob) Date objects. */
+const time = (v: unknown): string | undefined =>
+  v instanceof Date ? (Number.isNaN(v.getTime()) ? undefined : v.toISOString()) : str(v)
 
 export interface ModelView {
   namespace: string
@@ -117,11 +120,11 @@ export function jobView(raw: unknown): JobView {
     ownerUid: str(owner?.uid),
     model: str(annotations[ANNOTATION_MODEL]),
     node: str(annotations[ANNOTATION_NODE]),
-    createdAt: str(meta.creationTimestamp),
+    createdAt: time(meta.creationTimestamp),
     deleting: Boolean(meta.deletionTimestamp),
     outcome: terminal ? (terminal.type as JobOutcome) : undefined,
     outcomeMessage: str(terminal?.message) ?? str(terminal?.reason),
-    outcomeTime: str(status.completionTime) ?? str(terminal?.lastTransitionTime),
+    outcomeTime: time(status.completionTime) ?? time(terminal?.lastTransitionTime),
     started: Boolean(status.startTime) || Number(status.active ?? 0) > 0,
   }
 }

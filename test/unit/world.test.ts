@@ -133,6 +133,25 @@ describe('jobView', () => {
     expect(jobView(raw({ conditions: [{ type: 'Suspended', status: 'True' }] })).outcome).toBeUndefined()
   })
 
+  it('reads times the typed client parsed into Date objects (readNamespacedJob) as well as raw strings', () => {
+    const typed = jobView({
+      ...raw({
+        completionTime: new Date('2026-03-01T00:10:00Z'),
+        conditions: [{ type: 'Complete', status: 'True', lastTransitionTime: new Date('2026-03-01T00:10:01Z') }],
+      }),
+      metadata: { ...raw({}).metadata, creationTimestamp: new Date('2026-03-01T00:00:00Z') },
+    })
+    expect(typed).toMatchObject({
+      outcome: 'Complete',
+      outcomeTime: '2026-03-01T00:10:00.000Z',
+      createdAt: '2026-03-01T00:00:00.000Z',
+    })
+    const noCompletionTime = jobView(
+      raw({ conditions: [{ type: 'Failed', status: 'True', lastTransitionTime: new Date('2026-03-01T00:30:00Z') }] }),
+    )
+    expect(noCompletionTime.outcomeTime).toBe('2026-03-01T00:30:00.000Z')
+  })
+
   it('active: neither terminal nor being deleted', () => {
     expect(isActiveJob(jobView(raw({ active: 1 })))).toBe(true)
     expect(isActiveJob(jobView(raw({ active: 1 }, { deletionTimestamp: '2026-03-01T00:05:00Z' })))).toBe(false)
