@@ -386,12 +386,17 @@ function cancelMessage(reason: CancelReason): string {
   }
 }
 
-/** Useful time is running time only: from the observed start of running to the end of the attempt. */
+/**
+ * Useful time is running time only: from the observed start of running to the end of the attempt. A Job reports
+ * its end in whole seconds (Kubernetes times), so it ended within that second: count up to its end, never past now
+ * (a run shorter than a second would otherwise count nothing).
+ */
 function addUseful(w: Work, endIso?: string) {
   const s = w.s
   const from = ms(s.runningSince)
   if (Number.isNaN(from)) return
-  const end = Math.min(w.now, Number.isNaN(ms(endIso)) ? w.now : ms(endIso))
+  const reported = ms(endIso)
+  const end = Number.isNaN(reported) ? w.now : Math.min(w.now, reported + (reported % 1000 === 0 ? 999 : 0))
   s.counters.usefulSeconds += Math.max(0, (end - from) / 1000)
   s.runningSince = undefined
 }

@@ -1092,6 +1092,16 @@ describe('counters', () => {
     })
   })
 
+  it('a run shorter than a second still counts: the Job reports its end in whole seconds, never past now', () => {
+    const f = FIXTURES.Running
+    const since = Date.parse(f.state.runningSince as string) // a whole second, like Kubernetes times
+    const job = f.world.job && { ...f.world.job, outcome: 'Complete' as const, outcomeTime: iso(since) }
+    expect(decide({ ...f.world, job }, { type: 'timer' }, since + 400).state?.counters.usefulSeconds).toBeCloseTo(0.4)
+    expect(decide({ ...f.world, job }, { type: 'timer' }, since + 5000).state?.counters.usefulSeconds).toBeCloseTo(
+      0.999,
+    )
+  })
+
   it('a Job finishing while still pending counts no useful time', () => {
     const f = FIXTURES.Starting
     const d = decide(
