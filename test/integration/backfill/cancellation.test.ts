@@ -4,7 +4,6 @@
 // preemption is counted by reason in the KV state, and `kubectl describe` tells the story.
 import { afterAll, beforeAll, describe, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
 import { type Runner, startRunner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
@@ -23,14 +22,6 @@ afterAll(async () => {
 })
 
 const ms = (time: string | undefined) => Date.parse(time ?? '')
-
-async function foreground(model: string) {
-  const emitter = createForegroundEmitter(env.nc)
-  const at = Date.now()
-  await emitter.emit({ namespace: env.namespace, model })
-  await emitter.close()
-  return at
-}
 
 const gone = (job: string) =>
   waitUntil(`Job ${job} to be deleted`, async () => ((await world.job(job)) === null ? true : undefined), 15_000)
@@ -67,7 +58,7 @@ async function cancelled(r: { backfill: string; job: string }, reason: string) {
 describe.concurrent('foreground demand', () => {
   it('Cancelling while the Job is being deleted, then WaitingForIdle with a fresh window', async ({ expect }) => {
     const r = await runningBackfill('cancelling')
-    const requestAt = await foreground(r.model)
+    const requestAt = await world.foreground(r.model)
     const cancelling = await world.waitFor(r.backfill, 'Cancelling', 'ForegroundDemand')
     expect(cancelling.status?.jobName).toBe(r.job)
     expect(cancelling.status?.message).toBe(`foreground request for the model; deleting Job ${r.job}`)
@@ -97,14 +88,14 @@ describe.concurrent('foreground demand', () => {
 
   it('repeatedly preempted: two foreground cancels → attempts 3, preemptions foreground 2', async ({ expect }) => {
     const r = await runningBackfill('preempted', { hold: false })
-    const first = await foreground(r.model)
+    const first = await world.foreground(r.model)
     const second = await world.waitForStatus(
       r.backfill,
       'Running attempt 2',
       (s) => s.phase === 'Running' && s.attempts === 2,
     )
     expect(ms(second.status?.startedAt)).toBeGreaterThanOrEqual(first + 2000)
-    const again = await foreground(r.model)
+    const again = await world.foreground(r.model)
     const third = await world.waitForStatus(
       r.backfill,
       'Running attempt 3',

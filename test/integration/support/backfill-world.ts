@@ -23,9 +23,10 @@ import {
   type ModelBackfillStatus,
   VERSION,
 } from '../../../core/api.js'
-import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey, LABEL_BACKFILL } from '../../../core/names.js'
-import type { BackfillState } from '../../../core/state.js'
-import { BUCKET_BACKFILLS } from '../../../events/catalog.js'
+import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey, LABEL_BACKFILL, modelKey } from '../../../core/names.js'
+import type { BackfillState, ModelIdleState } from '../../../core/state.js'
+import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE } from '../../../events/catalog.js'
+import { createForegroundEmitter } from '../../../events/emitter.js'
 import { sleep } from '../../env/exec.js'
 
 export class BackfillWorld {
@@ -300,6 +301,19 @@ export class BackfillWorld {
     }
   }
 
+  /** Waits until the Job controller has concluded the Job (condition Complete or Failed True); returns it. */
+  async waitForJobCondition(name: string, type: 'Complete' | 'Failed', timeoutMs = 30_000): Promise<V1Job> {
+    return waitUntil(
+      `Job ${name} to be ${type}`,
+      async () => {
+        const job = await this.job(name)
+        return job?.status?.conditions?.some((c) => c.type === type && c.status === 'True') ? job : undefined
+      },
+      timeoutMs,
+      async () => JSON.stringify((await this.job(name))?.status ?? null),
+    )
+  }
+
   /** The Jobs owned by one backfill (its attempts that still exist). */
   async jobsOf(backfill: string): Promise<V1Job[]> {
     return (await this.jobs()).filter((j) => j.metadata?.ownerReferences?.some((r) => r.name === backfill))
@@ -471,6 +485,22 @@ export class BackfillWorld {
     const kv: KV = await new Kvm(this.nc).open(BUCKET_BACKFILLS)
     const entry = await kv.get(backfillKey(this.namespace, name))
     return entry?.operation === 'PUT' ? entry.json<BackfillState>() : null
+  }
+
+  /** One foreground request for the model, as a gateway publishes it; returns the time just before it was sent. */
+  async foreground(model: string): Promise<number> {
+    const emitter = createForegroundEmitter(this.nc)
+    const at = Date.now()
+    await emitter.emit({ namespace: this.namespace, model })
+    await emitter.close()
+    return at
+  }
+
+  /** The model's idle state as the demand function keeps it (newest foreground request). */
+  async idle(model: string): Promise<ModelIdleState | null> {
+    const kv: KV = await new Kvm(this.nc).open(BUCKET_MODEL_IDLE)
+    const entry = await kv.get(modelKey(this.namespace, model))
+    return entry?.operation === 'PUT' ? entry.json<ModelIdleState>() : null
   }
 
   /** Stops every history() watch still open (those of a test that failed before stopping its own). */
