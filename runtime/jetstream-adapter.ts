@@ -1,8 +1,8 @@
 // Transport: a JetStream pull consumer per (function, stream). Malformed events and events that keep failing go
 // to the dead-letter stream with the reason; nothing is dropped silently and nothing crashes the process.
 import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
-import { decode } from '../events/codec.js'
-import { consumerName, type EventFunction, PermanentError } from './function.js'
+import { consumerName, type EventFunction } from './function.js'
+import { processEvent } from './process-event.js'
 import type { Deps } from './reconcile.js'
 
 export const MAX_DELIVER = 8
@@ -53,24 +53,27 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
   const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
 
   const process = async (msg: JsMsg) => {
-    const decoded = decode(msg.data)
-    if (!decoded.ok) {
-      await deadLetter(msg, decoded.reason)
-      return
-    }
-    try {
-      await fn.handle(decoded.event, deps)
-      msg.ack()
-      stats.handled++
-    } catch (err) {
-      const reason = `${decoded.event.type} ${decoded.event.id}: ${(err as Error)?.message ?? String(err)}`
-      if (err instanceof PermanentError || msg.info.deliveryCount >= MAX_DELIVER) {
-        await deadLetter(msg, reason)
+    const outcome = await processEvent(fn, deps, msg.data)
+    switch (outcome.kind) {
+      case 'handled':
+        msg.ack()
+        stats.handled++
         return
-      }
-      stats.retried++
-      log.warn({ err, type: decoded.event.type, id: decoded.event.id, delivery: msg.info.deliveryCount }, 'retrying')
-      msg.nak(backoffMs(msg.info.deliveryCount))
+      case 'malformed':
+      case 'permanent':
+        await deadLetter(msg, outcome.reason)
+        return
+      case 'transient':
+        if (msg.info.deliveryCount >= MAX_DELIVER) {
+          await deadLetter(msg, outcome.reason)
+          return
+        }
+        stats.retried++
+        log.warn(
+          { err: outcome.err, type: outcome.event.type, id: outcome.event.id, delivery: msg.info.deliveryCount },
+          'retrying',
+        )
+        msg.nak(backoffMs(msg.info.deliveryCount))
     }
   }
 

@@ -1,0 +1,35 @@
+// The transport-independent part of delivering one event to a function: decode/validate, handle, and classify the
+// outcome. Each transport maps the outcome to its own vocabulary (JetStream: ack / term / nak; HTTP: status codes)
+// and both dead-letter through deps.bus.deadLetter, so functions never know how an event reached them.
+import { type DecodeResult, decode, type InboundEvent } from '../events/codec.js'
+import { type EventFunction, PermanentError } from './function.js'
+import type { Deps } from './reconcile.js'
+
+export type Outcome =
+  /** Handled: its effect is durable. */
+  | { kind: 'handled'; event: InboundEvent }
+  /** Could not be decoded or validated: never retry, dead-letter it. */
+  | { kind: 'malformed'; reason: string }
+  /** The handler said it can never succeed (PermanentError): never retry, dead-letter it. */
+  | { kind: 'permanent'; event: InboundEvent; reason: string }
+  /** Anything else: retry later (the transport decides how often). */
+  | { kind: 'transient'; event: InboundEvent; reason: string; err: unknown }
+
+/** Handles an already decoded (or rejected) event. Never throws. */
+export async function processDecoded(fn: EventFunction, deps: Deps, decoded: DecodeResult): Promise<Outcome> {
+  if (!decoded.ok) return { kind: 'malformed', reason: decoded.reason }
+  const event = decoded.event
+  try {
+    await fn.handle(event, deps)
+    return { kind: 'handled', event }
+  } catch (err) {
+    const reason = `${event.type} ${event.id}: ${(err as Error)?.message ?? String(err)}`
+    if (err instanceof PermanentError) return { kind: 'permanent', event, reason }
+    return { kind: 'transient', event, reason, err }
+  }
+}
+
+/** Decodes structured-mode bytes (NATS) and handles the event. Never throws. */
+export function processEvent(fn: EventFunction, deps: Deps, bytes: Uint8Array | string): Promise<Outcome> {
+  return processDecoded(fn, deps, decode(bytes))
+}
