@@ -1,7 +1,33 @@
 // `npm start` (every function, the local watcher and the metrics endpoint in one process) and the container
-// entry point (`FUNCTION=admit`, one function per Deployment).
+// entry point: `FUNCTION=admit` runs one function on its JetStream consumer (KEDA); with `TRANSPORT=http` it is
+// served over HTTP instead (Knative); `FUNCTION=ingress` is the authenticated HTTP ingress for gateways.
+
+import { functionFactories } from '../functions/index.js'
+import { INGRESS_TYPES, ingress } from '../functions/ingress/index.js'
+import { readToken, startHttpFunction } from './http-adapter.js'
 import { createLogger } from './log.js'
 import { startRunner } from './runner.js'
+
+const USAGE = `model-backfill: event functions for opportunistic model backfill
+
+usage: node dist/runtime/main.js [function]        (or: npm start)
+
+environment:
+  NATS_URL            NATS server (required)
+  KUBECONFIG          kubeconfig (in a pod: its ServiceAccount)
+  FUNCTION            all (default) | ${Object.keys(functionFactories).join(' | ')} | ingress  (comma-separated: several)
+  TRANSPORT           jetstream (default: pull consumers, KEDA) | http (one function as a Knative Service)
+  PORT, HOST          HTTP port and address (metrics/health; with TRANSPORT=http or ingress: CloudEvents on POST /)
+  WATCH               run the local ApiServerSource stand-in (default: only when running all functions)
+  INGRESS_TOKEN[_FILE]  bearer token of the ingress (required for FUNCTION=ingress; _FILE: a mounted Secret)
+  HTTP_TOKEN[_FILE]     optional bearer token for TRANSPORT=http
+  LOG_LEVEL           pino level (default info)
+`
+
+if (process.argv.includes('--help') || process.argv.includes('-h')) {
+  process.stdout.write(USAGE)
+  process.exit(0)
+}
 
 const log = createLogger('model-backfill')
 const natsUrl = process.env.NATS_URL
@@ -10,15 +36,55 @@ if (!natsUrl) {
   process.exit(2)
 }
 const only = process.env.FUNCTION ?? process.argv[2]
-const runner = await startRunner({
-  natsUrl,
-  functions: only && only !== 'all' ? only.split(',') : undefined,
-  watch: process.env.WATCH ? process.env.WATCH !== 'false' : !only || only === 'all',
-  httpPort: Number(process.env.PORT ?? 9464),
-  httpHost: process.env.HOST ?? '127.0.0.1',
-  logger: log,
-})
-log.info(`metrics at ${runner.httpUrl}/metrics`)
+const http = only === 'ingress' || process.env.TRANSPORT === 'http'
+let stop: () => Promise<void>
+if (http) {
+  const port = Number(process.env.PORT ?? 8080)
+  const host = process.env.HOST ?? '0.0.0.0'
+  if (only === 'ingress') {
+    const token = readToken('INGRESS_TOKEN')
+    if (!token) {
+      log.error('the ingress needs a bearer token: set INGRESS_TOKEN or INGRESS_TOKEN_FILE')
+      process.exit(2)
+    }
+    const served = await startHttpFunction(ingress, {
+      natsUrl,
+      port,
+      host,
+      token,
+      acceptTypes: INGRESS_TYPES,
+      logger: log,
+    })
+    stop = served.stop
+  } else {
+    const factory = only ? functionFactories[only] : undefined
+    if (!factory) {
+      log.error(
+        `TRANSPORT=http serves one function: FUNCTION must be one of ${Object.keys(functionFactories).join(', ')}`,
+      )
+      process.exit(2)
+    }
+    const served = await startHttpFunction(factory(), {
+      natsUrl,
+      port,
+      host,
+      token: readToken('HTTP_TOKEN'),
+      logger: log,
+    })
+    stop = served.stop
+  }
+} else {
+  const runner = await startRunner({
+    natsUrl,
+    functions: only && only !== 'all' ? only.split(',') : undefined,
+    watch: process.env.WATCH ? process.env.WATCH !== 'false' : !only || only === 'all',
+    httpPort: Number(process.env.PORT ?? 9464),
+    httpHost: process.env.HOST ?? '127.0.0.1',
+    logger: log,
+  })
+  log.info(`metrics at ${runner.httpUrl}/metrics`)
+  stop = runner.stop
+}
 
 let stopping = false
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -26,8 +92,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     if (stopping) return
     stopping = true
     log.info({ signal }, 'draining in-flight events, then stopping')
-    runner
-      .stop()
+    stop()
       .then(() => process.exit(0))
       .catch((err) => {
         log.error({ err }, 'shutdown failed')

@@ -1,0 +1,26 @@
+// ingress: for gateways that can only POST CloudEvents over HTTP. Served by the HTTP adapter with a bearer token
+// (INGRESS_TOKEN, or INGRESS_TOKEN_FILE naming a mounted Secret); takes `ai.flexinfer.foreground.request` only
+// (binary, structured or a batch), validated by the catalog, and publishes each to its catalog subject as
+// structured JSON, answering 202 once JetStream has stored it. Not in functionFactories: it consumes nothing
+// from JetStream (a runner consuming foreground requests would re-publish them forever).
+import { catalog, subjectFor } from '../../events/catalog.js'
+import { encode } from '../../events/codec.js'
+import { type EventFunction, PermanentError } from '../../runtime/function.js'
+
+export const INGRESS_TYPES = ['ai.flexinfer.foreground.request'] as const
+
+export const ingress: EventFunction = {
+  name: 'ingress',
+  subscriptions: [],
+  concurrency: 256,
+  async handle(event, deps) {
+    if (event.type !== 'ai.flexinfer.foreground.request') throw new PermanentError(`ingress takes ${INGRESS_TYPES}`)
+    const body = encode(event.type, event.data, { id: event.id, source: event.source, time: event.time })
+    // The event id (per source) de-duplicates a gateway's retry within the stream's duplicate window.
+    await deps.bus.js.publish(subjectFor(event.type, event.data), body, {
+      msgID: `ingress:${event.source}:${event.id}`,
+    })
+  },
+}
+
+export const INGRESS_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject

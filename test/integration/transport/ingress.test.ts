@@ -1,0 +1,168 @@
+// The HTTP ingress for gateways that can only POST CloudEvents: bearer token from a mounted-Secret-style file,
+// foreground requests only, validated, published to the catalog subject (a JetStream consumer sees them), 202.
+import { randomUUID } from 'node:crypto'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Writable } from 'node:stream'
+import { type ConsumerMessages, DeliverPolicy, jetstream } from '@nats-io/jetstream'
+import { afterAll, beforeAll, expect, it } from 'vitest'
+import { STREAM_EVENTS } from '../../../events/catalog.js'
+import { decode, type InboundEvent } from '../../../events/codec.js'
+import { INGRESS_SUBJECT, INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
+import { type HttpFunction, readToken, startHttpFunction } from '../../../runtime/http-adapter.js'
+import { createLogger } from '../../../runtime/log.js'
+import { useTestEnv } from '../../env/fixture.js'
+
+const env = useTestEnv()
+const TOKEN = `ingress-${randomUUID()}`
+let dir: string
+let served: HttpFunction
+let messages: ConsumerMessages
+const seen: { event: InboundEvent; subject: string }[] = []
+let logLines = ''
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'ingress-'))
+  await writeFile(join(dir, 'token'), `${TOKEN}\n`)
+  const token = readToken('INGRESS_TOKEN', { INGRESS_TOKEN_FILE: join(dir, 'token') })
+  const capture = new Writable({
+    write(chunk, _enc, done) {
+      logLines += chunk.toString()
+      done()
+    },
+  })
+  const logger = createLogger('ingress-test', capture)
+  logger.level = 'trace'
+  served = await startHttpFunction(ingress, {
+    natsUrl: env.natsUrl,
+    kubeconfig: env.kc,
+    port: 0,
+    token,
+    acceptTypes: INGRESS_TYPES,
+    logger,
+  })
+  // What the demand function's consumer would get: a JetStream consumer on the catalog subject.
+  const consumer = await jetstream(env.nc).consumers.get(STREAM_EVENTS, {
+    filter_subjects: [INGRESS_SUBJECT],
+    deliver_policy: DeliverPolicy.New,
+  })
+  messages = await consumer.consume()
+  void (async () => {
+    for await (const msg of messages) {
+      const decoded = decode(msg.data)
+      if (decoded.ok && (decoded.event.data as { namespace?: string }).namespace === env.namespace)
+        seen.push({ event: decoded.event, subject: msg.subject })
+    }
+  })()
+})
+afterAll(async () => {
+  await messages?.close()
+  await served?.stop()
+  await rm(dir, { recursive: true, force: true })
+})
+
+const post = (body: string, headers: Record<string, string>, token: string | null = TOKEN) =>
+  fetch(served.url, {
+    method: 'POST',
+    headers: { ...headers, ...(token === null ? {} : { authorization: `Bearer ${token}` }) },
+    body,
+  })
+const structured = (data: Record<string, unknown>, extra: Record<string, unknown> = {}) => {
+  const id = randomUUID()
+  const body = JSON.stringify({
+    specversion: '1.0',
+    id,
+    source: 'edge-gateway',
+    type: 'ai.flexinfer.foreground.request',
+    time: '2026-01-02T03:04:05.000Z',
+    datacontenttype: 'application/json',
+    data,
+    ...extra,
+  })
+  return { id, body }
+}
+const CE = { 'content-type': 'application/cloudevents+json' }
+
+async function published(id: string) {
+  for (let i = 0; i < 100; i++) {
+    const found = seen.filter((s) => s.event.id === id)
+    if (found.length) return found
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  throw new Error(`event ${id} was not published`)
+}
+
+it('publishes a valid structured request to the catalog subject, with its request time, and answers 202', async () => {
+  const { id, body } = structured({ namespace: env.namespace, model: 'm-ingress' })
+  const res = await post(body, CE)
+  expect(res.status).toBe(202)
+  const [got] = await published(id)
+  expect(got?.subject).toBe('flexinfer.events.foreground.request')
+  expect(got?.event).toMatchObject({
+    type: 'ai.flexinfer.foreground.request',
+    source: 'edge-gateway',
+    time: '2026-01-02T03:04:05.000Z',
+    data: { namespace: env.namespace, model: 'm-ingress' },
+  })
+})
+
+it('takes binary mode and a batch; a retried POST is stored once', async () => {
+  const id = randomUUID()
+  const binary = {
+    'content-type': 'application/json',
+    'ce-specversion': '1.0',
+    'ce-id': id,
+    'ce-source': 'edge-gateway',
+    'ce-type': 'ai.flexinfer.foreground.request',
+    'ce-time': new Date().toISOString(),
+  }
+  const body = JSON.stringify({ namespace: env.namespace, model: 'm-binary' })
+  expect((await post(body, binary)).status).toBe(202)
+  expect((await post(body, binary)).status).toBe(202)
+  const a = structured({ namespace: env.namespace, model: 'm-batch-a' })
+  const b = structured({ namespace: env.namespace, model: 'm-batch-b', workloadClass: 'foreground' })
+  const batch = await post(`[${a.body},${b.body}]`, { 'content-type': 'application/cloudevents-batch+json' })
+  expect(batch.status).toBe(202)
+  await published(a.id)
+  await published(b.id)
+  await new Promise((r) => setTimeout(r, 300))
+  expect(await published(id)).toHaveLength(1)
+})
+
+it('rejects what it must not publish: no or wrong token 401, other types and invalid data 400', async () => {
+  const ok = structured({ namespace: env.namespace, model: 'm-reject' })
+  expect((await post(ok.body, CE, null)).status).toBe(401)
+  expect((await post(ok.body, CE, 'not-the-token')).status).toBe(401)
+
+  const otherType = structured(
+    { namespace: env.namespace, name: 's1', nodeName: 'n1', deleted: false },
+    { type: 'ai.flexinfer.gaming.session' },
+  )
+  const wrongType = await post(otherType.body, CE)
+  expect(wrongType.status).toBe(400)
+  expect(((await wrongType.json()) as { reason: string }).reason).toMatch(/not accepted here/)
+
+  const invalid = structured({ namespace: 'Not A Namespace', model: 'm' })
+  const bad = await post(invalid.body, CE)
+  expect(bad.status).toBe(400)
+  expect(((await bad.json()) as { reason: string }).reason).toMatch(/namespace/)
+
+  expect((await post('model=m', { 'content-type': 'application/x-www-form-urlencoded' })).status).toBe(415)
+
+  await new Promise((r) => setTimeout(r, 300))
+  for (const id of [ok.id, otherType.id, invalid.id]) expect(seen.find((s) => s.event.id === id)).toBeUndefined()
+})
+
+it('never logs the token', async () => {
+  expect(logLines).toContain('unauthenticated request')
+  expect(logLines).not.toContain(TOKEN)
+  expect(logLines).not.toMatch(/Bearer /)
+})
+
+it('readToken: the env value, or the mounted file; an empty file is an error', async () => {
+  expect(readToken('INGRESS_TOKEN', { INGRESS_TOKEN: ' t0k ' })).toBe('t0k')
+  expect(readToken('INGRESS_TOKEN', {})).toBeUndefined()
+  await writeFile(join(dir, 'empty'), '\n')
+  expect(() => readToken('INGRESS_TOKEN', { INGRESS_TOKEN_FILE: join(dir, 'empty') })).toThrow(/empty/)
+})
