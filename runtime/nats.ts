@@ -111,6 +111,23 @@ export async function ensureBuckets(nc: NatsConnection): Promise<Buckets> {
   return { idle, backfills, claims }
 }
 
+/**
+ * `nats://user:password@host:4222[,…]` → servers and user/pass: nats.js ignores credentials in a URL, and each
+ * function authenticates as its own NATS user (nats/README.md). Percent-encoded parts are decoded. Never logged.
+ */
+export function natsServerOptions(servers: string): { servers: string[]; user?: string; pass?: string } {
+  let user: string | undefined
+  let pass: string | undefined
+  const list = servers.split(',').map((s) => {
+    const m = /^([a-z]+:\/\/)?([^:@/]+)(?::([^@/]*))?@(.+)$/i.exec(s.trim())
+    if (!m) return s.trim()
+    user = decodeURIComponent(m[2] as string)
+    pass = m[3] === undefined ? undefined : decodeURIComponent(m[3])
+    return `${m[1] ?? ''}${m[4]}`
+  })
+  return { servers: list, ...(user === undefined ? {} : { user, pass }) }
+}
+
 export const DEAD_LETTER_REASON = 'Flexinfer-Dead-Letter-Reason'
 
 /** nats-server (2.12–2.14) evaluates message schedules on a ~250 ms tick; measured, see bench/README.md. */
@@ -128,7 +145,7 @@ export class Bus {
 
   static async connect(servers: string, name: string): Promise<Bus> {
     // noAsyncTraces: no Error (and stack capture) per request; on the hot path that was a fifth of the CPU.
-    const nc = await connect({ servers, name, maxReconnectAttempts: -1, noAsyncTraces: true })
+    const nc = await connect({ ...natsServerOptions(servers), name, maxReconnectAttempts: -1, noAsyncTraces: true })
     return Bus.open(nc)
   }
 

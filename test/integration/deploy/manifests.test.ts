@@ -1,0 +1,154 @@
+// The install manifests against the real schemas: the upstream Knative Serving/Eventing, KEDA and eventing-natss
+// CRDs are installed into the test apiserver, and the `kubectl kustomize` output of both overlays (re-namespaced
+// into this file's namespace) is applied with strict field validation — every object must be accepted.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { APISERVER_TYPES, catalog } from '../../../events/catalog.js'
+import { consumerName } from '../../../runtime/function.js'
+import { useTestEnv } from '../../env/fixture.js'
+import {
+  applyBuild,
+  type Build,
+  buildOverlay,
+  deleteClusterScoped,
+  FUNCTIONS,
+  installUpstreamCrds,
+  type Manifest,
+  NATS_ACCOUNT,
+} from '../support/deploy.js'
+
+const env = useTestEnv()
+const builds: Build[] = []
+
+beforeAll(async () => {
+  await installUpstreamCrds(env)
+})
+afterAll(async () => {
+  for (const b of builds) await deleteClusterScoped(env, b)
+})
+
+const kinds = (ms: Manifest[]) => ms.map((m) => m.kind)
+const of = (ms: Manifest[], kind: string) => ms.filter((m) => m.kind === kind)
+
+async function buildAndApply(overlay: 'knative' | 'keda') {
+  const build = await buildOverlay(env, overlay, env.namespace)
+  builds.push(build)
+  const applied = await applyBuild(env, build)
+  return { build, applied }
+}
+
+describe('kubectl kustomize knative/', () => {
+  it('applies cleanly: Services, Broker on the JetStream channel, Triggers, ApiServerSources, RBAC', async () => {
+    const { build, applied } = await buildAndApply('knative')
+    const ms = build.manifests
+    // Everything but the CRD (dry-run only) was created, and is readable back from the apiserver.
+    expect(applied).toHaveLength(ms.length - of(ms, 'CustomResourceDefinition').length)
+    const services = of(ms, 'Service').filter((m) => m.apiVersion === 'serving.knative.dev/v1')
+    expect(services.map((s) => s.metadata.name).sort()).toEqual(
+      FUNCTIONS.map((f) => build.name(`model-backfill-${f}`)).sort(),
+    )
+    const got = await env.kubectl([
+      'get',
+      'ksvc,broker,trigger,apiserversource,sinkbinding',
+      '-n',
+      env.namespace,
+      '-o',
+      'name',
+    ])
+    expect(got.code).toBe(0)
+    expect(got.stdout.trim().split('\n')).toHaveLength(
+      services.length +
+        ['Broker', 'Trigger', 'ApiServerSource', 'SinkBinding'].reduce((n, k) => n + of(ms, k).length, 0),
+    )
+
+    // The preemption path stays warm; the rest scales to zero.
+    const minScale = Object.fromEntries(
+      services.map((s) => [
+        s.spec.template.spec.containers[0].env.find((e: { name: string }) => e.name === 'FUNCTION').value,
+        s.spec.template.metadata.annotations['autoscaling.knative.dev/min-scale'],
+      ]),
+    )
+    expect(minScale).toEqual({ source: '0', demand: '1', admit: '0', cancel: '1', lifecycle: '0' })
+
+    // The Broker uses the NATS JetStream channel.
+    const [broker] = of(ms, 'Broker')
+    const channel = of(ms, 'ConfigMap').find((c) => c.metadata.name === broker?.spec.config.name)
+    expect(channel?.data['channel-template-spec']).toContain('kind: NatsJetStreamChannel')
+
+    // Every catalog type a function takes has exactly one Trigger to that function.
+    const routes = of(ms, 'Trigger').map((t) => `${t.spec.filter.attributes.type} -> ${t.spec.subscriber.ref.name}`)
+    // (from the event catalog: each type's consumers; ApiServerSource types go to source)
+    const expected = [
+      ...APISERVER_TYPES.map((type) => `${type} -> ${build.name('model-backfill-source')}`),
+      ...Object.entries(catalog).flatMap(([type, entry]) =>
+        (entry.consumers as readonly string[]).map((fn) => `${type} -> ${build.name(`model-backfill-${fn}`)}`),
+      ),
+    ]
+    expect(routes.sort()).toEqual(expected.sort())
+
+    // ApiServerSources in Resource mode for the five watched resources; Jobs only with the backfill label.
+    const sources = of(ms, 'ApiServerSource')
+    expect(sources.every((s) => s.spec.mode === 'Resource')).toBe(true)
+    const watched = sources.flatMap((s) => s.spec.resources.map((r: { kind: string }) => r.kind))
+    expect(watched.sort()).toEqual(['GPULease', 'GamingSession', 'Job', 'Model', 'ModelBackfill'])
+    const jobs = sources.flatMap((s) => s.spec.resources).find((r: { kind: string }) => r.kind === 'Job')
+    expect(jobs.selector.matchExpressions).toEqual([{ key: 'ai.flexinfer/model-backfill', operator: 'Exists' }])
+  })
+
+  it('the ApiServerSource ServiceAccount may list and watch what it sources, cluster-wide, and nothing more', async () => {
+    const build = builds.find((b) => b.overlay === 'knative') as Build
+    const sa = `system:serviceaccount:${env.namespace}:${build.name('model-backfill-apiserversource')}`
+    const can = async (...args: string[]) => (await env.kubectl(['auth', 'can-i', '--as', sa, ...args])).stdout.trim()
+    for (const r of [
+      'modelbackfills.ai.flexinfer',
+      'models.ai.flexinfer',
+      'gamingsessions.ai.flexinfer',
+      'gpuleases.ai.flexinfer',
+      'jobs.batch',
+    ]) {
+      expect(await can('watch', r, '-A')).toBe('yes')
+      expect(await can('list', r, '-A')).toBe('yes')
+    }
+    expect(await can('create', 'jobs.batch', '-n', env.namespace)).toBe('no')
+    expect(await can('update', 'models.ai.flexinfer', '-n', env.namespace)).toBe('no')
+  })
+})
+
+describe('kubectl kustomize keda/', () => {
+  it('applies cleanly: Deployments, ScaledObjects with nats-jetstream triggers, TriggerAuthentication, RBAC', async () => {
+    const { build, applied } = await buildAndApply('keda')
+    const ms = build.manifests
+    expect(applied).toHaveLength(ms.length - of(ms, 'CustomResourceDefinition').length)
+    expect(kinds(ms)).toContain('TriggerAuthentication')
+    const got = await env.kubectl([
+      'get',
+      'deploy,scaledobject,triggerauthentication',
+      '-n',
+      env.namespace,
+      '-o',
+      'name',
+    ])
+    expect(got.stdout.trim().split('\n')).toHaveLength(
+      ['Deployment', 'ScaledObject', 'TriggerAuthentication'].reduce((n, k) => n + of(ms, k).length, 0),
+    )
+
+    // Each ScaledObject scales its own Deployment on the real stream and durable consumer of every subscription.
+    const scaled = of(ms, 'ScaledObject')
+    expect(scaled).toHaveLength(FUNCTIONS.length)
+    const { functionFactories } = await import('../../../functions/index.js')
+    for (const fn of FUNCTIONS) {
+      const so = scaled.find((s) => s.spec.scaleTargetRef.name === build.name(`model-backfill-${fn}`))
+      expect(so, fn).toBeDefined()
+      const nats = so?.spec.triggers.filter((t: { type: string }) => t.type === 'nats-jetstream')
+      const expected = (functionFactories[fn] as () => { subscriptions: { stream: string }[] })().subscriptions.map(
+        (s) => ({ stream: s.stream, consumer: consumerName(fn, s.stream) }),
+      )
+      const named = nats.map((t: { metadata: Record<string, string> }) => `${t.metadata.stream}/${t.metadata.consumer}`)
+      expect(named.sort()).toEqual(expected.map((e) => `${e.stream}/${e.consumer}`).sort())
+      for (const t of nats) expect(t.metadata.account).toBe(NATS_ACCOUNT)
+      // Scale to zero everywhere but the watcher (the Kubernetes event source must always run in this overlay).
+      expect(so?.spec.minReplicaCount, fn).toBe(fn === 'source' ? 1 : 0)
+      const warm = so?.spec.triggers.find((t: { type: string }) => t.type === 'metrics-api')
+      expect(Boolean(warm), `${fn} warm trigger`).toBe(fn === 'demand' || fn === 'cancel')
+    }
+  })
+})

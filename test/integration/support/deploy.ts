@@ -1,0 +1,211 @@
+// Helpers for the deployment tests: the upstream Knative/KEDA/eventing-natss CRDs installed into the test
+// apiserver, `kubectl kustomize` builds of the overlays re-namespaced into a test namespace (names suffixed, so
+// cluster-scoped RBAC of parallel builds never collides), and a dedicated nats-server running nats/auth.conf.
+import { type ChildProcess, spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { createWriteStream, existsSync } from 'node:fs'
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join, relative } from 'node:path'
+import { parseAllDocuments, stringify } from 'yaml'
+import { repoRoot } from '../../env/binaries.js'
+import { waitFor } from '../../env/exec.js'
+import type { TestEnv } from '../../env/fixture.js'
+import { freePorts, LOOPBACK } from '../../env/net.js'
+
+export const UPSTREAM_CRDS = process.env.UPSTREAM_CRDS_DIR ?? join(repoRoot, '../shared/upstream-crds')
+export const FUNCTIONS = ['source', 'demand', 'admit', 'cancel', 'lifecycle'] as const
+export type FunctionName = (typeof FUNCTIONS)[number]
+
+export type Manifest = {
+  apiVersion: string
+  kind: string
+  metadata: { name: string; namespace?: string }
+  // biome-ignore lint/suspicious/noExplicitAny: manifests are free-form YAML
+  [k: string]: any
+}
+
+const parseYaml = (text: string): Manifest[] =>
+  parseAllDocuments(text)
+    .map((d) => d.toJS() as Manifest | null)
+    .filter((d): d is Manifest => Boolean(d?.kind))
+
+/** The CRDs of upstream-crds/, with spec.conversion stripped (no conversion webhook runs in the test env). */
+export async function upstreamCrds(): Promise<Manifest[]> {
+  const crds: Manifest[] = []
+  for (const folder of ['knative-serving', 'knative-eventing', 'keda', 'eventing-natss']) {
+    const dir = join(UPSTREAM_CRDS, folder)
+    for (const file of (await readdir(dir)).filter((f) => /\.ya?ml$/.test(f)).sort()) {
+      for (const doc of parseYaml(await readFile(join(dir, file), 'utf8'))) {
+        if (doc.kind !== 'CustomResourceDefinition') continue
+        delete doc.spec.conversion
+        crds.push(doc)
+      }
+    }
+  }
+  return crds
+}
+
+/** Installs the upstream CRDs (idempotent: server-side apply, one field manager) and waits until Established. */
+export async function installUpstreamCrds(env: TestEnv): Promise<string[]> {
+  const crds = await upstreamCrds()
+  const input = crds.map((c) => stringify(c)).join('---\n')
+  const applied = await env.kubectl(
+    [
+      'apply',
+      '--server-side',
+      '--force-conflicts',
+      '--field-manager=modelbackfill-deploy-tests',
+      '-o',
+      'name',
+      '-f',
+      '-',
+    ],
+    { input },
+  )
+  if (applied.code !== 0) throw new Error(`applying upstream CRDs failed:\n${applied.stderr}`)
+  const names = applied.stdout.split('\n').filter((l) => l.startsWith('customresourcedefinition'))
+  const wait = await env.kubectl(['wait', '--for=condition=Established', '--timeout=60s', ...names])
+  if (wait.code !== 0) throw new Error(`upstream CRDs not established:\n${wait.stderr}`)
+  return names
+}
+
+export interface Build {
+  overlay: string
+  namespace: string
+  suffix: string
+  manifests: Manifest[]
+  /** Name after the suffix (what the overlay calls `name`). */
+  name(name: string): string
+}
+
+/**
+ * `kubectl kustomize` of an overlay wrapped in a throwaway kustomization that sets the namespace and a name
+ * suffix — the way a user re-targets it. The overlay's own Namespace object is left out (the test owns its own).
+ */
+export async function buildOverlay(env: TestEnv, overlay: 'knative' | 'keda', namespace: string): Promise<Build> {
+  const suffix = `-${randomBytes(3).toString('hex')}`
+  const dir = await mkdtemp(join(tmpdir(), `kustomize-${overlay}-`))
+  try {
+    await writeFile(
+      join(dir, 'kustomization.yaml'),
+      stringify({
+        apiVersion: 'kustomize.config.k8s.io/v1beta1',
+        kind: 'Kustomization',
+        namespace,
+        nameSuffix: suffix,
+        resources: [relative(dir, join(repoRoot, overlay))],
+      }),
+    )
+    const built = await env.kubectl(['kustomize', dir])
+    if (built.code !== 0) throw new Error(`kubectl kustomize ${overlay} failed:\n${built.stderr}`)
+    const manifests = parseYaml(built.stdout).filter((m) => m.kind !== 'Namespace')
+    return { overlay, namespace, suffix, manifests, name: (n) => `${n}${suffix}` }
+  } finally {
+    await rm(dir, { recursive: true, force: true })
+  }
+}
+
+export const toYaml = (manifests: Manifest[]) => manifests.map((m) => stringify(m)).join('---\n')
+export const isCrd = (m: Manifest) => m.kind === 'CustomResourceDefinition'
+
+/**
+ * Applies a build: the CRDs server-side dry-run only (the environment already serves them; a real apply would
+ * change the shared CRD under other test files), everything else for real with strict field validation.
+ */
+export async function applyBuild(env: TestEnv, build: Build): Promise<string[]> {
+  const crds = build.manifests.filter(isCrd)
+  if (crds.length > 0) {
+    const dry = await env.kubectl(['apply', '--dry-run=server', '--validate=strict', '-f', '-'], {
+      input: toYaml(crds),
+    })
+    if (dry.code !== 0) throw new Error(`CRDs of ${build.overlay} refused:\n${dry.stderr}`)
+  }
+  const rest = build.manifests.filter((m) => !isCrd(m))
+  const applied = await env.kubectl(['apply', '--validate=strict', '-o', 'name', '-f', '-'], { input: toYaml(rest) })
+  if (applied.code !== 0) throw new Error(`kubectl apply of ${build.overlay} failed:\n${applied.stderr}`)
+  return applied.stdout.split('\n').filter(Boolean)
+}
+
+/** Deletes what applyBuild created outside the test namespace (cluster-scoped RBAC); never the CRDs. */
+export async function deleteClusterScoped(env: TestEnv, build: Build) {
+  const cluster = build.manifests.filter((m) => !isCrd(m) && !m.metadata.namespace)
+  if (cluster.length === 0) return
+  await env.kubectl(['delete', '--ignore-not-found', '--wait=false', '-f', '-'], { input: toYaml(cluster) })
+}
+
+export const NATS_ACCOUNT = 'FLEXINFER'
+
+export interface AuthNats {
+  /** nats://<user>:<password>@host:port for a user of nats/auth.conf. */
+  url(user: FunctionName | 'gateway'): string
+  hostPort: string
+  monitorUrl: string
+  log(): Promise<string>
+  stop(): Promise<void>
+}
+
+/** A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf. */
+export async function startAuthNats(natsServer: string): Promise<AuthNats> {
+  const dir = await mkdtemp(join(tmpdir(), 'nats-auth-'))
+  const [port, monitorPort] = (await freePorts(2)) as [number, number]
+  const passwords: Record<string, string> = {}
+  const envVars: Record<string, string> = {}
+  for (const user of [...FUNCTIONS, 'gateway']) {
+    passwords[user] = randomBytes(12).toString('hex')
+    envVars[`FLEXINFER_${user.toUpperCase()}_PASSWORD`] = passwords[user] as string
+  }
+  await mkdir(join(dir, 'js'))
+  const conf = join(dir, 'nats-server.conf')
+  await writeFile(
+    conf,
+    [
+      'server_name: modelbackfill-auth-test',
+      `listen: "${LOOPBACK}:${port}"`,
+      `http: "${LOOPBACK}:${monitorPort}"`,
+      `jetstream { store_dir: ${JSON.stringify(join(dir, 'js'))}, max_memory_store: 64MB, max_file_store: 512MB }`,
+      `include ${JSON.stringify(join(repoRoot, 'nats/auth.conf'))}`,
+      '',
+    ].join('\n'),
+  )
+  const logPath = join(dir, 'nats-server.log')
+  const out = createWriteStream(logPath)
+  const child: ChildProcess = spawn(natsServer, ['-c', conf], {
+    env: { ...process.env, ...envVars },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  child.stdout?.pipe(out)
+  child.stderr?.pipe(out)
+  const monitorUrl = `http://${LOOPBACK}:${monitorPort}`
+  const log = async () => (existsSync(logPath) ? readFile(logPath, 'utf8') : '')
+  try {
+    await waitFor(
+      'nats-server with nats/auth.conf',
+      async () => {
+        if (child.exitCode !== null) throw new Error(`nats-server exited ${child.exitCode}:\n${await log()}`)
+        return (await fetch(`${monitorUrl}/healthz`)).status === 200
+      },
+      { timeoutMs: 20_000, intervalMs: 100 },
+    )
+  } catch (err) {
+    child.kill('SIGKILL')
+    throw err
+  }
+  const hostPort = `${LOOPBACK}:${port}`
+  return {
+    url: (user) => `nats://${user}:${passwords[user]}@${hostPort}`,
+    hostPort,
+    monitorUrl,
+    log,
+    async stop() {
+      if (child.exitCode === null) {
+        const exited = new Promise((resolve) => child.once('exit', resolve))
+        child.kill('SIGTERM')
+        await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))])
+        if (child.exitCode === null) child.kill('SIGKILL')
+      }
+      out.end()
+      await rm(dir, { recursive: true, force: true })
+    },
+  }
+}
