@@ -19,6 +19,7 @@ environment:
   TRANSPORT           jetstream (default: pull consumers, KEDA) | http (one function as a Knative Service)
   PORT, HOST          HTTP port and address (metrics/health; with TRANSPORT=http or ingress: CloudEvents on POST /)
   WATCH               run the local ApiServerSource stand-in (default: only when running all functions)
+  WATCH_NAMESPACES    comma-separated namespaces to manage (default: the whole cluster)
   INGRESS_TOKEN[_FILE]  bearer token of the ingress (required for FUNCTION=ingress; _FILE: a mounted Secret)
   HTTP_TOKEN[_FILE]     optional bearer token for TRANSPORT=http
   LOG_LEVEL           pino level (default info)
@@ -81,6 +82,7 @@ if (http) {
     httpPort: Number(process.env.PORT ?? 9464),
     httpHost: process.env.HOST ?? '127.0.0.1',
     logger: log,
+    namespaces: process.env.WATCH_NAMESPACES ? process.env.WATCH_NAMESPACES.split(',').map((n) => n.trim()) : undefined,
   })
   log.info(`metrics at ${runner.httpUrl}/metrics`)
   stop = runner.stop

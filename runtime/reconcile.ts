@@ -21,6 +21,8 @@ export interface Deps {
   bus: Bus
   log: Logger
   now: () => number
+  /** Namespaces this deployment manages; undefined: the whole cluster. */
+  namespaces?: string[]
 }
 
 /** A claim younger than this is live even before its holder's state names it (admission in flight). */

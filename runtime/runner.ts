@@ -2,7 +2,10 @@
 // Kubernetes watcher and the metrics endpoint); a KEDA Deployment runs one. Tests use the same entry point.
 import { KubeConfig } from '@kubernetes/client-node'
 import Fastify from 'fastify'
+import { STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
+import type { InboundEvent } from '../events/codec.js'
 import { functionFactories } from '../functions/index.js'
+import { consumerName, type EventFunction } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
 import { Kube } from './kube.js'
 import { createLogger, type Logger } from './log.js'
@@ -22,6 +25,14 @@ export interface RunnerOptions {
   httpHost?: string
   logger?: Logger
   now?: () => number
+  /** Manage only these namespaces (env WATCH_NAMESPACES); default: the whole cluster. */
+  namespaces?: string[]
+  /**
+   * Give this runner durable consumers of its own (`<function>-<instance>`, from new messages on, removed at
+   * stop), so several independent runners can share one NATS server — each test file runs its own system this
+   * way, scoped to its namespace. Production runners leave it unset and share the functions' consumers.
+   */
+  instance?: string
 }
 
 export interface Runner {
@@ -42,13 +53,16 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
   }
   const bus = await Bus.connect(opts.natsUrl, `model-backfill:${names.join(',')}`)
   const kube = new Kube(kc)
-  const deps: Deps = { kube, bus, log, now: opts.now ?? Date.now }
+  const deps: Deps = { kube, bus, log, now: opts.now ?? Date.now, namespaces: opts.namespaces }
   const metrics = new BackfillMetrics()
   await metrics.start(bus)
   const running: RunningFunction[] = []
-  for (const name of names) running.push(await runOnJetStream(deps, (functionFactories[name] as () => never)()))
+  for (const name of names) {
+    const fn = scoped((functionFactories[name] as () => EventFunction)(), opts.namespaces, opts.instance)
+    running.push(await runOnJetStream(deps, fn))
+  }
   let watcher: Watcher | undefined
-  if (opts.watch) watcher = await startWatcher(kc, kube, bus, log)
+  if (opts.watch) watcher = await startWatcher(kc, kube, bus, log, opts.namespaces)
 
   let httpUrl: string | undefined
   const app = Fastify({ logger: false })
@@ -77,10 +91,44 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
       ready = false
       await watcher?.stop()
       for (const f of running) await f.stop()
+      if (opts.instance) await deleteInstanceConsumers(bus, running)
       await metrics.stop()
       await app.close()
       await bus.close()
     },
+  }
+}
+
+/** Namespace an event is about, when it says (catalog events carry it in data; ApiServerSource in the object). */
+function eventNamespace(event: InboundEvent): string | undefined {
+  const data = event.data as { namespace?: unknown; metadata?: { namespace?: unknown } }
+  const ns = data.namespace ?? data.metadata?.namespace
+  return typeof ns === 'string' ? ns : undefined
+}
+
+/** Restricts a function to namespaces (events about others are acknowledged and skipped) and names its consumers. */
+function scoped(fn: EventFunction, namespaces: string[] | undefined, instance: string | undefined): EventFunction {
+  if (!namespaces && !instance) return fn
+  const handle: EventFunction['handle'] = (event, deps) => {
+    const ns = eventNamespace(event)
+    if (namespaces && ns !== undefined && !namespaces.includes(ns)) return Promise.resolve()
+    return fn.handle(event, deps)
+  }
+  return {
+    ...fn,
+    name: instance ? `${fn.name}-${instance}` : fn.name,
+    subscriptions: instance ? fn.subscriptions.map((s) => ({ ...s, deliverNew: true })) : fn.subscriptions,
+    start: fn.start?.bind(fn),
+    stop: fn.stop?.bind(fn),
+    handle,
+  }
+}
+
+async function deleteInstanceConsumers(bus: Bus, running: RunningFunction[]) {
+  for (const f of running) {
+    for (const stream of [STREAM_EVENTS, STREAM_TIMERS]) {
+      await bus.jsm.consumers.delete(stream, consumerName(f.name, stream)).catch(() => {})
+    }
   }
 }
 

@@ -19,13 +19,18 @@ interface Watched {
   list: () => Promise<{ items: KubernetesObject[] }>
 }
 
-export function watchedResources(kube: Kube): Watched[] {
+/** The resources ApiServerSource watches in production; per namespace when the deployment is scoped. */
+export function watchedResources(kube: Kube, namespace?: string): Watched[] {
+  const scope = namespace ? `/namespaces/${namespace}` : ''
   const custom = (plural: string, kind: string): Watched => ({
     resource: plural,
     apiVersion: `${GROUP}/${VERSION}`,
     kind,
-    path: `/apis/${GROUP}/${VERSION}/${plural}`,
-    list: async () => kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural }),
+    path: `/apis/${GROUP}/${VERSION}${scope}/${plural}`,
+    list: async () =>
+      namespace
+        ? kube.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, plural, namespace })
+        : kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural }),
   })
   return [
     custom('modelbackfills', 'ModelBackfill'),
@@ -36,9 +41,12 @@ export function watchedResources(kube: Kube): Watched[] {
       resource: 'jobs',
       apiVersion: 'batch/v1',
       kind: 'Job',
-      path: '/apis/batch/v1/jobs',
+      path: `/apis/batch/v1${scope}/jobs`,
       labelSelector: LABEL_BACKFILL,
-      list: async () => kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
+      list: async () =>
+        namespace
+          ? kube.batch.listNamespacedJob({ namespace, labelSelector: LABEL_BACKFILL })
+          : kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
     },
   ]
 }
@@ -47,12 +55,19 @@ export interface Watcher {
   stop(): Promise<void>
 }
 
-export async function startWatcher(kc: KubeConfig, kube: Kube, bus: Bus, log: Logger): Promise<Watcher> {
+export async function startWatcher(
+  kc: KubeConfig,
+  kube: Kube,
+  bus: Bus,
+  log: Logger,
+  namespaces?: string[],
+): Promise<Watcher> {
   const source = kc.getCurrentCluster()?.server ?? 'kubernetes'
   // stop() aborts each watch, which the informer reports as an error: without this flag the restart below would
   // bring a stopped watcher back to life a second later (listing and watching for a runner that is gone).
   let stopped = false
-  const informers = watchedResources(kube).map((w) => {
+  const resources = namespaces ? namespaces.flatMap((ns) => watchedResources(kube, ns)) : watchedResources(kube)
+  const informers = resources.map((w) => {
     const informer = makeInformer(kc, w.path, w.list as never, w.labelSelector)
     const publish = (verb: 'add' | 'update' | 'delete') => (obj: KubernetesObject) => {
       // Watch events omit apiVersion/kind on list items; ApiServerSource always carries them.

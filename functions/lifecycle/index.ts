@@ -13,7 +13,8 @@ async function currentState(deps: Deps, namespace: string, backfill: string): Pr
 }
 
 async function reconcileAll(deps: Deps, filter: (b: { namespace: string; model: string }) => boolean, ns?: string) {
-  const backfills = await deps.kube.listBackfills(ns)
+  const scopes = ns ? [ns] : (deps.namespaces ?? [undefined])
+  const backfills = (await Promise.all(scopes.map((n) => deps.kube.listBackfills(n)))).flat()
   for (const b of backfills) {
     if (!filter({ namespace: b.metadata.namespace, model: b.spec?.modelRef })) continue
     await reconcile(deps, 'lifecycle', b.metadata.namespace, b.metadata.name, { type: 'resource' })
