@@ -148,17 +148,19 @@ export async function reconcile(
         await releaseClaimKeys(deps, claimed.keys, create.jobName)
       }
     }
+    // The state revision this decision stands on: its status may only be shown while no newer one exists.
+    let revision = entry?.revision ?? 0
     if (!sameState(state, decision.state)) {
       try {
         if (decision.state === null) await kv.delete(key, entry ? { previousSeq: entry.revision } : undefined)
-        else if (entry) await kv.update(key, JSON.stringify(decision.state), entry.revision)
-        else await kv.create(key, JSON.stringify(decision.state))
+        else if (entry) revision = await kv.update(key, JSON.stringify(decision.state), entry.revision)
+        else revision = await kv.create(key, JSON.stringify(decision.state))
       } catch (err) {
         if (isCasConflict(err)) continue
         throw err
       }
     }
-    await apply(deps, role, observed, template, decision)
+    await apply(deps, role, observed, template, decision, revision)
     return decision
   }
   deps.log.warn(
@@ -171,7 +173,7 @@ export async function reconcile(
 const isCasConflict = (err: unknown) =>
   /wrong last sequence|key exists|10071|10164/i.test(String((err as Error)?.message))
 
-async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | null, d: Decision) {
+async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | null, d: Decision, revision: number) {
   const { kube, bus, log } = deps
   const b = o.backfill as ModelBackfill | null
   const prior = o.state
@@ -240,7 +242,7 @@ async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | 
         break
     }
   }
-  if (b && d.status) await writeStatus(deps, b, d)
+  if (b && d.status) await writeStatus(deps, b, d, revision)
 }
 
 /** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */
@@ -251,12 +253,18 @@ async function isCurrentAttempt(deps: Deps, b: ModelBackfill, jobName: string): 
   return fresh?.jobName === jobName
 }
 
-async function writeStatus(deps: Deps, backfill: ModelBackfill, d: Decision) {
+async function writeStatus(deps: Deps, backfill: ModelBackfill, d: Decision, revision: number) {
+  const { namespace, name } = backfill.metadata
   let current: ModelBackfill | null = backfill
   for (let i = 0; i < 4 && current; i++) {
     if (sameStatus(current, d)) return
     if (await deps.kube.writeStatus(current, d.status ?? {})) return
-    current = await deps.kube.getBackfill(backfill.metadata.namespace, backfill.metadata.name)
+    // A conflict: the object changed since it was read, maybe by the status write of a decision committed after
+    // this one. Retrying then would put an older status back over a newer one (status walking backwards, and
+    // staying there until the next event); the newer decision writes its own status, so leave it to that one.
+    const latest = await deps.bus.kv.backfills.get(backfillKey(namespace, name))
+    if ((latest?.revision ?? 0) !== revision) return
+    current = await deps.kube.getBackfill(namespace, name)
   }
 }
 
