@@ -1,0 +1,28 @@
+# One image for every function; the function is chosen at start (see `node dist/runtime/main.js --help`):
+#   FUNCTION=admit|cancel|demand|lifecycle|source   one function on its JetStream consumer (KEDA Deployments)
+#   FUNCTION=<name> TRANSPORT=http                  one function as a Knative Service (CloudEvents on POST /)
+#   FUNCTION=ingress                                the gateway ingress (INGRESS_TOKEN_FILE from a Secret)
+#   FUNCTION=all (default)                          everything in one process, as `npm start`
+# Build: docker build -t model-backfill .
+FROM node:20-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts
+COPY tsconfig.json tsconfig.build.json ./
+COPY core ./core
+COPY events ./events
+COPY functions ./functions
+COPY runtime ./runtime
+RUN npm run build
+
+FROM node:20-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+COPY --from=build /app/dist ./dist
+# Knative sets PORT (8080); the JetStream functions serve /metrics, /healthz and /readyz on it too.
+ENV HOST=0.0.0.0 PORT=8080
+EXPOSE 8080
+USER node
+ENTRYPOINT ["node", "dist/runtime/main.js"]
