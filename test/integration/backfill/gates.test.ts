@@ -5,17 +5,18 @@
 import { afterAll, beforeAll, describe, inject, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
-import { type Runner, startRunner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../runtime/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld } from '../support/backfill-world.js'
+import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
 let runner: Runner
 let world: BackfillWorld
 
 beforeAll(async () => {
-  runner = await startRunner({ natsUrl: env.natsUrl, kubeconfig: env.kc, watch: true })
+  runner = await startTestRunner(env)
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
 })
 afterAll(async () => {

@@ -3,17 +3,18 @@
 // schedules the next run after a cooldown through every gate again (one ~70s test: repeatAfter cannot be under 1m).
 import { afterAll, beforeAll, describe, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { type Runner, startRunner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../runtime/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
 let runner: Runner
 let world: BackfillWorld
 
 beforeAll(async () => {
-  runner = await startRunner({ natsUrl: env.natsUrl, kubeconfig: env.kc, watch: true })
+  runner = await startTestRunner(env)
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
 })
 afterAll(async () => {
