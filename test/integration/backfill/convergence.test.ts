@@ -7,9 +7,10 @@ import { STREAM_DEAD_LETTER } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
 import { DEAD_LETTER_REASON } from '../../../runtime/nats.js'
 import { reconcile } from '../../../runtime/reconcile.js'
-import { type Runner, startRunner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { startTestRunner, testInstance } from '../support/runner.js'
 
 const env = useTestEnv()
 let runner: Runner
@@ -17,9 +18,10 @@ let secondAdmit: Runner
 let world: BackfillWorld
 
 beforeAll(async () => {
-  runner = await startRunner({ natsUrl: env.natsUrl, kubeconfig: env.kc, watch: true })
+  const instance = testInstance()
+  runner = await startTestRunner(env, { instance })
   // A second replica of the admit function: same durable consumer, its own connections and caches.
-  secondAdmit = await startRunner({ natsUrl: env.natsUrl, kubeconfig: env.kc, functions: ['admit'] })
+  secondAdmit = await startTestRunner(env, { instance, functions: ['admit'], watch: false })
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
 })
 afterAll(async () => {
@@ -159,7 +161,7 @@ describe('malformed input', () => {
       const found: string[] = []
       for (let seq = before + 1; seq <= info.state.last_seq; seq++) {
         const msg = await jsm.streams.getMessage(STREAM_DEAD_LETTER, { seq })
-        if (msg?.subject === 'flexinfer.deadletter.demand') found.push(msg.header.get(DEAD_LETTER_REASON))
+        if (msg?.subject.startsWith('flexinfer.deadletter.demand')) found.push(msg.header.get(DEAD_LETTER_REASON))
       }
       return found.length >= 2 ? found : undefined
     })

@@ -2,16 +2,17 @@
 // counts as a foreground signal exactly like an ai.flexinfer.foreground.request event.
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { type Runner, startRunner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
 let runner: Runner
 let world: BackfillWorld
 
 beforeAll(async () => {
-  runner = await startRunner({ natsUrl: env.natsUrl, kubeconfig: env.kc, watch: true })
+  runner = await startTestRunner(env)
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
 })
 afterAll(async () => {

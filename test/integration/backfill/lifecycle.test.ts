@@ -3,16 +3,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
-import { type Runner, startRunner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
 let runner: Runner
 let world: BackfillWorld
 
 beforeAll(async () => {
-  runner = await startRunner({ natsUrl: env.natsUrl, kubeconfig: env.kc, watch: true, httpPort: 0 })
+  runner = await startTestRunner(env, { httpPort: 0 })
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
 })
 afterAll(async () => {
