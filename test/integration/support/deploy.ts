@@ -4,7 +4,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { createWriteStream, existsSync } from 'node:fs'
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import { parseAllDocuments, stringify } from 'yaml'
@@ -156,6 +156,7 @@ export async function startAuthNats(natsServer: string): Promise<AuthNats> {
     envVars[`FLEXINFER_${user.toUpperCase()}_PASSWORD`] = passwords[user] as string
   }
   await mkdir(join(dir, 'js'))
+  await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'auth.conf'))
   const conf = join(dir, 'nats-server.conf')
   await writeFile(
     conf,
@@ -163,8 +164,9 @@ export async function startAuthNats(natsServer: string): Promise<AuthNats> {
       'server_name: modelbackfill-auth-test',
       `listen: "${LOOPBACK}:${port}"`,
       `http: "${LOOPBACK}:${monitorPort}"`,
-      `jetstream { store_dir: ${JSON.stringify(join(dir, 'js'))}, max_memory_store: 64MB, max_file_store: 512MB }`,
-      `include ${JSON.stringify(join(repoRoot, 'nats/auth.conf'))}`,
+      `jetstream { store_dir: ${JSON.stringify(join(dir, 'js'))}, max_memory_store: 64MB, max_file_store: 2GB }`,
+      // nats-server resolves includes relative to the including file: auth.conf sits beside it, as in a ConfigMap.
+      'include "auth.conf"',
       '',
     ].join('\n'),
   )

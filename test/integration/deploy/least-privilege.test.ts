@@ -1,0 +1,272 @@
+// Least privilege, end to end: the keda overlay's ServiceAccounts and ClusterRoles are applied to the
+// RBAC-enforcing apiserver, and every function runs in its own runner with its own ServiceAccount token and its own
+// NATS user of nats/auth.conf on a dedicated nats-server. A backfill must reach Running and be preempted by a
+// foreground request exactly as with admin rights, with no permission violation on either side; verbs outside a
+// role are Forbidden and subjects outside a user's permissions are refused; each ScaledObject's stream and
+// consumer exist in the configured account and /jsz reports their lag, as KEDA's nats-jetstream scaler reads it.
+import { BatchV1Api, CustomObjectsApi, type KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node'
+import { jetstream } from '@nats-io/jetstream'
+import { connect, type NatsConnection } from '@nats-io/transport-node'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { GROUP, VERSION } from '../../../core/api.js'
+import { jobName, LABEL_BACKFILL } from '../../../core/names.js'
+import { createForegroundEmitter } from '../../../events/emitter.js'
+import { natsServerOptions } from '../../../runtime/nats.js'
+import { type Runner, startRunner } from '../../../runtime/runner.js'
+import { isApiError, useTestEnv } from '../../env/fixture.js'
+import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import {
+  type AuthNats,
+  applyBuild,
+  type Build,
+  buildOverlay,
+  deleteClusterScoped,
+  FUNCTIONS,
+  type FunctionName,
+  installUpstreamCrds,
+  NATS_ACCOUNT,
+  startAuthNats,
+} from '../support/deploy.js'
+
+const env = useTestEnv()
+let nats: AuthNats
+let build: Build
+const kcs = {} as Record<FunctionName, KubeConfig>
+const runners = new Map<FunctionName, Runner>()
+let gateway: NatsConnection
+let world: BackfillWorld
+
+const start = (fn: FunctionName) =>
+  startRunner({ natsUrl: nats.url(fn), kubeconfig: kcs[fn], functions: [fn], watch: fn === 'source' })
+
+beforeAll(async () => {
+  nats = await startAuthNats(env.binaries.natsServer as string)
+  await installUpstreamCrds(env)
+  build = await buildOverlay(env, 'keda', env.namespace)
+  await applyBuild(env, build)
+  for (const fn of FUNCTIONS) kcs[fn] = await env.saKubeConfig(build.name(`model-backfill-${fn}`))
+  // Every function provisions the streams, buckets and its consumers itself, as its own user.
+  for (const fn of FUNCTIONS) runners.set(fn, await start(fn))
+  gateway = await connect(natsServerOptions(nats.url('gateway')))
+  world = new BackfillWorld(env.kc, env.namespace, gateway)
+})
+
+afterAll(async () => {
+  for (const r of runners.values()) await r.stop().catch(() => {})
+  await gateway?.close()
+  await nats?.stop()
+  if (build) await deleteClusterScoped(env, build)
+})
+
+const violations = async () => (await nats.log()).split('\n').filter((l) => /violation/i.test(l))
+
+describe('each function with its own ServiceAccount and NATS user', () => {
+  it('admits, runs and preempts a backfill, with no permission violation anywhere', async () => {
+    await world.model('lp-model', { node: `lp-node-${env.namespace}` })
+    await world.template('lp-tpl')
+    await world.backfill('lp', { modelRef: 'lp-model', templateRef: 'lp-tpl', idleFor: '2s' })
+    const running = await world.waitFor('lp', 'Running', 'JobRunning', 45_000)
+    expect(running.metadata.finalizers).toContain('ai.flexinfer/modelbackfill')
+    const first = jobName('lp', 1)
+    expect(running.status?.jobName).toBe(first)
+
+    // The gateway's user publishes a foreground request; demand → cancel deletes the Job.
+    const emitter = createForegroundEmitter(gateway)
+    await emitter.emit({ namespace: env.namespace, model: 'lp-model' })
+    await waitUntil(
+      'Job 1 deleted by cancel',
+      async () => ((await world.job(first)) === null ? true : undefined),
+      20_000,
+    )
+    const back = await world.waitFor('lp', 'WaitingForIdle', 'IdleWindow', 20_000)
+    expect(back.status?.attempts).toBe(1)
+    await emitter.close()
+
+    // The status story was written by the functions' own identities (Events too).
+    const events = await env.kubectl(['get', 'events', '-n', env.namespace, '-o', 'jsonpath={.items[*].reason}'])
+    expect(events.stdout).toMatch(/Started/)
+    expect(await violations()).toEqual([])
+  })
+})
+
+describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
+  const forbidden = async (call: Promise<unknown>) => {
+    try {
+      await call
+      return false
+    } catch (err) {
+      return isApiError(err, 403)
+    }
+  }
+  const job = (name: string) => ({
+    metadata: { name, namespace: env.namespace },
+    spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'x', image: 'busybox' }] } } },
+  })
+
+  it('only admit creates Jobs', async () => {
+    const batch = (fn: FunctionName) => kcs[fn].makeApiClient(BatchV1Api)
+    for (const fn of ['cancel', 'lifecycle', 'demand', 'source'] as const) {
+      expect(
+        await forbidden(batch(fn).createNamespacedJob({ namespace: env.namespace, body: job(`x-${fn}`) })),
+        fn,
+      ).toBe(true)
+    }
+    await batch('admit').createNamespacedJob({ namespace: env.namespace, body: job('x-admit') })
+    await batch('admit').deleteNamespacedJob({
+      namespace: env.namespace,
+      name: 'x-admit',
+      propagationPolicy: 'Background',
+    })
+  })
+
+  it('nobody writes a Model, a session or a lease; only lifecycle lists backfills; demand reads nothing, source only reads', async () => {
+    const custom = (fn: FunctionName) => kcs[fn].makeApiClient(CustomObjectsApi)
+    const crd = (plural: string) => ({ group: GROUP, version: VERSION, namespace: env.namespace, plural })
+    for (const fn of FUNCTIONS) {
+      expect(
+        await forbidden(
+          custom(fn).patchNamespacedCustomObject({
+            ...crd('models'),
+            name: 'lp-model',
+            body: { metadata: { labels: { x: 'y' } } },
+          }),
+        ),
+        `${fn} patch models`,
+      ).toBe(true)
+      expect(
+        await forbidden(
+          custom(fn).createNamespacedCustomObject({
+            ...crd('gpuleases'),
+            body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'GPULease', metadata: { name: `x-${fn}` }, spec: {} },
+          }),
+        ),
+        `${fn} create gpuleases`,
+      ).toBe(true)
+    }
+    // demand makes no Kubernetes call at all; source (the watcher in this overlay) only reads what it watches.
+    expect(await forbidden(custom('demand').getNamespacedCustomObject({ ...crd('modelbackfills'), name: 'lp' }))).toBe(
+      true,
+    )
+    expect(await forbidden(custom('demand').getNamespacedCustomObject({ ...crd('models'), name: 'lp-model' }))).toBe(
+      true,
+    )
+    await custom('source').getNamespacedCustomObject({ ...crd('modelbackfills'), name: 'lp' })
+    expect(
+      await forbidden(
+        custom('source').patchNamespacedCustomObject(
+          { ...crd('modelbackfills'), name: 'lp', body: { metadata: { labels: { x: 'y' } } } },
+          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+        ),
+      ),
+    ).toBe(true)
+    for (const fn of ['admit', 'cancel'] as const) {
+      expect(
+        await forbidden(
+          custom(fn).listClusterCustomObject({ group: GROUP, version: VERSION, plural: 'modelbackfills' }),
+        ),
+        fn,
+      ).toBe(true)
+      await custom(fn).getNamespacedCustomObject({ ...crd('modelbackfills'), name: 'lp' })
+    }
+    await custom('lifecycle').listClusterCustomObject({ group: GROUP, version: VERSION, plural: 'modelbackfills' })
+    // Nobody may replace a ModelBackfill's spec, nor delete one.
+    for (const fn of ['admit', 'cancel', 'lifecycle'] as const) {
+      expect(
+        await forbidden(custom(fn).deleteNamespacedCustomObject({ ...crd('modelbackfills'), name: 'lp' })),
+        fn,
+      ).toBe(true)
+    }
+  })
+
+  it('the warm probe may list Jobs cluster-wide and do nothing else (what the metrics-api trigger reads)', async () => {
+    const kc = await env.saKubeConfig(build.name('model-backfill-warm-probe'))
+    const batch = kc.makeApiClient(BatchV1Api)
+    const jobs = await batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL })
+    expect(Array.isArray(jobs.items)).toBe(true)
+    expect(await forbidden(batch.readNamespacedJob({ namespace: env.namespace, name: 'nope' }))).toBe(true)
+    expect(await forbidden(batch.deleteNamespacedJob({ namespace: env.namespace, name: 'nope' }))).toBe(true)
+  })
+})
+
+describe('NATS permissions', () => {
+  /** Publishes as `user` and returns the permission error the server sends back, if any. */
+  async function publishAs(user: FunctionName | 'gateway', subject: string): Promise<string | undefined> {
+    const nc = await connect({ ...natsServerOptions(nats.url(user)), name: `perm-test-${user}` })
+    const errors: string[] = []
+    const watching = (async () => {
+      for await (const s of nc.status()) if (s.type === 'error') errors.push(String((s as { error?: unknown }).error))
+    })()
+    nc.publish(subject, '{}')
+    await nc.flush()
+    await new Promise((r) => setTimeout(r, 200))
+    await nc.close()
+    await watching
+    return errors.find((e) => /permissions violation/i.test(e))
+  }
+
+  it('a function user cannot publish outside its permissions', async () => {
+    expect(await publishAs('demand', 'flexinfer.events.backfill.admit')).toMatch(/Publish/)
+    expect(await publishAs('cancel', 'flexinfer.events.backfill.cancel')).toMatch(/Publish/)
+    expect(await publishAs('source', '$KV.flexinfer-claims.model.x.y')).toMatch(/Publish/)
+    expect(await publishAs('gateway', 'flexinfer.events.model.ready')).toMatch(/Publish/)
+    expect(await publishAs('demand', 'flexinfer.deadletter.admit')).toMatch(/Publish/)
+    expect(await publishAs('admit', '$JS.API.STREAM.DELETE.FLEXINFER_EVENTS')).toMatch(/Publish/)
+    // …and what it may publish goes through.
+    expect(await publishAs('demand', 'flexinfer.events.backfill.cancel')).toBeUndefined()
+    expect(await publishAs('gateway', 'flexinfer.events.foreground.request')).toBeUndefined()
+    // The server logs every refusal (so the empty log of the end-to-end run above means none happened there).
+    expect((await violations()).some((l) => l.includes('flexinfer.events.backfill.admit'))).toBe(true)
+  })
+
+  it('the gateway user cannot read the event streams', async () => {
+    const js = jetstream(gateway)
+    await expect(js.consumers.get('FLEXINFER_EVENTS', 'demand')).rejects.toThrow()
+  })
+})
+
+describe('KEDA nats-jetstream triggers', () => {
+  interface Jsz {
+    account_details?: {
+      name: string
+      stream_detail?: {
+        name: string
+        consumer_detail?: { name: string; num_pending: number; num_ack_pending: number }[]
+      }[]
+    }[]
+  }
+  const consumers = async (account: string) => {
+    const jsz = (await (await fetch(`${nats.monitorUrl}/jsz?acc=${account}&consumers=true`)).json()) as Jsz
+    const acc = jsz.account_details?.find((a) => a.name === account)
+    return new Map(
+      (acc?.stream_detail ?? []).flatMap((s) =>
+        (s.consumer_detail ?? []).map((c) => [`${s.name}/${c.name}`, c] as const),
+      ),
+    )
+  }
+
+  it("every ScaledObject's stream and durable consumer exist in its account, and /jsz reports their lag", async () => {
+    const triggers = build.manifests
+      .filter((m) => m.kind === 'ScaledObject')
+      .flatMap((so) => so.spec.triggers)
+      .filter((t: { type: string }) => t.type === 'nats-jetstream')
+    expect(triggers.length).toBeGreaterThanOrEqual(FUNCTIONS.length)
+    for (const t of triggers) {
+      expect(t.metadata.account).toBe(NATS_ACCOUNT)
+      const c = (await consumers(t.metadata.account)).get(`${t.metadata.stream}/${t.metadata.consumer}`)
+      expect(c, `${t.metadata.stream}/${t.metadata.consumer}`).toBeDefined()
+      expect(typeof c?.num_pending).toBe('number')
+      expect(typeof c?.num_ack_pending).toBe('number')
+    }
+  })
+
+  it("a scaled-to-zero function's lag shows up where KEDA reads it", async () => {
+    await runners.get('demand')?.stop()
+    runners.delete('demand')
+    const emitter = createForegroundEmitter(gateway)
+    for (let i = 0; i < 5; i++) await emitter.emit({ namespace: env.namespace, model: `lag-${i}` })
+    await emitter.close()
+    const lag = await consumers(NATS_ACCOUNT)
+    const demand = lag.get('FLEXINFER_EVENTS/demand')
+    expect((demand?.num_pending ?? 0) + (demand?.num_ack_pending ?? 0)).toBe(5)
+  })
+})
