@@ -4,6 +4,7 @@
 // foreground request exactly as with admin rights, with no permission violation on either side; verbs outside a
 // role are Forbidden and subjects outside a user's permissions are refused; each ScaledObject's stream and
 // consumer exist in the configured account and /jsz reports their lag, as KEDA's nats-jetstream scaler reads it.
+import https from 'node:https'
 import { BatchV1Api, CustomObjectsApi, type KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node'
 import { jetstream } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
@@ -58,6 +59,38 @@ afterAll(async () => {
   if (build) await deleteClusterScoped(env, build)
 })
 
+/**
+ * What KEDA's metrics-api trigger of the demand and cancel ScaledObjects reads: its URL (on this apiserver) with the
+ * warm probe's token, and its GJSON valueLocation `items.#(status.active>0)#|#` evaluated the same way — counted
+ * in this namespace only, as other test files run backfills of their own.
+ */
+async function activeBackfillJobs(): Promise<number> {
+  const so = build.manifests.find(
+    (m) => m.kind === 'ScaledObject' && m.metadata.name === build.name('model-backfill-demand'),
+  )
+  const trigger = so?.spec.triggers.find((t: { type: string }) => t.type === 'metrics-api')
+  expect(trigger.metadata.valueLocation).toBe('items.#(status.active>0)#|#')
+  const url = new URL(trigger.metadata.url)
+  const probe = await env.saKubeConfig(build.name('model-backfill-warm-probe'))
+  const options: https.RequestOptions = {}
+  await probe.applyToHTTPSOptions(options) // the cluster CA and the bearer token, as KEDA's TriggerAuthentication
+  const res = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+    const req = https.get(`${env.apiserverUrl}${url.pathname}${url.search}`, options, (r) => {
+      let body = ''
+      r.setEncoding('utf8')
+      r.on('data', (d: string) => {
+        body += d
+      })
+      r.on('end', () => resolve({ status: r.statusCode ?? 0, body }))
+    })
+    req.on('error', reject)
+  })
+  expect(res.status).toBe(200)
+  expect(JSON.stringify(options.headers)).toMatch(/Bearer /)
+  const list = JSON.parse(res.body) as { items: { metadata: { namespace: string }; status?: { active?: number } }[] }
+  return list.items.filter((j) => j.metadata.namespace === env.namespace && (j.status?.active ?? 0) > 0).length
+}
+
 const violations = async () => (await nats.log()).split('\n').filter((l) => /violation/i.test(l))
 
 describe('each function with its own ServiceAccount and NATS user', () => {
@@ -70,6 +103,9 @@ describe('each function with its own ServiceAccount and NATS user', () => {
     const first = jobName('lp', 1)
     expect(running.status?.jobName).toBe(first)
 
+    // The preemption path's warm trigger (metrics-api on the Kubernetes API) sees the active attempt…
+    expect(await activeBackfillJobs()).toBe(1)
+
     // The gateway's user publishes a foreground request; demand → cancel deletes the Job.
     const emitter = createForegroundEmitter(gateway)
     await emitter.emit({ namespace: env.namespace, model: 'lp-model' })
@@ -81,6 +117,12 @@ describe('each function with its own ServiceAccount and NATS user', () => {
     const back = await world.waitFor('lp', 'WaitingForIdle', 'IdleWindow', 20_000)
     expect(back.status?.attempts).toBe(1)
     await emitter.close()
+    // …and lets demand and cancel scale to zero again once none is active.
+    await waitUntil(
+      'no active backfill Job',
+      async () => ((await activeBackfillJobs()) === 0 ? true : undefined),
+      20_000,
+    )
 
     // The status story was written by the functions' own identities (Events too).
     const events = await env.kubectl(['get', 'events', '-n', env.namespace, '-o', 'jsonpath={.items[*].reason}'])
