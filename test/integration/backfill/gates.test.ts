@@ -188,7 +188,7 @@ describe.concurrent('Blocked', () => {
     expect(running.status?.attempts).toBe(1)
   })
 
-  it('TemplateNotFound while the CronJob is missing; the periodic re-check admits once it exists', async ({
+  it('TemplateNotFound while the CronJob is missing; admitted once it exists (re-checked: nothing watches CronJobs)', async ({
     expect,
   }) => {
     const n = world.names('notemplate')

@@ -115,8 +115,8 @@ describe.concurrent('GPU leases', () => {
     const group = `grp-${n.node}`
     await world.gpuLease(`${n.backfill}-expired`, { node: n.node, group, expiresAt: aMinuteAgo() })
     await world.gpuLease(`${n.backfill}-elsewhere`, { node: `${n.node}-other`, group: `${group}-other` })
-    // A longer window, so the group lease below lands inside it: admission finds it, not a running attempt.
-    await world.declare(n.backfill, { idleFor: '4s' }, { group })
+    // The longer 3s window, so the group lease below lands inside it: admission finds it, not a running attempt.
+    await world.declare(n.backfill, { idleFor: '3s' }, { group })
     await world.waitFor(n.backfill, 'WaitingForIdle', 'IdleWindow')
     await world.gpuLease(`${n.backfill}-group`, { group, node: `${n.node}-other` })
     const blocked = await world.waitFor(n.backfill, 'Blocked', 'GPULeaseActive')
