@@ -12,6 +12,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { GROUP, VERSION } from '../../../core/api.js'
 import { jobName, LABEL_BACKFILL } from '../../../core/names.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
+import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
+import { startHttpFunction } from '../../../runtime/http-adapter.js'
 import { natsServerOptions } from '../../../runtime/nats.js'
 import { type Runner, startRunner } from '../../../runtime/runner.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
@@ -263,6 +265,37 @@ describe('NATS permissions', () => {
   it('the gateway user cannot read the event streams', async () => {
     const js = jetstream(gateway)
     await expect(js.consumers.get('FLEXINFER_EVENTS', 'demand')).rejects.toThrow()
+  })
+})
+
+describe('the HTTP ingress as its own NATS user', () => {
+  it('publishes a POSTed foreground request with no permission violation', async () => {
+    const ingressFn = await startHttpFunction(ingress, {
+      natsUrl: nats.url('ingress'),
+      kubeconfig: kcs.demand,
+      token: 'test-ingress-token',
+      acceptTypes: INGRESS_TYPES,
+      port: 0,
+    })
+    try {
+      const res = await fetch(ingressFn.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/cloudevents+json', authorization: 'Bearer test-ingress-token' },
+        body: JSON.stringify({
+          specversion: '1.0',
+          id: 'ingress-1',
+          source: 'test-gateway',
+          type: 'ai.flexinfer.foreground.request',
+          time: new Date().toISOString(),
+          datacontenttype: 'application/json',
+          data: { namespace: env.namespace, model: 'via-ingress' },
+        }),
+      })
+      expect(res.status).toBe(202)
+    } finally {
+      await ingressFn.stop()
+    }
+    expect(await violations()).not.toContainEqual(expect.stringContaining('"ingress"'))
   })
 })
 
