@@ -518,7 +518,11 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
   if (!model.ready) {
     return set(w, 'WaitingForIdle', 'ModelNotReady', `Model ${model.name} is ${model.phase ?? 'not Ready'}`)
   }
-  if (s.phase === 'WaitingForIdle' && s.reason === 'ModelNotReady') s.windowStart = iso(now) // warm from now on
+  // Warm from now on: a model that was not Ready, or did not exist at all, starts its idle window now.
+  const wasCold =
+    (s.phase === 'WaitingForIdle' && s.reason === 'ModelNotReady') ||
+    (s.phase === 'Blocked' && s.reason === 'ModelNotFound')
+  if (wasCold) s.windowStart = iso(now)
   if (!model.node) {
     return set(w, 'WaitingForIdle', 'NodeUnresolved', `Model ${model.name} has no status.gpu.node or hostname selector`)
   }

@@ -756,6 +756,19 @@ describe('decide: focused transitions', () => {
     expect(t.step(T0 + 30 * MINUTE).state?.phase).toBe('Starting')
   })
 
+  it('a Model that appears after ModelNotFound starts a fresh window from that moment too', () => {
+    const t = new Timeline(aWorld({ model: null }))
+    expect(t.step(T0).state).toMatchObject({ phase: 'Blocked', reason: 'ModelNotFound' })
+    t.change(() => ({ model: aModel() }))
+    const found = t.step(T0 + 20 * MINUTE)
+    expect(found.state).toMatchObject({
+      phase: 'WaitingForIdle',
+      reason: 'IdleWindow',
+      windowStart: iso(T0 + 20 * MINUTE),
+    })
+    expectActions(found.actions, [armAt(T0 + 30 * MINUTE)])
+  })
+
   it('the first Running observation records runningSince and an event; later ones do not', () => {
     const f = FIXTURES.Starting
     const t = new Timeline(f.world)
