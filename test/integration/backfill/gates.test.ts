@@ -183,9 +183,14 @@ describe.concurrent('Blocked', () => {
       message: `ModelNotFound: ${message}`,
     })
 
+    await sleep(2500) // longer than idleFor while the Model is missing: that time is not an idle window
+    const createdAt = Date.now()
     await world.model(n.model, { node: n.node })
     const running = await world.waitFor(n.backfill, 'Running', 'JobRunning')
     expect(running.status?.attempts).toBe(1)
+    // Like a Model turning Ready, one that appears starts its idle window then.
+    expect(ms(running.status?.idleSince)).toBeGreaterThanOrEqual(createdAt)
+    expect(ms(running.status?.startedAt)).toBeGreaterThanOrEqual(createdAt + 2000)
   })
 
   it('TemplateNotFound while the CronJob is missing; admitted once it exists (re-checked: nothing watches CronJobs)', async ({
