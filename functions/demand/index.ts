@@ -126,10 +126,13 @@ export class Demand {
     if (!claim) return
     const windowStart = Date.parse(claim.idleSince ?? claim.claimedAt)
     if (!(at > windowStart)) return
-    const sent = this.cancelled.get(claim.jobName)
+    // One cancel per admission: Job names repeat across namespaces (and when a backfill is re-created), so the
+    // key names the namespace and the claim's time too — else JetStream's duplicate window would drop the cancel.
+    const cancelKey = `${claim.namespace}.${claim.jobName}.${claim.claimedAt}`
+    const sent = this.cancelled.get(cancelKey)
     const now = this.deps.now()
     if (sent && now - sent < CANCEL_DEDUPE_MS) return
-    this.cancelled.set(claim.jobName, now)
+    this.cancelled.set(cancelKey, now)
     if (this.cancelled.size > 10_000) this.pruneCancelled(now)
     this.stats.cancels++
     try {
@@ -143,10 +146,10 @@ export class Demand {
           at: new Date(at).toISOString(),
         },
         // Replicas and redeliveries publishing the same cancel collapse into one message.
-        { msgID: `cancel-${claim.jobName}` },
+        { msgID: `cancel-${cancelKey}` },
       )
     } catch (err) {
-      this.cancelled.delete(claim.jobName)
+      this.cancelled.delete(cancelKey)
       throw err
     }
   }
