@@ -14,6 +14,7 @@ import {
   installUpstreamCrds,
   type Manifest,
   NATS_ACCOUNT,
+  toYaml,
 } from '../support/deploy.js'
 
 const env = useTestEnv()
@@ -149,6 +150,42 @@ describe('kubectl kustomize keda/', () => {
       expect(so?.spec.minReplicaCount, fn).toBe(fn === 'source' ? 1 : 0)
       const warm = so?.spec.triggers.find((t: { type: string }) => t.type === 'metrics-api')
       expect(Boolean(warm), `${fn} warm trigger`).toBe(fn === 'demand' || fn === 'cancel')
+    }
+  })
+})
+
+describe('the upstream schemas do validate (a typo fails here, not in a cluster)', () => {
+  it('refuses a ScaledObject and a Knative Service with a misspelt field, a Trigger with a wrong type', async () => {
+    const keda = builds.find((b) => b.overlay === 'keda') ?? (await buildOverlay(env, 'keda', env.namespace))
+    const knative = builds.find((b) => b.overlay === 'knative') ?? (await buildOverlay(env, 'knative', env.namespace))
+    const broken = [
+      (() => {
+        const so = structuredClone(of(keda.manifests, 'ScaledObject')[0] as Manifest)
+        so.metadata.name = 'typo-scaledobject'
+        so.spec.minReplicas = so.spec.minReplicaCount
+        return so
+      })(),
+      (() => {
+        const t = structuredClone(of(knative.manifests, 'Trigger')[0] as Manifest)
+        // Trigger.spec preserves unknown fields (Knative's webhook checks them, and does not run here): a wrong type
+        // is what the schema itself refuses.
+        t.metadata.name = 'typo-trigger'
+        t.spec.broker = { name: t.spec.broker }
+        return t
+      })(),
+      (() => {
+        const svc = structuredClone(
+          of(knative.manifests, 'Service').find((m) => m.apiVersion === 'serving.knative.dev/v1') as Manifest,
+        )
+        svc.metadata.name = 'typo-ksvc'
+        svc.spec.template.spec.containers[0].imagePullPolcy = 'Always'
+        return svc
+      })(),
+    ]
+    for (const m of broken) {
+      const r = await env.kubectl(['apply', '--dry-run=server', '--validate=strict', '-f', '-'], { input: toYaml([m]) })
+      expect(r.code, `${m.kind} ${m.metadata.name}`).not.toBe(0)
+      expect(r.stderr).toMatch(/unknown field|must be of type|Invalid value/)
     }
   })
 })
