@@ -165,6 +165,25 @@ function validateRaw(raw: unknown): DecodeResult {
   }
 }
 
+function semaphore(limit: number) {
+  let free = limit
+  const waiting: (() => void)[] = []
+  return {
+    async acquire() {
+      if (free > 0) {
+        free--
+        return
+      }
+      await new Promise<void>((resolve) => waiting.push(resolve))
+    },
+    release() {
+      const next = waiting.shift()
+      if (next) next()
+      else free++
+    },
+  }
+}
+
 /** The fastify app serving `fn` on POST / plus /healthz and /readyz. Closing it drains in-flight requests. */
 export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOptions = {}): FastifyInstance {
   const log = deps.log.child({ function: fn.name, transport: 'http' })
@@ -192,6 +211,8 @@ export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOpt
     reply.code(ok ? 200 : 503)
     return { ok, function: fn.name }
   })
+
+  const slots = semaphore(Math.max(1, fn.concurrency))
 
   const deadLetter = async (reason: string, payload: string): Promise<boolean> => {
     log.warn({ reason }, 'dead-lettered event')
@@ -232,7 +253,18 @@ export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOpt
       return { error: 'malformed event', reason, deadLettered: true }
     }
 
-    const outcomes: Outcome[] = await Promise.all(accepted.map((r) => processDecoded(fn, deps, r)))
+    // At most fn.concurrency events in the handler at once, as on JetStream; the rest wait their turn (Knative's
+    // queue-proxy queues the same way; answering 429 would only add the Broker's retry backoff).
+    const outcomes: Outcome[] = await Promise.all(
+      accepted.map(async (r) => {
+        await slots.acquire()
+        try {
+          return await processDecoded(fn, deps, r)
+        } finally {
+          slots.release()
+        }
+      }),
+    )
     const transient = outcomes.filter((o) => o.kind === 'transient')
     if (transient.length) {
       for (const o of transient) log.warn({ err: describe(o.err), type: o.event.type, id: o.event.id }, 'retrying')

@@ -252,3 +252,23 @@ it('closing drains in-flight requests: the slow one still gets its 202', async (
   await closing
   expect(handled.find((e) => e.id === id)).toBeDefined()
 })
+
+it('at most fn.concurrency events in the handler at once; the others wait their turn', async () => {
+  let inFlight = 0
+  let most = 0
+  const serial: EventFunction = {
+    ...probe,
+    concurrency: 1,
+    async handle() {
+      inFlight++
+      most = Math.max(most, inFlight)
+      await new Promise((r) => setTimeout(r, 50))
+      inFlight--
+    },
+  }
+  const app = buildHttpApp(serial, deps)
+  const responses = await Promise.all([1, 2, 3].map(() => post(app, binaryHeaders(), JSON.stringify(data('m-serial')))))
+  expect(responses.map((r) => r.statusCode)).toEqual([202, 202, 202])
+  expect(most).toBe(1)
+  await app.close()
+})
