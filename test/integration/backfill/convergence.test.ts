@@ -124,19 +124,28 @@ describe('duplicated and reordered events', () => {
     expect((await ownJobs('replay')).map((j) => j.metadata?.name)).toEqual([job])
   })
 
-  it('a duplicated cancel request preempts once', async () => {
+  it('a foreground request with duplicated cancel requests preempts once', async () => {
     await world.model('m-dup', { node: 'node-dup' })
     await world.template('tpl-dup')
     await world.backfill('dup', { modelRef: 'm-dup', templateRef: 'tpl-dup', idleFor: '2s' })
     await world.waitFor('dup', 'Running')
+    const at = new Date().toISOString()
     const cancel = {
       namespace: env.namespace,
       backfill: 'dup',
       jobName: jobName('dup', 1),
       reason: 'ForegroundDemand',
-      at: new Date().toISOString(),
+      at,
     }
-    await Promise.all(Array.from({ length: 5 }, () => runner.deps.bus.publish('ai.flexinfer.backfill.cancel', cancel)))
+    // The gateway's request (demand publishes its own cancel) plus the same cancel delivered five more times.
+    await Promise.all([
+      runner.deps.bus.publish(
+        'ai.flexinfer.foreground.request',
+        { namespace: env.namespace, model: 'm-dup' },
+        { time: at },
+      ),
+      ...Array.from({ length: 5 }, () => runner.deps.bus.publish('ai.flexinfer.backfill.cancel', cancel)),
+    ])
     await world.waitFor('dup', 'WaitingForIdle')
     await new Promise((r) => setTimeout(r, 500))
     const state = await world.state('dup')
