@@ -165,7 +165,9 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoRun> {
         (type, job: V1Job) => {
           const name = job.metadata?.name
           if (!name || jobDeleted.has(name)) return
-          if (type === 'DELETED' || job.metadata?.deletionTimestamp) jobDeleted.set(name, Date.now())
+          if (type !== 'DELETED' && !job.metadata?.deletionTimestamp) return
+          jobDeleted.set(name, Date.now())
+          print(`${at()}  ${'Job deleted'.padEnd(33)} ${name}`)
         },
         () => {
           if (watching) setTimeout(() => watchJobs().catch(() => {}), 200)
@@ -190,9 +192,8 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoRun> {
     const deletedAt = await until(`Job ${job} to be deleted`, async () => jobDeleted.get(job), 20_000)
     const latencyMs = deletedAt - since
     preemptions.push({ reason, attempt, job, latencyMs })
-    print(
-      `${at(deletedAt)}  Job ${job} deleted ${latencyMs} ms after the ${reason === 'gaming' ? 'GamingSession appeared' : 'first foreground request'}`,
-    )
+    const trigger = reason === 'gaming' ? 'the GamingSession appeared' : 'the first foreground request'
+    print(`${' '.repeat(9)}↳ Job deleted ${latencyMs} ms after ${trigger}`)
   }
 
   try {
