@@ -47,9 +47,9 @@ export async function observe(
   namespace: string,
   name: string,
   state: BackfillState | null,
+  backfill: ModelBackfill | null,
 ): Promise<Observation> {
   const { kube, bus } = deps
-  const backfill = await kube.getBackfill(namespace, name)
   if (!backfill) {
     return {
       observed: {
@@ -122,9 +122,12 @@ export async function reconcile(
   const kv = deps.bus.kv.backfills
   const key = backfillKey(namespace, name)
   for (let round = 0; round < MAX_CAS_RETRIES; round++) {
+    // The object before the state: a status written by a newer decision then shows up as a conflict on our
+    // status write (its KV commit came first), never as a current-looking object paired with an older state.
+    const backfill = await deps.kube.getBackfill(namespace, name)
     const entry = await kv.get(key)
     const state = readJson<BackfillState>(entry)
-    const { observed, template } = await observe(deps, namespace, name, state)
+    const { observed, template } = await observe(deps, namespace, name, state, backfill)
     let decision = decide(observed, trigger, deps.now())
     const create = decision.actions.find((a) => a.type === 'createJob')
     if (create && role !== 'admit') {

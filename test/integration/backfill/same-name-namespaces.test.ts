@@ -5,9 +5,10 @@
 import { CoreV1Api } from '@kubernetes/client-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { type Runner, startRunner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
 let runner: Runner
@@ -25,7 +26,7 @@ beforeAll(async () => {
       return undefined
     }
   })
-  runner = await startRunner({ natsUrl: env.natsUrl, kubeconfig: env.kc, watch: true })
+  runner = await startTestRunner(env, { namespaces: [env.namespace, second] })
   a = new BackfillWorld(env.kc, env.namespace, env.nc)
   b = new BackfillWorld(env.kc, second, env.nc)
 })
@@ -53,5 +54,10 @@ it('a foreground request preempts a same-named backfill in another namespace rig
     async () => ((await b.job(job)) === null ? true : undefined),
     10_000,
   )
-  expect((await b.state('twin'))?.counters.preemptions).toEqual({ foreground: 1 })
+  // The Job can be gone a moment before the cancel function has committed the transition.
+  const preemptions = await waitUntil('the preemption recorded', async () => {
+    const counted = (await b.state('twin'))?.counters.preemptions
+    return counted && Object.keys(counted).length ? counted : undefined
+  })
+  expect(preemptions).toEqual({ foreground: 1 })
 })
