@@ -119,7 +119,13 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoRun> {
   if (logger) logger.level = process.env.LOG_LEVEL ?? 'info'
   const quiet = logger ?? createLogger('model-backfill')
   if (!logger) quiet.level = process.env.LOG_LEVEL ?? 'warn'
-  const runner = await startMetricsRunner(environment.natsUrl, kc, quiet, opts.metricsPort ?? (opts.ci ? 0 : 9464))
+  const runner = await startMetricsRunner(
+    environment.natsUrl,
+    kc,
+    quiet,
+    opts.metricsPort ?? (opts.ci ? 0 : 9464),
+    namespace,
+  )
   const nc = await connect({ servers: environment.natsUrl, name: 'model-backfill demo' })
   const emitter = createForegroundEmitter(nc, { source: 'demo-gateway' })
 
@@ -306,12 +312,15 @@ async function startMetricsRunner(
   kubeconfig: KubeConfig,
   logger: ReturnType<typeof createLogger>,
   port: number,
+  namespace: string,
 ): Promise<Runner> {
+  // The demo manages its own namespace only: other systems (tests, another demo) may share the cluster.
+  const options = { natsUrl, kubeconfig, watch: true, logger, namespaces: [namespace], instance: namespace }
   try {
-    return await startRunner({ natsUrl, kubeconfig, watch: true, httpPort: port, logger })
+    return await startRunner({ ...options, httpPort: port })
   } catch (err) {
     if (port === 0 || (err as { code?: string }).code !== 'EADDRINUSE') throw err
-    return startRunner({ natsUrl, kubeconfig, watch: true, httpPort: 0, logger })
+    return startRunner({ ...options, httpPort: 0 })
   }
 }
 

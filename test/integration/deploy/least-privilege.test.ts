@@ -40,7 +40,14 @@ let gateway: NatsConnection
 let world: BackfillWorld
 
 const start = (fn: FunctionName) =>
-  startRunner({ natsUrl: nats.url(fn), kubeconfig: kcs[fn], functions: [fn], watch: fn === 'source' })
+  // Scoped to this file's namespace: a second, independent system must not act on other files' objects.
+  startRunner({
+    natsUrl: nats.url(fn),
+    kubeconfig: kcs[fn],
+    functions: [fn],
+    watch: fn === 'source',
+    namespaces: [env.namespace],
+  })
 
 beforeAll(async () => {
   nats = await startAuthNats(env.binaries.natsServer as string)
