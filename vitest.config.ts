@@ -4,6 +4,8 @@ import { defineConfig } from 'vitest/config'
 // (etcd, kube-apiserver, kube-controller-manager, nats-server) started once by the global setup.
 export default defineConfig({
   test: {
+    // The JSON report lets .ci/run print the plain "N passed, N failed" closing line CI looks for.
+    reporters: ['default', ['json', { outputFile: 'test-results/vitest.json' }]],
     projects: [
       {
         test: {
