@@ -12,7 +12,7 @@ import {
   type V1Job,
 } from '@kubernetes/client-node'
 import { FINALIZER, GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION } from '../core/api.js'
-import { LABEL_BACKFILL } from '../core/names.js'
+import { backfillLabelValue, LABEL_BACKFILL } from '../core/names.js'
 
 export const PLURALS = {
   backfills: 'modelbackfills',
@@ -99,6 +99,13 @@ export class Kube {
   async listBackfillJobs(): Promise<V1Job[]> {
     this.requests.list++
     return (await this.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL })).items
+  }
+
+  /** One declaration's own Jobs (by its label value): a handful, where the cluster-wide list may be hundreds. */
+  async listOwnJobs(namespace: string, backfill: string): Promise<V1Job[]> {
+    this.requests.list++
+    const labelSelector = `${LABEL_BACKFILL}=${backfillLabelValue(backfill)}`
+    return (await this.batch.listNamespacedJob({ namespace, labelSelector })).items
   }
 
   /** Creates the attempt's Job; an existing Job of the same (deterministic) name means it is already done. */

@@ -48,6 +48,7 @@ export async function observe(
   name: string,
   state: BackfillState | null,
   backfill: ModelBackfill | null,
+  role: Role = 'admit',
 ): Promise<Observation> {
   const { kube, bus } = deps
   if (!backfill) {
@@ -73,7 +74,9 @@ export async function observe(
     state?.jobName ? kube.getJob(namespace, state.jobName) : Promise.resolve(null),
     kube.listAll(PLURALS.gamingSessions),
     kube.listAll(PLURALS.gpuLeases),
-    kube.listBackfillJobs(),
+    // Only admit needs the contenders (every backfill Job in the cluster); the others never admit — a decision
+    // to admit is handed to admit, which looks again — so they list just this declaration's own Jobs.
+    role === 'admit' ? kube.listBackfillJobs() : kube.listOwnJobs(namespace, name),
     bus.kv.idle.get(modelKey(namespace, modelName)),
   ])
   const modelV = model ? modelView(model) : null
@@ -127,7 +130,7 @@ export async function reconcile(
     const backfill = await deps.kube.getBackfill(namespace, name)
     const entry = await kv.get(key)
     const state = readJson<BackfillState>(entry)
-    const { observed, template } = await observe(deps, namespace, name, state, backfill)
+    const { observed, template } = await observe(deps, namespace, name, state, backfill, role)
     let decision = decide(observed, trigger, deps.now())
     const create = decision.actions.find((a) => a.type === 'createJob')
     if (create && role !== 'admit') {
