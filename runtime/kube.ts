@@ -6,6 +6,7 @@ import {
   CoreV1Api,
   CustomObjectsApi,
   type KubeConfig,
+  makeInformer,
   PatchStrategy,
   setHeaderOptions,
   type V1CronJob,
@@ -201,5 +202,41 @@ export class Kube {
     } catch {
       // Events are for people; losing one must never fail a transition.
     }
+  }
+}
+
+/**
+ * Every backfill Job in the cluster, kept current by a watch: the contender gate reads it on each admission
+ * instead of listing (a list of every Job per admission made a burst of admissions O(Jobs²) on the apiserver).
+ * The claims in KV remain what makes two admissions exclusive; this only has to see foreign Jobs.
+ */
+export class BackfillJobCache {
+  private readonly informer
+  private stopped = false
+
+  constructor(kube: Kube) {
+    this.informer = makeInformer(
+      kube.kc,
+      '/apis/batch/v1/jobs',
+      () => kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
+      LABEL_BACKFILL,
+    )
+    this.informer.on('error', () => {
+      if (!this.stopped) setTimeout(() => !this.stopped && this.informer.start().catch(() => {}), 1000)
+    })
+  }
+
+  /** Resolves once the initial list is in. */
+  start(): Promise<void> {
+    return this.informer.start()
+  }
+
+  list(): readonly V1Job[] {
+    return this.informer.list()
+  }
+
+  async stop() {
+    this.stopped = true
+    await this.informer.stop()
   }
 }

@@ -10,7 +10,7 @@ import { buildJob, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, modelKey } from '../core/names.js'
 import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
-import { type Kube, PLURALS } from './kube.js'
+import { type BackfillJobCache, type Kube, PLURALS } from './kube.js'
 import type { Logger } from './log.js'
 import type { Bus } from './nats.js'
 
@@ -23,6 +23,8 @@ export interface Deps {
   now: () => number
   /** Namespaces this deployment manages; undefined: the whole cluster. */
   namespaces?: string[]
+  /** Watched backfill Jobs for the contender gate (admit); without it, admit lists them per decision. */
+  jobCache?: BackfillJobCache
 }
 
 /** A claim younger than this is live even before its holder's state names it (admission in flight). */
@@ -76,7 +78,11 @@ export async function observe(
     kube.listAll(PLURALS.gpuLeases),
     // Only admit needs the contenders (every backfill Job in the cluster); the others never admit — a decision
     // to admit is handed to admit, which looks again — so they list just this declaration's own Jobs.
-    role === 'admit' ? kube.listBackfillJobs() : kube.listOwnJobs(namespace, name),
+    role !== 'admit'
+      ? kube.listOwnJobs(namespace, name)
+      : deps.jobCache
+        ? Promise.resolve([...deps.jobCache.list()])
+        : kube.listBackfillJobs(),
     bus.kv.idle.get(modelKey(namespace, modelName)),
   ])
   const modelV = model ? modelView(model) : null
