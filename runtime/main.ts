@@ -1,9 +1,11 @@
 // `npm start` (every function, the local watcher and the metrics endpoint in one process) and the container
 // entry point: `FUNCTION=admit` runs one function on its JetStream consumer (KEDA); with `TRANSPORT=http` it is
-// served over HTTP instead (Knative); `FUNCTION=ingress` is the authenticated HTTP ingress for gateways.
+// served over HTTP instead (Knative); `FUNCTION=ingress` is the authenticated HTTP ingress for gateways;
+// `FUNCTION=bridge` forwards JetStream's events to the Knative Broker at K_SINK (runtime/bridge.ts).
 
 import { functionFactories } from '../functions/index.js'
 import { INGRESS_TYPES, ingress } from '../functions/ingress/index.js'
+import { startBridge } from './bridge.js'
 import { readToken, startHttpFunction } from './http-adapter.js'
 import { createLogger } from './log.js'
 import { startRunner } from './runner.js'
@@ -15,7 +17,8 @@ usage: node dist/runtime/main.js [function]        (or: npm start)
 environment:
   NATS_URL            NATS server (required)
   KUBECONFIG          kubeconfig (in a pod: its ServiceAccount)
-  FUNCTION            all (default) | ${Object.keys(functionFactories).join(' | ')} | ingress  (comma-separated: several)
+  FUNCTION            all (default) | ${Object.keys(functionFactories).join(' | ')} | ingress | bridge  (comma-separated: several)
+  K_SINK              FUNCTION=bridge: where JetStream's events are POSTed (the Broker; Knative's SinkBinding sets it)
   TRANSPORT           jetstream (default: pull consumers, KEDA) | http (one function as a Knative Service)
   PORT, HOST          HTTP port and address (metrics/health; with TRANSPORT=http or ingress: CloudEvents on POST /)
   WATCH               run the local ApiServerSource stand-in (default: only when running all functions)
@@ -38,8 +41,24 @@ if (!natsUrl) {
 }
 const only = process.env.FUNCTION ?? process.argv[2]
 const http = only === 'ingress' || process.env.TRANSPORT === 'http'
+const namespaces = process.env.WATCH_NAMESPACES?.split(',').map((n) => n.trim())
 let stop: () => Promise<void>
-if (http) {
+if (only === 'bridge') {
+  const sink = process.env.K_SINK
+  if (!sink) {
+    log.error('the bridge needs K_SINK (the Broker address; a SinkBinding injects it)')
+    process.exit(2)
+  }
+  const bridge = await startBridge({
+    natsUrl,
+    sink,
+    namespaces,
+    httpPort: Number(process.env.PORT ?? 8080),
+    httpHost: process.env.HOST ?? '0.0.0.0',
+    logger: log,
+  })
+  stop = bridge.stop
+} else if (http) {
   const port = Number(process.env.PORT ?? 8080)
   const host = process.env.HOST ?? '0.0.0.0'
   if (only === 'ingress') {
@@ -82,7 +101,7 @@ if (http) {
     httpPort: Number(process.env.PORT ?? 9464),
     httpHost: process.env.HOST ?? '127.0.0.1',
     logger: log,
-    namespaces: process.env.WATCH_NAMESPACES ? process.env.WATCH_NAMESPACES.split(',').map((n) => n.trim()) : undefined,
+    namespaces,
   })
   log.info(`metrics at ${runner.httpUrl}/metrics`)
   stop = runner.stop

@@ -1,0 +1,155 @@
+// The JetStream → Knative Broker bridge (`FUNCTION=bridge`, knative overlay). Under Knative the functions are
+// served over HTTP from the Broker, but the events they produce (backfill.cancel/admit, the catalog events source
+// translates, the gateway's foreground requests) and the timers JetStream's message schedules fire still land in
+// FLEXINFER_EVENTS / FLEXINFER_TIMERS. The bridge is an ordinary EventFunction on its own durable pull consumers
+// (the JetStream adapter's loop, acks and dead-lettering) whose handler POSTs each event to the Broker (`K_SINK`,
+// injected by a SinkBinding) as a structured-mode CloudEvent. The outcome maps onto the adapter's vocabulary:
+//
+//   2xx                                   handled: acked
+//   5xx, 404, 408, 409, 429, network/timeout  transient: nak with backoff, redelivered (dead-lettered after MAX_DELIVER)
+//   any other 4xx                         PermanentError: dead-lettered with the status and the sink's answer
+//
+// (the retryable 4xx are the ones Knative's own dispatcher retries). Not forwarded: `flexinfer.events.k8s.>`, the
+// local watcher's stand-in for ApiServerSource (under Knative the ApiServerSources post to the Broker themselves).
+import type { KubeConfig } from '@kubernetes/client-node'
+import Fastify from 'fastify'
+import { STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
+import type { InboundEvent } from '../events/codec.js'
+import { consumerName, type EventFunction, PermanentError } from './function.js'
+import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
+import { Kube } from './kube.js'
+import { createLogger, type Logger } from './log.js'
+import { Bus } from './nats.js'
+import type { Deps } from './reconcile.js'
+import { loadKubeConfig } from './runner.js'
+
+/** Everything the functions and the gateway publish to FLEXINFER_EVENTS, except the raw Kubernetes events. */
+export const BRIDGE_EVENT_SUBJECTS = [
+  'flexinfer.events.foreground.>',
+  'flexinfer.events.backfill.>',
+  'flexinfer.events.model.>',
+  'flexinfer.events.gaming.>',
+  'flexinfer.events.gpu.>',
+  'flexinfer.events.job.>',
+]
+/** Fired timers (the schedules themselves, flexinfer.schedules.>, stay in the stream). */
+export const BRIDGE_TIMER_SUBJECTS = ['flexinfer.events.timer.>']
+
+const MIME_CE = 'application/cloudevents+json'
+/** Besides 5xx: what Knative's dispatcher retries too (not found yet, timeout, conflict, throttled). */
+const RETRYABLE_4XX = new Set([404, 408, 409, 429])
+
+export interface BridgeOptions {
+  /** Where events go: the Broker's address (K_SINK). */
+  sink: string
+  /** POSTs in flight at once (default 64). */
+  concurrency?: number
+  /** Per POST; must stay below the consumer's ack wait (30 s). Default 10 s. */
+  timeoutMs?: number
+  /** Forward only events about these namespaces (others are acknowledged and skipped); default: all. */
+  namespaces?: string[]
+  /** Durable consumers `bridge-<instance>` from new messages on (tests; see RunnerOptions.instance). */
+  instance?: string
+}
+
+/** The event as a structured-mode CloudEvent: the attributes every producer here sets, the data as validated. */
+export function toStructured(event: InboundEvent): string {
+  return JSON.stringify({
+    specversion: '1.0',
+    id: event.id,
+    source: event.source,
+    type: event.type,
+    time: event.time,
+    ...(event.subject === undefined ? {} : { subject: event.subject }),
+    datacontenttype: 'application/json',
+    data: event.data,
+  })
+}
+
+export function createBridge(opts: BridgeOptions): EventFunction {
+  const sink = new URL(opts.sink).toString()
+  const timeoutMs = opts.timeoutMs ?? 10_000
+  return {
+    name: opts.instance ? `bridge-${opts.instance}` : 'bridge',
+    subscriptions: [
+      { stream: STREAM_EVENTS, subjects: BRIDGE_EVENT_SUBJECTS, deliverNew: Boolean(opts.instance) },
+      { stream: STREAM_TIMERS, subjects: BRIDGE_TIMER_SUBJECTS, deliverNew: Boolean(opts.instance) },
+    ],
+    concurrency: opts.concurrency ?? 64,
+    async handle(event) {
+      const ns = (event.data as { namespace?: unknown }).namespace
+      if (opts.namespaces && typeof ns === 'string' && !opts.namespaces.includes(ns)) return
+      let res: Response
+      try {
+        res = await fetch(sink, {
+          method: 'POST',
+          headers: { 'content-type': MIME_CE },
+          body: toStructured(event),
+          signal: AbortSignal.timeout(timeoutMs),
+        })
+      } catch (err) {
+        throw new Error(`sink ${sink} unreachable: ${(err as Error)?.message ?? String(err)}`)
+      }
+      const answer = (await res.text().catch(() => '')).slice(0, 512)
+      if (res.ok) return
+      const reason = `sink answered ${res.status}${answer ? `: ${answer}` : ''}`
+      if (res.status >= 400 && res.status < 500 && !RETRYABLE_4XX.has(res.status)) throw new PermanentError(reason)
+      throw new Error(reason)
+    },
+  }
+}
+
+export interface BridgeProcessOptions extends BridgeOptions {
+  natsUrl: string
+  kubeconfig?: KubeConfig
+  logger?: Logger
+  /** Port for /healthz and /readyz; undefined: no HTTP server. 0: any free port. */
+  httpPort?: number
+  httpHost?: string
+}
+
+export interface RunningBridge {
+  running: RunningFunction
+  deps: Deps
+  httpUrl?: string
+  /** Stops pulling, lets in-flight POSTs finish (and ack), then closes (an instance's consumers are removed). */
+  stop(): Promise<void>
+}
+
+/** A bridge process: its own NATS connection, the bridge on JetStream, and health endpoints for the probes. */
+export async function startBridge(opts: BridgeProcessOptions): Promise<RunningBridge> {
+  const log = opts.logger ?? createLogger('model-backfill')
+  const fn = createBridge(opts)
+  const bus = await Bus.connect(opts.natsUrl, `model-backfill:${fn.name}`)
+  // The bridge never calls Kubernetes (its ServiceAccount has no RBAC); Deps just carries a client.
+  const deps: Deps = { kube: new Kube(opts.kubeconfig ?? loadKubeConfig()), bus, log, now: Date.now }
+  const running = await runOnJetStream(deps, fn)
+  let ready = true
+  const app = Fastify({ logger: false })
+  let httpUrl: string | undefined
+  if (opts.httpPort !== undefined) {
+    app.get('/healthz', async () => ({ ok: true }))
+    app.get('/readyz', async (_req, reply) => {
+      const ok = ready && !bus.nc.isClosed()
+      reply.code(ok ? 200 : 503)
+      return { ok, ...running.stats }
+    })
+    httpUrl = await app.listen({ port: opts.httpPort, host: opts.httpHost ?? '127.0.0.1' })
+  }
+  log.info({ function: fn.name, sink: new URL(opts.sink).origin, httpUrl }, 'bridging JetStream to the sink')
+  return {
+    running,
+    deps,
+    httpUrl,
+    async stop() {
+      ready = false
+      await running.stop()
+      if (opts.instance) {
+        for (const stream of [STREAM_EVENTS, STREAM_TIMERS])
+          await bus.jsm.consumers.delete(stream, consumerName(fn.name, stream)).catch(() => {})
+      }
+      await app.close()
+      await bus.close()
+    },
+  }
+}
