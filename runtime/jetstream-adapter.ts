@@ -69,10 +69,7 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
           return
         }
         stats.retried++
-        log.warn(
-          { err: outcome.err, type: outcome.event.type, id: outcome.event.id, delivery: msg.info.deliveryCount },
-          'retrying',
-        )
+        log.warn({ error: outcome.reason, delivery: msg.info.deliveryCount }, 'retrying')
         msg.nak(backoffMs(msg.info.deliveryCount))
     }
   }

@@ -6,6 +6,8 @@ import {
   CoreV1Api,
   CustomObjectsApi,
   type KubeConfig,
+  type KubernetesListObject,
+  type KubernetesObject,
   makeInformer,
   PatchStrategy,
   setHeaderOptions,
@@ -205,22 +207,13 @@ export class Kube {
   }
 }
 
-/**
- * Every backfill Job in the cluster, kept current by a watch: the contender gate reads it on each admission
- * instead of listing (a list of every Job per admission made a burst of admissions O(Jobs²) on the apiserver).
- * The claims in KV remain what makes two admissions exclusive; this only has to see foreign Jobs.
- */
-export class BackfillJobCache {
+/** A list of one resource kept current by a watch (an informer), read without asking the apiserver. */
+export class WatchCache<T extends KubernetesObject> {
   private readonly informer
   private stopped = false
 
-  constructor(kube: Kube) {
-    this.informer = makeInformer(
-      kube.kc,
-      '/apis/batch/v1/jobs',
-      () => kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
-      LABEL_BACKFILL,
-    )
+  constructor(kc: KubeConfig, path: string, list: () => Promise<KubernetesListObject<T>>, labelSelector?: string) {
+    this.informer = makeInformer(kc, path, list, labelSelector)
     this.informer.on('error', () => {
       if (!this.stopped) setTimeout(() => !this.stopped && this.informer.start().catch(() => {}), 1000)
     })
@@ -231,12 +224,68 @@ export class BackfillJobCache {
     return this.informer.start()
   }
 
-  list(): readonly V1Job[] {
-    return this.informer.list()
+  list(): T[] {
+    return [...this.informer.list()]
+  }
+
+  get(namespace: string, name: string): T | null {
+    return this.informer.get(name, namespace) ?? null
   }
 
   async stop() {
     this.stopped = true
     await this.informer.stop()
+  }
+}
+
+/**
+ * What admit reads on every admission, kept current by watches: the gates then cost no apiserver round trip
+ * (a burst of admissions made the apiserver the bottleneck). A watch lags by milliseconds; whatever changes in
+ * that time arrives as an event of its own and is decided again (a Model turning not Ready cancels at once). The
+ * claims in KV, not these caches, make two admissions exclusive.
+ */
+export class AdmissionCaches {
+  readonly jobs: WatchCache<V1Job>
+  readonly cronJobs: WatchCache<V1CronJob>
+  readonly models: WatchCache<KubernetesObject>
+  readonly gamingSessions: WatchCache<KubernetesObject>
+  readonly gpuLeases: WatchCache<KubernetesObject>
+
+  constructor(kube: Kube) {
+    const { kc } = kube
+    const custom = (plural: string) =>
+      new WatchCache<KubernetesObject>(
+        kc,
+        `/apis/${GROUP}/${VERSION}/${plural}`,
+        async () => (await kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as never,
+      )
+    this.jobs = new WatchCache(
+      kc,
+      '/apis/batch/v1/jobs',
+      () => kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
+      LABEL_BACKFILL,
+    )
+    this.cronJobs = new WatchCache(kc, '/apis/batch/v1/cronjobs', () => kube.batch.listCronJobForAllNamespaces())
+    this.models = custom(PLURALS.models)
+    this.gamingSessions = custom(PLURALS.gamingSessions)
+    this.gpuLeases = custom(PLURALS.gpuLeases)
+  }
+
+  private get all() {
+    return [
+      this.jobs,
+      this.cronJobs,
+      this.models,
+      this.gamingSessions,
+      this.gpuLeases,
+    ] as WatchCache<KubernetesObject>[]
+  }
+
+  async start() {
+    await Promise.all(this.all.map((c) => c.start()))
+  }
+
+  async stop() {
+    await Promise.all(this.all.map((c) => c.stop()))
   }
 }

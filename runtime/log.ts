@@ -24,3 +24,21 @@ export function createLogger(name: string, destination?: DestinationStream): Log
   }
   return destination ? pino(options, destination) : pino(options)
 }
+
+/**
+ * One line for a log or a dead-letter reason. Kubernetes client errors carry the whole response (body and
+ * headers) in their message; the Status message and code are what a person needs.
+ */
+export function describeError(err: unknown): string {
+  const e = err as { code?: unknown; body?: unknown; message?: unknown }
+  if (typeof e?.code === 'number' && typeof e.body === 'string') {
+    try {
+      const status = JSON.parse(e.body) as { message?: string; reason?: string }
+      return `HTTP ${e.code}${status.reason ? ` ${status.reason}` : ''}: ${status.message ?? ''}`.trim()
+    } catch {
+      return `HTTP ${e.code}`
+    }
+  }
+  const message = typeof e?.message === 'string' ? e.message : String(err)
+  return message.split('\n')[0] ?? message
+}

@@ -3,6 +3,7 @@
 // and both dead-letter through deps.bus.deadLetter, so functions never know how an event reached them.
 import { type DecodeResult, decode, type InboundEvent } from '../events/codec.js'
 import { type EventFunction, PermanentError } from './function.js'
+import { describeError } from './log.js'
 import type { Deps } from './reconcile.js'
 
 export type Outcome =
@@ -23,7 +24,7 @@ export async function processDecoded(fn: EventFunction, deps: Deps, decoded: Dec
     await fn.handle(event, deps)
     return { kind: 'handled', event }
   } catch (err) {
-    const reason = `${event.type} ${event.id}: ${(err as Error)?.message ?? String(err)}`
+    const reason = `${event.type} ${event.id}: ${describeError(err)}`
     if (err instanceof PermanentError) return { kind: 'permanent', event, reason }
     return { kind: 'transient', event, reason, err }
   }

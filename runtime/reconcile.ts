@@ -10,7 +10,8 @@ import { buildJob, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, modelKey } from '../core/names.js'
 import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
-import { type BackfillJobCache, type Kube, PLURALS } from './kube.js'
+import type { AdmissionCaches, Kube } from './kube.js'
+import { PLURALS } from './kube.js'
 import type { Logger } from './log.js'
 import type { Bus } from './nats.js'
 
@@ -23,8 +24,8 @@ export interface Deps {
   now: () => number
   /** Namespaces this deployment manages; undefined: the whole cluster. */
   namespaces?: string[]
-  /** Watched backfill Jobs for the contender gate (admit); without it, admit lists them per decision. */
-  jobCache?: BackfillJobCache
+  /** Watched copies of what admit reads on every admission; without them, admit asks the apiserver. */
+  caches?: AdmissionCaches
 }
 
 /** A claim younger than this is live even before its holder's state names it (admission in flight). */
@@ -70,19 +71,18 @@ export async function observe(
     }
   }
   const modelName = backfill.spec.modelRef
+  const caches = role === 'admit' ? deps.caches : undefined
   const [model, template, job, sessions, leases, jobs, idle] = await Promise.all([
-    kube.getModel(namespace, modelName),
-    kube.getCronJob(namespace, backfill.spec.templateRef),
+    caches ? caches.models.get(namespace, modelName) : kube.getModel(namespace, modelName),
+    caches
+      ? caches.cronJobs.get(namespace, backfill.spec.templateRef)
+      : kube.getCronJob(namespace, backfill.spec.templateRef),
     state?.jobName ? kube.getJob(namespace, state.jobName) : Promise.resolve(null),
-    kube.listAll(PLURALS.gamingSessions),
-    kube.listAll(PLURALS.gpuLeases),
+    caches ? caches.gamingSessions.list() : kube.listAll(PLURALS.gamingSessions),
+    caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases),
     // Only admit needs the contenders (every backfill Job in the cluster); the others never admit — a decision
     // to admit is handed to admit, which looks again — so they list just this declaration's own Jobs.
-    role !== 'admit'
-      ? kube.listOwnJobs(namespace, name)
-      : deps.jobCache
-        ? Promise.resolve([...deps.jobCache.list()])
-        : kube.listBackfillJobs(),
+    role !== 'admit' ? kube.listOwnJobs(namespace, name) : caches ? caches.jobs.list() : kube.listBackfillJobs(),
     bus.kv.idle.get(modelKey(namespace, modelName)),
   ])
   const modelV = model ? modelView(model) : null

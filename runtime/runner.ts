@@ -7,7 +7,7 @@ import type { InboundEvent } from '../events/codec.js'
 import { functionFactories } from '../functions/index.js'
 import { consumerName, type EventFunction } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
-import { BackfillJobCache, Kube } from './kube.js'
+import { AdmissionCaches, Kube } from './kube.js'
 import { createLogger, type Logger } from './log.js'
 import { BackfillMetrics } from './metrics.js'
 import { Bus } from './nats.js'
@@ -55,8 +55,8 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
   const kube = new Kube(kc)
   const deps: Deps = { kube, bus, log, now: opts.now ?? Date.now, namespaces: opts.namespaces }
   if (names.includes('admit')) {
-    deps.jobCache = new BackfillJobCache(kube)
-    await deps.jobCache.start()
+    deps.caches = new AdmissionCaches(kube)
+    await deps.caches.start()
   }
   const metrics = new BackfillMetrics()
   await metrics.start(bus)
@@ -97,7 +97,7 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
       for (const f of running) await f.stop()
       if (opts.instance) await deleteInstanceConsumers(bus, running)
       await metrics.stop()
-      await deps.jobCache?.stop()
+      await deps.caches?.stop()
       await app.close()
       await bus.close()
     },
