@@ -8,11 +8,13 @@ import https from 'node:https'
 import { BatchV1Api, CustomObjectsApi, type KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node'
 import { jetstream } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
+import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { GROUP, VERSION } from '../../../core/api.js'
 import { jobName, LABEL_BACKFILL } from '../../../core/names.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
 import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
+import { startBridge } from '../../../runtime/bridge.js'
 import { startHttpFunction } from '../../../runtime/http-adapter.js'
 import { natsServerOptions } from '../../../runtime/nats.js'
 import { type Runner, startRunner } from '../../../runtime/runner.js'
@@ -303,6 +305,42 @@ describe('the HTTP ingress as its own NATS user', () => {
       await ingressFn.stop()
     }
     expect(await violations()).not.toContainEqual(expect.stringContaining('"ingress"'))
+  })
+})
+
+describe('the JetStream → Broker bridge (knative overlay) as its own NATS user', () => {
+  it('forwards to the sink and dead-letters what the sink refuses, with no permission violation', async () => {
+    const models: string[] = []
+    const sink = Fastify({ logger: false })
+    sink.post('/', async (req, reply) => {
+      const model = (req.body as { data?: { namespace?: string; model?: string } }).data
+      if (model?.namespace === env.namespace && model.model) models.push(model.model)
+      return reply.code(model?.model === 'bridge-reject' ? 400 : 202).send()
+    })
+    sink.addContentTypeParser('application/cloudevents+json', { parseAs: 'string' }, (_req, body, done) =>
+      done(null, JSON.parse(String(body))),
+    )
+    const bridge = await startBridge({
+      natsUrl: nats.url('bridge'),
+      kubeconfig: kcs.source,
+      sink: await sink.listen({ port: 0, host: '127.0.0.1' }),
+      namespaces: [env.namespace],
+    })
+    try {
+      const emitter = createForegroundEmitter(gateway)
+      await emitter.emit({ namespace: env.namespace, model: 'via-bridge' })
+      await emitter.emit({ namespace: env.namespace, model: 'bridge-reject' })
+      await waitUntil('both at the sink', async () =>
+        models.includes('via-bridge') && models.includes('bridge-reject') ? true : undefined,
+      )
+      await waitUntil('the refused one dead-lettered', async () =>
+        bridge.running.stats.deadLettered > 0 ? true : undefined,
+      )
+    } finally {
+      await bridge.stop()
+      await sink.close()
+    }
+    expect(await violations()).not.toContainEqual(expect.stringContaining('"bridge"'))
   })
 })
 

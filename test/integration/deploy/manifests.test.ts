@@ -70,6 +70,19 @@ describe('kubectl kustomize knative/', () => {
     )
     expect(minScale).toEqual({ source: '0', demand: '1', admit: '0', cancel: '1', lifecycle: '0' })
 
+    // The JetStream → Broker bridge: an always-on Deployment, K_SINK from a SinkBinding on it, no Kubernetes role.
+    const bridge = of(ms, 'Deployment').find((d) => d.metadata.name === build.name('model-backfill-bridge'))
+    expect(bridge?.spec.template.spec.containers[0].env).toContainEqual({ name: 'FUNCTION', value: 'bridge' })
+    const bridgeBinding = of(ms, 'SinkBinding').find((b) => b.spec.subject.kind === 'Deployment')
+    expect(bridgeBinding?.spec.subject.name).toBe(bridge?.metadata.name)
+    expect(bridgeBinding?.spec.sink.ref.name).toBe(build.name('model-backfill'))
+    const bridgeSa = bridge?.spec.template.spec.serviceAccountName
+    expect(
+      [...of(ms, 'RoleBinding'), ...of(ms, 'ClusterRoleBinding')].filter((b) =>
+        b.subjects?.some((s: { name: string }) => s.name === bridgeSa),
+      ),
+    ).toEqual([])
+
     // The Broker uses the NATS JetStream channel.
     const [broker] = of(ms, 'Broker')
     const channel = of(ms, 'ConfigMap').find((c) => c.metadata.name === broker?.spec.config.name)
@@ -128,9 +141,13 @@ describe('kubectl kustomize keda/', () => {
       '-o',
       'name',
     ])
-    expect(got.stdout.trim().split('\n')).toHaveLength(
-      ['Deployment', 'ScaledObject', 'TriggerAuthentication'].reduce((n, k) => n + of(ms, k).length, 0),
-    )
+    // (this build's own: the knative build in the same namespace has a Deployment too, the bridge)
+    expect(
+      got.stdout
+        .trim()
+        .split('\n')
+        .filter((n) => n.endsWith(build.suffix)),
+    ).toHaveLength(['Deployment', 'ScaledObject', 'TriggerAuthentication'].reduce((n, k) => n + of(ms, k).length, 0))
 
     // Each ScaledObject scales its own Deployment on the real stream and durable consumer of every subscription.
     const scaled = of(ms, 'ScaledObject')

@@ -138,7 +138,7 @@ export const NATS_ACCOUNT = 'FLEXINFER'
 
 export interface AuthNats {
   /** nats://<user>:<password>@host:port for a user of nats/auth.conf. */
-  url(user: FunctionName | 'ingress' | 'gateway'): string
+  url(user: FunctionName | 'ingress' | 'gateway' | 'bridge'): string
   hostPort: string
   monitorUrl: string
   log(): Promise<string>
@@ -151,7 +151,7 @@ export async function startAuthNats(natsServer: string): Promise<AuthNats> {
   const [port, monitorPort] = (await freePorts(2)) as [number, number]
   const passwords: Record<string, string> = {}
   const envVars: Record<string, string> = {}
-  for (const user of [...FUNCTIONS, 'ingress', 'gateway']) {
+  for (const user of [...FUNCTIONS, 'ingress', 'gateway', 'bridge']) {
     passwords[user] = randomBytes(12).toString('hex')
     envVars[`FLEXINFER_${user.toUpperCase()}_PASSWORD`] = passwords[user] as string
   }
