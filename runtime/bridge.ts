@@ -19,19 +19,19 @@ import { consumerName, type EventFunction, PermanentError } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
 import { Kube } from './kube.js'
 import { createLogger, type Logger } from './log.js'
-import { Bus } from './nats.js'
+import { Bus, streamConfigs } from './nats.js'
 import type { Deps } from './reconcile.js'
 import { loadKubeConfig } from './runner.js'
 
-/** Everything the functions and the gateway publish to FLEXINFER_EVENTS, except the raw Kubernetes events. */
-export const BRIDGE_EVENT_SUBJECTS = [
-  'flexinfer.events.foreground.>',
-  'flexinfer.events.backfill.>',
-  'flexinfer.events.model.>',
-  'flexinfer.events.gaming.>',
-  'flexinfer.events.gpu.>',
-  'flexinfer.events.job.>',
-]
+/** The raw Kubernetes events (the local watcher's ApiServerSource stand-in): under Knative, not ours to forward. */
+const KUBERNETES_SUBJECTS = 'flexinfer.events.k8s.>'
+/**
+ * Everything the functions and the gateway publish to FLEXINFER_EVENTS (foreground, backfill.*, model, gaming, gpu,
+ * job), i.e. the stream's subjects but the raw Kubernetes events: a subject added to the stream is forwarded too.
+ */
+export const BRIDGE_EVENT_SUBJECTS = (streamConfigs.find((c) => c.name === STREAM_EVENTS)?.subjects ?? []).filter(
+  (s) => s !== KUBERNETES_SUBJECTS,
+)
 /** Fired timers (the schedules themselves, flexinfer.schedules.>, stay in the stream). */
 export const BRIDGE_TIMER_SUBJECTS = ['flexinfer.events.timer.>']
 
