@@ -1,12 +1,17 @@
 // What the container runs: `npm run build` output (tsconfig.build.json → dist/) started as the Dockerfile's
 // ENTRYPOINT does, with plain node (no tsx). There is no Docker engine here, so the image itself is not built; this
-// checks the compiled entry point answers --help and serves the ingress end to end, then stops on SIGTERM.
+// checks the compiled entry point answers --help, serves the ingress and runs the bridge end to end, then stops on
+// SIGTERM.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
 import { join } from 'node:path'
+import { jetstreamManager } from '@nats-io/jetstream'
+import Fastify from 'fastify'
 import { afterAll, beforeAll, expect, it } from 'vitest'
+import { decode } from '../../../events/codec.js'
+import { createForegroundEmitter } from '../../../events/emitter.js'
 import { repoRoot } from '../../env/binaries.js'
 import { run } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -95,4 +100,60 @@ it('FUNCTION=ingress serves authenticated CloudEvents and stops cleanly on SIGTE
   child.kill('SIGTERM')
   expect(await exited).toBe(0)
   expect(output).not.toContain(token)
+})
+
+it('FUNCTION=bridge needs K_SINK, forwards to it, and stops cleanly on SIGTERM', async () => {
+  const base = { ...process.env, NATS_URL: env.natsUrl, KUBECONFIG: env.kubeconfigPath, FUNCTION: 'bridge' }
+  const noSink = await run(process.execPath, [main], { env: { ...base, K_SINK: '' } })
+  expect(noSink.code).toBe(2)
+  expect(`${noSink.stdout}${noSink.stderr}`).toContain('K_SINK')
+
+  const received: string[] = []
+  const sink = Fastify({ logger: false })
+  sink.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => done(null, body))
+  sink.post('/', async (req, reply) => {
+    const d = decode(String(req.body))
+    if (d.ok && (d.event.data as { namespace?: string }).namespace === env.namespace) received.push(d.event.type)
+    return reply.code(202).send()
+  })
+  const sinkUrl = await sink.listen({ port: 0, host: '127.0.0.1' })
+  const child = spawn(process.execPath, [main], {
+    env: { ...base, K_SINK: sinkUrl, WATCH_NAMESPACES: env.namespace, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  children.push(child)
+  let output = ''
+  child.stdout?.on('data', (d) => {
+    output += d
+  })
+  child.stderr?.on('data', (d) => {
+    output += d
+  })
+  try {
+    let health = ''
+    for (let i = 0; ; i++) {
+      const m = /"httpUrl":"(http:[^"]+)".*bridging JetStream to the sink/.exec(output)
+      if (m?.[1]) {
+        health = m[1]
+        break
+      }
+      if (i > 200 || child.exitCode !== null) throw new Error(`bridge did not start:\n${output}`)
+      await new Promise((r) => setTimeout(r, 50))
+    }
+    expect((await fetch(`${health}/readyz`)).status).toBe(200)
+    await createForegroundEmitter(env.nc).emit({ namespace: env.namespace, model: 'm-bridge' })
+    for (let i = 0; !received.includes('ai.flexinfer.foreground.request'); i++) {
+      if (i > 200) throw new Error(`nothing reached the sink:\n${output}`)
+      await new Promise((r) => setTimeout(r, 50))
+    }
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
+    child.kill('SIGTERM')
+    expect(await exited).toBe(0)
+  } finally {
+    await sink.close()
+    // The production durables (`bridge`, `bridge-timers`) it made on the shared test server.
+    const jsm = await jetstreamManager(env.nc)
+    await jsm.consumers.delete('FLEXINFER_EVENTS', 'bridge').catch(() => {})
+    await jsm.consumers.delete('FLEXINFER_TIMERS', 'bridge-timers').catch(() => {})
+  }
 })
