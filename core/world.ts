@@ -9,6 +9,18 @@ const str = (v: unknown): string | undefined => (typeof v === 'string' && v !== 
 const time = (v: unknown): string | undefined =>
   v instanceof Date ? (Number.isNaN(v.getTime()) ? undefined : v.toISOString()) : str(v)
 
+/** The parts every view reads: metadata, spec, status, and the object's identity. */
+function parts(raw: unknown) {
+  const o = obj(raw)
+  const meta = obj(o.metadata)
+  return {
+    meta,
+    spec: obj(o.spec),
+    status: obj(o.status),
+    id: { namespace: str(meta.namespace) ?? '', name: str(meta.name) ?? '' },
+  }
+}
+
 export interface ModelView {
   namespace: string
   name: string
@@ -23,14 +35,10 @@ export interface ModelView {
 }
 
 export function modelView(raw: unknown): ModelView {
-  const o = obj(raw)
-  const meta = obj(o.metadata)
-  const spec = obj(o.spec)
-  const status = obj(o.status)
+  const { spec, status, id } = parts(raw)
   const phase = str(status.phase)
   return {
-    namespace: str(meta.namespace) ?? '',
-    name: str(meta.name) ?? '',
+    ...id,
     ready: phase === 'Ready',
     phase,
     node: str(obj(status.gpu).node) ?? str(obj(spec.nodeSelector)['kubernetes.io/hostname']),
@@ -49,12 +57,9 @@ export interface GamingSessionView {
 }
 
 export function gamingSessionView(raw: unknown): GamingSessionView {
-  const o = obj(raw)
-  const meta = obj(o.metadata)
-  const spec = obj(o.spec)
+  const { meta, spec, id } = parts(raw)
   return {
-    namespace: str(meta.namespace) ?? '',
-    name: str(meta.name) ?? '',
+    ...id,
     nodeName: str(spec.nodeName),
     mode: str(spec.mode) ?? 'gaming',
     expiresAt: str(spec.expiresAt),
@@ -71,12 +76,9 @@ export interface GPULeaseView {
 }
 
 export function gpuLeaseView(raw: unknown): GPULeaseView {
-  const o = obj(raw)
-  const meta = obj(o.metadata)
-  const spec = obj(o.spec)
+  const { spec, id } = parts(raw)
   return {
-    namespace: str(meta.namespace) ?? '',
-    name: str(meta.name) ?? '',
+    ...id,
     group: str(spec.group),
     node: str(spec.node),
     expiresAt: str(spec.expiresAt),
@@ -104,17 +106,14 @@ export interface JobView {
 }
 
 export function jobView(raw: unknown): JobView {
-  const o = obj(raw)
-  const meta = obj(o.metadata)
-  const status = obj(o.status)
+  const { meta, status, id } = parts(raw)
   const labels = obj(meta.labels)
   const annotations = obj(meta.annotations)
   const owner = (Array.isArray(meta.ownerReferences) ? meta.ownerReferences : []).map(obj).find((r) => r.controller)
   const conditions = (Array.isArray(status.conditions) ? status.conditions : []).map(obj)
   const terminal = conditions.find((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True')
   return {
-    namespace: str(meta.namespace) ?? '',
-    name: str(meta.name) ?? '',
+    ...id,
     uid: str(meta.uid),
     backfillLabel: str(labels[LABEL_BACKFILL]),
     ownerUid: str(owner?.uid),
