@@ -15,13 +15,12 @@ import type { KubeConfig } from '@kubernetes/client-node'
 import Fastify from 'fastify'
 import { STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
 import type { InboundEvent } from '../events/codec.js'
-import { consumerName, type EventFunction, PermanentError } from './function.js'
+import { deleteInstanceConsumers, openDeps, scoped } from './deps.js'
+import { type EventFunction, PermanentError } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
-import { Kube } from './kube.js'
-import { createLogger, type Logger } from './log.js'
-import { Bus, streamConfigs } from './nats.js'
+import type { Logger } from './log.js'
+import { streamConfigs } from './nats.js'
 import type { Deps } from './reconcile.js'
-import { loadKubeConfig } from './runner.js'
 
 /** The raw Kubernetes events (the local watcher's ApiServerSource stand-in): under Knative, not ours to forward. */
 const KUBERNETES_SUBJECTS = 'flexinfer.events.k8s.>'
@@ -69,16 +68,14 @@ export function toStructured(event: InboundEvent): string {
 export function createBridge(opts: BridgeOptions): EventFunction {
   const sink = new URL(opts.sink).toString()
   const timeoutMs = opts.timeoutMs ?? 10_000
-  return {
-    name: opts.instance ? `bridge-${opts.instance}` : 'bridge',
+  const bridge: EventFunction = {
+    name: 'bridge',
     subscriptions: [
-      { stream: STREAM_EVENTS, subjects: BRIDGE_EVENT_SUBJECTS, deliverNew: Boolean(opts.instance) },
-      { stream: STREAM_TIMERS, subjects: BRIDGE_TIMER_SUBJECTS, deliverNew: Boolean(opts.instance) },
+      { stream: STREAM_EVENTS, subjects: BRIDGE_EVENT_SUBJECTS },
+      { stream: STREAM_TIMERS, subjects: BRIDGE_TIMER_SUBJECTS },
     ],
     concurrency: opts.concurrency ?? 64,
     async handle(event) {
-      const ns = (event.data as { namespace?: unknown }).namespace
-      if (opts.namespaces && typeof ns === 'string' && !opts.namespaces.includes(ns)) return
       let res: Response
       try {
         res = await fetch(sink, {
@@ -97,6 +94,7 @@ export function createBridge(opts: BridgeOptions): EventFunction {
       throw new Error(reason)
     },
   }
+  return scoped(bridge, opts.namespaces, opts.instance)
 }
 
 export interface BridgeProcessOptions extends BridgeOptions {
@@ -118,11 +116,10 @@ export interface RunningBridge {
 
 /** A bridge process: its own NATS connection, the bridge on JetStream, and health endpoints for the probes. */
 export async function startBridge(opts: BridgeProcessOptions): Promise<RunningBridge> {
-  const log = opts.logger ?? createLogger('model-backfill')
   const fn = createBridge(opts)
-  const bus = await Bus.connect(opts.natsUrl, `model-backfill:${fn.name}`)
   // The bridge never calls Kubernetes (its ServiceAccount has no RBAC); Deps just carries a client.
-  const deps: Deps = { kube: new Kube(opts.kubeconfig ?? loadKubeConfig()), bus, log, now: Date.now }
+  const deps = await openDeps({ ...opts, name: `model-backfill:${fn.name}` })
+  const { bus, log } = deps
   const running = await runOnJetStream(deps, fn)
   let ready = true
   const app = Fastify({ logger: false })
@@ -144,12 +141,9 @@ export async function startBridge(opts: BridgeProcessOptions): Promise<RunningBr
     async stop() {
       ready = false
       await running.stop()
-      if (opts.instance) {
-        for (const stream of [STREAM_EVENTS, STREAM_TIMERS])
-          await bus.jsm.consumers.delete(stream, consumerName(fn.name, stream)).catch(() => {})
-      }
+      if (opts.instance) await deleteInstanceConsumers(bus, [fn.name])
       await app.close()
-      await bus.close()
+      await deps.close()
     },
   }
 }

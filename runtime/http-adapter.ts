@@ -23,13 +23,11 @@ import Fastify, {
   LogController,
 } from 'fastify'
 import { type DecodeResult, validate } from '../events/codec.js'
+import { openDeps } from './deps.js'
 import type { EventFunction } from './function.js'
-import { Kube } from './kube.js'
-import { createLogger, type Logger } from './log.js'
-import { Bus } from './nats.js'
+import type { Logger } from './log.js'
 import { type Outcome, processDecoded } from './process-event.js'
 import type { Deps } from './reconcile.js'
-import { loadKubeConfig } from './runner.js'
 
 export interface HttpAdapterOptions {
   /** Bearer token required on POST / ; undefined: no authentication (inside the mesh, behind the Broker). */
@@ -309,9 +307,8 @@ export interface HttpFunction {
 
 /** A process serving one function over HTTP (a Knative Service, or the ingress). */
 export async function startHttpFunction(fn: EventFunction, opts: HttpFunctionOptions): Promise<HttpFunction> {
-  const log = opts.logger ?? createLogger('model-backfill')
-  const bus = await Bus.connect(opts.natsUrl, `model-backfill:${fn.name}:http`)
-  const deps: Deps = { kube: new Kube(opts.kubeconfig ?? loadKubeConfig()), bus, log, now: opts.now ?? Date.now }
+  const deps = await openDeps({ ...opts, name: `model-backfill:${fn.name}:http`, functions: [fn.name] })
+  const { log } = deps
   await fn.start?.(deps)
   const app = buildHttpApp(fn, deps, opts)
   const url = await app.listen({ port: opts.port ?? 8080, host: opts.host ?? '127.0.0.1' })
@@ -323,7 +320,7 @@ export async function startHttpFunction(fn: EventFunction, opts: HttpFunctionOpt
     async stop() {
       await app.close()
       await fn.stop?.()
-      await bus.close()
+      await deps.close()
     },
   }
 }

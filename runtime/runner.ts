@@ -1,16 +1,13 @@
 // Runs functions in one process over JetStream pull consumers: `npm start` runs all of them (plus the local
 // Kubernetes watcher and the metrics endpoint); a KEDA Deployment runs one. Tests use the same entry point.
-import { KubeConfig } from '@kubernetes/client-node'
+import type { KubeConfig } from '@kubernetes/client-node'
 import Fastify from 'fastify'
-import { STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
-import type { InboundEvent } from '../events/codec.js'
 import { functionFactories } from '../functions/index.js'
-import { consumerName, type EventFunction } from './function.js'
+import { deleteInstanceConsumers, openDeps, scoped } from './deps.js'
+import type { EventFunction } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
-import { AdmissionCaches, Kube } from './kube.js'
-import { createLogger, type Logger } from './log.js'
+import type { Logger } from './log.js'
 import { BackfillMetrics } from './metrics.js'
-import { Bus } from './nats.js'
 import type { Deps } from './reconcile.js'
 import { startWatcher, type Watcher } from './watcher.js'
 
@@ -44,20 +41,13 @@ export interface Runner {
 }
 
 export async function startRunner(opts: RunnerOptions): Promise<Runner> {
-  const log = opts.logger ?? createLogger('model-backfill')
-  const kc = opts.kubeconfig ?? loadKubeConfig()
   const names = opts.functions ?? Object.keys(functionFactories)
   for (const name of names) {
     if (!functionFactories[name])
       throw new Error(`unknown function "${name}"; known: ${Object.keys(functionFactories).join(', ')}`)
   }
-  const bus = await Bus.connect(opts.natsUrl, `model-backfill:${names.join(',')}`)
-  const kube = new Kube(kc)
-  const deps: Deps = { kube, bus, log, now: opts.now ?? Date.now, namespaces: opts.namespaces }
-  if (names.includes('admit')) {
-    deps.caches = new AdmissionCaches(kube)
-    await deps.caches.start()
-  }
+  const deps = await openDeps({ ...opts, name: `model-backfill:${names.join(',')}`, functions: names })
+  const { bus, kube, log } = deps
   const metrics = new BackfillMetrics()
   await metrics.start(bus)
   const running: RunningFunction[] = []
@@ -66,7 +56,7 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
     running.push(await runOnJetStream(deps, fn))
   }
   let watcher: Watcher | undefined
-  if (opts.watch) watcher = await startWatcher(kc, kube, bus, log, opts.namespaces)
+  if (opts.watch) watcher = await startWatcher(kube.kc, kube, bus, log, opts.namespaces)
 
   let httpUrl: string | undefined
   const app = Fastify({ logger: false })
@@ -95,50 +85,14 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
       ready = false
       await watcher?.stop()
       for (const f of running) await f.stop()
-      if (opts.instance) await deleteInstanceConsumers(bus, running)
+      if (opts.instance)
+        await deleteInstanceConsumers(
+          bus,
+          running.map((f) => f.name),
+        )
       await metrics.stop()
-      await deps.caches?.stop()
       await app.close()
-      await bus.close()
+      await deps.close()
     },
   }
-}
-
-/** Namespace an event is about, when it says (catalog events carry it in data; ApiServerSource in the object). */
-function eventNamespace(event: InboundEvent): string | undefined {
-  const data = event.data as { namespace?: unknown; metadata?: { namespace?: unknown } }
-  const ns = data.namespace ?? data.metadata?.namespace
-  return typeof ns === 'string' ? ns : undefined
-}
-
-/** Restricts a function to namespaces (events about others are acknowledged and skipped) and names its consumers. */
-function scoped(fn: EventFunction, namespaces: string[] | undefined, instance: string | undefined): EventFunction {
-  if (!namespaces && !instance) return fn
-  const handle: EventFunction['handle'] = (event, deps) => {
-    const ns = eventNamespace(event)
-    if (namespaces && ns !== undefined && !namespaces.includes(ns)) return Promise.resolve()
-    return fn.handle(event, deps)
-  }
-  return {
-    ...fn,
-    name: instance ? `${fn.name}-${instance}` : fn.name,
-    subscriptions: instance ? fn.subscriptions.map((s) => ({ ...s, deliverNew: true })) : fn.subscriptions,
-    start: fn.start?.bind(fn),
-    stop: fn.stop?.bind(fn),
-    handle,
-  }
-}
-
-async function deleteInstanceConsumers(bus: Bus, running: RunningFunction[]) {
-  for (const f of running) {
-    for (const stream of [STREAM_EVENTS, STREAM_TIMERS]) {
-      await bus.jsm.consumers.delete(stream, consumerName(f.name, stream)).catch(() => {})
-    }
-  }
-}
-
-export function loadKubeConfig(): KubeConfig {
-  const kc = new KubeConfig()
-  kc.loadFromDefault()
-  return kc
 }

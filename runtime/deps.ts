@@ -1,0 +1,89 @@
+// What every entry point (the JetStream runner, the HTTP adapter, the bridge) opens before it serves events: one
+// NATS bus, a Kubernetes client and, where admit runs, its watched caches. Also the per-instance scoping that lets
+// several independent systems share one NATS server.
+import { KubeConfig } from '@kubernetes/client-node'
+import { STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
+import type { InboundEvent } from '../events/codec.js'
+import { consumerName, type EventFunction } from './function.js'
+import { AdmissionCaches, Kube } from './kube.js'
+import { createLogger, type Logger } from './log.js'
+import { Bus } from './nats.js'
+import type { Deps } from './reconcile.js'
+
+export interface DepsOptions {
+  natsUrl: string
+  /** NATS connection name (shows in the server's monitoring). */
+  name: string
+  kubeconfig?: KubeConfig
+  logger?: Logger
+  now?: () => number
+  namespaces?: string[]
+  /** Names of the functions served: admit gets its watched caches. */
+  functions?: readonly string[]
+}
+
+export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Promise<void> }> {
+  const bus = await Bus.connect(opts.natsUrl, opts.name)
+  const kube = new Kube(opts.kubeconfig ?? loadKubeConfig())
+  const deps: Deps = {
+    kube,
+    bus,
+    log: opts.logger ?? createLogger('model-backfill'),
+    now: opts.now ?? Date.now,
+    namespaces: opts.namespaces,
+  }
+  if (opts.functions?.includes('admit')) {
+    deps.caches = new AdmissionCaches(kube)
+    await deps.caches.start()
+  }
+  return {
+    ...deps,
+    async close() {
+      await deps.caches?.stop()
+      await bus.close()
+    },
+  }
+}
+
+export function loadKubeConfig(): KubeConfig {
+  const kc = new KubeConfig()
+  kc.loadFromDefault()
+  return kc
+}
+
+/** Namespace an event is about, when it says (catalog events carry it in data; ApiServerSource in the object). */
+function eventNamespace(event: InboundEvent): string | undefined {
+  const data = event.data as { namespace?: unknown; metadata?: { namespace?: unknown } }
+  const ns = data.namespace ?? data.metadata?.namespace
+  return typeof ns === 'string' ? ns : undefined
+}
+
+/**
+ * Restricts a function to namespaces (events about others are acknowledged and skipped) and, with an instance
+ * name, gives it durable consumers of its own (`<function>-<instance>`, from new messages on).
+ */
+export function scoped(fn: EventFunction, namespaces?: string[], instance?: string): EventFunction {
+  if (!namespaces && !instance) return fn
+  const handle: EventFunction['handle'] = (event, deps) => {
+    const ns = eventNamespace(event)
+    if (namespaces && ns !== undefined && !namespaces.includes(ns)) return Promise.resolve()
+    return fn.handle(event, deps)
+  }
+  return {
+    ...fn,
+    name: instance ? `${fn.name}-${instance}` : fn.name,
+    subscriptions: instance ? fn.subscriptions.map((s) => ({ ...s, deliverNew: true })) : fn.subscriptions,
+    start: fn.start?.bind(fn),
+    stop: fn.stop?.bind(fn),
+    handle,
+  }
+}
+
+/** Removes an instance's own consumers when it stops (production consumers are shared and stay). */
+export async function deleteInstanceConsumers(bus: Bus, functionNames: string[]) {
+  for (const name of functionNames) {
+    for (const stream of [STREAM_EVENTS, STREAM_TIMERS]) {
+      await bus.jsm.consumers.delete(stream, consumerName(name, stream)).catch(() => {})
+    }
+  }
+}
