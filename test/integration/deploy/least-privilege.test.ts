@@ -385,8 +385,13 @@ describe('KEDA nats-jetstream triggers', () => {
     const emitter = createForegroundEmitter(gateway)
     for (let i = 0; i < 5; i++) await emitter.emit({ namespace: env.namespace, model: `lag-${i}` })
     await emitter.close()
-    const lag = await consumers(NATS_ACCOUNT)
-    const demand = lag.get('FLEXINFER_EVENTS/demand')
-    expect((demand?.num_pending ?? 0) + (demand?.num_ack_pending ?? 0)).toBe(5)
+    // /jsz is a monitoring snapshot: give it a moment to count what was just stored.
+    const pending = async () => {
+      const demand = (await consumers(NATS_ACCOUNT)).get('FLEXINFER_EVENTS/demand')
+      return (demand?.num_pending ?? 0) + (demand?.num_ack_pending ?? 0)
+    }
+    const deadline = Date.now() + 5000
+    while ((await pending()) !== 5 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
+    expect(await pending()).toBe(5)
   })
 })
