@@ -155,9 +155,13 @@ export class Bus {
     return new Bus(nc, jsm, await ensureBuckets(nc))
   }
 
-  /** Publishes a catalog event and waits for JetStream to store it. */
-  async publish<T extends EventType>(type: T, data: EventData<T>, options: { time?: string; msgID?: string } = {}) {
-    const body = encode(type, data, { time: options.time })
+  /** Publishes a catalog event and waits for JetStream to store it (id/source: when relaying someone's event). */
+  async publish<T extends EventType>(
+    type: T,
+    data: EventData<T>,
+    options: { time?: string; msgID?: string; id?: string; source?: string } = {},
+  ) {
+    const body = encode(type, data, { time: options.time, id: options.id, source: options.source })
     return this.js.publish(subjectFor(type, data), body, options.msgID ? { msgID: options.msgID } : undefined)
   }
 

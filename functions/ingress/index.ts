@@ -3,8 +3,7 @@
 // (binary, structured or a batch), validated by the catalog, and publishes each to its catalog subject as
 // structured JSON, answering 202 once JetStream has stored it. Not in functionFactories: it consumes nothing
 // from JetStream (a runner consuming foreground requests would re-publish them forever).
-import { catalog, subjectFor } from '../../events/catalog.js'
-import { encode } from '../../events/codec.js'
+import { catalog } from '../../events/catalog.js'
 import { type EventFunction, PermanentError } from '../../runtime/function.js'
 
 export const INGRESS_TYPES = ['ai.flexinfer.foreground.request'] as const
@@ -15,11 +14,9 @@ export const ingress: EventFunction = {
   concurrency: 256,
   async handle(event, deps) {
     if (event.type !== 'ai.flexinfer.foreground.request') throw new PermanentError(`ingress takes ${INGRESS_TYPES}`)
-    const body = encode(event.type, event.data, { id: event.id, source: event.source, time: event.time })
     // The event id (per source) de-duplicates a gateway's retry within the stream's duplicate window.
-    await deps.bus.js.publish(subjectFor(event.type, event.data), body, {
-      msgID: `ingress:${event.source}:${event.id}`,
-    })
+    const { id, source, time } = event
+    await deps.bus.publish(event.type, event.data, { id, source, time, msgID: `ingress:${source}:${id}` })
   },
 }
 
