@@ -1,19 +1,16 @@
 // The four metric families of contract.md, with their exact names and labels. The counts live in each
 // backfill's KV state and change atomically with the transition that causes them, so an instance scaling to
 // zero right after counting loses nothing; the exporter only reads them (a KV watch keeps its copy current).
-import type { KvWatchEntry } from '@nats-io/kv'
 import { Counter, Registry } from 'prom-client'
 import { type BackfillState, PREEMPTION_REASONS } from '../core/state.js'
-import type { Bus } from './nats.js'
+import { type Bus, KvMirror } from './nats.js'
 
 export class BackfillMetrics {
   readonly registry = new Registry()
-  private readonly states = new Map<string, BackfillState>()
-  private watch?: AsyncIterable<KvWatchEntry> & { stop(): void }
-  private done?: Promise<void>
+  private readonly mirror = new KvMirror<BackfillState>()
 
   constructor() {
-    const states = this.states
+    const states = this.mirror.values
     const each = (fn: (s: BackfillState, labels: { backfill: string; namespace: string; model: string }) => void) => {
       for (const s of states.values()) fn(s, { backfill: s.name, namespace: s.namespace, model: s.model })
     }
@@ -67,20 +64,12 @@ export class BackfillMetrics {
     })
   }
 
-  async start(bus: Bus) {
-    const watch = await bus.kv.backfills.watch()
-    this.watch = watch
-    this.done = (async () => {
-      for await (const e of watch) {
-        if (e.operation === 'PUT') this.states.set(e.key, e.json<BackfillState>())
-        else this.states.delete(e.key)
-      }
-    })()
+  start(bus: Bus) {
+    return this.mirror.start(bus.kv.backfills)
   }
 
-  async stop() {
-    this.watch?.stop()
-    await this.done
+  stop() {
+    return this.mirror.stop()
   }
 
   metrics() {

@@ -128,6 +128,30 @@ export function natsServerOptions(servers: string): { servers: string[]; user?: 
   return { servers: list, ...(user === undefined ? {} : { user, pass }) }
 }
 
+/** A bucket's current values (or the keys under a filter) in memory, kept current by a KV watch. */
+export class KvMirror<T> {
+  readonly values = new Map<string, T>()
+  private watch?: Awaited<ReturnType<KV['watch']>>
+  private done?: Promise<void>
+
+  /** The watch replays the current values first, then follows changes. */
+  async start(kv: KV, key?: string) {
+    const watch = await kv.watch(key ? { key } : undefined)
+    this.watch = watch
+    this.done = (async () => {
+      for await (const e of watch) {
+        if (e.operation === 'PUT') this.values.set(e.key, e.json<T>())
+        else this.values.delete(e.key)
+      }
+    })()
+  }
+
+  async stop() {
+    this.watch?.stop()
+    await this.done
+  }
+}
+
 export const DEAD_LETTER_REASON = 'Flexinfer-Dead-Letter-Reason'
 
 /** nats-server (2.12–2.14) evaluates message schedules on a ~250 ms tick; measured, see bench/README.md. */

@@ -2,12 +2,13 @@
 // cancel decision is made from a watched copy of the claims bucket (who runs on which model), and idle state
 // is written to KV coalesced — at most one write per model per COALESCE_MS, the first one after a quiet period
 // immediately (leading edge) — while a cancel is never delayed by any of it.
-import type { KV, KvWatchEntry } from '@nats-io/kv'
+import type { KV } from '@nats-io/kv'
 import { modelKey } from '../../core/names.js'
 import type { Claim, ModelIdleState } from '../../core/state.js'
 import { STREAM_EVENTS } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
 import type { EventFunction } from '../../runtime/function.js'
+import { KvMirror } from '../../runtime/nats.js'
 import type { Deps } from '../../runtime/reconcile.js'
 
 export const COALESCE_MS = 250
@@ -37,10 +38,9 @@ interface ModelEntry {
 
 export class Demand {
   private readonly models = new Map<string, ModelEntry>()
-  private readonly claims = new Map<string, LiveClaim>()
+  /** Who holds which model (`model.<namespace>.<model>`), from a watch of the claims bucket. */
+  private readonly claims = new KvMirror<LiveClaim>()
   private readonly cancelled = new Map<string, number>()
-  private watch?: AsyncIterable<KvWatchEntry> & { stop(): void }
-  private watchDone?: Promise<void>
   /** Counters for logs and the benchmark. */
   readonly stats = { requests: 0, background: 0, kvWrites: 0, cancels: 0 }
 
@@ -50,21 +50,12 @@ export class Demand {
     return this.deps.bus.kv.idle
   }
 
-  async start() {
-    // Only model claims matter here; the watch replays current values first, then follows changes.
-    const watch = await this.deps.bus.kv.claims.watch({ key: 'model.>' })
-    this.watch = watch
-    this.watchDone = (async () => {
-      for await (const e of watch) {
-        if (e.operation === 'PUT') this.claims.set(e.key, e.json<LiveClaim>())
-        else this.claims.delete(e.key)
-      }
-    })()
+  start() {
+    return this.claims.start(this.deps.bus.kv.claims, 'model.>')
   }
 
   async stop() {
-    this.watch?.stop()
-    await this.watchDone
+    await this.claims.stop()
     for (const entry of this.models.values()) clearTimeout(entry.timer)
     await Promise.all([...this.models.values()].map((e) => (e.seen > e.persisted ? this.flush(e) : undefined)))
   }
@@ -122,7 +113,7 @@ export class Demand {
   }
 
   /** Cancels the attempt holding the model if this request breaks the window it was admitted on. */
-  private async cancelIfClaimed(key: string, at: number, claim = this.claims.get(`model.${key}`)) {
+  private async cancelIfClaimed(key: string, at: number, claim = this.claims.values.get(`model.${key}`)) {
     if (!claim) return
     const windowStart = Date.parse(claim.idleSince ?? claim.claimedAt)
     if (!(at > windowStart)) return
