@@ -258,11 +258,7 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       const reason = cancelReason(w, trigger)
       if (trigger.type === 'cancel') {
         // The cancel function deleted it (so it did exist): a preempted attempt, not an abandoned admission.
-        const metric = PREEMPTION_OF[reason ?? trigger.reason]
-        s.counters.preemptions[metric] = (s.counters.preemptions[metric] ?? 0) + 1
-        recordCancelled(w, jobName, reason ?? trigger.reason)
-        endAttempt(w, jobName)
-        s.windowStart = iso(w.now)
+        preempted(w, jobName, reason ?? trigger.reason, reason ?? trigger.reason)
         return false
       }
       if (!reason) {
@@ -278,23 +274,16 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       s.attempts -= 1
       s.counters.starts -= 1
       endAttempt(w, jobName)
-      s.windowStart = iso(w.now)
       return false
     }
     case 'Cancelling':
       endAttempt(w, jobName)
-      s.windowStart = iso(w.now)
       return false
     case 'Running': {
       // Gone before a decision saw it being deleted: by the cancel function (the trigger says why), or by
-      // someone else. Either way it was preempted; start a fresh window.
+      // someone else. Either way it was preempted.
       const reason = cancelReason(w, trigger) ?? (trigger.type === 'cancel' ? trigger.reason : undefined)
-      const metric = reason ? PREEMPTION_OF[reason] : 'other'
-      s.counters.preemptions[metric] = (s.counters.preemptions[metric] ?? 0) + 1
-      addUseful(w)
-      recordCancelled(w, jobName, reason ?? 'the Job was deleted')
-      endAttempt(w, jobName)
-      s.windowStart = iso(w.now)
+      preempted(w, jobName, reason, reason ?? 'the Job was deleted')
       return false
     }
     case 'Succeeded':
@@ -307,6 +296,7 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
   }
 }
 
+/** The attempt is over without an outcome: its claims go, and the next attempt needs a fresh full window. */
 function endAttempt(w: Work, jobName: string) {
   w.actions.push({ type: 'releaseClaims', jobName })
   const s = w.s
@@ -314,6 +304,21 @@ function endAttempt(w: Work, jobName: string) {
   s.nodeName = undefined
   s.startedAt = undefined
   s.runningSince = undefined
+  s.windowStart = iso(w.now)
+}
+
+/** A preemption, counted once by reason (running time up to now is useful time) and told as an Event. */
+function countPreemption(w: Work, jobName: string, reason: CancelReason | undefined, why: string) {
+  const metric = reason ? PREEMPTION_OF[reason] : 'other'
+  w.s.counters.preemptions[metric] = (w.s.counters.preemptions[metric] ?? 0) + 1
+  addUseful(w)
+  recordCancelled(w, jobName, why)
+}
+
+/** The attempt's Job is gone after a preemption no decision recorded yet. */
+function preempted(w: Work, jobName: string, reason: CancelReason | undefined, why: string) {
+  countPreemption(w, jobName, reason, why)
+  endAttempt(w, jobName)
 }
 
 /** The foreground request time a cancel request carries: a foreground signal like the idle state's. */
@@ -343,10 +348,7 @@ function cancel(w: Work, reason: CancelReason) {
   const s = w.s
   const jobName = s.jobName as string
   if (s.phase !== 'Cancelling') {
-    const metric = PREEMPTION_OF[reason]
-    s.counters.preemptions[metric] = (s.counters.preemptions[metric] ?? 0) + 1
-    addUseful(w)
-    recordCancelled(w, jobName, reason)
+    countPreemption(w, jobName, reason, reason)
     set(w, 'Cancelling', reason, `${cancelMessage(reason)}; deleting Job ${jobName}`)
   }
   // Re-issued while Cancelling too: a delete is idempotent and a lost one must not wedge the attempt.
