@@ -11,14 +11,12 @@
 //
 // (the retryable 4xx are the ones Knative's own dispatcher retries). Not forwarded: `flexinfer.events.k8s.>`, the
 // local watcher's stand-in for ApiServerSource (under Knative the ApiServerSources post to the Broker themselves).
-import type { KubeConfig } from '@kubernetes/client-node'
 import Fastify from 'fastify'
 import { STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
 import type { InboundEvent } from '../events/codec.js'
-import { deleteInstanceConsumers, openDeps, scoped } from './deps.js'
+import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from './deps.js'
 import { type EventFunction, PermanentError } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
-import type { Logger } from './log.js'
 import { streamConfigs } from './nats.js'
 import type { Deps } from './reconcile.js'
 
@@ -97,10 +95,7 @@ export function createBridge(opts: BridgeOptions): EventFunction {
   return scoped(bridge, opts.namespaces, opts.instance)
 }
 
-export interface BridgeProcessOptions extends BridgeOptions {
-  natsUrl: string
-  kubeconfig?: KubeConfig
-  logger?: Logger
+export interface BridgeProcessOptions extends BridgeOptions, ProcessOptions {
   /** Port for /healthz and /readyz; undefined: no HTTP server. 0: any free port. */
   httpPort?: number
   httpHost?: string

@@ -10,25 +10,42 @@ import { createLogger, type Logger } from './log.js'
 import { Bus } from './nats.js'
 import type { Deps } from './reconcile.js'
 
-export interface DepsOptions {
+/** What every process (runner, HTTP function, bridge) is started with. */
+export interface ProcessOptions {
   natsUrl: string
-  /** NATS connection name (shows in the server's monitoring). */
-  name: string
   kubeconfig?: KubeConfig
   logger?: Logger
   now?: () => number
+  /** Manage only these namespaces (env WATCH_NAMESPACES); default: the whole cluster. */
   namespaces?: string[]
+  /**
+   * Create the NATS topology (streams, buckets, this process's durable consumers) at start: true by default (local
+   * runs, tests); false when deployed (NATS_PROVISION=false), where the provision step made it (runtime/provision.ts).
+   */
+  provision?: boolean
+  /** With provision false: how long to wait for the provisioned topology before failing (default 120 s). */
+  topologyWaitMs?: number
+}
+
+export interface DepsOptions extends ProcessOptions {
+  /** NATS connection name (shows in the server's monitoring). */
+  name: string
   /** Names of the functions served: admit gets its watched caches. */
   functions?: readonly string[]
 }
 
 export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Promise<void> }> {
-  const bus = await Bus.connect(opts.natsUrl, opts.name)
+  const log = opts.logger ?? createLogger('model-backfill')
+  const bus = await Bus.connect(opts.natsUrl, opts.name, {
+    provision: opts.provision,
+    waitMs: opts.topologyWaitMs,
+    log,
+  })
   const kube = new Kube(opts.kubeconfig ?? loadKubeConfig())
   const deps: Deps = {
     kube,
     bus,
-    log: opts.logger ?? createLogger('model-backfill'),
+    log,
     now: opts.now ?? Date.now,
     namespaces: opts.namespaces,
   }

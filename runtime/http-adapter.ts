@@ -13,7 +13,6 @@
 // The handler logic is shared with the JetStream adapter (runtime/process-event.ts); functions are unaware of it.
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import type { KubeConfig } from '@kubernetes/client-node'
 import { HTTP } from 'cloudevents'
 import Fastify, {
   type FastifyBaseLogger,
@@ -23,9 +22,8 @@ import Fastify, {
   LogController,
 } from 'fastify'
 import { type DecodeResult, validate } from '../events/codec.js'
-import { openDeps } from './deps.js'
+import { openDeps, type ProcessOptions } from './deps.js'
 import type { EventFunction } from './function.js'
-import type { Logger } from './log.js'
 import { type Outcome, processDecoded } from './process-event.js'
 import type { Deps } from './reconcile.js'
 
@@ -287,14 +285,10 @@ export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOpt
   return app
 }
 
-export interface HttpFunctionOptions extends HttpAdapterOptions {
-  natsUrl: string
-  kubeconfig?: KubeConfig
+export interface HttpFunctionOptions extends HttpAdapterOptions, ProcessOptions {
   /** Defaults to 8080 (Knative's $PORT); 0: any free port. */
   port?: number
   host?: string
-  logger?: Logger
-  now?: () => number
 }
 
 export interface HttpFunction {

@@ -2,6 +2,7 @@
 // to the dead-letter stream with the reason; nothing is dropped silently and nothing crashes the process.
 import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { consumerName, type EventFunction } from './function.js'
+import { awaitProvisioned } from './nats.js'
 import { processEvent } from './process-event.js'
 import type { Deps } from './reconcile.js'
 
@@ -16,7 +17,8 @@ export interface RunningFunction {
   stats: { handled: number; deadLettered: number; retried: number }
 }
 
-export async function ensureConsumers(deps: Deps, fn: EventFunction) {
+/** Creates or updates the function's durable consumers (the provision step, and every process run locally). */
+export async function ensureConsumers(deps: Pick<Deps, 'bus'>, fn: EventFunction) {
   for (const sub of fn.subscriptions) {
     const durable = consumerName(fn.name, sub.stream)
     const config = {
@@ -39,8 +41,24 @@ export async function ensureConsumers(deps: Deps, fn: EventFunction) {
   }
 }
 
+/** Deployed (NATS_PROVISION=false): the provision step made the consumers; wait for them, never create one. */
+async function bindConsumers(deps: Deps, fn: EventFunction) {
+  for (const sub of fn.subscriptions) {
+    const durable = consumerName(fn.name, sub.stream)
+    await awaitProvisioned(
+      `consumer ${durable} on ${sub.stream}`,
+      () => deps.bus.jsm.consumers.info(sub.stream, durable),
+      {
+        ...deps.bus.topology,
+        log: deps.log,
+      },
+    )
+  }
+}
+
 export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<RunningFunction> {
-  await ensureConsumers(deps, fn)
+  if (deps.bus.topology.provision === false) await bindConsumers(deps, fn)
+  else await ensureConsumers(deps, fn)
   await fn.start?.(deps)
   const stats = { handled: 0, deadLettered: 0, retried: 0 }
   const log = deps.log.child({ function: fn.name })

@@ -1,13 +1,15 @@
 // `npm start` (every function, the local watcher and the metrics endpoint in one process) and the container
 // entry point: `FUNCTION=admit` runs one function on its JetStream consumer (KEDA); with `TRANSPORT=http` it is
 // served over HTTP instead (Knative); `FUNCTION=ingress` is the authenticated HTTP ingress for gateways;
-// `FUNCTION=bridge` forwards JetStream's events to the Knative Broker at K_SINK (runtime/bridge.ts).
+// `FUNCTION=bridge` forwards JetStream's events to the Knative Broker at K_SINK (runtime/bridge.ts);
+// `FUNCTION=provision` creates the NATS topology and exits (runtime/provision.ts).
 
 import { functionFactories } from '../functions/index.js'
 import { INGRESS_TYPES, ingress } from '../functions/ingress/index.js'
 import { startBridge } from './bridge.js'
 import { readToken, startHttpFunction } from './http-adapter.js'
 import { createLogger } from './log.js'
+import { CONSUMER_OWNERS, DEFAULT_CONSUMER_OWNERS, provision } from './provision.js'
 import { startRunner } from './runner.js'
 
 const USAGE = `model-backfill: event functions for opportunistic model backfill
@@ -17,7 +19,12 @@ usage: node dist/runtime/main.js [function]        (or: npm start)
 environment:
   NATS_URL            NATS server (required)
   KUBECONFIG          kubeconfig (in a pod: its ServiceAccount)
-  FUNCTION            all (default) | ${Object.keys(functionFactories).join(' | ')} | ingress | bridge  (comma-separated: several)
+  FUNCTION            all (default) | ${Object.keys(functionFactories).join(' | ')} | ingress | bridge | provision
+                      (comma-separated: several functions in one process)
+  NATS_PROVISION      true (default): create the streams, buckets and consumers at start; false: only bind to what
+                      FUNCTION=provision made (deployed: the functions' NATS users may not create them)
+  PROVISION_CONSUMERS FUNCTION=provision: whose durable consumers to create (default ${DEFAULT_CONSUMER_OWNERS.join(',')};
+                      known: ${CONSUMER_OWNERS.join(',')})
   K_SINK              FUNCTION=bridge: where JetStream's events are POSTed (the Broker; Knative's SinkBinding sets it)
   TRANSPORT           jetstream (default: pull consumers, KEDA) | http (one function as a Knative Service)
   PORT, HOST          HTTP port and address (metrics/health; with TRANSPORT=http or ingress: CloudEvents on POST /)
@@ -42,8 +49,23 @@ if (!natsUrl) {
 const only = process.env.FUNCTION ?? process.argv[2]
 const http = only === 'ingress' || process.env.TRANSPORT === 'http'
 const namespaces = process.env.WATCH_NAMESPACES?.split(',').map((n) => n.trim())
+const provisionAtStart = process.env.NATS_PROVISION !== 'false'
 let stop: () => Promise<void>
-if (only === 'bridge') {
+if (only === 'provision') {
+  try {
+    await provision({
+      natsUrl,
+      consumers: process.env.PROVISION_CONSUMERS?.split(',')
+        .map((n) => n.trim())
+        .filter(Boolean),
+      log,
+    })
+    process.exit(0)
+  } catch (err) {
+    log.error({ err }, 'provisioning the NATS topology failed')
+    process.exit(1)
+  }
+} else if (only === 'bridge') {
   const sink = process.env.K_SINK
   if (!sink) {
     log.error('the bridge needs K_SINK (the Broker address; a SinkBinding injects it)')
@@ -51,6 +73,7 @@ if (only === 'bridge') {
   }
   const bridge = await startBridge({
     natsUrl,
+    provision: provisionAtStart,
     sink,
     namespaces,
     httpPort: Number(process.env.PORT ?? 8080),
@@ -69,6 +92,7 @@ if (only === 'bridge') {
     }
     const served = await startHttpFunction(ingress, {
       natsUrl,
+      provision: provisionAtStart,
       port,
       host,
       token,
@@ -86,6 +110,7 @@ if (only === 'bridge') {
     }
     const served = await startHttpFunction(factory(), {
       natsUrl,
+      provision: provisionAtStart,
       port,
       host,
       token: readToken('HTTP_TOKEN'),
@@ -96,6 +121,7 @@ if (only === 'bridge') {
 } else {
   const runner = await startRunner({
     natsUrl,
+    provision: provisionAtStart,
     functions: only && only !== 'all' ? only.split(',') : undefined,
     watch: process.env.WATCH ? process.env.WATCH !== 'false' : !only || only === 'all',
     httpPort: Number(process.env.PORT ?? 9464),

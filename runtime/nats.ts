@@ -1,5 +1,7 @@
 // NATS topology (streams, KV buckets) and the small bus every function uses to publish events, arm timers and
-// dead-letter what it cannot accept. Provisioning is idempotent: every function ensures it at start.
+// dead-letter what it cannot accept. Provisioning is idempotent. Locally (`npm start`, tests) every process ensures
+// the topology at start; deployed, one provision step does (`FUNCTION=provision`, runtime/provision.ts) and the
+// functions only bind to it (NATS_PROVISION=false), so their NATS users need no right to create or change streams.
 
 import {
   DiscardPolicy,
@@ -26,6 +28,7 @@ import {
   subjectFor,
 } from '../events/catalog.js'
 import { encode } from '../events/codec.js'
+import type { Logger } from './log.js'
 
 /**
  * Retention, bounded whatever the gateway's rate:
@@ -93,7 +96,43 @@ export async function ensureStreams(jsm: JetStreamManager) {
   }
 }
 
-const isNotFound = (err: unknown) => /not found/i.test(String((err as Error)?.message ?? err))
+export const isNotFound = (err: unknown) => /not found/i.test(String((err as Error)?.message ?? err))
+
+export interface TopologyOptions {
+  /**
+   * true (default): create or update the streams and buckets. false: bind to what the provision step created,
+   * waiting up to `waitMs` for it (a function may start before the provision Job has run).
+   */
+  provision?: boolean
+  /** Default 120 s. */
+  waitMs?: number
+  log?: Logger
+}
+
+/**
+ * Waits for something the provision step creates: retries `lookup` while it answers "not found", logs a hint every
+ * 10 s, and gives up with a specific error after `waitMs`.
+ */
+export async function awaitProvisioned<T>(what: string, lookup: () => Promise<T>, opts: TopologyOptions = {}) {
+  const waitMs = opts.waitMs ?? 120_000
+  const started = Date.now()
+  let lastHint = started
+  const hint = `${what} does not exist yet: the provision step creates it (FUNCTION=provision; deployed, the model-backfill-provision Job)`
+  for (;;) {
+    try {
+      return await lookup()
+    } catch (err) {
+      if (!isNotFound(err)) throw err
+      const waited = Date.now() - started
+      if (waited >= waitMs) throw new Error(`${hint}; gave up after ${Math.round(waited / 1000)} s`)
+      if (Date.now() - lastHint >= 10_000) {
+        opts.log?.warn({ waitedMs: waited }, hint)
+        lastHint = Date.now()
+      }
+      await new Promise((r) => setTimeout(r, 500))
+    }
+  }
+}
 
 export interface Buckets {
   idle: KV
@@ -101,21 +140,46 @@ export interface Buckets {
   claims: KV
 }
 
+const bucketConfigs = [
+  { name: BUCKET_MODEL_IDLE, history: 1, description: 'Per-model foreground idle state (demand function)' },
+  { name: BUCKET_BACKFILLS, history: 5, description: 'Per-backfill attempt state, written by CAS' },
+  { name: BUCKET_CLAIMS, history: 1, description: 'Exclusive model/node claims of active attempts' },
+] as const
+
 export async function ensureBuckets(nc: NatsConnection): Promise<Buckets> {
   const kvm = new Kvm(nc)
-  const [idle, backfills, claims] = await Promise.all([
-    kvm.create(BUCKET_MODEL_IDLE, { history: 1, description: 'Per-model foreground idle state (demand function)' }),
-    kvm.create(BUCKET_BACKFILLS, { history: 5, description: 'Per-backfill attempt state, written by CAS' }),
-    kvm.create(BUCKET_CLAIMS, { history: 1, description: 'Exclusive model/node claims of active attempts' }),
-  ])
-  return { idle, backfills, claims }
+  const [idle, backfills, claims] = await Promise.all(
+    bucketConfigs.map(({ name, ...options }) => kvm.create(name, options)),
+  )
+  return { idle, backfills, claims } as Buckets
+}
+
+/** The topology as the provision step left it: every stream must exist; buckets are bound, never created. */
+export async function bindTopology(jsm: JetStreamManager, nc: NatsConnection, opts: TopologyOptions) {
+  for (const { name } of streamConfigs) await awaitProvisioned(`stream ${name}`, () => jsm.streams.info(name), opts)
+  const kvm = new Kvm(nc)
+  const [idle, backfills, claims] = await Promise.all(
+    bucketConfigs.map(async ({ name }) => {
+      const info = await awaitProvisioned(`KV bucket ${name}`, () => jsm.streams.info(`KV_${name}`), opts)
+      // Bind reads no stream info itself: tell it whether the bucket serves direct gets (it does when created here).
+      return kvm.open(name, { allow_direct: info.config.allow_direct })
+    }),
+  )
+  return { idle, backfills, claims } as Buckets
 }
 
 /**
  * `nats://user:password@host:4222[,…]` → servers and user/pass: nats.js ignores credentials in a URL, and each
  * function authenticates as its own NATS user (nats/README.md). Percent-encoded parts are decoded. Never logged.
+ * With a user, replies come to the inbox prefix `_INBOX_<user>`, the only one nats/auth.conf lets that user
+ * subscribe to (no user can read another's replies).
  */
-export function natsServerOptions(servers: string): { servers: string[]; user?: string; pass?: string } {
+export function natsServerOptions(servers: string): {
+  servers: string[]
+  user?: string
+  pass?: string
+  inboxPrefix?: string
+} {
   let user: string | undefined
   let pass: string | undefined
   const list = servers.split(',').map((s) => {
@@ -125,7 +189,7 @@ export function natsServerOptions(servers: string): { servers: string[]; user?: 
     pass = m[3] === undefined ? undefined : decodeURIComponent(m[3])
     return `${m[1] ?? ''}${m[4]}`
   })
-  return { servers: list, ...(user === undefined ? {} : { user, pass }) }
+  return { servers: list, ...(user === undefined ? {} : { user, pass, inboxPrefix: `_INBOX_${user}` }) }
 }
 
 /** A bucket's current values (or the keys under a filter) in memory, kept current by a KV watch. */
@@ -163,20 +227,28 @@ export class Bus {
     readonly nc: NatsConnection,
     readonly jsm: JetStreamManager,
     readonly kv: Buckets,
+    /** How this bus came by its topology: consumers are then created or bound the same way. */
+    readonly topology: TopologyOptions = {},
   ) {
     this.js = jetstream(nc)
   }
 
-  static async connect(servers: string, name: string): Promise<Bus> {
+  static async connect(servers: string, name: string, topology: TopologyOptions = {}): Promise<Bus> {
     // noAsyncTraces: no Error (and stack capture) per request; on the hot path that was a fifth of the CPU.
     const nc = await connect({ ...natsServerOptions(servers), name, maxReconnectAttempts: -1, noAsyncTraces: true })
-    return Bus.open(nc)
+    try {
+      return await Bus.open(nc, topology)
+    } catch (err) {
+      await nc.close()
+      throw err
+    }
   }
 
-  static async open(nc: NatsConnection): Promise<Bus> {
+  static async open(nc: NatsConnection, topology: TopologyOptions = {}): Promise<Bus> {
     const jsm = await jetstreamManager(nc)
+    if (topology.provision === false) return new Bus(nc, jsm, await bindTopology(jsm, nc, topology), topology)
     await ensureStreams(jsm)
-    return new Bus(nc, jsm, await ensureBuckets(nc))
+    return new Bus(nc, jsm, await ensureBuckets(nc), topology)
   }
 
   /** Publishes a catalog event and waits for JetStream to store it (id/source: when relaying someone's event). */

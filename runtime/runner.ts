@@ -1,29 +1,21 @@
 // Runs functions in one process over JetStream pull consumers: `npm start` runs all of them (plus the local
 // Kubernetes watcher and the metrics endpoint); a KEDA Deployment runs one. Tests use the same entry point.
-import type { KubeConfig } from '@kubernetes/client-node'
 import Fastify from 'fastify'
 import { functionFactories } from '../functions/index.js'
-import { deleteInstanceConsumers, openDeps, scoped } from './deps.js'
+import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from './deps.js'
 import type { EventFunction } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
-import type { Logger } from './log.js'
 import { BackfillMetrics } from './metrics.js'
 import type { Deps } from './reconcile.js'
 import { startWatcher, type Watcher } from './watcher.js'
 
-export interface RunnerOptions {
-  natsUrl: string
-  kubeconfig?: KubeConfig
+export interface RunnerOptions extends ProcessOptions {
   functions?: string[]
   /** Run the local ApiServerSource stand-in (off where Knative's ApiServerSource feeds the events). */
   watch?: boolean
   /** Port for /metrics, /healthz, /readyz; undefined: no HTTP server. 0: any free port. */
   httpPort?: number
   httpHost?: string
-  logger?: Logger
-  now?: () => number
-  /** Manage only these namespaces (env WATCH_NAMESPACES); default: the whole cluster. */
-  namespaces?: string[]
   /**
    * Give this runner durable consumers of its own (`<function>-<instance>`, from new messages on, removed at
    * stop), so several independent runners can share one NATS server — each test file runs its own system this

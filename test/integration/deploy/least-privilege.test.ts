@@ -1,6 +1,7 @@
 // Least privilege, end to end: the keda overlay's ServiceAccounts and ClusterRoles are applied to the
 // RBAC-enforcing apiserver, and every function runs in its own runner with its own ServiceAccount token and its own
-// NATS user of nats/auth.conf on a dedicated nats-server. A backfill must reach Running and be preempted by a
+// NATS user of nats/auth.conf on a dedicated nats-server, bound to the topology the provision step (its own user)
+// created, as deployed. A backfill must reach Running and be preempted by a
 // foreground request exactly as with admin rights, with no permission violation on either side; verbs outside a
 // role are Forbidden and subjects outside a user's permissions are refused; each ScaledObject's stream and
 // consumer exist in the configured account and /jsz reports their lag, as KEDA's nats-jetstream scaler reads it.
@@ -17,6 +18,7 @@ import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
 import { startBridge } from '../../../runtime/bridge.js'
 import { startHttpFunction } from '../../../runtime/http-adapter.js'
 import { natsServerOptions } from '../../../runtime/nats.js'
+import { provision } from '../../../runtime/provision.js'
 import { type Runner, startRunner } from '../../../runtime/runner.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
@@ -30,6 +32,7 @@ import {
   type FunctionName,
   installUpstreamCrds,
   NATS_ACCOUNT,
+  type NatsUser,
   startAuthNats,
 } from '../support/deploy.js'
 
@@ -49,7 +52,9 @@ const start = (fn: FunctionName) =>
     functions: [fn],
     watch: fn === 'source',
     namespaces: [env.namespace],
+    provision: false,
   })
+let provisioned: Awaited<ReturnType<typeof provision>>
 
 beforeAll(async () => {
   nats = await startAuthNats(env.binaries.natsServer as string)
@@ -57,8 +62,11 @@ beforeAll(async () => {
   build = await buildOverlay(env, 'keda', env.namespace)
   await applyBuild(env, build)
   for (const fn of FUNCTIONS) kcs[fn] = await env.saKubeConfig(build.name(`model-backfill-${fn}`))
-  // Every function provisions the streams, buckets and its consumers itself, as its own user.
-  for (const fn of FUNCTIONS) runners.set(fn, await start(fn))
+  // As deployed: a function may start before the provision Job has run; it waits for the topology, then binds.
+  const early = start('lifecycle')
+  provisioned = await provision({ natsUrl: nats.url('provision'), consumers: [...FUNCTIONS, 'bridge'] })
+  runners.set('lifecycle', await early)
+  for (const fn of FUNCTIONS) if (!runners.has(fn)) runners.set(fn, await start(fn))
   gateway = await connect(natsServerOptions(nats.url('gateway')))
   world = new BackfillWorld(env.kc, env.namespace, gateway)
 })
@@ -242,14 +250,15 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
 })
 
 describe('NATS permissions', () => {
-  /** Publishes as `user` and returns the permission error the server sends back, if any. */
-  async function publishAs(user: FunctionName | 'gateway', subject: string): Promise<string | undefined> {
+  /** Publishes (or subscribes) as `user` and returns the permission error the server sends back, if any. */
+  async function publishAs(user: NatsUser, subject: string, op: 'publish' | 'subscribe' = 'publish') {
     const nc = await connect({ ...natsServerOptions(nats.url(user)), name: `perm-test-${user}` })
     const errors: string[] = []
     const watching = (async () => {
       for await (const s of nc.status()) if (s.type === 'error') errors.push(String((s as { error?: unknown }).error))
     })()
-    nc.publish(subject, '{}')
+    if (op === 'publish') nc.publish(subject, '{}')
+    else nc.subscribe(subject, { callback: () => {} })
     await nc.flush()
     await new Promise((r) => setTimeout(r, 200))
     await nc.close()
@@ -267,8 +276,39 @@ describe('NATS permissions', () => {
     // …and what it may publish goes through.
     expect(await publishAs('demand', 'flexinfer.events.backfill.cancel')).toBeUndefined()
     expect(await publishAs('gateway', 'flexinfer.events.foreground.request')).toBeUndefined()
+    // Only the provision user may create or change streams and durable consumers, and it may touch no event.
+    expect(await publishAs('admit', '$JS.API.STREAM.CREATE.FLEXINFER_EVENTS')).toMatch(/Publish/)
+    expect(await publishAs('lifecycle', '$JS.API.STREAM.UPDATE.FLEXINFER_TIMERS')).toMatch(/Publish/)
+    expect(await publishAs('demand', '$JS.API.CONSUMER.DURABLE.CREATE.FLEXINFER_EVENTS.demand')).toMatch(/Publish/)
+    expect(await publishAs('provision', 'flexinfer.events.backfill.cancel')).toMatch(/Publish/)
+    expect(await publishAs('provision', '$JS.API.STREAM.DELETE.FLEXINFER_EVENTS')).toMatch(/Publish/)
+    expect(await publishAs('provision', '$JS.API.CONSUMER.MSG.NEXT.FLEXINFER_EVENTS.demand')).toMatch(/Publish/)
     // The server logs every refusal (so the empty log of the end-to-end run above means none happened there).
     expect((await violations()).some((l) => l.includes('flexinfer.events.backfill.admit'))).toBe(true)
+  })
+
+  it("each user receives replies on its own inbox prefix and cannot subscribe to another's", async () => {
+    expect(natsServerOptions(nats.url('demand')).inboxPrefix).toBe('_INBOX_demand')
+    expect(await publishAs('demand', '_INBOX_demand.x', 'subscribe')).toBeUndefined()
+    expect(await publishAs('demand', '_INBOX_admit.>', 'subscribe')).toMatch(/Subscription/)
+    expect(await publishAs('gateway', '_INBOX.>', 'subscribe')).toMatch(/Subscription/)
+    expect(await publishAs('source', 'flexinfer.events.>', 'subscribe')).toMatch(/Subscription/)
+  })
+
+  it('the provision step made exactly the topology the functions bound to', () => {
+    expect(provisioned.streams).toEqual(['FLEXINFER_EVENTS', 'FLEXINFER_TIMERS', 'FLEXINFER_DEADLETTER'])
+    expect(provisioned.consumers.sort()).toEqual(
+      [
+        'FLEXINFER_EVENTS/admit',
+        'FLEXINFER_EVENTS/bridge',
+        'FLEXINFER_EVENTS/cancel',
+        'FLEXINFER_EVENTS/demand',
+        'FLEXINFER_EVENTS/lifecycle',
+        'FLEXINFER_EVENTS/source',
+        'FLEXINFER_TIMERS/admit-timers',
+        'FLEXINFER_TIMERS/bridge-timers',
+      ].sort(),
+    )
   })
 
   it('the gateway user cannot read the event streams', async () => {
@@ -281,6 +321,7 @@ describe('the HTTP ingress as its own NATS user', () => {
   it('publishes a POSTed foreground request with no permission violation', async () => {
     const ingressFn = await startHttpFunction(ingress, {
       natsUrl: nats.url('ingress'),
+      provision: false,
       kubeconfig: kcs.demand,
       token: 'test-ingress-token',
       acceptTypes: INGRESS_TYPES,
@@ -322,6 +363,7 @@ describe('the JetStream → Broker bridge (knative overlay) as its own NATS user
     )
     const bridge = await startBridge({
       natsUrl: nats.url('bridge'),
+      provision: false,
       kubeconfig: kcs.source,
       sink: await sink.listen({ port: 0, host: '127.0.0.1' }),
       namespaces: [env.namespace],

@@ -136,9 +136,13 @@ export async function deleteClusterScoped(env: TestEnv, build: Build) {
 
 export const NATS_ACCOUNT = 'FLEXINFER'
 
+/** The users of nats/auth.conf. */
+export const NATS_USERS = [...FUNCTIONS, 'ingress', 'gateway', 'bridge', 'provision'] as const
+export type NatsUser = (typeof NATS_USERS)[number]
+
 export interface AuthNats {
   /** nats://<user>:<password>@host:port for a user of nats/auth.conf. */
-  url(user: FunctionName | 'ingress' | 'gateway' | 'bridge'): string
+  url(user: NatsUser): string
   hostPort: string
   monitorUrl: string
   log(): Promise<string>
@@ -151,7 +155,7 @@ export async function startAuthNats(natsServer: string): Promise<AuthNats> {
   const [port, monitorPort] = (await freePorts(2)) as [number, number]
   const passwords: Record<string, string> = {}
   const envVars: Record<string, string> = {}
-  for (const user of [...FUNCTIONS, 'ingress', 'gateway', 'bridge']) {
+  for (const user of NATS_USERS) {
     passwords[user] = randomBytes(12).toString('hex')
     envVars[`FLEXINFER_${user.toUpperCase()}_PASSWORD`] = passwords[user] as string
   }

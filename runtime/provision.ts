@@ -1,0 +1,60 @@
+// The deployed NATS topology in one step (`FUNCTION=provision`, the model-backfill-provision Job of base/): the
+// streams, the KV buckets and the durable consumers of the functions an overlay runs over JetStream. Functions then
+// start with NATS_PROVISION=false and only bind to it, so no function's NATS user may create or change a stream or
+// a durable consumer (nats/auth.conf): only the `provision` user may, and only these. Idempotent: run it again after
+// an upgrade and streams and consumers are updated in place.
+import { BUCKET_BACKFILLS, BUCKET_CLAIMS, BUCKET_MODEL_IDLE } from '../events/catalog.js'
+import { functionFactories } from '../functions/index.js'
+import { createBridge } from './bridge.js'
+import { consumerName, type EventFunction } from './function.js'
+import { ensureConsumers } from './jetstream-adapter.js'
+import type { Logger } from './log.js'
+import { Bus, streamConfigs } from './nats.js'
+
+/** Whose durable consumers the provision step can create: the functions and the knative overlay's bridge. */
+export const CONSUMER_OWNERS = [...Object.keys(functionFactories), 'bridge'] as const
+
+/** The keda overlay's default: every function pulls from its own consumers (the bridge is Knative's). */
+export const DEFAULT_CONSUMER_OWNERS = Object.keys(functionFactories)
+
+function consumerOwner(name: string): EventFunction {
+  const factory = functionFactories[name]
+  if (factory) return factory()
+  // Only the bridge's name, subscriptions and concurrency are read here; the sink is never called.
+  if (name === 'bridge') return createBridge({ sink: 'http://127.0.0.1/' })
+  throw new Error(`cannot provision consumers for "${name}": known owners are ${CONSUMER_OWNERS.join(', ')}`)
+}
+
+export interface ProvisionOptions {
+  natsUrl: string
+  /** Functions (and/or `bridge`) whose durable consumers to create; default DEFAULT_CONSUMER_OWNERS. */
+  consumers?: readonly string[]
+  log?: Logger
+}
+
+export interface Provisioned {
+  streams: string[]
+  buckets: string[]
+  consumers: string[]
+}
+
+export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
+  const owners = (opts.consumers ?? DEFAULT_CONSUMER_OWNERS).map(consumerOwner)
+  const bus = await Bus.connect(opts.natsUrl, 'model-backfill:provision')
+  try {
+    const consumers: string[] = []
+    for (const fn of owners) {
+      await ensureConsumers({ bus }, fn)
+      consumers.push(...fn.subscriptions.map((s) => `${s.stream}/${consumerName(fn.name, s.stream)}`))
+    }
+    const done: Provisioned = {
+      streams: streamConfigs.map((c) => c.name),
+      buckets: [BUCKET_MODEL_IDLE, BUCKET_BACKFILLS, BUCKET_CLAIMS],
+      consumers,
+    }
+    opts.log?.info(done, 'NATS topology provisioned')
+    return done
+  } finally {
+    await bus.close()
+  }
+}

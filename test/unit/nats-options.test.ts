@@ -1,0 +1,52 @@
+import { describe, expect, it } from 'vitest'
+import { awaitProvisioned, natsServerOptions } from '../../runtime/nats.js'
+
+describe('natsServerOptions', () => {
+  it('takes the user and password out of the URL and gives the user its own inbox prefix', () => {
+    expect(natsServerOptions('nats://demand:s3cr%40t@nats.nats.svc:4222')).toEqual({
+      servers: ['nats://nats.nats.svc:4222'],
+      user: 'demand',
+      pass: 's3cr@t',
+      inboxPrefix: '_INBOX_demand',
+    })
+  })
+
+  it('leaves an anonymous URL (local runs) on the default inbox', () => {
+    expect(natsServerOptions('nats://127.0.0.1:4222,nats://127.0.0.1:4223')).toEqual({
+      servers: ['nats://127.0.0.1:4222', 'nats://127.0.0.1:4223'],
+    })
+  })
+})
+
+describe('awaitProvisioned', () => {
+  const notFound = () => Promise.reject(new Error('stream not found'))
+
+  it('retries while the provision step has not run, then returns what it finds', async () => {
+    let calls = 0
+    const found = await awaitProvisioned(
+      'stream FLEXINFER_EVENTS',
+      () => (++calls < 3 ? notFound() : Promise.resolve('info')),
+      { waitMs: 10_000 },
+    )
+    expect(found).toBe('info')
+    expect(calls).toBe(3)
+  })
+
+  it('gives up after waitMs with an error that says what is missing and who creates it', async () => {
+    await expect(awaitProvisioned('stream FLEXINFER_EVENTS', notFound, { waitMs: 600 })).rejects.toThrow(
+      /stream FLEXINFER_EVENTS does not exist yet: the provision step creates it \(FUNCTION=provision; .*model-backfill-provision Job\); gave up after/,
+    )
+  })
+
+  it('does not wait out other errors (a permission refusal is not a missing stream)', async () => {
+    let calls = 0
+    const refused = () => {
+      calls++
+      return Promise.reject(new Error('permissions violation'))
+    }
+    await expect(awaitProvisioned('stream FLEXINFER_EVENTS', refused, { waitMs: 10_000 })).rejects.toThrow(
+      'permissions violation',
+    )
+    expect(calls).toBe(1)
+  })
+})
