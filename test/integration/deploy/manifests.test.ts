@@ -171,6 +171,60 @@ describe('kubectl kustomize keda/', () => {
   })
 })
 
+describe('both overlays: NATS identities, the provision Job, the ingress', () => {
+  interface EnvVar {
+    name: string
+    value?: string
+    valueFrom?: { secretKeyRef?: { name: string; key: string } }
+  }
+  /** Every pod template of a build (Deployments, Knative Services, Jobs) with its first container's env. */
+  const workloads = (build: Build) =>
+    build.manifests
+      .filter((m) => ['Deployment', 'Job'].includes(m.kind) || m.apiVersion === 'serving.knative.dev/v1')
+      .map((m) => {
+        const env = m.spec.template.spec.containers[0].env as EnvVar[]
+        const get = (name: string) => env.find((e) => e.name === name)
+        return { kind: m.kind as string, name: m.metadata.name as string, get }
+      })
+
+  it.each(['knative', 'keda'] as const)(
+    '%s: only the provision Job may create the NATS topology; every workload is its own NATS user with a password',
+    (overlay) => {
+      const build = builds.find((b) => b.overlay === overlay) as Build
+      expect(build, `${overlay} built by the test above`).toBeDefined()
+      const secret = of(build.manifests, 'Secret').find((m) => m.metadata.name === build.name('model-backfill-nats'))
+      const loads = workloads(build)
+      expect(loads.length).toBeGreaterThan(FUNCTIONS.length)
+      for (const w of loads) {
+        const fn = w.get('FUNCTION')?.value as string
+        // NATS_URL=nats://<user>:$(NATS_PASSWORD)@…, the password from the Secret key named after the user.
+        const user = /^nats:\/\/([^:]+):\$\(NATS_PASSWORD\)@/.exec(w.get('NATS_URL')?.value ?? '')?.[1]
+        expect(user, `${w.name} NATS user`).toBe(fn)
+        const ref = w.get('NATS_PASSWORD')?.valueFrom?.secretKeyRef
+        expect(ref, w.name).toEqual({ name: build.name('model-backfill-nats'), key: fn })
+        expect(Object.keys(secret?.stringData ?? {}), w.name).toContain(fn)
+        expect(w.get('NATS_PROVISION')?.value, `${w.name} NATS_PROVISION`).toBe(
+          fn === 'provision' ? undefined : 'false',
+        )
+      }
+      const job = loads.find((w) => w.kind === 'Job')
+      expect(job?.get('FUNCTION')?.value).toBe('provision')
+      // It makes exactly the durable consumers this overlay's workloads pull from.
+      const pullers = overlay === 'keda' ? [...FUNCTIONS] : ['bridge']
+      expect(job?.get('PROVISION_CONSUMERS')?.value?.split(',').sort()).toEqual(pullers.sort())
+      // The HTTP ingress: always on (never scaled to zero: it is the first hop of a cancel), behind a Service.
+      const ingress = of(build.manifests, 'Deployment').find(
+        (d) => d.metadata.name === build.name('model-backfill-ingress'),
+      )
+      expect(ingress?.spec.replicas).toBeGreaterThanOrEqual(1)
+      expect(ingress?.spec.template.spec.containers[0].env).toContainEqual({ name: 'FUNCTION', value: 'ingress' })
+      expect(
+        of(build.manifests, 'Service').some((svc) => svc.metadata.name === build.name('model-backfill-ingress')),
+      ).toBe(true)
+    },
+  )
+})
+
 describe('the upstream schemas do validate (a typo fails here, not in a cluster)', () => {
   it('refuses a ScaledObject and a Knative Service with a misspelt field, a Trigger with a wrong type', async () => {
     const keda = builds.find((b) => b.overlay === 'keda') ?? (await buildOverlay(env, 'keda', env.namespace))
