@@ -1,34 +1,38 @@
-// The JetStream → Knative Broker bridge (`FUNCTION=bridge`, knative overlay). Under Knative the functions are
-// served over HTTP from the Broker, but the events they produce (backfill.cancel/admit, the catalog events source
-// translates, the gateway's foreground requests) and the timers JetStream's message schedules fire still land in
-// FLEXINFER_EVENTS / FLEXINFER_TIMERS. The bridge is an ordinary EventFunction on its own durable pull consumers
-// (the JetStream adapter's loop, acks and dead-lettering) whose handler POSTs each event to the Broker (`K_SINK`,
-// injected by a SinkBinding) as a structured-mode CloudEvent. The outcome maps onto the adapter's vocabulary:
+// The JetStream → Knative Broker bridge (`FUNCTION=bridge`, knative overlay). Under Knative source, admit and
+// lifecycle are served over HTTP from the Broker, but the events they take (backfill.admit, the catalog events
+// source translates) and the timers JetStream's message schedules fire land in FLEXINFER_EVENTS /
+// FLEXINFER_TIMERS. The bridge is an ordinary EventFunction on its own durable pull consumers (the JetStream
+// adapter's loop, acks and dead-lettering) whose handler POSTs each event to the Broker (`K_SINK`, injected by a
+// SinkBinding) as a structured-mode CloudEvent. The outcome maps onto the adapter's vocabulary:
 //
 //   2xx                                   handled: acked
 //   5xx, 404, 408, 409, 429, network/timeout  transient: nak with backoff, redelivered (dead-lettered after MAX_DELIVER)
 //   any other 4xx                         PermanentError: dead-lettered with the status and the sink's answer
 //
-// (the retryable 4xx are the ones Knative's own dispatcher retries). Not forwarded: `flexinfer.events.k8s.>`, the
-// local watcher's stand-in for ApiServerSource (under Knative the ApiServerSources post to the Broker themselves).
+// (the retryable 4xx are the ones Knative's own dispatcher retries). What is not forwarded, and why: below.
 import Fastify from 'fastify'
-import { STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
+import { catalog, STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
 import type { InboundEvent } from '../events/codec.js'
 import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from './deps.js'
 import { type EventFunction, PermanentError } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
-import { streamConfigs } from './nats.js'
 import type { Deps } from './reconcile.js'
 
-/** The raw Kubernetes events (the local watcher's ApiServerSource stand-in): under Knative, not ours to forward. */
-const KUBERNETES_SUBJECTS = 'flexinfer.events.k8s.>'
 /**
- * Everything the functions and the gateway publish to FLEXINFER_EVENTS (foreground, backfill.*, model, gaming, gpu,
- * job), i.e. the stream's subjects but the raw Kubernetes events: a subject added to the stream is forwarded too.
+ * The preemption path pulls from JetStream itself, in the knative overlay too (warm Knative Services, min-scale 1,
+ * TRANSPORT=jetstream): the Broker is never between a foreground request and the Job's DELETE, and the gateway's
+ * firehose never goes through it.
  */
-export const BRIDGE_EVENT_SUBJECTS = (streamConfigs.find((c) => c.name === STREAM_EVENTS)?.subjects ?? []).filter(
-  (s) => s !== KUBERNETES_SUBJECTS,
-)
+export const PULLING_FUNCTIONS: readonly string[] = ['demand', 'cancel']
+/**
+ * What the bridge forwards from FLEXINFER_EVENTS: the catalog events a Broker-served function (admit, lifecycle)
+ * consumes. Not forwarded: foreground requests and cancel requests (pulled directly, above) and the raw Kubernetes
+ * events `flexinfer.events.k8s.>` (the local watcher's stand-in: under Knative the ApiServerSources post to the
+ * Broker themselves). A catalog type added for admit or lifecycle is forwarded without a change here.
+ */
+export const BRIDGE_EVENT_SUBJECTS = Object.values(catalog)
+  .filter((e) => !('subjectIsPrefix' in e) && e.consumers.some((fn) => !PULLING_FUNCTIONS.includes(fn)))
+  .map((e) => e.subject)
 /** Fired timers (the schedules themselves, flexinfer.schedules.>, stay in the stream). */
 export const BRIDGE_TIMER_SUBJECTS = ['flexinfer.events.timer.>']
 

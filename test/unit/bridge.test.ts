@@ -106,7 +106,7 @@ describe('the bridge handler', () => {
     expect(bodies).toHaveLength(1)
   })
 
-  it('consumes FLEXINFER_EVENTS but the raw Kubernetes events, and the fired timers; named per instance', () => {
+  it('consumes what admit and lifecycle take from FLEXINFER_EVENTS (never the preemption path), and the fired timers; named per instance', () => {
     const fn = createBridge({ sink: url })
     expect(fn.name).toBe('bridge')
     expect(fn.subscriptions.map((s) => [s.stream, s.subjects])).toEqual([
@@ -115,14 +115,17 @@ describe('the bridge handler', () => {
     ])
     expect([...BRIDGE_EVENT_SUBJECTS].sort()).toEqual(
       [
-        'flexinfer.events.foreground.>',
-        'flexinfer.events.backfill.>',
-        'flexinfer.events.model.>',
-        'flexinfer.events.gaming.>',
-        'flexinfer.events.gpu.>',
-        'flexinfer.events.job.>',
+        'flexinfer.events.backfill.admit',
+        'flexinfer.events.backfill.changed',
+        'flexinfer.events.model.ready',
+        'flexinfer.events.gaming.session',
+        'flexinfer.events.gpu.lease',
+        'flexinfer.events.job.completed',
       ].sort(),
     )
+    // Foreground and cancel requests go straight from JetStream to demand and cancel, never through the Broker.
+    expect(BRIDGE_EVENT_SUBJECTS).not.toContain('flexinfer.events.foreground.request')
+    expect(BRIDGE_EVENT_SUBJECTS).not.toContain('flexinfer.events.backfill.cancel')
     const scoped = createBridge({ sink: url, instance: 't1' })
     expect(scoped.name).toBe('bridge-t1')
     expect(scoped.subscriptions.every((s) => s.deliverNew)).toBe(true)

@@ -13,6 +13,7 @@ import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { GROUP, VERSION } from '../../../core/api.js'
 import { jobName, LABEL_BACKFILL } from '../../../core/names.js'
+import { encode } from '../../../events/codec.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
 import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
 import { startBridge } from '../../../runtime/bridge.js'
@@ -351,12 +352,12 @@ describe('the HTTP ingress as its own NATS user', () => {
 
 describe('the JetStream → Broker bridge (knative overlay) as its own NATS user', () => {
   it('forwards to the sink and dead-letters what the sink refuses, with no permission violation', async () => {
-    const models: string[] = []
+    const backfills: string[] = []
     const sink = Fastify({ logger: false })
     sink.post('/', async (req, reply) => {
-      const model = (req.body as { data?: { namespace?: string; model?: string } }).data
-      if (model?.namespace === env.namespace && model.model) models.push(model.model)
-      return reply.code(model?.model === 'bridge-reject' ? 400 : 202).send()
+      const data = (req.body as { data?: { namespace?: string; backfill?: string } }).data
+      if (data?.namespace === env.namespace && data.backfill) backfills.push(data.backfill)
+      return reply.code(data?.backfill === 'bridge-reject' ? 400 : 202).send()
     })
     sink.addContentTypeParser('application/cloudevents+json', { parseAs: 'string' }, (_req, body, done) =>
       done(null, JSON.parse(String(body))),
@@ -368,17 +369,23 @@ describe('the JetStream → Broker bridge (knative overlay) as its own NATS user
       sink: await sink.listen({ port: 0, host: '127.0.0.1' }),
       namespaces: [env.namespace],
     })
+    // backfill.admit, as lifecycle publishes it (the bridge forwards what admit and lifecycle take).
+    const asLifecycle = await connect(natsServerOptions(nats.url('lifecycle')))
     try {
-      const emitter = createForegroundEmitter(gateway)
-      await emitter.emit({ namespace: env.namespace, model: 'via-bridge' })
-      await emitter.emit({ namespace: env.namespace, model: 'bridge-reject' })
+      const js = jetstream(asLifecycle)
+      for (const backfill of ['via-bridge', 'bridge-reject'])
+        await js.publish(
+          'flexinfer.events.backfill.admit',
+          encode('ai.flexinfer.backfill.admit', { namespace: env.namespace, backfill }),
+        )
       await waitUntil('both at the sink', async () =>
-        models.includes('via-bridge') && models.includes('bridge-reject') ? true : undefined,
+        backfills.includes('via-bridge') && backfills.includes('bridge-reject') ? true : undefined,
       )
       await waitUntil('the refused one dead-lettered', async () =>
         bridge.running.stats.deadLettered > 0 ? true : undefined,
       )
     } finally {
+      await asLifecycle.close()
       await bridge.stop()
       await sink.close()
     }

@@ -3,6 +3,7 @@
 // into this file's namespace) is applied with strict field validation — every object must be accepted.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { APISERVER_TYPES, catalog } from '../../../events/catalog.js'
+import { PULLING_FUNCTIONS } from '../../../runtime/bridge.js'
 import { consumerName } from '../../../runtime/function.js'
 import { useTestEnv } from '../../env/fixture.js'
 import {
@@ -69,6 +70,20 @@ describe('kubectl kustomize knative/', () => {
       ]),
     )
     expect(minScale).toEqual({ source: '0', demand: '1', admit: '0', cancel: '1', lifecycle: '0' })
+    // …and pulls from JetStream: the Broker is never on it. The rest is served over HTTP by the Broker.
+    const transport = Object.fromEntries(
+      services.map((s) => {
+        const env = s.spec.template.spec.containers[0].env as { name: string; value?: string }[]
+        return [env.find((e) => e.name === 'FUNCTION')?.value, env.find((e) => e.name === 'TRANSPORT')?.value]
+      }),
+    )
+    expect(transport).toEqual({
+      source: 'http',
+      demand: 'jetstream',
+      admit: 'http',
+      cancel: 'jetstream',
+      lifecycle: 'http',
+    })
 
     // The JetStream → Broker bridge: an always-on Deployment, K_SINK from a SinkBinding on it, no Kubernetes role.
     const bridge = of(ms, 'Deployment').find((d) => d.metadata.name === build.name('model-backfill-bridge'))
@@ -88,15 +103,18 @@ describe('kubectl kustomize knative/', () => {
     const channel = of(ms, 'ConfigMap').find((c) => c.metadata.name === broker?.spec.config.name)
     expect(channel?.data['channel-template-spec']).toContain('kind: NatsJetStreamChannel')
 
-    // Every catalog type a function takes has exactly one Trigger to that function.
+    // Every catalog type a Broker-served function takes has exactly one Trigger to that function.
     const routes = of(ms, 'Trigger').map((t) => `${t.spec.filter.attributes.type} -> ${t.spec.subscriber.ref.name}`)
-    // (from the event catalog: each type's consumers; ApiServerSource types go to source)
+    // (from the event catalog: each type's consumers but the pulling ones; ApiServerSource types go to source)
     const expected = [
       ...APISERVER_TYPES.map((type) => `${type} -> ${build.name('model-backfill-source')}`),
       ...Object.entries(catalog).flatMap(([type, entry]) =>
-        (entry.consumers as readonly string[]).map((fn) => `${type} -> ${build.name(`model-backfill-${fn}`)}`),
+        (entry.consumers as readonly string[])
+          .filter((fn) => !PULLING_FUNCTIONS.includes(fn))
+          .map((fn) => `${type} -> ${build.name(`model-backfill-${fn}`)}`),
       ),
     ]
+    expect(routes.some((r) => r.startsWith('ai.flexinfer.foreground.request'))).toBe(false)
     expect(routes.sort()).toEqual(expected.sort())
 
     // ApiServerSources in Resource mode for the five watched resources; Jobs only with the backfill label.
@@ -210,7 +228,7 @@ describe('both overlays: NATS identities, the provision Job, the ingress', () =>
       const job = loads.find((w) => w.kind === 'Job')
       expect(job?.get('FUNCTION')?.value).toBe('provision')
       // It makes exactly the durable consumers this overlay's workloads pull from.
-      const pullers = overlay === 'keda' ? [...FUNCTIONS] : ['bridge']
+      const pullers = overlay === 'keda' ? [...FUNCTIONS] : [...PULLING_FUNCTIONS, 'bridge']
       expect(job?.get('PROVISION_CONSUMERS')?.value?.split(',').sort()).toEqual(pullers.sort())
       // The HTTP ingress: always on (never scaled to zero: it is the first hop of a cancel), behind a Service.
       const ingress = of(build.manifests, 'Deployment').find(

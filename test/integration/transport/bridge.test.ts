@@ -1,8 +1,8 @@
 // The JetStream → Broker bridge against the real nats-server and a fastify sink standing in for the Broker:
-// what the functions and the gateway publish (a foreground request, a backfill.cancel, a fired timer) arrives as a
-// structured CloudEvent with the same id and data; a 503 is retried until the sink takes it; a 400 is dead-lettered
-// with the status and the answer. The bridge runs on durable consumers of its own (instance-scoped, this namespace).
-import type { Msg, Subscription } from '@nats-io/transport-node'
+// what the Broker-served functions take (a model.ready, a backfill.admit, a fired timer) arrives as a structured
+// CloudEvent with the same id and data, and what the preemption path pulls itself (foreground and cancel requests)
+// never does; a 503 is retried until the sink takes it; a 400 is dead-lettered with the status and the answer. The
+// bridge runs on durable consumers of its own (instance-scoped, this namespace).
 import Fastify, { type FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { STREAM_DEAD_LETTER, STREAM_EVENTS, STREAM_TIMERS } from '../../../events/catalog.js'
@@ -29,10 +29,8 @@ const seen = new Map<string, number>()
 let sink: FastifyInstance
 let bridge: RunningBridge
 let bus: Bus
-let foreground: Subscription
-const published: InboundEvent[] = []
 
-const jobOf = (e: InboundEvent) => (e.data as { jobName?: string }).jobName
+const backfillOf = (e: InboundEvent) => (e.data as { backfill?: string }).backfill
 
 beforeAll(async () => {
   sink = Fastify({ logger: false })
@@ -45,19 +43,12 @@ beforeAll(async () => {
     const n = (seen.get(event.id) ?? 0) + 1
     seen.set(event.id, n)
     arrivals.push({ contentType: req.headers['content-type'], body, event })
-    if (jobOf(event) === 'flaky-job' && n === 1) return reply.code(503).send({ error: 'warming up' })
-    if (jobOf(event) === 'rejected-job') return reply.code(400).send({ error: 'type not accepted by this broker' })
+    if (backfillOf(event) === 'flaky-bf' && n === 1) return reply.code(503).send({ error: 'warming up' })
+    if (backfillOf(event) === 'rejected-bf') return reply.code(400).send({ error: 'type not accepted by this broker' })
     return reply.code(202).send()
   })
   const sinkUrl = await sink.listen({ port: 0, host: '127.0.0.1' })
   bus = await Bus.open(env.nc)
-  // What the gateway publishes, as published (its id is random): read off the subject.
-  foreground = env.nc.subscribe('flexinfer.events.foreground.request', {
-    callback: (_err, msg: Msg) => {
-      const d = decode(msg.data)
-      if (d.ok && (d.event.data as { namespace?: string }).namespace === env.namespace) published.push(d.event)
-    },
-  })
   bridge = await startBridge({
     natsUrl: env.natsUrl,
     kubeconfig: env.kc,
@@ -70,7 +61,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await bridge?.stop()
-  foreground?.unsubscribe()
   await sink?.close()
 })
 
@@ -93,56 +83,72 @@ async function stored(stream: string, query: { seq: number } | { last_by_subj: s
   return d.event
 }
 
-const cancel = (jobName: string) =>
-  bus.publish('ai.flexinfer.backfill.cancel', {
+const admitRequest = (backfill: string) =>
+  bus.publish('ai.flexinfer.backfill.admit', { namespace: env.namespace, backfill })
+
+it('forwards a model.ready, a backfill.admit and a fired timer as structured CloudEvents, unchanged', async () => {
+  const ready = await bus.publish('ai.flexinfer.model.ready', {
     namespace: env.namespace,
-    backfill: 'bf',
-    jobName,
-    reason: 'foreground',
-    at: new Date().toISOString(),
+    model: 'bridged-model',
+    ready: true,
+    deleted: false,
   })
+  const ack = await admitRequest('bridged-bf')
+  await bus.armTimer(env.namespace, 'bridged-timer', new Date(Date.now() + 1000).toISOString())
 
-it('forwards a foreground request, a backfill.cancel and a fired timer as structured CloudEvents, unchanged', async () => {
-  await createForegroundEmitter(env.nc).emit({ namespace: env.namespace, model: 'bridged-model' })
-  const ack = await cancel('bridged-job')
-  await bus.armTimer(env.namespace, 'bridged-bf', new Date(Date.now() + 1000).toISOString())
-
-  const [fg] = await arrived((e) => e.type === 'ai.flexinfer.foreground.request')
-  const [cn] = await arrived((e) => jobOf(e) === 'bridged-job')
+  const [mr] = await arrived((e) => e.type === 'ai.flexinfer.model.ready')
+  const [ad] = await arrived((e) => backfillOf(e) === 'bridged-bf')
   const [tm] = await arrived((e) => e.type === 'ai.flexinfer.timer.fired')
 
-  const sent = await waitUntil('the published foreground request', async () => published[0])
-  const cancelStored = await stored(STREAM_EVENTS, { seq: ack.seq })
+  const readyStored = await stored(STREAM_EVENTS, { seq: ready.seq })
+  const admitStored = await stored(STREAM_EVENTS, { seq: ack.seq })
   const timerStored = await stored(STREAM_TIMERS, {
-    last_by_subj: `flexinfer.events.timer.${env.namespace}.bridged-bf`,
+    last_by_subj: `flexinfer.events.timer.${env.namespace}.bridged-timer`,
   })
   for (const [got, want] of [
-    [fg, sent],
-    [cn, cancelStored],
+    [mr, readyStored],
+    [ad, admitStored],
     [tm, timerStored],
   ] as const) {
     expect(got?.contentType).toBe('application/cloudevents+json')
     expect(JSON.parse(got?.body ?? '{}').specversion).toBe('1.0')
     expect(got?.event).toEqual(want)
   }
-  expect(tm?.event.data).toMatchObject({ namespace: env.namespace, backfill: 'bridged-bf' })
+  expect(tm?.event.data).toMatchObject({ namespace: env.namespace, backfill: 'bridged-timer' })
   // Each arrived once (acked after the 2xx).
-  for (const a of [fg, cn, tm]) expect(seen.get(a?.event.id ?? '')).toBe(1)
+  for (const a of [mr, ad, tm]) expect(seen.get(a?.event.id ?? '')).toBe(1)
+})
+
+it('never forwards what the preemption path pulls itself: foreground requests and cancel requests', async () => {
+  await createForegroundEmitter(env.nc).emit({ namespace: env.namespace, model: 'not-bridged' })
+  await bus.publish('ai.flexinfer.backfill.cancel', {
+    namespace: env.namespace,
+    backfill: 'not-bridged',
+    jobName: 'not-bridged-1',
+    reason: 'ForegroundDemand',
+    at: new Date().toISOString(),
+  })
+  // Published after them on the same stream: once it has arrived, the bridge has passed them by.
+  await admitRequest('after-the-preemption-path')
+  await arrived((e) => backfillOf(e) === 'after-the-preemption-path')
+  const types = new Set(arrivals.map((a) => a.event.type))
+  expect(types.has('ai.flexinfer.foreground.request')).toBe(false)
+  expect(types.has('ai.flexinfer.backfill.cancel')).toBe(false)
 })
 
 it('a 503 from the sink is retried: the event arrives again and is acked once taken', async () => {
   const retriedBefore = bridge.running.stats.retried
-  await cancel('flaky-job')
-  const [first, second] = await arrived((e) => jobOf(e) === 'flaky-job', 2)
+  await admitRequest('flaky-bf')
+  const [first, second] = await arrived((e) => backfillOf(e) === 'flaky-bf', 2)
   expect(second?.event).toEqual(first?.event)
   expect(bridge.running.stats.retried).toBeGreaterThan(retriedBefore)
   // Taken on the second delivery: no third.
   await new Promise((r) => setTimeout(r, 1500))
-  expect(arrivals.filter((a) => jobOf(a.event) === 'flaky-job')).toHaveLength(2)
+  expect(arrivals.filter((a) => backfillOf(a.event) === 'flaky-bf')).toHaveLength(2)
 })
 
 it('a 400 from the sink dead-letters the event with the status and the answer, never retried', async () => {
-  const ack = await cancel('rejected-job')
+  const ack = await admitRequest('rejected-bf')
   const original = await stored(STREAM_EVENTS, { seq: ack.seq })
   const subject = `flexinfer.deadletter.bridge-${instance}`
   const dead = await waitUntil('the dead letter', async () =>
@@ -154,7 +160,7 @@ it('a 400 from the sink dead-letters the event with the status and the answer, n
   const reason = dead?.header.get(DEAD_LETTER_REASON) ?? ''
   expect(reason).toContain('sink answered 400')
   expect(reason).toContain('type not accepted by this broker')
-  expect(dead?.header.get('Flexinfer-Original-Subject')).toBe('flexinfer.events.backfill.cancel')
+  expect(dead?.header.get('Flexinfer-Original-Subject')).toBe('flexinfer.events.backfill.admit')
   const kept = decode(dead?.data ?? '')
   expect(kept.ok && kept.event).toEqual(original)
   await new Promise((r) => setTimeout(r, 1000))
