@@ -2,7 +2,8 @@
 // only, every loop bounded). Prints progress, then one JSON object on the last line (also written to
 // bench/results/latest.json). Goals: preemption p99 ≤ 30 ms with 100 models under 5,000 foreground events/s,
 // admission lateness p99 ≤ 250 ms, ≥ 50,000 events/s ingested by one demand instance, 0 API-server requests
-// per non-cancelling foreground request, ≤ 4 KV writes per model per second.
+// per non-cancelling foreground request, ≤ 4 KV writes per model per second. Also measured, with no goal: admission
+// on the knative overlay's path (timer → bridge → a Broker stand-in → admit served over HTTP).
 import { spawn } from 'node:child_process'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -10,14 +11,17 @@ import { BatchV1Api, CoreV1Api, KubeConfig, makeInformer, type V1Job } from '@ku
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { connect } from '@nats-io/transport-node'
+import Fastify from 'fastify'
 import { parseDuration } from '../core/duration.js'
 import { backfillKey, jobName } from '../core/names.js'
 import type { BackfillState } from '../core/state.js'
-import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, STREAM_EVENTS } from '../events/catalog.js'
+import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, catalog, STREAM_EVENTS } from '../events/catalog.js'
 import { encode } from '../events/codec.js'
+import { type RunningBridge, startBridge } from '../runtime/bridge.js'
 import { type Runner, startRunner } from '../runtime/runner.js'
 import { repoRoot } from '../test/env/binaries.js'
 import { startEnvironment } from '../test/env/environment.js'
+import { freePorts, LOOPBACK } from '../test/env/net.js'
 import { BackfillWorld, waitUntil } from '../test/integration/support/backfill-world.js'
 
 const MODELS = Number(process.env.BENCH_MODELS ?? 100)
@@ -39,6 +43,8 @@ function percentile(values: number[], p: number): number {
 const environment = await startEnvironment({ log: (l) => log(l) })
 const results: Record<string, number | string> = { models: MODELS, load_events_per_s: LOAD_RATE }
 const runners: Runner[] = []
+/** Child processes and servers to stop however the run ends (each stop is safe to call twice). */
+const cleanup: (() => Promise<void>)[] = []
 try {
   const kc = new KubeConfig()
   kc.loadFromFile(environment.kubeconfigPath)
@@ -57,13 +63,16 @@ try {
   const world = new BackfillWorld(kc, namespace, nc)
 
   // As deployed: the preemption path (demand, cancel) in its own process, everything else in this one.
-  const runner = await startRunner({
-    natsUrl: environment.natsUrl,
-    kubeconfig: kc,
-    watch: true,
-    functions: ['source', 'lifecycle', 'admit'],
-  })
-  runners.push(runner)
+  runners.push(
+    await startRunner({
+      natsUrl: environment.natsUrl,
+      kubeconfig: kc,
+      watch: true,
+      functions: ['source', 'lifecycle'],
+    }),
+  )
+  const admitOnJetStream = await startRunner({ natsUrl: environment.natsUrl, kubeconfig: kc, functions: ['admit'] })
+  runners.push(admitOnJetStream)
   const preemptionPath = spawn(process.execPath, ['--import', 'tsx', join(repoRoot, 'runtime/main.ts')], {
     env: {
       ...process.env,
@@ -76,6 +85,10 @@ try {
     stdio: ['ignore', 'inherit', 'inherit'],
   })
   const preemptionPathExit = new Promise<void>((resolve) => preemptionPath.on('exit', () => resolve()))
+  cleanup.push(async () => {
+    preemptionPath.kill('SIGTERM')
+    await preemptionPathExit
+  })
   // "Job DELETE accepted by the apiserver": the first watch event showing the Job's deletionTimestamp (or its
   // removal); the watch's own delivery delay (a few ms on loopback) is included, so this errs high.
   const deletedAt = new Map<string, number>()
@@ -94,6 +107,70 @@ try {
     if (name && !deletedAt.has(name)) deletedAt.set(name, Date.now())
   })
   await jobs.start()
+
+  async function startKnativeAdmit() {
+    const [admitPort] = (await freePorts(1)) as [number]
+    const admitUrl = `http://${LOOPBACK}:${admitPort}/`
+    const admit = spawn(process.execPath, ['--import', 'tsx', join(repoRoot, 'runtime/main.ts')], {
+      env: {
+        ...process.env,
+        NATS_URL: environment.natsUrl,
+        KUBECONFIG: environment.kubeconfigPath,
+        FUNCTION: 'admit',
+        TRANSPORT: 'http',
+        HOST: LOOPBACK,
+        PORT: String(admitPort),
+        LOG_LEVEL: 'warn',
+      },
+      stdio: ['ignore', 'inherit', 'inherit'],
+    })
+    const admitExit = new Promise<void>((resolve) => admit.on('exit', () => resolve()))
+    const admitTypes = new Set(
+      Object.entries(catalog)
+        .filter(([, entry]) => (entry.consumers as readonly string[]).includes('admit'))
+        .map(([type]) => type),
+    )
+    const broker = Fastify({ logger: false })
+    broker.addContentTypeParser('application/cloudevents+json', { parseAs: 'string' }, (_req, body, done) =>
+      done(null, body),
+    )
+    broker.post('/', async (req, reply) => {
+      const body = req.body as string
+      // What lifecycle takes is consumed by its JetStream runner here: nothing to deliver.
+      if (!admitTypes.has((JSON.parse(body) as { type: string }).type)) return reply.code(202).send()
+      const res = await fetch(admitUrl, { method: 'POST', headers: { 'content-type': MIME_CE }, body })
+      await res.arrayBuffer()
+      return reply.code(res.status).send()
+    })
+    const brokerUrl = await broker.listen({ port: 0, host: LOOPBACK })
+    let bridge: RunningBridge | undefined
+    try {
+      await waitUntil('admit served over HTTP', async () =>
+        fetch(`http://${LOOPBACK}:${admitPort}/readyz`).then(
+          (r) => (r.ok ? true : undefined),
+          () => undefined,
+        ),
+      )
+      bridge = await startBridge({ natsUrl: environment.natsUrl, kubeconfig: kc, sink: brokerUrl, instance: 'bench' })
+    } catch (err) {
+      admit.kill('SIGTERM')
+      await broker.close()
+      throw err
+    }
+    let stopped: Promise<void> | undefined
+    return {
+      stop() {
+        stopped ??= (async () => {
+          await bridge?.stop()
+          await broker.close()
+          admit.kill('SIGTERM')
+          await admitExit
+        })()
+        return stopped
+      },
+    }
+  }
+  const MIME_CE = 'application/cloudevents+json'
 
   // 1. Admission lateness: MODELS quiet models, one backfill each, all admitted by their timers.
   log(`creating ${MODELS} models and backfills (idleFor ${IDLE_FOR})`)
@@ -131,50 +208,70 @@ try {
   log(`admission lateness p50 ${results.admission_lateness_ms_p50} ms, p99 ${results.admission_lateness_ms_p99} ms`)
   await pollAll('all Running', (s) => (s?.phase === 'Running' ? true : undefined))
 
+  // From here on admit runs as under Knative: served over HTTP (TRANSPORT=http, a process of its own, as its Knative
+  // Service), its timers and admit requests pulled by the bridge and POSTed to a Broker stand-in that routes by type
+  // as the Triggers do (knative/triggers.yaml). Knative's own Broker and channel dispatch are not in the number
+  // (there is no Knative here): it is the cost of our hops. Preemption stays on JetStream, as in that overlay.
+  await admitOnJetStream.stop()
+  runners.splice(runners.indexOf(admitOnJetStream), 1)
+  const knativePath = await startKnativeAdmit()
+  cleanup.push(() => knativePath.stop())
+
+  /** A separate process publishing `rate` foreground events/s for MODELS other models, for `seconds`. */
+  const startLoad = (rate: number, seconds: number) => {
+    const load = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        join(repoRoot, 'bench/load.ts'),
+        environment.natsUrl,
+        namespace,
+        'busy',
+        String(MODELS),
+        String(rate),
+        String(seconds),
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    )
+    let out = ''
+    load.stdout.on('data', (d) => {
+      out += d
+    })
+    return new Promise<{ sent: number; seconds: number }>((resolve) =>
+      load.on('exit', () => resolve(JSON.parse(out.trim() || '{"sent":0,"seconds":1}'))),
+    )
+  }
+  /** Each running attempt preempted in turn by one foreground request: published → its Job's DELETE seen. */
+  const preemptAll = async (attempt: number) => {
+    const samples: number[] = []
+    for (let i = 0; i < MODELS; i++) {
+      const job = jobName(`b-${i}`, attempt)
+      const sentAt = Date.now()
+      await js.publish(
+        'flexinfer.events.foreground.request',
+        encode('ai.flexinfer.foreground.request', { namespace, model: `m-${i}` }),
+      )
+      const done = await waitUntil(`delete of ${job}`, async () => deletedAt.get(job), 10_000).catch(() => undefined)
+      if (done !== undefined) samples.push(done - sentAt)
+      await sleep(40)
+    }
+    return samples
+  }
+  const loadSeconds = Math.ceil((MODELS * 80) / 1000) + 4
+
   // 2. Preemption under load: a separate process floods other models with LOAD_RATE foreground events/s while
   // each of the MODELS running attempts is preempted by one foreground request, one after another.
-  const seconds = Math.ceil((MODELS * 80) / 1000) + 4
-  log(`load: ${LOAD_RATE} foreground events/s on ${MODELS} other models for ${seconds}s`)
+  log(`load: ${LOAD_RATE} foreground events/s on ${MODELS} other models for ${loadSeconds}s`)
   const idleStream = `KV_${BUCKET_MODEL_IDLE}`
-  const load = spawn(
-    process.execPath,
-    [
-      '--import',
-      'tsx',
-      join(repoRoot, 'bench/load.ts'),
-      environment.natsUrl,
-      namespace,
-      'busy',
-      String(MODELS),
-      String(LOAD_RATE),
-      String(seconds),
-    ],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
-  )
-  let loadOut = ''
-  load.stdout.on('data', (d) => {
-    loadOut += d
-  })
-  const loadDone = new Promise<void>((resolve) => load.on('exit', () => resolve()))
+  const loadDone = startLoad(LOAD_RATE, loadSeconds)
   await sleep(1500)
   const kvBefore = (await jsm.streams.info(idleStream)).state.last_seq
   const kvFrom = Date.now()
-  const preemption: number[] = []
-  for (let i = 0; i < MODELS; i++) {
-    const job = jobName(`b-${i}`, 1)
-    const sentAt = Date.now()
-    await js.publish(
-      'flexinfer.events.foreground.request',
-      encode('ai.flexinfer.foreground.request', { namespace, model: `m-${i}` }),
-    )
-    const done = await waitUntil(`delete of ${job}`, async () => deletedAt.get(job), 10_000).catch(() => undefined)
-    if (done !== undefined) preemption.push(done - sentAt)
-    await sleep(40)
-  }
+  const preemption = await preemptAll(1)
   const kvAfter = (await jsm.streams.info(idleStream)).state.last_seq
   const kvSeconds = (Date.now() - kvFrom) / 1000
-  await loadDone
-  const loadResult = JSON.parse(loadOut.trim() || '{"sent":0,"seconds":1}') as { sent: number; seconds: number }
+  const loadResult = await loadDone
   results.preemption_samples = preemption.length
   results.preemption_ms_p50 = percentile(preemption, 50)
   results.preemption_ms_p99 = percentile(preemption, 99)
@@ -185,13 +282,29 @@ try {
   log(
     `preemption p50 ${results.preemption_ms_p50} ms, p99 ${results.preemption_ms_p99} ms (${preemption.length} samples)`,
   )
-  await jobs.stop()
+  // 2b. Admission on the knative overlay's path (switched over after step 1, below): every backfill's second
+  // attempt, admitted after the window that followed its preemption.
+  await pollAll('all Running again', (s) => (s?.phase === 'Running' && s.attempts >= 2 ? true : undefined))
+  const bridged = await pollAll('second attempts admitted', (s) =>
+    s?.startedAt && s.idleSince && s.attempts >= 2
+      ? Date.parse(s.startedAt) - (Date.parse(s.idleSince) + parseDuration(IDLE_FOR))
+      : undefined,
+  )
+  results.knative_path_admission_lateness_ms_p50 = percentile(bridged, 50)
+  results.knative_path_admission_lateness_ms_p99 = percentile(bridged, 99)
+  log(
+    `knative path admission lateness p50 ${results.knative_path_admission_lateness_ms_p50} ms, p99 ${results.knative_path_admission_lateness_ms_p99} ms`,
+  )
+  await knativePath.stop()
   preemptionPath.kill('SIGTERM')
   await preemptionPathExit
+  await jobs.stop()
   for (const r of runners.splice(0)) await r.stop()
 
   // 3. Ingestion: one demand instance alone drains a backlog of foreground events for models with no attempt.
   log(`ingest: publishing ${INGEST_EVENTS} foreground events for 1000 models`)
+  // A fresh consumer (demand's starts from new messages): what the loads above left unconsumed is not the backlog.
+  await jsm.consumers.delete(STREAM_EVENTS, 'demand').catch(() => {})
   const demandOnly = await startRunner({ natsUrl: environment.natsUrl, kubeconfig: kc, functions: ['demand'] })
   await demandOnly.stop() // the durable consumer exists now; the backlog accumulates while nothing consumes it
   for (let sent = 0; sent < INGEST_EVENTS; ) {
@@ -228,6 +341,7 @@ try {
   for (const r of runners.splice(0)) await r.stop()
   await nc.close()
 } finally {
+  for (const stop of cleanup) await stop().catch(() => {})
   for (const r of runners) await r.stop().catch(() => {})
   await environment.stop()
 }
