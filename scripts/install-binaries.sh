@@ -2,6 +2,7 @@
 # Installs the real servers the tests and the local environment run:
 #   etcd, kube-apiserver, kube-controller-manager, kubectl  (built from the official Go modules, tools/k8s)
 #   nats-server, nats (CLI)                                 (built with `go install` at pinned versions)
+#   keda-operator                                           (built from the github.com/kedacore/keda/v2 module)
 # Binaries are cached outside the repo, keyed by version, so later runs (and CI on the same machine) reuse them.
 # With KUBEBUILDER_ASSETS set (controller-runtime's envtest convention), the Kubernetes binaries come from there
 # instead and only kube-controller-manager is built if that folder lacks it.
@@ -13,10 +14,12 @@ K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print substr($2, 2);
                    $1 == "require" && $2 == "k8s.io/kubernetes" { print substr($3, 2); exit }' "$root/tools/k8s/go.mod")
 NATS_SERVER_VERSION=v2.14.10
 NATS_CLI_VERSION=v0.5.0
+KEDA_VERSION=v2.21.0
 cache=${MODELBACKFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelbackfill}
 k8s_dir="$cache/k8s-v$K8S_VERSION"
 nats_dir="$cache/nats-server-$NATS_SERVER_VERSION"
 natscli_dir="$cache/natscli-$NATS_CLI_VERSION"
+keda_dir="$cache/keda-$KEDA_VERSION"
 
 log() { printf '[install-binaries] %s\n' "$*" >&2; }
 [ -n "$K8S_VERSION" ] || { log "cannot read the k8s.io/kubernetes version from tools/k8s/go.mod"; exit 1; }
@@ -55,6 +58,25 @@ install_go() { # <out-dir> <name> <module/pkg@version>
   log "$name: built in $((SECONDS - start))s"
 }
 
+# KEDA's go.mod has replace directives, so `go install …@version` refuses it: `go mod download` fetches the module
+# from GOPROXY (verified against the checksum database like any other), and ./cmd/operator is built inside that
+# read-only module-cache copy with KEDA's own go.mod/go.sum (-mod=readonly: nothing is written there, nothing in
+# this repo). CGO off and the version stamp as KEDA's Makefile does.
+build_keda() { # <out-dir> <name>
+  local out=$1 name=$2
+  if [ -x "$out/$name" ]; then log "$name: cached at $out/$name"; return; fi
+  mkdir -p "$out"
+  log "$name: building github.com/kedacore/keda/v2@$KEDA_VERSION ./cmd/operator (first time only; several minutes on 2 cores)..."
+  local start=$SECONDS moddir
+  moddir=$(cd / && GOFLAGS= go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  [ -f "$moddir/go.mod" ] || { log "$name: go mod download gave no module directory"; exit 1; }
+  (cd "$moddir" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath \
+    -ldflags="-s -w -X=github.com/kedacore/keda/v2/version.Version=$KEDA_VERSION" -o "$out/$name.tmp" ./cmd/operator)
+  mv "$out/$name.tmp" "$out/$name"
+  log "$name: built in $((SECONDS - start))s"
+}
+
 command -v go >/dev/null || { log "a Go toolchain is required to build the test servers (or set KUBEBUILDER_ASSETS)"; exit 1; }
 
 # One build at a time per cache (two test runs starting together must not race on the same outputs).
@@ -81,6 +103,7 @@ else
 fi
 install_go "$nats_dir" nats-server "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION"
 install_go "$natscli_dir" nats "github.com/nats-io/natscli/nats@$NATS_CLI_VERSION"
+build_keda "$keda_dir" keda-operator
 
 # One manifest the TypeScript harness reads, so both agree on where everything is.
 manifest="$cache/binaries.json"
@@ -98,7 +121,8 @@ cat > "$manifest.tmp" <<JSON
   "kubeControllerManager": "$kcm",
   "kubectl": "$kdir/kubectl",
   "natsServer": "$nats_dir/nats-server",
-  "nats": "$natscli_dir/nats"
+  "nats": "$natscli_dir/nats",
+  "kedaOperator": "$keda_dir/keda-operator"
 }
 JSON
 mv "$manifest.tmp" "$manifest"

@@ -17,6 +17,8 @@ const Manifest = z.object({
   kubectl: z.string(),
   natsServer: z.string(),
   nats: z.string(),
+  /** The KEDA operator (tests that prove the keda/ overlay's ScaledObjects run it against the environment). */
+  kedaOperator: z.string(),
 })
 
 export type Binaries = z.infer<typeof Manifest>
@@ -35,6 +37,14 @@ export function pinnedKubernetesVersion(): string {
   const gomod = readFileSync(join(repoRoot, 'tools/k8s/go.mod'), 'utf8')
   const m = /^\s*(?:require\s+)?k8s\.io\/kubernetes\s+(v\S+)/m.exec(gomod)
   if (!m?.[1]) throw new Error('tools/k8s/go.mod does not require k8s.io/kubernetes')
+  return m[1]
+}
+
+/** The KEDA release scripts/install-binaries.sh pins (KEDA_VERSION=…), e.g. "v2.21.0". */
+export function pinnedKedaVersion(): string {
+  const script = readFileSync(join(repoRoot, 'scripts/install-binaries.sh'), 'utf8')
+  const m = /^KEDA_VERSION=(v\S+)$/m.exec(script)
+  if (!m?.[1]) throw new Error('scripts/install-binaries.sh sets no KEDA_VERSION')
   return m[1]
 }
 
@@ -57,6 +67,9 @@ function staleReason(): string | undefined {
   }
   const missing = Object.entries(manifest).filter(([key, path]) => key !== 'kubernetesVersion' && !isExecutable(path))
   if (missing.length > 0) return `missing binaries: ${missing.map(([k, p]) => `${k}=${p}`).join(', ')}`
+  if (!manifest.kedaOperator.includes(`/keda-${pinnedKedaVersion()}/`)) {
+    return `manifest has ${manifest.kedaOperator}, scripts/install-binaries.sh pins KEDA ${pinnedKedaVersion()}`
+  }
   const assets = process.env.KUBEBUILDER_ASSETS
   if (assets) {
     if (dirname(manifest.kubeApiserver) !== resolve(assets)) return `KUBEBUILDER_ASSETS changed to ${assets}`
