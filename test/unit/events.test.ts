@@ -55,6 +55,13 @@ describe('event codec', () => {
     ['a JSON array', '[1]', /not a JSON object/],
     ['a missing id', fg({ namespace: 'ns', model: 'm' }, { id: undefined }), /invalid CloudEvent envelope/],
     ['an unknown type', fg({}, { type: 'com.example.other' }), /unknown event type "com.example.other"/],
+    ['another specversion', fg({ namespace: 'ns', model: 'm' }, { specversion: '0.3' }), /specversion/],
+    ['a time that is not RFC 3339', fg({ namespace: 'ns', model: 'm' }, { time: 'yesterday' }), /time/],
+    [
+      'an extension attribute that is not lower-case alphanumeric',
+      fg({ namespace: 'ns', model: 'm' }, { Trace_ID: 'x' }),
+      /extension attribute "Trace_ID"/,
+    ],
     ['a missing model', fg({ namespace: 'ns' }), /model: .*expected string/i],
     ['an invalid workloadClass', fg({ namespace: 'ns', model: 'm', workloadClass: 'batch' }), /workloadClass/],
     ['an upper-case namespace', fg({ namespace: 'NS', model: 'm' }), /namespace: must be a Kubernetes namespace/],
@@ -67,6 +74,14 @@ describe('event codec', () => {
     const result = decode(body)
     expect(result.ok).toBe(false)
     if (!result.ok) expect(result.reason).toMatch(reason)
+  })
+
+  it('keeps lower-case extension attributes (a Broker adds its own) and fills in a missing time', () => {
+    const result = decode(
+      fg({ namespace: 'ns', model: 'm' }, { knativearrivaltime: '2026-11-29T12:00:01Z', time: undefined }),
+    )
+    expect(result).toMatchObject({ ok: true, event: { id: 'r1', source: 'gw', data: { namespace: 'ns', model: 'm' } } })
+    if (result.ok) expect(Number.isNaN(Date.parse(result.event.time))).toBe(false)
   })
 
   it('decodes ApiServerSource events with the object as data', () => {

@@ -1,0 +1,73 @@
+// Profiling aid (not part of `npm run bench`): one demand instance draining a backlog of foreground events, on a
+// nats-server of its own, profiled while it drains (not while the backlog is published):
+// `node --import tsx bench/ingest-profile.ts [events] [profile.cpuprofile]`.
+import { spawn } from 'node:child_process'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { Session } from 'node:inspector/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { KubeConfig } from '@kubernetes/client-node'
+import { jetstream, jetstreamManager } from '@nats-io/jetstream'
+import { connect } from '@nats-io/transport-node'
+import { STREAM_EVENTS } from '../events/catalog.js'
+import { encode } from '../events/codec.js'
+import { startRunner } from '../runtime/runner.js'
+import { ensureBinaries } from '../test/env/binaries.js'
+import { freePorts, LOOPBACK } from '../test/env/net.js'
+
+const EVENTS = Number(process.argv[2] ?? 200_000)
+const PROFILE = process.argv[3]
+const dir = await mkdtemp(join(tmpdir(), 'ingest-prof-'))
+const [port] = (await freePorts(1)) as [number]
+const server = spawn(ensureBinaries().natsServer, ['-js', '-sd', dir, '-a', LOOPBACK, '-p', String(port)], {
+  stdio: 'ignore',
+})
+const url = `nats://${LOOPBACK}:${port}`
+try {
+  await new Promise((r) => setTimeout(r, 500))
+  const kc = new KubeConfig()
+  kc.loadFromClusterAndUser({ name: 'none', server: 'https://127.0.0.1:1', skipTLSVerify: false }, { name: 'none' })
+  const first = await startRunner({ natsUrl: url, kubeconfig: kc, functions: ['demand'] })
+  await first.stop()
+  const nc = await connect({ servers: url, noAsyncTraces: true })
+  const js = jetstream(nc)
+  const jsm = await jetstreamManager(nc)
+  for (let sent = 0; sent < EVENTS; ) {
+    const batch = []
+    for (let i = 0; i < 2000 && sent < EVENTS; i++, sent++)
+      batch.push(
+        js.publish(
+          'flexinfer.events.foreground.request',
+          encode('ai.flexinfer.foreground.request', { namespace: 'prof', model: `m-${sent % 1000}` }),
+        ),
+      )
+    await Promise.all(batch)
+  }
+  const session = new Session()
+  if (PROFILE) {
+    session.connect()
+    await session.post('Profiler.enable')
+    await session.post('Profiler.start')
+  }
+  const runner = await startRunner({ natsUrl: url, kubeconfig: kc, functions: ['demand'] })
+  const t0 = performance.now()
+  for (;;) {
+    const info = await jsm.consumers.info(STREAM_EVENTS, 'demand')
+    if (info.num_pending === 0 && info.num_ack_pending === 0) break
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  const ms = performance.now() - t0
+  if (PROFILE) {
+    const { profile } = await session.post('Profiler.stop')
+    await writeFile(PROFILE, JSON.stringify(profile))
+  }
+  process.stdout.write(
+    `${JSON.stringify({ events: EVENTS, ms: Math.round(ms), perS: Math.round(EVENTS / (ms / 1000)) })}\n`,
+  )
+  await runner.stop()
+  await nc.close()
+} finally {
+  server.kill('SIGTERM')
+  await rm(dir, { recursive: true, force: true })
+}
+process.exit(0)
