@@ -59,13 +59,16 @@ const Envelope = z.looseObject({
 })
 const CONTEXT_ATTRIBUTES = new Set([...Object.keys(Envelope.shape), 'data', 'data_base64'])
 const EXTENSION_NAME = /^[a-z0-9]+$/
+const REQUIRED = ['specversion', 'id', 'source', 'type']
 
 /** Accepts an already-parsed structured event (from NATS or the HTTP binding) and validates it. */
 export function validate(raw: unknown): DecodeResult {
   // On the wire id and time matter (time: we need the request time); say plainly which required one is missing.
   const given = raw as Record<string, unknown>
-  const missing = ['specversion', 'id', 'source', 'type'].filter((k) => typeof given[k] !== 'string' || !given[k])
-  if (missing.length) return { ok: false, reason: `invalid CloudEvent envelope: missing ${missing.join(', ')}` }
+  if (!(given.specversion && given.id && given.source && given.type)) {
+    const missing = REQUIRED.filter((k) => typeof given[k] !== 'string' || !given[k])
+    if (missing.length) return { ok: false, reason: `invalid CloudEvent envelope: missing ${missing.join(', ')}` }
+  }
   const checked = Envelope.safeParse(raw)
   if (!checked.success) {
     const issues = checked.error.issues.map((i) => `${i.path.join('.') || 'envelope'}: ${i.message}`).join('; ')
@@ -113,7 +116,9 @@ export function validate(raw: unknown): DecodeResult {
 
 /** Decodes structured-mode bytes. Never throws: a malformed event is a result, not a crash. */
 export function decode(bytes: Uint8Array | string): DecodeResult {
-  const text = typeof bytes === 'string' ? bytes : Buffer.from(bytes).toString('utf8')
+  // A view of the message's bytes, not a copy (Buffer.from(uint8Array) would copy every event).
+  const text =
+    typeof bytes === 'string' ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8')
   let raw: unknown
   try {
     raw = JSON.parse(text)

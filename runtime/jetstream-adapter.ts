@@ -67,6 +67,10 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
   // would be O(n)), and each waiting loop is woken when a slot frees.
   const waiting: (() => void)[] = []
   const slotFreed = () => new Promise<void>((resolve) => waiting.push(resolve))
+  const settled = (task: Promise<void>) => {
+    inFlight.delete(task)
+    waiting.shift()?.()
+  }
 
   const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
 
@@ -110,12 +114,14 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
     const messages = await consumer.consume({ max_messages: Math.min(Math.max(100, fn.concurrency), 4096) })
     const done = (async () => {
       for await (const msg of messages) {
-        const task: Promise<void> = process(msg)
-          .catch((err) => log.error({ err }, 'unexpected error handling event'))
-          .finally(() => {
-            inFlight.delete(task)
-            waiting.shift()?.()
-          })
+        // One settled callback per message (not .catch().finally(): two more promises each, at 30k+ events/s).
+        const task: Promise<void> = process(msg).then(
+          () => settled(task),
+          (err) => {
+            log.error({ err }, 'unexpected error handling event')
+            settled(task)
+          },
+        )
         inFlight.add(task)
         while (inFlight.size >= fn.concurrency) await slotFreed()
       }

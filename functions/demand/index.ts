@@ -12,6 +12,7 @@ import { KvMirror } from '../../runtime/nats.js'
 import type { Deps } from '../../runtime/reconcile.js'
 
 export const COALESCE_MS = 250
+const DONE = Promise.resolve()
 const CANCEL_DEDUPE_MS = 60_000
 
 type LiveClaim = Claim & { idleSince?: string }
@@ -60,7 +61,7 @@ export class Demand {
     await Promise.all([...this.models.values()].map((e) => (e.seen > e.persisted ? this.flush(e) : undefined)))
   }
 
-  async handle(event: InboundEvent): Promise<void> {
+  handle(event: InboundEvent): Promise<void> | undefined {
     if (event.type !== 'ai.flexinfer.foreground.request') return
     const { namespace, model, workloadClass } = event.data
     if (workloadClass === 'background') {
@@ -75,13 +76,12 @@ export class Demand {
     const at = Number.isNaN(parsed) ? now : Math.min(parsed, now)
     const key = modelKey(namespace, model)
 
-    const cancelling = this.cancelIfClaimed(key, at)
+    // Only a claimed model can need a cancel: the usual request allocates no promise for it.
+    const claim = this.claims.values.get(`model.${key}`)
+    const cancelling = claim ? this.cancelIfClaimed(at, claim) : undefined
     const entry = this.entry(namespace, model)
     entry.requests++
-    if (at <= entry.persisted) {
-      await cancelling
-      return
-    }
+    if (at <= entry.persisted) return cancelling
     entry.seen = Math.max(entry.seen, at)
     const durable = new Promise<void>((resolve, reject) => entry.waiters.push({ upTo: at, resolve, reject }))
     if (!entry.writing && !entry.timer) {
@@ -89,7 +89,7 @@ export class Demand {
       if (wait <= 0) void this.flush(entry, true)
       else entry.timer = setTimeout(() => void this.flush(entry), wait)
     }
-    await Promise.all([cancelling, durable])
+    return cancelling ? Promise.all([cancelling, durable]).then(() => undefined) : durable
   }
 
   private entry(namespace: string, model: string): ModelEntry {
@@ -113,8 +113,7 @@ export class Demand {
   }
 
   /** Cancels the attempt holding the model if this request breaks the window it was admitted on. */
-  private async cancelIfClaimed(key: string, at: number, claim = this.claims.values.get(`model.${key}`)) {
-    if (!claim) return
+  private async cancelIfClaimed(at: number, claim: LiveClaim) {
     const windowStart = Date.parse(claim.idleSince ?? claim.claimedAt)
     if (!(at > windowStart)) return
     // One cancel per admission: Job names repeat across namespaces (and when a backfill is re-created), so the
@@ -169,7 +168,7 @@ export class Demand {
         // The other half of admit's re-check: having written idleness, look at the claim itself (not the
         // watched copy, which may lag) so an admission racing this request is cancelled either way.
         const fresh = await this.deps.bus.kv.claims.get(`model.${key}`)
-        if (fresh?.operation === 'PUT') await this.cancelIfClaimed(key, target, fresh.json<LiveClaim>())
+        if (fresh?.operation === 'PUT') await this.cancelIfClaimed(target, fresh.json<LiveClaim>())
       }
     } catch (err) {
       const failed = entry.waiters
@@ -231,8 +230,8 @@ export function demandFunction(): EventFunction {
       instance = undefined
     },
     handle(event) {
-      if (!instance) throw new Error('demand function not started')
-      return instance.handle(event)
+      if (!instance) return Promise.reject(new Error('demand function not started'))
+      return instance.handle(event) ?? DONE
     },
   }
 }
