@@ -2,6 +2,9 @@
 #   FUNCTION=admit|cancel|demand|lifecycle|source   one function on its JetStream consumer (KEDA Deployments)
 #   FUNCTION=<name> TRANSPORT=http                  one function as a Knative Service (CloudEvents on POST /)
 #   FUNCTION=ingress                                the gateway ingress (INGRESS_TOKEN_FILE from a Secret)
+#   FUNCTION=bridge                                 JetStream → Knative Broker (K_SINK from a SinkBinding)
+#   FUNCTION=provision                              create the NATS topology, then exit (the provision Job)
+#   NATS_PROVISION=false                            bind to the provisioned topology (deployed functions)
 #   FUNCTION=all (default)                          everything in one process, as `npm start`
 # Build: docker build -t model-backfill .
 FROM node:20-slim AS build
