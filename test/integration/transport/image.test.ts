@@ -7,11 +7,10 @@ import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
 import { join } from 'node:path'
-import { jetstreamManager } from '@nats-io/jetstream'
+import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import Fastify from 'fastify'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { decode } from '../../../events/codec.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
+import { decode, encode } from '../../../events/codec.js'
 import { repoRoot } from '../../env/binaries.js'
 import { run } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -48,6 +47,25 @@ it('node dist/runtime/main.js --help', async () => {
   expect(help.code).toBe(0)
   expect(help.stdout).toContain('FUNCTION')
   expect(help.stdout).toContain('INGRESS_TOKEN')
+})
+
+it('FUNCTION=provision (the provision Job) makes the consumers asked for and exits 0; an unknown owner exits 1', async () => {
+  const base = { ...process.env, NATS_URL: env.natsUrl, FUNCTION: 'provision', LOG_LEVEL: 'info' }
+  const jsm = await jetstreamManager(env.nc)
+  try {
+    const ok = await run(process.execPath, [main], { env: { ...base, PROVISION_CONSUMERS: 'bridge' } })
+    expect(ok.code, `${ok.stdout}${ok.stderr}`).toBe(0)
+    expect(ok.stdout).toContain('NATS topology provisioned')
+    expect((await jsm.consumers.info('FLEXINFER_EVENTS', 'bridge')).config.durable_name).toBe('bridge')
+    expect((await jsm.consumers.info('FLEXINFER_TIMERS', 'bridge-timers')).config.durable_name).toBe('bridge-timers')
+    const bad = await run(process.execPath, [main], { env: { ...base, PROVISION_CONSUMERS: 'nobody' } })
+    expect(bad.code).toBe(1)
+    expect(`${bad.stdout}${bad.stderr}`).toContain('cannot provision consumers for \\"nobody\\"')
+  } finally {
+    // Production durables on the shared test server: the bridge test below makes (and removes) them too.
+    await jsm.consumers.delete('FLEXINFER_EVENTS', 'bridge').catch(() => {})
+    await jsm.consumers.delete('FLEXINFER_TIMERS', 'bridge-timers').catch(() => {})
+  }
 })
 
 it('FUNCTION=ingress serves authenticated CloudEvents and stops cleanly on SIGTERM', async () => {
@@ -141,8 +159,12 @@ it('FUNCTION=bridge needs K_SINK, forwards to it, and stops cleanly on SIGTERM',
       await new Promise((r) => setTimeout(r, 50))
     }
     expect((await fetch(`${health}/readyz`)).status).toBe(200)
-    await createForegroundEmitter(env.nc).emit({ namespace: env.namespace, model: 'm-bridge' })
-    for (let i = 0; !received.includes('ai.flexinfer.foreground.request'); i++) {
+    // A backfill.admit: what the bridge forwards (to admit behind the Broker); foreground requests it does not.
+    await jetstream(env.nc).publish(
+      'flexinfer.events.backfill.admit',
+      encode('ai.flexinfer.backfill.admit', { namespace: env.namespace, backfill: 'b-bridge' }),
+    )
+    for (let i = 0; !received.includes('ai.flexinfer.backfill.admit'); i++) {
       if (i > 200) throw new Error(`nothing reached the sink:\n${output}`)
       await new Promise((r) => setTimeout(r, 50))
     }
