@@ -11,17 +11,14 @@ import { BatchV1Api, CoreV1Api, KubeConfig, makeInformer, type V1Job } from '@ku
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { connect } from '@nats-io/transport-node'
-import Fastify from 'fastify'
 import { parseDuration } from '../core/duration.js'
 import { backfillKey, jobName } from '../core/names.js'
 import type { BackfillState } from '../core/state.js'
-import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, catalog, STREAM_EVENTS } from '../events/catalog.js'
+import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, STREAM_EVENTS } from '../events/catalog.js'
 import { encode } from '../events/codec.js'
-import { type RunningBridge, startBridge } from '../runtime/bridge.js'
 import { type Runner, startRunner } from '../runtime/runner.js'
 import { repoRoot } from '../test/env/binaries.js'
 import { startEnvironment } from '../test/env/environment.js'
-import { freePorts, LOOPBACK } from '../test/env/net.js'
 import { BackfillWorld, waitUntil } from '../test/integration/support/backfill-world.js'
 
 const MODELS = Number(process.env.BENCH_MODELS ?? 100)
@@ -108,69 +105,33 @@ try {
   })
   await jobs.start()
 
+  /** bench/knative-path.ts in a process of its own; resolves once it is ready. */
   async function startKnativeAdmit() {
-    const [admitPort] = (await freePorts(1)) as [number]
-    const admitUrl = `http://${LOOPBACK}:${admitPort}/`
-    const admit = spawn(process.execPath, ['--import', 'tsx', join(repoRoot, 'runtime/main.ts')], {
-      env: {
-        ...process.env,
-        NATS_URL: environment.natsUrl,
-        KUBECONFIG: environment.kubeconfigPath,
-        FUNCTION: 'admit',
-        TRANSPORT: 'http',
-        HOST: LOOPBACK,
-        PORT: String(admitPort),
-        LOG_LEVEL: 'warn',
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', join(repoRoot, 'bench/knative-path.ts'), environment.natsUrl, environment.kubeconfigPath],
+      { env: { ...process.env, LOG_LEVEL: 'warn' }, stdio: ['ignore', 'pipe', 'inherit'] },
+    )
+    const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
+    let out = ''
+    child.stdout.on('data', (d) => {
+      out += d
+    })
+    await waitUntil(
+      'the knative path ready',
+      async () => {
+        if (child.exitCode !== null) throw new Error(`bench/knative-path.ts exited ${child.exitCode}`)
+        return out.includes('"ready":true') ? true : undefined
       },
-      stdio: ['ignore', 'inherit', 'inherit'],
-    })
-    const admitExit = new Promise<void>((resolve) => admit.on('exit', () => resolve()))
-    const admitTypes = new Set(
-      Object.entries(catalog)
-        .filter(([, entry]) => (entry.consumers as readonly string[]).includes('admit'))
-        .map(([type]) => type),
+      60_000,
     )
-    const broker = Fastify({ logger: false })
-    broker.addContentTypeParser('application/cloudevents+json', { parseAs: 'string' }, (_req, body, done) =>
-      done(null, body),
-    )
-    broker.post('/', async (req, reply) => {
-      const body = req.body as string
-      // What lifecycle takes is consumed by its JetStream runner here: nothing to deliver.
-      if (!admitTypes.has((JSON.parse(body) as { type: string }).type)) return reply.code(202).send()
-      const res = await fetch(admitUrl, { method: 'POST', headers: { 'content-type': MIME_CE }, body })
-      await res.arrayBuffer()
-      return reply.code(res.status).send()
-    })
-    const brokerUrl = await broker.listen({ port: 0, host: LOOPBACK })
-    let bridge: RunningBridge | undefined
-    try {
-      await waitUntil('admit served over HTTP', async () =>
-        fetch(`http://${LOOPBACK}:${admitPort}/readyz`).then(
-          (r) => (r.ok ? true : undefined),
-          () => undefined,
-        ),
-      )
-      bridge = await startBridge({ natsUrl: environment.natsUrl, kubeconfig: kc, sink: brokerUrl, instance: 'bench' })
-    } catch (err) {
-      admit.kill('SIGTERM')
-      await broker.close()
-      throw err
-    }
-    let stopped: Promise<void> | undefined
     return {
-      stop() {
-        stopped ??= (async () => {
-          await bridge?.stop()
-          await broker.close()
-          admit.kill('SIGTERM')
-          await admitExit
-        })()
-        return stopped
+      async stop() {
+        if (child.exitCode === null) child.kill('SIGTERM')
+        await exited
       },
     }
   }
-  const MIME_CE = 'application/cloudevents+json'
 
   // 1. Admission lateness: MODELS quiet models, one backfill each, all admitted by their timers.
   log(`creating ${MODELS} models and backfills (idleFor ${IDLE_FOR})`)
@@ -208,10 +169,10 @@ try {
   log(`admission lateness p50 ${results.admission_lateness_ms_p50} ms, p99 ${results.admission_lateness_ms_p99} ms`)
   await pollAll('all Running', (s) => (s?.phase === 'Running' ? true : undefined))
 
-  // From here on admit runs as under Knative: served over HTTP (TRANSPORT=http, a process of its own, as its Knative
-  // Service), its timers and admit requests pulled by the bridge and POSTed to a Broker stand-in that routes by type
-  // as the Triggers do (knative/triggers.yaml). Knative's own Broker and channel dispatch are not in the number
-  // (there is no Knative here): it is the cost of our hops. Preemption stays on JetStream, as in that overlay.
+  // From here on admit runs as under Knative (bench/knative-path.ts): served over HTTP, its timers and admit requests
+  // pulled by the bridge and POSTed to a Broker stand-in that routes by type as the Triggers do. Knative's own
+  // Broker and channel dispatch are not in the number (there is no Knative here): it is the cost of our hops.
+  // Preemption stays on JetStream, as in that overlay.
   await admitOnJetStream.stop()
   runners.splice(runners.indexOf(admitOnJetStream), 1)
   const knativePath = await startKnativeAdmit()

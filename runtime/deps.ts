@@ -58,6 +58,7 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
     async close() {
       await deps.caches?.stop()
       await bus.close()
+      kube.close()
     },
   }
 }
