@@ -59,7 +59,7 @@ try {
   const jsm = await jetstreamManager(nc)
   const world = new BackfillWorld(kc, namespace, nc)
 
-  // As deployed: the preemption path (demand, cancel) in its own process, everything else in this one.
+  // The rest (source, lifecycle; admit until step 2) in this process.
   runners.push(
     await startRunner({
       natsUrl: environment.natsUrl,
@@ -70,22 +70,28 @@ try {
   )
   const admitOnJetStream = await startRunner({ natsUrl: environment.natsUrl, kubeconfig: kc, functions: ['admit'] })
   runners.push(admitOnJetStream)
-  const preemptionPath = spawn(process.execPath, ['--import', 'tsx', join(repoRoot, 'runtime/main.ts')], {
-    env: {
-      ...process.env,
-      NATS_URL: environment.natsUrl,
-      KUBECONFIG: environment.kubeconfigPath,
-      FUNCTION: 'demand,cancel',
-      PORT: '0',
-      LOG_LEVEL: 'warn',
-    },
-    stdio: ['ignore', 'inherit', 'inherit'],
-  })
-  const preemptionPathExit = new Promise<void>((resolve) => preemptionPath.on('exit', () => resolve()))
-  cleanup.push(async () => {
-    preemptionPath.kill('SIGTERM')
-    await preemptionPathExit
-  })
+  // As deployed (one Deployment or Knative Service each): demand and cancel in processes of their own.
+  const preemptionPath: (() => Promise<void>)[] = []
+  for (const fn of ['demand', 'cancel']) {
+    const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot, 'runtime/main.ts')], {
+      env: {
+        ...process.env,
+        NATS_URL: environment.natsUrl,
+        KUBECONFIG: environment.kubeconfigPath,
+        FUNCTION: fn,
+        PORT: '0',
+        LOG_LEVEL: 'warn',
+      },
+      stdio: ['ignore', 'inherit', 'inherit'],
+    })
+    const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
+    const stop = async () => {
+      if (child.exitCode === null) child.kill('SIGTERM')
+      await exited
+    }
+    preemptionPath.push(stop)
+    cleanup.push(stop)
+  }
   // "Job DELETE accepted by the apiserver": the first watch event showing the Job's deletionTimestamp (or its
   // removal); the watch's own delivery delay (a few ms on loopback) is included, so this errs high.
   const deletedAt = new Map<string, number>()
@@ -257,8 +263,7 @@ try {
     `knative path admission lateness p50 ${results.knative_path_admission_lateness_ms_p50} ms, p99 ${results.knative_path_admission_lateness_ms_p99} ms`,
   )
   await knativePath.stop()
-  preemptionPath.kill('SIGTERM')
-  await preemptionPathExit
+  for (const stop of preemptionPath) await stop()
   await jobs.stop()
   for (const r of runners.splice(0)) await r.stop()
 
