@@ -276,6 +276,18 @@ export class Bus {
     })
   }
 
+  /** Whether the backfill's timer schedule is stored (armed and not yet fired). */
+  async timerArmed(namespace: string, backfill: string): Promise<boolean> {
+    try {
+      return Boolean(
+        await this.jsm.streams.getMessage(STREAM_TIMERS, { last_by_subj: scheduleSubject(namespace, backfill) }),
+      )
+    } catch (err) {
+      if (/no message found|not found/i.test(String((err as Error)?.message))) return false
+      throw err
+    }
+  }
+
   async cancelTimer(namespace: string, backfill: string) {
     await this.jsm.streams.purge(STREAM_TIMERS, { filter: scheduleSubject(namespace, backfill) })
   }

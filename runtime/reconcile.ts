@@ -189,6 +189,7 @@ async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | 
   const { kube, bus, log } = deps
   const b = o.backfill as ModelBackfill | null
   const prior = o.state
+  let armed = false
   for (const action of d.actions) {
     switch (action.type) {
       case 'addFinalizer':
@@ -238,6 +239,7 @@ async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | 
       }
       case 'armTimer':
         await bus.armTimer(b?.metadata.namespace ?? '', b?.metadata.name ?? '', action.at)
+        armed = true
         break
       case 'cancelTimer':
         if (prior) await bus.cancelTimer(prior.namespace, prior.name)
@@ -255,6 +257,17 @@ async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | 
     }
   }
   if (b && d.status) await writeStatus(deps, b, d, revision)
+  // decide() re-arms lazily: a future timerAt in the state means "armed". But the state is committed before the
+  // actions run, so an action that failed (a 409 on the finalizer, say) or a crash in between can leave a timerAt
+  // whose schedule was never stored, and nothing would wake the backfill again. Each decision makes sure it is.
+  const timerAt = d.state?.timerAt
+  if (!armed && b && timerAt && Date.parse(timerAt) > deps.now()) {
+    const { namespace, name } = b.metadata
+    if (!(await bus.timerArmed(namespace, name))) {
+      log.warn({ namespace, backfill: name, timerAt }, 'timer recorded but not stored; arming it')
+      await bus.armTimer(namespace, name, timerAt)
+    }
+  }
 }
 
 /** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */

@@ -154,6 +154,32 @@ describe('duplicated and reordered events', () => {
   })
 })
 
+describe('a timer recorded in the state but never stored', () => {
+  it('is armed again by the next decision, and the backfill is admitted when its window ends', async () => {
+    // What a crash, or a failed action (a 409 on the finalizer), between the state's compare-and-set and the
+    // timer's publish leaves behind: timerAt in KV, no schedule in FLEXINFER_TIMERS.
+    await world.model('m-lost-timer', { node: 'node-lost-timer' })
+    await world.template('tpl-lost-timer')
+    await world.backfill('lost-timer', { modelRef: 'm-lost-timer', templateRef: 'tpl-lost-timer', idleFor: '4s' })
+    await world.waitFor('lost-timer', 'WaitingForIdle', 'IdleWindow')
+    const bus = runner.deps.bus
+    await waitUntil('the timer stored', async () =>
+      (await bus.timerArmed(env.namespace, 'lost-timer')) ? true : undefined,
+    )
+    const timerAt = (await world.state('lost-timer'))?.timerAt
+    expect(Date.parse(timerAt ?? '')).toBeGreaterThan(Date.now())
+    await bus.cancelTimer(env.namespace, 'lost-timer')
+    expect(await bus.timerArmed(env.namespace, 'lost-timer')).toBe(false)
+
+    // Any later decision about it (here an admit request, before the window ends) stores the schedule again.
+    await reconcile(runner.deps, 'admit', env.namespace, 'lost-timer', { type: 'admit' })
+    expect(await bus.timerArmed(env.namespace, 'lost-timer')).toBe(true)
+    expect((await world.state('lost-timer'))?.attempts).toBe(0)
+    const running = await world.waitFor('lost-timer', 'Running', 'JobRunning')
+    expect(running.status?.attempts).toBe(1)
+  })
+})
+
 describe('malformed input', () => {
   it('goes to the dead-letter stream with its reason, and the functions keep serving', async () => {
     const js = jetstream(env.nc)
