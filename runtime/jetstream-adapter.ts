@@ -2,7 +2,7 @@
 // to the dead-letter stream with the reason; nothing is dropped silently and nothing crashes the process.
 import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { consumerName, type EventFunction } from './function.js'
-import { awaitProvisioned } from './nats.js'
+import { awaitProvisioned, isNotFound } from './nats.js'
 import { processEvent } from './process-event.js'
 import type { Deps } from './reconcile.js'
 
@@ -32,7 +32,7 @@ export async function ensureConsumers(deps: Pick<Deps, 'bus'>, fn: EventFunction
       await deps.bus.jsm.consumers.info(sub.stream, durable)
       await deps.bus.jsm.consumers.update(sub.stream, durable, config)
     } catch (err) {
-      if (!/not found/i.test(String((err as Error).message))) throw err
+      if (!isNotFound(err)) throw err
       await deps.bus.jsm.consumers.add(sub.stream, {
         ...config,
         deliver_policy: sub.deliverNew ? DeliverPolicy.New : DeliverPolicy.All,

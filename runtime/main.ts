@@ -49,7 +49,8 @@ if (!natsUrl) {
 const only = process.env.FUNCTION ?? process.argv[2]
 const http = only === 'ingress' || process.env.TRANSPORT === 'http'
 const namespaces = process.env.WATCH_NAMESPACES?.split(',').map((n) => n.trim())
-const provisionAtStart = process.env.NATS_PROVISION !== 'false'
+// What every long-running process below starts with.
+const common = { natsUrl, provision: process.env.NATS_PROVISION !== 'false', logger: log }
 let stop: () => Promise<void>
 if (only === 'provision') {
   try {
@@ -72,13 +73,11 @@ if (only === 'provision') {
     process.exit(2)
   }
   const bridge = await startBridge({
-    natsUrl,
-    provision: provisionAtStart,
+    ...common,
     sink,
     namespaces,
     httpPort: Number(process.env.PORT ?? 8080),
     httpHost: process.env.HOST ?? '0.0.0.0',
-    logger: log,
   })
   stop = bridge.stop
 } else if (http) {
@@ -91,13 +90,11 @@ if (only === 'provision') {
       process.exit(2)
     }
     const served = await startHttpFunction(ingress, {
-      natsUrl,
-      provision: provisionAtStart,
+      ...common,
       port,
       host,
       token,
       acceptTypes: INGRESS_TYPES,
-      logger: log,
     })
     stop = served.stop
   } else {
@@ -109,24 +106,20 @@ if (only === 'provision') {
       process.exit(2)
     }
     const served = await startHttpFunction(factory(), {
-      natsUrl,
-      provision: provisionAtStart,
+      ...common,
       port,
       host,
       token: readToken('HTTP_TOKEN'),
-      logger: log,
     })
     stop = served.stop
   }
 } else {
   const runner = await startRunner({
-    natsUrl,
-    provision: provisionAtStart,
+    ...common,
     functions: only && only !== 'all' ? only.split(',') : undefined,
     watch: process.env.WATCH ? process.env.WATCH !== 'false' : !only || only === 'all',
     httpPort: Number(process.env.PORT ?? 9464),
     httpHost: process.env.HOST ?? '127.0.0.1',
-    logger: log,
     namespaces,
   })
   log.info(`metrics at ${runner.httpUrl}/metrics`)

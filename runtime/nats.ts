@@ -96,7 +96,8 @@ export async function ensureStreams(jsm: JetStreamManager) {
   }
 }
 
-export const isNotFound = (err: unknown) => /not found/i.test(String((err as Error)?.message ?? err))
+/** JetStream's "stream not found", "consumer not found", "no message found". */
+export const isNotFound = (err: unknown) => /not found|no message found/i.test(String((err as Error)?.message ?? err))
 
 export interface TopologyOptions {
   /**
@@ -283,7 +284,7 @@ export class Bus {
         await this.jsm.streams.getMessage(STREAM_TIMERS, { last_by_subj: scheduleSubject(namespace, backfill) }),
       )
     } catch (err) {
-      if (/no message found|not found/i.test(String((err as Error)?.message))) return false
+      if (isNotFound(err)) return false
       throw err
     }
   }
