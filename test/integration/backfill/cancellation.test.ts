@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import type { Runner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { BackfillWorld, ms, STARTED, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -22,13 +22,8 @@ afterAll(async () => {
   await runner?.stop()
 })
 
-const ms = (time: string | undefined) => Date.parse(time ?? '')
-
 const gone = (job: string) =>
   waitUntil(`Job ${job} to be deleted`, async () => ((await world.job(job)) === null ? true : undefined), 15_000)
-
-/** The story of every first attempt: the idle window, the Job created, the Job active. */
-const STARTED = ['WaitingForIdle/IdleWindow', 'Starting/JobCreated', 'Running/JobRunning']
 
 /**
  * A declaration under names(id) that is Running its first attempt, with its status history recorded. Its pods are

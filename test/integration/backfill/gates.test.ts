@@ -8,7 +8,7 @@ import { createForegroundEmitter } from '../../../events/emitter.js'
 import type { Runner } from '../../../runtime/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld } from '../support/backfill-world.js'
+import { BackfillWorld, ms, ready } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -23,10 +23,6 @@ afterAll(async () => {
   world?.close()
   await runner?.stop()
 })
-
-const ms = (time: string | undefined) => Date.parse(time ?? '')
-const ready = (b: { status?: { conditions?: { type: string; status: string }[] } }) =>
-  b.status?.conditions?.find((c) => c.type === 'Ready')?.status
 
 describe.concurrent('WaitingForIdle', () => {
   it('ModelNotReady while the model is not Ready; the idle window starts only when it turns Ready', async ({

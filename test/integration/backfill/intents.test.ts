@@ -7,7 +7,7 @@ import { jobName } from '../../../core/names.js'
 import type { Runner } from '../../../runtime/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld } from '../support/backfill-world.js'
+import { BackfillWorld, ms } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -23,7 +23,6 @@ afterAll(async () => {
   await runner?.stop()
 })
 
-const ms = (time: string | undefined) => Date.parse(time ?? '')
 const inAnHour = () => new Date(Date.now() + 3_600_000).toISOString()
 const aMinuteAgo = () => new Date(Date.now() - 60_000).toISOString()
 

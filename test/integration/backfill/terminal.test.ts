@@ -6,7 +6,7 @@ import { jobName } from '../../../core/names.js'
 import type { Runner } from '../../../runtime/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { BackfillWorld, ms, ready, STARTED, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -21,11 +21,6 @@ afterAll(async () => {
   world?.close()
   await runner?.stop()
 })
-
-const ms = (time: string | undefined) => Date.parse(time ?? '')
-const STARTED = ['WaitingForIdle/IdleWindow', 'Starting/JobCreated', 'Running/JobRunning']
-const ready = (b: { status?: { conditions?: { type: string; status: string }[] } }) =>
-  b.status?.conditions?.find((c) => c.type === 'Ready')?.status
 
 describe.concurrent('Succeeded', () => {
   it('one-shot: Succeeded/JobComplete, no nextRunTime, and it does not repeat', async ({ expect }) => {

@@ -572,3 +572,13 @@ export async function waitUntil<T>(
     await sleep(100)
   }
 }
+
+/** Milliseconds of an RFC 3339 time in a status (NaN when absent). */
+export const ms = (time: string | undefined) => Date.parse(time ?? '')
+
+/** The status story of every first attempt: the idle window, the Job created, the Job active. */
+export const STARTED = ['WaitingForIdle/IdleWindow', 'Starting/JobCreated', 'Running/JobRunning']
+
+/** The Ready condition's status. */
+export const ready = (b: { status?: { conditions?: { type: string; status: string }[] } }) =>
+  b.status?.conditions?.find((c) => c.type === 'Ready')?.status
