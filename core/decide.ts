@@ -25,6 +25,8 @@ import {
 
 /** How often a Blocked declaration re-checks conditions that no watched object reports (templates, contenders). */
 export const RECHECK_MS = 15_000
+/** How soon admission tries again when the preemption path was not ready (runtime/fence.ts). */
+export const PATH_RECHECK_MS = 5_000
 
 export interface Contender {
   namespace: string
@@ -42,6 +44,13 @@ export interface Observed {
   /** null: the Model does not exist. */
   model: ModelView | null
   idle: ModelIdleState | null
+  /** When NATS stored the model's newest request on its per-model subject (read without demand). */
+  lastRequestAt?: string
+  /**
+   * Set by admission's fence when a Job must not be created now: nothing would cancel it in time (no demand or
+   * cancel instance running) or demand has requests it has not processed yet.
+   */
+  preemptionPath?: { ready: false; why: string }
   gamingSessions: GamingSessionView[]
   leases: GPULeaseView[]
   template: TemplateObservation
@@ -338,7 +347,7 @@ function cancelReason(w: Work, trigger: Trigger): CancelReason | undefined {
   if (s.nodeName && model.node !== s.nodeName) return 'NodeChanged'
   if (blockingGamingSession(o.gamingSessions, model.node, now)) return 'GamingIntent'
   if (blockingLease(o.leases, model, now)) return 'GPULeaseActive'
-  const lastForeground = latest(o.idle?.lastForegroundAt, model.lastActiveTime, foregroundAt(trigger))
+  const lastForeground = latest(o.idle?.lastForegroundAt, o.lastRequestAt, model.lastActiveTime, foregroundAt(trigger))
   // Any foreground request after the idle window the attempt was admitted on breaks it.
   if (lastForeground > ms(s.idleSince ?? s.startedAt)) return 'ForegroundDemand'
   return undefined
@@ -529,7 +538,13 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
     return set(w, 'WaitingForIdle', 'NodeUnresolved', `Model ${model.name} has no status.gpu.node or hostname selector`)
   }
   // The cancel request's own time counts too: it may arrive before the coalesced idle-state write.
-  const idleSince = latest(s.windowStart, o.idle?.lastForegroundAt, model.lastActiveTime, foregroundAt(trigger))
+  const idleSince = latest(
+    s.windowStart,
+    o.idle?.lastForegroundAt,
+    o.lastRequestAt,
+    model.lastActiveTime,
+    foregroundAt(trigger),
+  )
   s.idleSince = iso(idleSince)
   const due = idleSince + spec.idleForMs
   if (now < due) {
@@ -557,6 +572,11 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
       'ConcurrentBackfill',
       `backfill ${who} (Job ${contender.jobName}) is active on the same ${contender.on}`,
     )
+  }
+  if (o.preemptionPath) {
+    // Foreground must win: no Job while nothing would cancel it, or while requests may be waiting unseen.
+    armTimer(w, now + PATH_RECHECK_MS)
+    return set(w, 'WaitingForIdle', waitReason, `idle window complete; not admitting: ${o.preemptionPath.why}`)
   }
   // Admit.
   s.attempts += 1

@@ -16,6 +16,10 @@ const namespace = z
 const time = z.iso.datetime({ offset: true })
 
 export const STREAM_EVENTS = 'FLEXINFER_EVENTS'
+/** Foreground requests on the documented subject (the firehose): kept apart from the control events. */
+export const STREAM_FOREGROUND = 'FLEXINFER_FOREGROUND'
+/** Foreground requests on per-model subjects: the newest per model, read by admission without demand. */
+export const STREAM_FOREGROUND_LAST = 'FLEXINFER_FOREGROUND_LAST'
 export const STREAM_TIMERS = 'FLEXINFER_TIMERS'
 export const STREAM_DEAD_LETTER = 'FLEXINFER_DEADLETTER'
 export const BUCKET_MODEL_IDLE = 'flexinfer-model-idle'
@@ -33,7 +37,8 @@ export const APISERVER_TYPES = [
 export const catalog = {
   'ai.flexinfer.foreground.request': {
     subject: 'flexinfer.events.foreground.request',
-    producer: 'gateway (events/emitter.ts or any NATS client)',
+    /** Also `<subject>.<namespace>.<model>` (foreground only): see foregroundSubject. */
+    producer: 'gateway (events/emitter.ts, the ingress, or any NATS client)',
     consumers: ['demand'],
     description: 'A foreground request reached a model. Resets its idle window and preempts any backfill on it.',
     data: z.object({
@@ -140,9 +145,23 @@ export const EVENT_TYPES = Object.keys(catalog) as EventType[]
 
 export const isCatalogType = (type: string): type is EventType => type in catalog
 
+/**
+ * The per-model subject of a foreground request: `flexinfer.events.foreground.request.<namespace>.<model>`. The
+ * stream keeps the newest message per subject, so admission reads a model's last request (with the server's store
+ * time) in one lookup, whether or not demand has processed it. Foreground requests only: a background-class
+ * request there would count as foreground. The namespace is one token (a DNS label); the model may hold dots.
+ */
+export const foregroundSubject = (namespace: string, model: string) =>
+  `${catalog['ai.flexinfer.foreground.request'].subject}.${namespace}.${model}`
+
 /** Subject an event of this type is published on; timers get one subject per backfill. */
 export function subjectFor<T extends EventType>(type: T, data: EventData<T>): string {
   const entry = catalog[type]
+  if (type === 'ai.flexinfer.foreground.request') {
+    const d = data as EventData<'ai.flexinfer.foreground.request'>
+    // Background requests stay on the documented subject: they must never look like a model's last request.
+    return d.workloadClass === 'background' ? entry.subject : foregroundSubject(d.namespace, d.model)
+  }
   if ('subjectIsPrefix' in entry) {
     const d = data as EventData<'ai.flexinfer.timer.fired'>
     return `${entry.subject}.${d.namespace}.${d.backfill}`

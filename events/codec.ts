@@ -10,9 +10,26 @@ export type ApiServerType = (typeof APISERVER_TYPES)[number]
 /** A decoded, validated event. ApiServerSource events carry the Kubernetes object as data. */
 export type InboundEvent =
   | {
-      [T in EventType]: { type: T; id: string; source: string; time: string; subject?: string; data: EventData<T> }
+      [T in EventType]: {
+        type: T
+        id: string
+        source: string
+        time: string
+        subject?: string
+        /** When the transport accepted it (JetStream's store time, ms): a clock the sender cannot skew. */
+        storedAt?: number
+        data: EventData<T>
+      }
     }[EventType]
-  | { type: ApiServerType; id: string; source: string; time: string; subject?: string; data: KubeObject }
+  | {
+      type: ApiServerType
+      id: string
+      source: string
+      time: string
+      subject?: string
+      storedAt?: number
+      data: KubeObject
+    }
 
 export interface KubeObject {
   apiVersion?: string

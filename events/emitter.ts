@@ -5,7 +5,7 @@
 
 import { type JetStreamClient, jetstream } from '@nats-io/jetstream'
 import type { NatsConnection } from '@nats-io/transport-node'
-import { catalog } from './catalog.js'
+import { subjectFor } from './catalog.js'
 import { encode } from './codec.js'
 
 export interface ForegroundRequest {
@@ -32,7 +32,8 @@ export interface ForegroundEmitter {
   readonly stats: { emitted: number; throttled: number; background: number }
 }
 
-const SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
+/** Throttle entries kept before quiet ones are forgotten (a bounded map whatever names the gateway sees). */
+export const MAX_THROTTLED_MODELS = 10_000
 
 export function createForegroundEmitter(nc: NatsConnection, options: EmitterOptions = {}): ForegroundEmitter {
   const throttleMs = options.throttleMs ?? 0
@@ -48,8 +49,10 @@ export function createForegroundEmitter(nc: NatsConnection, options: EmitterOpti
       source: options.source ?? 'gateway',
     })
     stats.emitted++
-    if (acknowledged) await js.publish(SUBJECT, body)
-    else nc.publish(SUBJECT, body)
+    // The per-model subject: admission reads the model's newest request from it directly (events/README.md).
+    const subject = subjectFor('ai.flexinfer.foreground.request', data)
+    if (acknowledged) await js.publish(subject, body)
+    else nc.publish(subject, body)
   }
 
   const flushTrailing = (key: string) => {
@@ -62,6 +65,11 @@ export function createForegroundEmitter(nc: NatsConnection, options: EmitterOpti
     void send(pending).catch(() => {})
   }
 
+  /** Entries past their interval with nothing pending hold no information: a new request would be sent at once. */
+  const forgetQuiet = (now: number) => {
+    for (const [key, entry] of models) if (!entry.timer && now - entry.lastSent >= throttleMs) models.delete(key)
+  }
+
   return {
     stats,
     async emit(request) {
@@ -72,8 +80,12 @@ export function createForegroundEmitter(nc: NatsConnection, options: EmitterOpti
       if (throttleMs <= 0) return send(request)
       const key = `${request.namespace}.${request.model}`
       const now = Date.now()
-      const entry = models.get(key) ?? { lastSent: 0 }
-      models.set(key, entry)
+      let entry = models.get(key)
+      if (!entry) {
+        if (models.size >= MAX_THROTTLED_MODELS) forgetQuiet(now)
+        entry = { lastSent: 0 }
+        models.set(key, entry)
+      }
       if (now - entry.lastSent >= throttleMs && !entry.timer) {
         entry.lastSent = now
         return send(request)

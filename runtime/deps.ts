@@ -2,7 +2,7 @@
 // NATS bus, a Kubernetes client and, where admit runs, its watched caches. Also the per-instance scoping that lets
 // several independent systems share one NATS server.
 import { KubeConfig } from '@kubernetes/client-node'
-import { STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
+import { STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST, STREAM_TIMERS } from '../events/catalog.js'
 import type { InboundEvent } from '../events/codec.js'
 import { consumerName, type EventFunction } from './function.js'
 import { AdmissionCaches, Kube } from './kube.js'
@@ -100,7 +100,7 @@ export function scoped(fn: EventFunction, namespaces?: string[], instance?: stri
 /** Removes an instance's own consumers when it stops (production consumers are shared and stay). */
 export async function deleteInstanceConsumers(bus: Bus, functionNames: string[]) {
   for (const name of functionNames) {
-    for (const stream of [STREAM_EVENTS, STREAM_TIMERS]) {
+    for (const stream of [STREAM_EVENTS, STREAM_TIMERS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST]) {
       await bus.jsm.consumers.delete(stream, consumerName(name, stream)).catch(() => {})
     }
   }

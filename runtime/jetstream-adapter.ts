@@ -75,7 +75,7 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
   const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
 
   const process = async (msg: JsMsg) => {
-    const outcome = await processEvent(fn, deps, msg.data)
+    const outcome = await processEvent(fn, deps, msg.data, msg.info.timestampNanos / 1e6)
     switch (outcome.kind) {
       case 'handled':
         msg.ack()

@@ -19,10 +19,13 @@ import {
   BUCKET_BACKFILLS,
   BUCKET_CLAIMS,
   BUCKET_MODEL_IDLE,
+  catalog,
   type EventData,
   type EventType,
   STREAM_DEAD_LETTER,
   STREAM_EVENTS,
+  STREAM_FOREGROUND,
+  STREAM_FOREGROUND_LAST,
   STREAM_TIMERS,
   scheduleSubject,
   subjectFor,
@@ -30,24 +33,35 @@ import {
 import { encode } from '../events/codec.js'
 import type { Logger } from './log.js'
 
+const FOREGROUND_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
+
 /**
- * Retention, bounded whatever the gateway's rate:
- * - FLEXINFER_EVENTS keeps at most 15 minutes and 512 MiB (oldest dropped). Handlers are level-triggered and
- *   foreground events carry their request time, so nothing older is ever needed, and a restart replays at most
- *   15 minutes of events that cannot move an idle window backwards.
+ * Retention, bounded whatever the gateway's rate, and the foreground firehose apart from the control events (a
+ * burst of requests must never push a job.completed or backfill.admit out of a drop-oldest stream):
+ * - FLEXINFER_FOREGROUND (the documented subject) keeps at most 15 minutes and 512 MiB (oldest dropped). Requests
+ *   carry their time and demand is level-triggered, so nothing older is ever needed.
+ * - FLEXINFER_FOREGROUND_LAST (per-model subjects) keeps the newest request per model (max_msgs_per_subject 1),
+ *   for FOREGROUND_LAST_MAX_AGE_MS and at most FOREGROUND_LAST_MAX_MODELS models (least recently active dropped
+ *   first): admission reads a model's last request from it directly (runtime/fence.ts).
+ * - FLEXINFER_EVENTS (control events: Kubernetes changes, cancel/admit requests) keeps 24 hours and 256 MiB: at
+ *   Kubernetes-change rates that is days of lag before anything is dropped.
  * - FLEXINFER_TIMERS holds one schedule and one fired message per backfill (max_msgs_per_subject 1), no age limit:
- *   a 24h repeatAfter schedule must outlive the event stream's 15 minutes.
+ *   a 24h repeatAfter schedule must outlive the event streams.
  * - FLEXINFER_DEADLETTER keeps 7 days, 64 MiB.
  */
-export const EVENTS_MAX_AGE_MS = 15 * 60_000
+export const EVENTS_MAX_AGE_MS = 24 * 3_600_000
+export const FOREGROUND_MAX_AGE_MS = 15 * 60_000
+export const FOREGROUND_LAST_MAX_AGE_MS = 7 * 24 * 3_600_000
+export const FOREGROUND_LAST_MAX_MODELS = 200_000
+/** Idle state entries expire this long after their model's last write (bounds the bucket; see README Limits). */
+export const IDLE_STATE_TTL_MS = 7 * 24 * 3_600_000
 const ns = (ms: number) => ms * 1_000_000
 
 export const streamConfigs: (Partial<StreamConfig> & { name: string })[] = [
   {
     name: STREAM_EVENTS,
-    description: 'ModelBackfill events: gateway foreground requests, Kubernetes changes, cancel/admit requests',
+    description: 'ModelBackfill control events: Kubernetes changes, cancel/admit requests',
     subjects: [
-      'flexinfer.events.foreground.>',
       'flexinfer.events.backfill.>',
       'flexinfer.events.model.>',
       'flexinfer.events.gaming.>',
@@ -58,7 +72,31 @@ export const streamConfigs: (Partial<StreamConfig> & { name: string })[] = [
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
     max_age: ns(EVENTS_MAX_AGE_MS),
+    max_bytes: 256 * 1024 * 1024,
+    discard: DiscardPolicy.Old,
+    duplicate_window: ns(60_000),
+  },
+  {
+    name: STREAM_FOREGROUND,
+    description: 'Gateway foreground requests on the documented subject (consumed by demand)',
+    subjects: [FOREGROUND_SUBJECT],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    max_age: ns(FOREGROUND_MAX_AGE_MS),
     max_bytes: 512 * 1024 * 1024,
+    discard: DiscardPolicy.Old,
+    duplicate_window: ns(60_000),
+  },
+  {
+    name: STREAM_FOREGROUND_LAST,
+    description: 'Gateway foreground requests on per-model subjects: the newest per model (demand, admission)',
+    subjects: [`${FOREGROUND_SUBJECT}.>`],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    max_msgs_per_subject: 1,
+    max_msgs: FOREGROUND_LAST_MAX_MODELS,
+    max_age: ns(FOREGROUND_LAST_MAX_AGE_MS),
+    max_bytes: 256 * 1024 * 1024,
     discard: DiscardPolicy.Old,
     duplicate_window: ns(60_000),
   },
@@ -142,16 +180,28 @@ export interface Buckets {
 }
 
 const bucketConfigs = [
-  { name: BUCKET_MODEL_IDLE, history: 1, description: 'Per-model foreground idle state (demand function)' },
+  {
+    name: BUCKET_MODEL_IDLE,
+    history: 1,
+    ttl: IDLE_STATE_TTL_MS,
+    description: 'Per-model foreground idle state (demand function)',
+  },
   { name: BUCKET_BACKFILLS, history: 5, description: 'Per-backfill attempt state, written by CAS' },
   { name: BUCKET_CLAIMS, history: 1, description: 'Exclusive model/node claims of active attempts' },
 ] as const
 
-export async function ensureBuckets(nc: NatsConnection): Promise<Buckets> {
+export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager): Promise<Buckets> {
   const kvm = new Kvm(nc)
   const [idle, backfills, claims] = await Promise.all(
     bucketConfigs.map(({ name, ...options }) => kvm.create(name, options)),
   )
+  // Kvm.create binds to an existing bucket as it is: a bucket made by an older release gets its TTL here.
+  for (const config of bucketConfigs) {
+    const ttl = 'ttl' in config ? ns(config.ttl) : 0
+    if (!jsm || !ttl) continue
+    const info = await jsm.streams.info(`KV_${config.name}`)
+    if (info.config.max_age !== ttl) await jsm.streams.update(info.config.name, { ...info.config, max_age: ttl })
+  }
   return { idle, backfills, claims } as Buckets
 }
 
@@ -249,7 +299,7 @@ export class Bus {
     const jsm = await jetstreamManager(nc)
     if (topology.provision === false) return new Bus(nc, jsm, await bindTopology(jsm, nc, topology), topology)
     await ensureStreams(jsm)
-    return new Bus(nc, jsm, await ensureBuckets(nc), topology)
+    return new Bus(nc, jsm, await ensureBuckets(nc, jsm), topology)
   }
 
   /** Publishes a catalog event and waits for JetStream to store it (id/source: when relaying someone's event). */

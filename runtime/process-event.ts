@@ -31,6 +31,13 @@ export async function processDecoded(fn: EventFunction, deps: Deps, decoded: Dec
 }
 
 /** Decodes structured-mode bytes (NATS) and handles the event. Never throws. */
-export function processEvent(fn: EventFunction, deps: Deps, bytes: Uint8Array | string): Promise<Outcome> {
-  return processDecoded(fn, deps, decode(bytes))
+export function processEvent(
+  fn: EventFunction,
+  deps: Deps,
+  bytes: Uint8Array | string,
+  storedAt?: number,
+): Promise<Outcome> {
+  const decoded = decode(bytes)
+  if (decoded.ok && storedAt !== undefined) decoded.event.storedAt = storedAt
+  return processDecoded(fn, deps, decoded)
 }

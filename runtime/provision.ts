@@ -3,13 +3,16 @@
 // start with NATS_PROVISION=false and only bind to it, so no function's NATS user may create or change a stream or
 // a durable consumer (nats/auth.conf): only the `provision` user may, and only these. Idempotent: run it again after
 // an upgrade and streams and consumers are updated in place.
-import { BUCKET_BACKFILLS, BUCKET_CLAIMS, BUCKET_MODEL_IDLE } from '../events/catalog.js'
+import { BUCKET_BACKFILLS, BUCKET_CLAIMS, BUCKET_MODEL_IDLE, STREAM_EVENTS } from '../events/catalog.js'
 import { functionFactories } from '../functions/index.js'
 import { createBridge } from './bridge.js'
 import { consumerName, type EventFunction } from './function.js'
 import { ensureConsumers } from './jetstream-adapter.js'
 import type { Logger } from './log.js'
-import { Bus, streamConfigs } from './nats.js'
+import { Bus, isNotFound, streamConfigs } from './nats.js'
+
+/** Durable consumers an older release made that nothing reads any more (they would hold messages forever). */
+const OBSOLETE_CONSUMERS = [[STREAM_EVENTS, 'demand']] as const
 
 /** Whose durable consumers the provision step can create: the functions and the knative overlay's bridge. */
 export const CONSUMER_OWNERS = [...Object.keys(functionFactories), 'bridge'] as const
@@ -42,6 +45,15 @@ export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
   const owners = (opts.consumers ?? DEFAULT_CONSUMER_OWNERS).map(consumerOwner)
   const bus = await Bus.connect(opts.natsUrl, 'model-backfill:provision')
   try {
+    // Consumers of older releases: foreground requests moved from FLEXINFER_EVENTS to their own streams.
+    for (const [stream, name] of OBSOLETE_CONSUMERS) {
+      await bus.jsm.consumers.delete(stream, name).then(
+        () => opts.log?.info({ stream, consumer: name }, 'removed a consumer an older release used'),
+        (err) => {
+          if (!isNotFound(err)) throw err
+        },
+      )
+    }
     const consumers: string[] = []
     for (const fn of owners) {
       await ensureConsumers({ bus }, fn)

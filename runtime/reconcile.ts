@@ -10,6 +10,7 @@ import { buildJob, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, modelKey } from '../core/names.js'
 import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
+import { checkFence, lastRequestAt } from './fence.js'
 import type { AdmissionCaches, Kube } from './kube.js'
 import { PLURALS } from './kube.js'
 import type { Logger } from './log.js'
@@ -26,6 +27,8 @@ export interface Deps {
   namespaces?: string[]
   /** Watched copies of what admit reads on every admission; without them, admit asks the apiserver. */
   caches?: AdmissionCaches
+  /** The runner's instance name (tests): its functions' durable consumers carry it (see runtime/deps.ts). */
+  instance?: string
 }
 
 /** A claim younger than this is live even before its holder's state names it (admission in flight). */
@@ -72,7 +75,7 @@ export async function observe(
   }
   const modelName = backfill.spec.modelRef
   const caches = role === 'admit' ? deps.caches : undefined
-  const [model, template, job, sessions, leases, jobs, idle] = await Promise.all([
+  const [model, template, job, sessions, leases, jobs, idle, lastRequest] = await Promise.all([
     caches ? caches.models.get(namespace, modelName) : kube.getModel(namespace, modelName),
     caches
       ? caches.cronJobs.get(namespace, backfill.spec.templateRef)
@@ -84,6 +87,7 @@ export async function observe(
     // to admit is handed to admit, which looks again — so they list just this declaration's own Jobs.
     role !== 'admit' ? kube.listOwnJobs(namespace, name) : caches ? caches.jobs.list() : kube.listBackfillJobs(),
     bus.kv.idle.get(modelKey(namespace, modelName)),
+    lastRequestAt(bus.jsm, namespace, modelName),
   ])
   const modelV = model ? modelView(model) : null
   const ours = backfillLabelValue(name)
@@ -109,6 +113,7 @@ export async function observe(
       state,
       model: modelV,
       idle: readJson<ModelIdleState>(idle),
+      lastRequestAt: lastRequest ?? undefined,
       gamingSessions: sessions.map(gamingSessionView),
       leases: leases.map(gpuLeaseView),
       template: template ? { found: true, gpu: gpuViolations(template) } : { found: false },
@@ -149,11 +154,19 @@ export async function reconcile(
       if (claimed.contender) {
         observed.contenders.push(claimed.contender)
       } else {
-        // Dekker-style re-check: the demand function writes idleness before it looks for claims, and we look
-        // at idleness after taking ours, so a foreground request racing this admission is seen by one side.
-        observed.idle = readJson<ModelIdleState>(
-          await deps.bus.kv.idle.get(modelKey(namespace, observed.backfill?.spec.modelRef ?? '')),
-        )
+        // Dekker-style re-check: demand writes idleness before it looks for claims, and we look at the requests
+        // after taking ours, so a foreground request racing this admission is seen by one side. The fence also
+        // makes sure demand and cancel are running and demand has caught up (runtime/fence.ts); the idle state
+        // is read after it, so it holds everything demand acknowledged.
+        const model = observed.backfill?.spec.modelRef ?? ''
+        const fence = await checkFence(deps)
+        const [idle, lastRequest] = await Promise.all([
+          deps.bus.kv.idle.get(modelKey(namespace, model)),
+          lastRequestAt(deps.bus.jsm, namespace, model),
+        ])
+        observed.idle = readJson<ModelIdleState>(idle)
+        observed.lastRequestAt = lastRequest ?? undefined
+        if (!fence.ready) observed.preemptionPath = { ready: false, why: fence.why }
       }
       decision = decide(observed, trigger, deps.now())
       if (!decision.actions.some((a) => a.type === 'createJob') && claimed.keys) {

@@ -39,6 +39,7 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
       throw new Error(`unknown function "${name}"; known: ${Object.keys(functionFactories).join(', ')}`)
   }
   const deps = await openDeps({ ...opts, name: `model-backfill:${names.join(',')}`, functions: names })
+  deps.instance = opts.instance
   const { bus, kube, log } = deps
   const metrics = new BackfillMetrics()
   await metrics.start(bus)

@@ -5,7 +5,7 @@
 import type { KV } from '@nats-io/kv'
 import { modelKey } from '../../core/names.js'
 import type { Claim, ModelIdleState } from '../../core/state.js'
-import { STREAM_EVENTS } from '../../events/catalog.js'
+import { catalog, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
 import type { EventFunction } from '../../runtime/function.js'
 import { KvMirror } from '../../runtime/nats.js'
@@ -14,6 +14,12 @@ import type { Deps } from '../../runtime/reconcile.js'
 export const COALESCE_MS = 250
 const DONE = Promise.resolve()
 const CANCEL_DEDUPE_MS = 60_000
+/**
+ * Models tracked in memory before idle ones are forgotten (a gateway sending random model names must not grow
+ * the process without bound). Forgetting costs nothing but one extra KV read on that model's next request.
+ */
+export const MAX_TRACKED_MODELS = 20_000
+const REQUEST_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
 
 type LiveClaim = Claim & { idleSince?: string }
 
@@ -71,9 +77,10 @@ export class Demand {
     }
     this.stats.requests++
     const now = this.deps.now()
+    // The window is measured from when NATS accepted the request (its store time), not the gateway's clock: one
+    // that lags would shorten the window, one that runs ahead would hold the model busy into the future.
     const parsed = Date.parse(event.time)
-    // A gateway clock running ahead must not hold a model busy into the future.
-    const at = Number.isNaN(parsed) ? now : Math.min(parsed, now)
+    const at = event.storedAt ?? (Number.isNaN(parsed) ? now : Math.min(parsed, now))
     const key = modelKey(namespace, model)
 
     // Only a claimed model can need a cancel: the usual request allocates no promise for it.
@@ -86,7 +93,7 @@ export class Demand {
     const durable = new Promise<void>((resolve, reject) => entry.waiters.push({ upTo: at, resolve, reject }))
     if (!entry.writing && !entry.timer) {
       const wait = entry.lastWriteAt + COALESCE_MS - now
-      if (wait <= 0) void this.flush(entry, true)
+      if (wait <= 0) void this.flush(entry)
       else entry.timer = setTimeout(() => void this.flush(entry), wait)
     }
     return cancelling ? Promise.all([cancelling, durable]).then(() => undefined) : durable
@@ -108,8 +115,24 @@ export class Demand {
         waiters: [],
       }
       this.models.set(key, entry)
+      if (this.models.size > MAX_TRACKED_MODELS) this.forgetIdle()
     }
     return entry
+  }
+
+  /** Drops the models with nothing pending (no waiter, no write, no timer): their state is in KV. */
+  private forgetIdle() {
+    const now = this.deps.now()
+    for (const [key, e] of this.models) {
+      if (!e.writing && !e.timer && e.waiters.length === 0 && now - e.lastWriteAt >= COALESCE_MS) {
+        this.models.delete(key)
+      }
+    }
+  }
+
+  /** Models held in memory (tests, logs). */
+  get trackedModels() {
+    return this.models.size
   }
 
   /** Cancels the attempt holding the model if this request breaks the window it was admitted on. */
@@ -149,7 +172,7 @@ export class Demand {
   }
 
   /** Persists the newest request time with compare-and-set (replicas never move it backwards). */
-  private async flush(entry: ModelEntry, leadingEdge = false) {
+  private async flush(entry: ModelEntry) {
     clearTimeout(entry.timer)
     entry.timer = undefined
     if (entry.writing) return
@@ -158,22 +181,24 @@ export class Demand {
     const key = modelKey(entry.namespace, entry.model)
     try {
       await this.writeMax(entry, key, target)
-      entry.persisted = Math.max(entry.persisted, target)
       entry.lastWriteAt = this.deps.now()
       this.stats.kvWrites++
+      // The other half of admit's re-check (runtime/fence.ts), after every write and before anything is acked:
+      // having written idleness, look at the claim itself (not the watched copy, which may lag) so an admission
+      // racing these requests is cancelled either way. A failure here fails the requests, which are redelivered.
+      const fresh = await this.deps.bus.kv.claims.get(`model.${key}`)
+      if (fresh?.operation === 'PUT') await this.cancelIfClaimed(target, fresh.json<LiveClaim>())
+      // Only now: a request at or before `persisted` is answered without a write or a claim check.
+      entry.persisted = Math.max(entry.persisted, target)
       const done = entry.waiters.filter((w) => w.upTo <= entry.persisted)
       entry.waiters = entry.waiters.filter((w) => w.upTo > entry.persisted)
       for (const w of done) w.resolve()
-      if (leadingEdge) {
-        // The other half of admit's re-check: having written idleness, look at the claim itself (not the
-        // watched copy, which may lag) so an admission racing this request is cancelled either way.
-        const fresh = await this.deps.bus.kv.claims.get(`model.${key}`)
-        if (fresh?.operation === 'PUT') await this.cancelIfClaimed(target, fresh.json<LiveClaim>())
-      }
     } catch (err) {
       const failed = entry.waiters
       entry.waiters = []
       for (const w of failed) w.reject(err)
+      // Their redelivery raises `seen` again; no retry loop of our own (NATS may be down for a while).
+      entry.seen = entry.persisted
     } finally {
       entry.writing = false
     }
@@ -220,7 +245,11 @@ export function demandFunction(): EventFunction {
     // A request is acked only once the coalesced write covering it is stored (≤ COALESCE_MS later), so the
     // rate one instance sustains is about concurrency / COALESCE_MS: keep many in flight (they are small).
     concurrency: 32_768,
-    subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.foreground.request'], deliverNew: true }],
+    // The documented subject (the firehose) and the per-model subjects (the newest request per model).
+    subscriptions: [
+      { stream: STREAM_FOREGROUND, subjects: [REQUEST_SUBJECT], deliverNew: true },
+      { stream: STREAM_FOREGROUND_LAST, subjects: [`${REQUEST_SUBJECT}.>`], deliverNew: true },
+    ],
     async start(deps) {
       instance = new Demand(deps)
       await instance.start()

@@ -94,9 +94,16 @@ describe('event codec', () => {
     expect(subjectFor('ai.flexinfer.timer.fired', { namespace: 'ns', backfill: 'b', due: '' })).toBe(
       'flexinfer.events.timer.ns.b',
     )
-    expect(subjectFor('ai.flexinfer.foreground.request', { namespace: 'ns', model: 'm' })).toBe(
-      catalog['ai.flexinfer.foreground.request'].subject,
+  })
+
+  it('publishes foreground requests on their per-model subject, background ones on the documented subject', () => {
+    const documented = catalog['ai.flexinfer.foreground.request'].subject
+    expect(subjectFor('ai.flexinfer.foreground.request', { namespace: 'ns', model: 'm.v1' })).toBe(
+      `${documented}.ns.m.v1`,
     )
+    expect(
+      subjectFor('ai.flexinfer.foreground.request', { namespace: 'ns', model: 'm', workloadClass: 'background' }),
+    ).toBe(documented)
   })
 })
 

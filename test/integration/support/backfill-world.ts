@@ -13,6 +13,7 @@ import {
   type V1Pod,
   Watch,
 } from '@kubernetes/client-node'
+import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import type { KV } from '@nats-io/kv'
 import { Kvm } from '@nats-io/kv'
 import type { NatsConnection } from '@nats-io/transport-node'
@@ -25,7 +26,8 @@ import {
 } from '../../../core/api.js'
 import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey, LABEL_BACKFILL, modelKey } from '../../../core/names.js'
 import type { BackfillState, ModelIdleState } from '../../../core/state.js'
-import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE } from '../../../events/catalog.js'
+import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, catalog } from '../../../events/catalog.js'
+import { encode } from '../../../events/codec.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
 import { sleep } from '../../env/exec.js'
 
@@ -494,6 +496,21 @@ export class BackfillWorld {
     await emitter.emit({ namespace: this.namespace, model })
     await emitter.close()
     return at
+  }
+
+  /**
+   * One foreground request on the documented subject (what a plain NATS client of the contract publishes, with no
+   * per-model token); returns the time NATS stored it.
+   */
+  async foregroundOnDocumentedSubject(model: string): Promise<number> {
+    const js = jetstream(this.nc)
+    const subject = catalog['ai.flexinfer.foreground.request'].subject
+    const ack = await js.publish(
+      subject,
+      encode('ai.flexinfer.foreground.request', { namespace: this.namespace, model }),
+    )
+    const stored = await (await jetstreamManager(this.nc)).streams.getMessage(ack.stream, { seq: ack.seq })
+    return stored?.time.getTime() ?? Date.now()
   }
 
   /** The model's idle state as the demand function keeps it (newest foreground request). */

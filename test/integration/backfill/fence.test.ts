@@ -1,0 +1,84 @@
+// Admission does not trust demand's progress (runtime/fence.ts): no Job while demand or cancel is not running,
+// and none inside the idle window of a request demand has not processed yet — whatever the deployment does to
+// demand (scaled to zero, crashed, backlogged). Each scenario stops the function's consumer loop in a running
+// system, as a scale-to-zero or a crash leaves it: the durable consumer stays and requests queue on it.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { cancel } from '../../../functions/cancel/index.js'
+import { demandFunction } from '../../../functions/demand/index.js'
+import { scoped } from '../../../runtime/deps.js'
+import type { EventFunction } from '../../../runtime/function.js'
+import { type RunningFunction, runOnJetStream } from '../../../runtime/jetstream-adapter.js'
+import type { Runner } from '../../../runtime/runner.js'
+import { useTestEnv } from '../../env/fixture.js'
+import { BackfillWorld, ms, waitUntil } from '../support/backfill-world.js'
+import { startTestRunner, testInstance } from '../support/runner.js'
+
+const env = useTestEnv()
+const instance = testInstance()
+let runner: Runner
+let world: BackfillWorld
+const restarted: RunningFunction[] = []
+
+beforeAll(async () => {
+  runner = await startTestRunner(env, { instance })
+  world = new BackfillWorld(env.kc, env.namespace, env.nc)
+})
+afterAll(async () => {
+  for (const f of restarted) await f.stop()
+  await runner?.stop()
+})
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+/** Stops one function of the running system (its durable consumer stays, as when it is scaled to zero). */
+async function stopFunction(name: string) {
+  const index = runner.functions.findIndex((f) => f.name === `${name}-${instance}`)
+  const [fn] = runner.functions.splice(index, 1)
+  await fn?.stop()
+}
+
+/** Starts it again on the same durable consumer: it works through what queued meanwhile. */
+async function startFunction(fn: EventFunction) {
+  const running = await runOnJetStream(runner.deps, scoped(fn, [env.namespace], instance))
+  restarted.push(running)
+  runner.functions.push(running)
+}
+
+describe('the admission fence', () => {
+  it('demand down: a request on the documented subject inside the window is never admitted over', async () => {
+    const { backfill, model, template, node } = world.names('nodemand')
+    await world.model(model, { node })
+    await world.template(template)
+    await stopFunction('demand')
+    await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '4s' })
+    await world.waitFor(backfill, 'WaitingForIdle', 'IdleWindow')
+    await sleep(2500)
+    const requestAt = await world.foregroundOnDocumentedSubject(model)
+    // Past the declaration's first window: without the fence admit saw no request (demand never wrote one).
+    await world.waitForStatus(backfill, 'not admitting: no demand', (s) => /no demand instance/.test(s.message ?? ''))
+    await sleep(2500)
+    expect(await world.jobsOf(backfill)).toEqual([])
+
+    await startFunction(demandFunction())
+    await world.waitFor(backfill, 'Running', undefined, 20_000)
+    const [job] = await world.jobsOf(backfill)
+    // creationTimestamp has whole seconds: the Job was created no earlier than the request's window end.
+    expect(ms(job?.metadata?.creationTimestamp as unknown as string) + 1000).toBeGreaterThanOrEqual(requestAt + 4000)
+    expect((await world.state(backfill))?.idleSince).toBe(new Date(requestAt).toISOString())
+  })
+
+  it('cancel down: no Job until something can cancel it', async () => {
+    const { backfill, model, template, node } = world.names('nocancel')
+    await world.model(model, { node })
+    await world.template(template)
+    await stopFunction('cancel')
+    await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
+    await world.waitForStatus(backfill, 'not admitting: no cancel', (s) => /no cancel instance/.test(s.message ?? ''))
+    expect(await world.jobsOf(backfill)).toEqual([])
+    await startFunction(cancel)
+    await world.waitFor(backfill, 'Running', undefined, 20_000)
+    // And it is cancelled by the next request, through the restarted cancel.
+    await world.foreground(model)
+    await waitUntil('the Job deleted', async () => ((await world.jobsOf(backfill)).length === 0 ? true : undefined))
+  })
+})
