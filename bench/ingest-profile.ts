@@ -9,7 +9,7 @@ import { join } from 'node:path'
 import { KubeConfig } from '@kubernetes/client-node'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect } from '@nats-io/transport-node'
-import { STREAM_EVENTS } from '../events/catalog.js'
+import { STREAM_FOREGROUND } from '../events/catalog.js'
 import { encode } from '../events/codec.js'
 import { startRunner } from '../runtime/runner.js'
 import { ensureBinaries } from '../test/env/binaries.js'
@@ -53,7 +53,7 @@ try {
   const cpu0 = process.cpuUsage()
   const t0 = performance.now()
   for (;;) {
-    const info = await jsm.consumers.info(STREAM_EVENTS, 'demand')
+    const info = await jsm.consumers.info(STREAM_FOREGROUND, 'demand-foreground')
     if (info.num_pending === 0 && info.num_ack_pending === 0) break
     await new Promise((r) => setTimeout(r, 50))
   }

@@ -14,7 +14,7 @@ import { connect } from '@nats-io/transport-node'
 import { parseDuration } from '../core/duration.js'
 import { backfillKey, jobName } from '../core/names.js'
 import type { BackfillState } from '../core/state.js'
-import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, STREAM_EVENTS } from '../events/catalog.js'
+import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, STREAM_FOREGROUND } from '../events/catalog.js'
 import { encode } from '../events/codec.js'
 import { type Runner, startRunner } from '../runtime/runner.js'
 import { repoRoot } from '../test/env/binaries.js'
@@ -270,7 +270,7 @@ try {
   // 3. Ingestion: one demand instance alone drains a backlog of foreground events for models with no attempt.
   log(`ingest: publishing ${INGEST_EVENTS} foreground events for 1000 models`)
   // A fresh consumer (demand's starts from new messages): what the loads above left unconsumed is not the backlog.
-  await jsm.consumers.delete(STREAM_EVENTS, 'demand').catch(() => {})
+  await jsm.consumers.delete(STREAM_FOREGROUND, 'demand-foreground').catch(() => {})
   const demandOnly = await startRunner({ natsUrl: environment.natsUrl, kubeconfig: kc, functions: ['demand'] })
   await demandOnly.stop() // the durable consumer exists now; the backlog accumulates while nothing consumes it
   for (let sent = 0; sent < INGEST_EVENTS; ) {
@@ -291,7 +291,7 @@ try {
   await waitUntil(
     'backlog drained',
     async () => {
-      const info = await jsm.consumers.info(STREAM_EVENTS, 'demand')
+      const info = await jsm.consumers.info(STREAM_FOREGROUND, 'demand-foreground')
       return info.num_pending === 0 && info.num_ack_pending === 0 ? true : undefined
     },
     300_000,

@@ -51,10 +51,10 @@ const FOREGROUND_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
  */
 export const EVENTS_MAX_AGE_MS = 24 * 3_600_000
 export const FOREGROUND_MAX_AGE_MS = 15 * 60_000
-export const FOREGROUND_LAST_MAX_AGE_MS = 7 * 24 * 3_600_000
+export const FOREGROUND_LAST_MAX_AGE_MS = 30 * 24 * 3_600_000
 export const FOREGROUND_LAST_MAX_MODELS = 200_000
 /** Idle state entries expire this long after their model's last write (bounds the bucket; see README Limits). */
-export const IDLE_STATE_TTL_MS = 7 * 24 * 3_600_000
+export const IDLE_STATE_TTL_MS = 30 * 24 * 3_600_000
 const ns = (ms: number) => ms * 1_000_000
 
 export const streamConfigs: (Partial<StreamConfig> & { name: string })[] = [
