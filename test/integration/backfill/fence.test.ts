@@ -3,6 +3,8 @@
 // demand (scaled to zero, crashed, backlogged). Each scenario stops the function's consumer loop in a running
 // system, as a scale-to-zero or a crash leaves it: the durable consumer stays and requests queue on it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { catalog } from '../../../events/catalog.js'
+import { encode } from '../../../events/codec.js'
 import { cancel } from '../../../functions/cancel/index.js'
 import { demandFunction } from '../../../functions/demand/index.js'
 import { scoped } from '../../../runtime/deps.js'
@@ -55,9 +57,9 @@ describe('the admission fence', () => {
     await sleep(2500)
     const requestAt = await world.foregroundOnDocumentedSubject(model)
     // Past the declaration's first window: without the fence admit saw no request (demand never wrote one).
-    await world.waitForStatus(backfill, 'not admitting: no demand', (s) => /no demand instance/.test(s.message ?? ''))
-    await sleep(2500)
+    await sleep(4000)
     expect(await world.jobsOf(backfill)).toEqual([])
+    await world.waitForStatus(backfill, 'not admitting: no demand', (s) => /no demand instance/.test(s.message ?? ''))
 
     await startFunction(demandFunction())
     await world.waitFor(backfill, 'Running', undefined, 20_000)
@@ -73,12 +75,36 @@ describe('the admission fence', () => {
     await world.template(template)
     await stopFunction('cancel')
     await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
-    await world.waitForStatus(backfill, 'not admitting: no cancel', (s) => /no cancel instance/.test(s.message ?? ''))
+    await sleep(3500)
     expect(await world.jobsOf(backfill)).toEqual([])
+    await world.waitForStatus(backfill, 'not admitting: no cancel', (s) => /no cancel instance/.test(s.message ?? ''))
     await startFunction(cancel)
     await world.waitFor(backfill, 'Running', undefined, 20_000)
     // And it is cancelled by the next request, through the restarted cancel.
     await world.foreground(model)
     await waitUntil('the Job deleted', async () => ((await world.jobsOf(backfill)).length === 0 ? true : undefined))
+  })
+
+  it("a gateway clock that lags does not shorten the window: it is measured from NATS's store time", async () => {
+    const { backfill, model, template, node } = world.names('lagging')
+    await world.model(model, { node })
+    await world.template(template)
+    await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '4s' })
+    await world.waitFor(backfill, 'WaitingForIdle', 'IdleWindow')
+    await sleep(2000)
+    // The gateway's clock is an hour behind: its `time` says the request is old news.
+    const lagging = new Date(Date.now() - 3_600_000).toISOString()
+    // On the documented subject: only demand sees it, and demand must not take the gateway's word for the time.
+    const ack = await runner.deps.bus.js.publish(
+      catalog['ai.flexinfer.foreground.request'].subject,
+      encode('ai.flexinfer.foreground.request', { namespace: env.namespace, model }, { time: lagging }),
+    )
+    const stored = await runner.deps.bus.jsm.streams.getMessage(ack.stream, { seq: ack.seq })
+    const storedAt = stored?.time.getTime() ?? 0
+    await sleep(3000) // past the declaration's own first window
+    expect(await world.jobsOf(backfill)).toEqual([])
+    await world.waitFor(backfill, 'Running', undefined, 20_000)
+    const [job] = await world.jobsOf(backfill)
+    expect(ms(job?.metadata?.creationTimestamp as unknown as string) + 1000).toBeGreaterThanOrEqual(storedAt + 4000)
   })
 })

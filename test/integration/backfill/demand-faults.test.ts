@@ -1,0 +1,42 @@
+// demand acknowledges a foreground request only once everything it owes that request is done: the idle-state write
+// AND the look at the claims that may turn it into a cancel. A failure in between fails the request (it is
+// redelivered) instead of acknowledging it and losing the cancel for good.
+import { jetstreamManager } from '@nats-io/jetstream'
+import { Kvm } from '@nats-io/kv'
+import { afterAll, describe, expect, it } from 'vitest'
+import { Demand } from '../../../functions/demand/index.js'
+import { Bus } from '../../../runtime/nats.js'
+import type { Deps } from '../../../runtime/reconcile.js'
+import { useTestEnv } from '../../env/fixture.js'
+
+const env = useTestEnv()
+const bucket = `claims-lost-${Date.now()}`
+afterAll(async () => {
+  await (await jetstreamManager(env.nc)).streams.delete(`KV_${bucket}`).catch(() => {})
+})
+
+const request = (model: string) =>
+  ({
+    type: 'ai.flexinfer.foreground.request',
+    id: `r-${model}`,
+    source: 'test',
+    time: new Date().toISOString(),
+    storedAt: Date.now(),
+    data: { namespace: env.namespace, model },
+  }) as const
+
+describe('demand under faults', () => {
+  it('a claims read that fails after the idle write fails the request instead of acknowledging it', async () => {
+    const shared = await Bus.open(env.nc)
+    const claims = await new Kvm(env.nc).create(bucket, { history: 1 })
+    const bus = new Bus(env.nc, shared.jsm, { ...shared.kv, claims })
+    const demand = new Demand({ bus, now: Date.now } as unknown as Deps)
+    // The claims bucket goes away between two requests (a lost stream, a permission change, a server fault).
+    await expect(demand.handle(request('m-ok'))).resolves.toBeUndefined()
+    await shared.jsm.streams.delete(`KV_${bucket}`)
+    await expect(demand.handle(request('m-lost'))).rejects.toThrow()
+    // The idle state itself was written: only the acknowledgement is held back.
+    const idle = await shared.kv.idle.get(`${env.namespace}.m-lost`)
+    expect(idle?.operation).toBe('PUT')
+  })
+})
