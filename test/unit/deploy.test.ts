@@ -1,7 +1,10 @@
 // The kustomize base carries a copy of the ModelBackfill CRD (kustomize cannot load files outside its folder):
-// it must be the generated one, byte for byte.
+// it must be the generated one, byte for byte. Also the dashboard's metric families and the keda overlay's rules.
 import { readFile } from 'node:fs/promises'
 import { expect, it } from 'vitest'
+import { parseAllDocuments } from 'yaml'
+import { functionFactories } from '../../functions/index.js'
+import { consumerName } from '../../runtime/function.js'
 
 it('base/crds/modelbackfill.yaml is identical to crds/modelbackfill.yaml (cp crds/modelbackfill.yaml base/crds/)', async () => {
   const [generated, copy] = await Promise.all([
@@ -29,9 +32,6 @@ it('the Grafana dashboard charts exactly the four metric families of the contrac
 // The keda overlay's scaling rules, read from the file an operator applies (the real KEDA operator runs them in
 // test/integration/deploy/keda-operator.test.ts).
 it('keda/: each ScaledObject scales on its function’s real consumers; the watcher and the preemption path never scale to zero', async () => {
-  const { parseAllDocuments } = await import('yaml')
-  const { functionFactories } = await import('../../functions/index.js')
-  const { consumerName } = await import('../../runtime/function.js')
   const text = await readFile(new URL('../../keda/scaledobjects.yaml', import.meta.url), 'utf8')
   const objects = parseAllDocuments(text)
     .map((d) => d.toJS())
