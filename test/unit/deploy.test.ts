@@ -1,7 +1,10 @@
 // The kustomize base carries a copy of the ModelBackfill CRD (kustomize cannot load files outside its folder):
-// it must be the generated one, byte for byte.
+// it must be the generated one, byte for byte. Also the dashboard's metric families and the keda overlay's rules.
 import { readFile } from 'node:fs/promises'
 import { expect, it } from 'vitest'
+import { parseAllDocuments } from 'yaml'
+import { functionFactories } from '../../functions/index.js'
+import { consumerName } from '../../runtime/function.js'
 
 it('base/crds/modelbackfill.yaml is identical to crds/modelbackfill.yaml (cp crds/modelbackfill.yaml base/crds/)', async () => {
   const [generated, copy] = await Promise.all([
@@ -23,5 +26,41 @@ it('the Grafana dashboard charts exactly the four metric families of the contrac
     'flexinfer_model_backfill_preemptions_total',
     'flexinfer_model_backfill_starts_total',
     'flexinfer_model_backfill_useful_running_seconds_total',
+  ])
+})
+
+// The keda overlay's scaling rules, read from the file an operator applies (the real KEDA operator runs them in
+// test/integration/deploy/keda-operator.test.ts).
+it('keda/: each ScaledObject scales on its function’s real consumers; the watcher and the preemption path never scale to zero', async () => {
+  const text = await readFile(new URL('../../keda/scaledobjects.yaml', import.meta.url), 'utf8')
+  const objects = parseAllDocuments(text)
+    .map((d) => d.toJS())
+    .filter((o) => o?.kind === 'ScaledObject')
+  const rules = Object.fromEntries(
+    objects.map((so) => [
+      so.spec.scaleTargetRef.name.replace(/^model-backfill-/, ''),
+      {
+        min: so.spec.minReplicaCount,
+        triggers: (so.spec.triggers as { type: string; metadata: Record<string, string> }[])
+          .map((t) => `${t.type}:${t.metadata.stream}/${t.metadata.consumer}`)
+          .sort(),
+      },
+    ]),
+  )
+  const consumers = (fn: string) =>
+    (functionFactories[fn] as () => { subscriptions: { stream: string }[] })()
+      .subscriptions.map((s) => `nats-jetstream:${s.stream}/${consumerName(fn, s.stream)}`)
+      .sort()
+  // Only lag triggers: demand and cancel are held by minReplicaCount, not by a probe of active Jobs.
+  expect(rules).toEqual({
+    source: { min: 1, triggers: consumers('source') },
+    demand: { min: 1, triggers: consumers('demand') },
+    admit: { min: 0, triggers: consumers('admit') },
+    cancel: { min: 1, triggers: consumers('cancel') },
+    lifecycle: { min: 0, triggers: consumers('lifecycle') },
+  })
+  expect(rules.demand?.triggers).toEqual([
+    'nats-jetstream:FLEXINFER_FOREGROUND/demand-foreground',
+    'nats-jetstream:FLEXINFER_FOREGROUND_LAST/demand-foreground_last',
   ])
 })

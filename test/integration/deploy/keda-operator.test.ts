@@ -1,24 +1,24 @@
 // The keda/ overlay under the real KEDA operator: the operator (built from the kedacore/keda module by
 // scripts/install-binaries.sh) runs as a local process against this environment's kube-apiserver (TLS, RBAC) and
 // a dedicated nats-server running nats/auth.conf (so the FLEXINFER account, streams and durable consumers are the
-// deployed ones). The overlay is applied as built, with only these test-local changes: the nats-jetstream triggers
-// read this nats-server's loopback monitoring port, the metrics-api trigger calls this apiserver (same query, only
-// Jobs of this file's namespace: other test files run backfill Jobs of their own at the same time), and the
-// ScaledObjects poll every second and cool down in seconds. There is no kubelet and no HPA controller: KEDA's own
-// 0↔1 decisions show in each Deployment's spec.replicas (it scales through the /scale subresource), which is
-// exactly the scale-to-zero behaviour the overlay is about. A wrong trigger field, account, stream, consumer,
-// GJSON valueLocation or auth parameter fails here.
-import { AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi } from '@kubernetes/client-node'
+// deployed ones, made by the provision step). The overlay is applied as built, with only these test-local changes:
+// the nats-jetstream triggers read this nats-server's loopback monitoring port, and the ScaledObjects poll every
+// second and cool down in seconds. There is no kubelet and no HPA controller: KEDA's own decisions (0↔1, and
+// restoring minReplicaCount) show in each Deployment's spec.replicas (it scales through the /scale subresource),
+// which is exactly what the overlay's rules are about. A wrong trigger field, account, stream or consumer fails
+// here.
+import { AppsV1Api, CustomObjectsApi } from '@kubernetes/client-node'
 import { jetstream } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { backfillLabelValue, LABEL_BACKFILL } from '../../../core/names.js'
+import { catalog, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../../events/catalog.js'
+import { encode } from '../../../events/codec.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
 import { natsServerOptions } from '../../../runtime/nats.js'
 import { provision } from '../../../runtime/provision.js'
 import { pinnedKedaVersion } from '../../env/binaries.js'
 import { waitFor } from '../../env/exec.js'
-import { isApiError, useTestEnv } from '../../env/fixture.js'
+import { useTestEnv } from '../../env/fixture.js'
 import {
   type AuthNats,
   applyBuild,
@@ -38,6 +38,8 @@ const env = useTestEnv()
 const COOLDOWN_S = 4
 const POLLING_S = 1
 const KEDA_VERSION = pinnedKedaVersion()
+/** The preemption path and the watcher: never at zero. */
+const ALWAYS_ON: readonly FunctionName[] = ['source', 'demand', 'cancel']
 
 let nats: AuthNats
 let build: Build
@@ -50,6 +52,12 @@ const deployment = (fn: FunctionName) => build.name(`model-backfill-${fn}`)
 const scaledObjectOf = (fn: FunctionName) => build.name(`model-backfill-${fn}`)
 const triggersOf = (fn: FunctionName): { type: string; metadata: Record<string, string> }[] =>
   original.find((so) => so.metadata.name === scaledObjectOf(fn))?.spec.triggers ?? []
+/** KEDA's triggerIndex of the trigger that reads `consumer`. */
+const triggerIndex = (fn: FunctionName, consumer: string) => {
+  const i = triggersOf(fn).findIndex((t) => t.metadata.consumer === consumer)
+  if (i < 0) throw new Error(`${fn} has no trigger on consumer ${consumer}`)
+  return i
+}
 
 /** The only changes to the built overlay: endpoints on loopback, faster polling and cooldown (see the header). */
 function localise(manifests: Manifest[], natsMonitorHostPort: string) {
@@ -57,12 +65,8 @@ function localise(manifests: Manifest[], natsMonitorHostPort: string) {
     so.spec.pollingInterval = POLLING_S
     so.spec.cooldownPeriod = COOLDOWN_S
     for (const t of so.spec.triggers) {
-      if (t.type === 'nats-jetstream') t.metadata.natsServerMonitoringEndpoint = natsMonitorHostPort
-      if (t.type === 'metrics-api') {
-        const url = new URL(t.metadata.url)
-        if (url.pathname !== '/apis/batch/v1/jobs') throw new Error(`unexpected warm trigger URL ${url}`)
-        t.metadata.url = `${env.apiserverUrl}/apis/batch/v1/namespaces/${env.namespace}/jobs${url.search}`
-      }
+      if (t.type !== 'nats-jetstream') throw new Error(`unexpected trigger type ${t.type} in ${so.metadata.name}`)
+      t.metadata.natsServerMonitoringEndpoint = natsMonitorHostPort
     }
   }
 }
@@ -78,32 +82,10 @@ beforeAll(async () => {
   // model-backfill-provision Job) as its own NATS user. No function runs, so nothing consumes.
   await provision({ natsUrl: nats.url('provision') })
   gateway = await connect({ ...natsServerOptions(nats.url('gateway')), name: 'keda-test-gateway' })
-
-  // The warm trigger's TriggerAuthentication reads the probe's token Secret, which kube-controller-manager's token
-  // controller fills in; KEDA resolves it when it builds the scalers, so it must be there first.
-  const core = env.kc.makeApiClient(CoreV1Api)
-  await waitFor(
-    'the warm probe token Secret filled in (token, ca.crt)',
-    async () => {
-      const s = await core.readNamespacedSecret({
-        name: build.name('model-backfill-warm-probe-token'),
-        namespace: env.namespace,
-      })
-      return Boolean(s.data?.token && s.data['ca.crt'])
-    },
-    { timeoutMs: 30_000, intervalMs: 200 },
-  )
-  // What a KEDA install must trust to call the Kubernetes API over TLS (keda/README.md: the cluster CA in the
-  // operator's --ca-dir, e.g. the kube-root-ca.crt ConfigMap mounted at /custom/ca).
-  const rootCa = await waitFor('kube-root-ca.crt in the namespace', async () => {
-    const cm = await core.readNamespacedConfigMap({ name: 'kube-root-ca.crt', namespace: env.namespace })
-    return cm.data?.['ca.crt']
-  })
   keda = await startKedaOperator({
     binary: env.binaries.kedaOperator as string,
     kubeconfigPath: env.kubeconfigPath,
     namespace: env.namespace,
-    trustedCas: rootCa,
   })
 }, 180_000)
 
@@ -163,17 +145,7 @@ async function lag(stream: string, consumer: string): Promise<number | undefined
 }
 
 describe(`the keda/ overlay under the real KEDA operator ${KEDA_VERSION}`, () => {
-  it('the token controller fills in the warm probe token Secret the TriggerAuthentication reads', async () => {
-    const s = await env.kc
-      .makeApiClient(CoreV1Api)
-      .readNamespacedSecret({ name: build.name('model-backfill-warm-probe-token'), namespace: env.namespace })
-    const token = Buffer.from(s.data?.token ?? '', 'base64').toString()
-    const claims = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString())
-    expect(claims.sub).toBe(`system:serviceaccount:${env.namespace}:${build.name('model-backfill-warm-probe')}`)
-    expect(Buffer.from(s.data?.['ca.crt'] ?? '', 'base64').toString()).toMatch(/BEGIN CERTIFICATE/)
-  })
-
-  it('accepts every ScaledObject (Ready) and every trigger reads its source without an error', async () => {
+  it('accepts every ScaledObject (Ready) and every trigger reads its consumer without an error', async () => {
     const custom = env.kc.makeApiClient(CustomObjectsApi)
     for (const fn of FUNCTIONS) {
       await until(`ScaledObject ${scaledObjectOf(fn)} Ready`, async () => {
@@ -189,8 +161,8 @@ describe(`the keda/ overlay under the real KEDA operator ${KEDA_VERSION}`, () =>
         return ready?.status === 'True'
       })
     }
-    // Every trigger of every ScaledObject has produced a value (lag, or active Jobs) and none has failed: a wrong
-    // account, stream, consumer, URL, valueLocation or credential would show up as a scaler error.
+    // Every trigger of every ScaledObject has produced a value and none has failed: a wrong account, stream or
+    // consumer is a scaler error ("consumer … not found in stream …").
     const samples = await until('a metric value from every trigger', async () => {
       const s = await keda.metrics()
       const complete = FUNCTIONS.every((fn) => {
@@ -203,36 +175,67 @@ describe(`the keda/ overlay under the real KEDA operator ${KEDA_VERSION}`, () =>
       (s) => s.name === 'keda_scaler_detail_errors_total' && s.labels.namespace === env.namespace && s.value > 0,
     )
     expect(errors).toEqual([])
-    // The trigger types KEDA registered: the lag triggers and the two warm triggers.
+    // Lag triggers only: source 1, demand 2 (both foreground streams), admit 2 (events, timers), cancel 1,
+    // lifecycle 1. Nothing reads the Kubernetes API.
     const registered = Object.fromEntries(
       samples.filter((s) => s.name === 'keda_trigger_registered_total').map((s) => [s.labels.type, s.value]),
     )
-    expect(registered).toEqual({ 'nats-jetstream': 6, 'metrics-api': 2 })
+    expect(registered).toEqual({ 'nats-jetstream': 7 })
   })
 
-  it('with no lag and no active backfill Job, everything but the watcher scales to zero', async () => {
+  it('with no lag, admit and lifecycle scale to zero while demand and cancel (and the watcher) stay at 1', async () => {
     for (const fn of FUNCTIONS) {
-      const want = fn === 'source' ? 1 : 0
+      const want = ALWAYS_ON.includes(fn) ? 1 : 0
       await until(`${deployment(fn)} at ${want} replicas`, async () => (await replicas(fn)) === want)
     }
+    // No trigger of the preemption path is active: minReplicaCount alone holds them.
+    const samples = await keda.metrics()
+    for (const fn of ['demand', 'cancel'] as const) {
+      expect([...perTrigger(samples, 'keda_scaler_active', fn).values()], fn).toEqual(triggersOf(fn).map(() => 0))
+    }
+    // Well past the cooldown (a bounded observation: every poll must still see 1 replica).
+    const holdUntil = Date.now() + (COOLDOWN_S + 3 * POLLING_S) * 1000
+    while (Date.now() < holdUntil) {
+      for (const fn of ALWAYS_ON) expect(await replicas(fn), fn).toBe(1)
+      await new Promise((r) => setTimeout(r, 250))
+    }
+    // Scaled to zero by someone else (a hand-run `kubectl scale`, an old HPA), KEDA puts the preemption path back.
+    for (const fn of ['demand', 'cancel'] as const) {
+      const r = await env.kubectl(['scale', 'deployment', deployment(fn), '--replicas=0', '-n', env.namespace])
+      expect(r.code, r.stderr).toBe(0)
+    }
+    await until(
+      'KEDA to restore demand and cancel to minReplicaCount 1',
+      async () => (await replicas('demand')) === 1 && (await replicas('cancel')) === 1,
+    )
   })
 
-  it("lag on demand's consumer scales demand 0→1; once acknowledged, it returns to 0 after the cooldown", async () => {
-    expect(await replicas('demand')).toBe(0)
-    const emitter = createForegroundEmitter(gateway)
-    const n = 3
-    for (let i = 0; i < n; i++) await emitter.emit({ namespace: env.namespace, model: `keda-${i}` })
-    await emitter.close()
-    await until('the lag on FLEXINFER_EVENTS/demand', async () => (await lag('FLEXINFER_EVENTS', 'demand')) === n)
-    await until('KEDA to scale demand 0→1', async () => (await replicas('demand')) === 1)
-    // Only demand's consumer takes foreground requests: cancel, admit and lifecycle stay at zero.
-    expect(await replicas('cancel')).toBe(0)
+  it("lag on admit's consumer scales admit 0→1; once acknowledged, it returns to 0 after the cooldown", async () => {
     expect(await replicas('admit')).toBe(0)
-
-    // The events are handled: a durable pull of demand's consumer, as the demand user, acknowledges them.
-    const nc = await connect({ ...natsServerOptions(nats.url('demand')), name: 'keda-test-demand' })
+    // backfill.admit, published as the cancel user (one of its producers), to admit's consumer on FLEXINFER_EVENTS.
+    const n = 3
+    const producer = await connect({ ...natsServerOptions(nats.url('cancel')), name: 'keda-test-cancel' })
     try {
-      const consumer = await jetstream(nc).consumers.get('FLEXINFER_EVENTS', 'demand')
+      const js = jetstream(producer)
+      for (let i = 0; i < n; i++) {
+        await js.publish(
+          catalog['ai.flexinfer.backfill.admit'].subject,
+          encode('ai.flexinfer.backfill.admit', { namespace: env.namespace, backfill: `keda-${i}` }),
+        )
+      }
+    } finally {
+      await producer.close()
+    }
+    await until(`the lag on ${STREAM_EVENTS}/admit`, async () => (await lag(STREAM_EVENTS, 'admit')) === n)
+    await until('KEDA to scale admit 0→1', async () => (await replicas('admit')) === 1)
+    // Only admit's consumer takes backfill.admit: lifecycle stays at zero, the others at one.
+    expect(await replicas('lifecycle')).toBe(0)
+    for (const fn of ALWAYS_ON) expect(await replicas(fn), fn).toBe(1)
+
+    // The events are handled: a durable pull of admit's consumer, as the admit user, acknowledges them.
+    const nc = await connect({ ...natsServerOptions(nats.url('admit')), name: 'keda-test-admit' })
+    try {
+      const consumer = await jetstream(nc).consumers.get(STREAM_EVENTS, 'admit')
       let acked = 0
       await until(`${n} events pulled and acknowledged`, async () => {
         const batch = await consumer.fetch({ max_messages: n - acked, expires: 1000 })
@@ -244,74 +247,48 @@ describe(`the keda/ overlay under the real KEDA operator ${KEDA_VERSION}`, () =>
     } finally {
       await nc.close()
     }
-    await until('no lag on FLEXINFER_EVENTS/demand', async () => (await lag('FLEXINFER_EVENTS', 'demand')) === 0)
+    await until(`no lag on ${STREAM_EVENTS}/admit`, async () => (await lag(STREAM_EVENTS, 'admit')) === 0)
     await until(
-      'KEDA to scale demand back to 0',
-      async () => (await replicas('demand')) === 0,
+      'KEDA to scale admit back to 0',
+      async () => (await replicas('admit')) === 0,
       30_000 + COOLDOWN_S * 1000,
     )
   })
 
-  it('an active backfill Job holds demand and cancel at ≥ 1 with zero lag; they return to 0 once it is gone', async () => {
-    const batch = env.kc.makeApiClient(BatchV1Api)
-    const name = 'keda-warm-1'
-    const labels = { [LABEL_BACKFILL]: backfillLabelValue('keda-warm') }
-    expect(await replicas('demand')).toBe(0)
-    expect(await replicas('cancel')).toBe(0)
-    // The Job controller creates its pod (Pending forever: no kubelet) and counts it in status.active.
-    await batch.createNamespacedJob({
-      namespace: env.namespace,
-      body: {
-        metadata: { name, labels },
-        spec: {
-          backoffLimit: 0,
-          template: {
-            metadata: { labels },
-            spec: {
-              restartPolicy: 'Never',
-              automountServiceAccountToken: false,
-              containers: [{ name: 'eval', image: 'busybox', command: ['true'] }],
-            },
-          },
-        },
-      },
-    })
-    await until(
-      'the Job active',
-      async () => ((await batch.readNamespacedJob({ name, namespace: env.namespace })).status?.active ?? 0) === 1,
-    )
-    await until('KEDA to scale demand and cancel 0→1 on the warm trigger', async () => {
-      return (await replicas('demand')) === 1 && (await replicas('cancel')) === 1
-    })
-    expect(await lag('FLEXINFER_EVENTS', 'demand')).toBe(0)
-    expect(await lag('FLEXINFER_EVENTS', 'cancel')).toBe(0)
-    // It is the warm trigger (index 1) that is active, not the lag trigger (index 0)…
-    const samples = await keda.metrics()
-    for (const fn of ['demand', 'cancel'] as const) {
-      expect(Object.fromEntries(perTrigger(samples, 'keda_scaler_active', fn)), fn).toEqual({ 0: 0, 1: 1 })
-      expect(perTrigger(samples, 'keda_scaler_metrics_value', fn).get(1), fn).toBe(1)
+  it("lag on each of demand's consumers is read by its trigger (and demand never leaves 1 for 0)", async () => {
+    // The per-model subjects (what the emitter publishes: FLEXINFER_FOREGROUND_LAST / demand-foreground_last)…
+    const emitter = createForegroundEmitter(gateway)
+    for (let i = 0; i < 3; i++) await emitter.emit({ namespace: env.namespace, model: `keda-${i}` })
+    await emitter.close()
+    // …and the documented subject (a gateway that follows the contract: FLEXINFER_FOREGROUND / demand-foreground).
+    const js = jetstream(gateway)
+    for (let i = 0; i < 2; i++) {
+      await js.publish(
+        catalog['ai.flexinfer.foreground.request'].subject,
+        encode('ai.flexinfer.foreground.request', {
+          namespace: env.namespace,
+          model: `keda-doc-${i}`,
+          workloadClass: 'foreground',
+        }),
+      )
     }
-    // …and it holds them well past the cooldown (a bounded observation: every poll must still see ≥ 1 replica).
-    const holdUntil = Date.now() + (COOLDOWN_S + 3 * POLLING_S) * 1000
-    while (Date.now() < holdUntil) {
-      expect(await replicas('demand')).toBeGreaterThanOrEqual(1)
-      expect(await replicas('cancel')).toBeGreaterThanOrEqual(1)
-      await new Promise((r) => setTimeout(r, 250))
-    }
-
-    await batch.deleteNamespacedJob({ name, namespace: env.namespace, propagationPolicy: 'Background' })
-    await until('the Job gone', async () => {
-      try {
-        await batch.readNamespacedJob({ name, namespace: env.namespace })
-        return false
-      } catch (err) {
-        return isApiError(err, 404)
-      }
+    await until('the lag on both of demand’s consumers', async () => {
+      return (
+        (await lag(STREAM_FOREGROUND_LAST, 'demand-foreground_last')) === 3 &&
+        (await lag(STREAM_FOREGROUND, 'demand-foreground')) === 2
+      )
     })
-    await until(
-      'KEDA to scale demand and cancel back to 0',
-      async () => (await replicas('demand')) === 0 && (await replicas('cancel')) === 0,
-      30_000 + COOLDOWN_S * 1000,
-    )
+    const foreground = triggerIndex('demand', 'demand-foreground')
+    const last = triggerIndex('demand', 'demand-foreground_last')
+    const samples = await until('KEDA to read the lag of both demand triggers', async () => {
+      const s = await keda.metrics()
+      const values = perTrigger(s, 'keda_scaler_metrics_value', 'demand')
+      return (values.get(foreground) ?? 0) > 0 && (values.get(last) ?? 0) > 0 ? s : undefined
+    })
+    const active = perTrigger(samples, 'keda_scaler_active', 'demand')
+    expect([active.get(foreground), active.get(last)]).toEqual([1, 1])
+    // Scaling out is the HPA's (none runs here); KEDA itself keeps demand at ≥ 1, and cancel is untouched.
+    expect(await replicas('demand')).toBeGreaterThanOrEqual(1)
+    expect(await replicas('cancel')).toBe(1)
   })
 })

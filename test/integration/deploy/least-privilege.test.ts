@@ -5,14 +5,13 @@
 // foreground request exactly as with admin rights, with no permission violation on either side; verbs outside a
 // role are Forbidden and subjects outside a user's permissions are refused; each ScaledObject's stream and
 // consumer exist in the configured account and /jsz reports their lag, as KEDA's nats-jetstream scaler reads it.
-import https from 'node:https'
 import { BatchV1Api, CustomObjectsApi, type KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node'
 import { jetstream } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { GROUP, VERSION } from '../../../core/api.js'
-import { jobName, LABEL_BACKFILL } from '../../../core/names.js'
+import { jobName } from '../../../core/names.js'
 import { encode } from '../../../events/codec.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
 import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
@@ -79,38 +78,6 @@ afterAll(async () => {
   if (build) await deleteClusterScoped(env, build)
 })
 
-/**
- * What KEDA's metrics-api trigger of the demand and cancel ScaledObjects reads: its URL (on this apiserver) with the
- * warm probe's token, and its GJSON valueLocation `items.#(status.active>0)#|#` evaluated the same way — counted
- * in this namespace only, as other test files run backfills of their own.
- */
-async function activeBackfillJobs(): Promise<number> {
-  const so = build.manifests.find(
-    (m) => m.kind === 'ScaledObject' && m.metadata.name === build.name('model-backfill-demand'),
-  )
-  const trigger = so?.spec.triggers.find((t: { type: string }) => t.type === 'metrics-api')
-  expect(trigger.metadata.valueLocation).toBe('items.#(status.active>0)#|#')
-  const url = new URL(trigger.metadata.url)
-  const probe = await env.saKubeConfig(build.name('model-backfill-warm-probe'))
-  const options: https.RequestOptions = {}
-  await probe.applyToHTTPSOptions(options) // the cluster CA and the bearer token, as KEDA's TriggerAuthentication
-  const res = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = https.get(`${env.apiserverUrl}${url.pathname}${url.search}`, options, (r) => {
-      let body = ''
-      r.setEncoding('utf8')
-      r.on('data', (d: string) => {
-        body += d
-      })
-      r.on('end', () => resolve({ status: r.statusCode ?? 0, body }))
-    })
-    req.on('error', reject)
-  })
-  expect(res.status).toBe(200)
-  expect(JSON.stringify(options.headers)).toMatch(/Bearer /)
-  const list = JSON.parse(res.body) as { items: { metadata: { namespace: string }; status?: { active?: number } }[] }
-  return list.items.filter((j) => j.metadata.namespace === env.namespace && (j.status?.active ?? 0) > 0).length
-}
-
 const violations = async () => (await nats.log()).split('\n').filter((l) => /violation/i.test(l))
 
 describe('each function with its own ServiceAccount and NATS user', () => {
@@ -123,9 +90,6 @@ describe('each function with its own ServiceAccount and NATS user', () => {
     const first = jobName('lp', 1)
     expect(running.status?.jobName).toBe(first)
 
-    // The preemption path's warm trigger (metrics-api on the Kubernetes API) sees the active attempt…
-    expect(await activeBackfillJobs()).toBe(1)
-
     // The gateway's user publishes a foreground request; demand → cancel deletes the Job.
     const emitter = createForegroundEmitter(gateway)
     await emitter.emit({ namespace: env.namespace, model: 'lp-model' })
@@ -137,12 +101,6 @@ describe('each function with its own ServiceAccount and NATS user', () => {
     const back = await world.waitFor('lp', 'WaitingForIdle', 'IdleWindow', 20_000)
     expect(back.status?.attempts).toBe(1)
     await emitter.close()
-    // …and lets demand and cancel scale to zero again once none is active.
-    await waitUntil(
-      'no active backfill Job',
-      async () => ((await activeBackfillJobs()) === 0 ? true : undefined),
-      20_000,
-    )
 
     // The status story was written by the functions' own identities (Events too).
     const events = await env.kubectl(['get', 'events', '-n', env.namespace, '-o', 'jsonpath={.items[*].reason}'])
@@ -239,15 +197,6 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
       ).toBe(true)
     }
   })
-
-  it('the warm probe may list Jobs cluster-wide and do nothing else (what the metrics-api trigger reads)', async () => {
-    const kc = await env.saKubeConfig(build.name('model-backfill-warm-probe'))
-    const batch = kc.makeApiClient(BatchV1Api)
-    const jobs = await batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL })
-    expect(Array.isArray(jobs.items)).toBe(true)
-    expect(await forbidden(batch.readNamespacedJob({ namespace: env.namespace, name: 'nope' }))).toBe(true)
-    expect(await forbidden(batch.deleteNamespacedJob({ namespace: env.namespace, name: 'nope' }))).toBe(true)
-  })
 })
 
 describe('NATS permissions', () => {
@@ -280,10 +229,14 @@ describe('NATS permissions', () => {
     // Only the provision user may create or change streams and durable consumers, and it may touch no event.
     expect(await publishAs('admit', '$JS.API.STREAM.CREATE.FLEXINFER_EVENTS')).toMatch(/Publish/)
     expect(await publishAs('lifecycle', '$JS.API.STREAM.UPDATE.FLEXINFER_TIMERS')).toMatch(/Publish/)
-    expect(await publishAs('demand', '$JS.API.CONSUMER.DURABLE.CREATE.FLEXINFER_EVENTS.demand')).toMatch(/Publish/)
+    expect(await publishAs('demand', '$JS.API.CONSUMER.DURABLE.CREATE.FLEXINFER_FOREGROUND.demand-foreground')).toMatch(
+      /Publish/,
+    )
     expect(await publishAs('provision', 'flexinfer.events.backfill.cancel')).toMatch(/Publish/)
     expect(await publishAs('provision', '$JS.API.STREAM.DELETE.FLEXINFER_EVENTS')).toMatch(/Publish/)
-    expect(await publishAs('provision', '$JS.API.CONSUMER.MSG.NEXT.FLEXINFER_EVENTS.demand')).toMatch(/Publish/)
+    expect(await publishAs('provision', '$JS.API.CONSUMER.MSG.NEXT.FLEXINFER_FOREGROUND.demand-foreground')).toMatch(
+      /Publish/,
+    )
     // The server logs every refusal (so the empty log of the end-to-end run above means none happened there).
     expect((await violations()).some((l) => l.includes('flexinfer.events.backfill.admit'))).toBe(true)
   })
@@ -297,24 +250,34 @@ describe('NATS permissions', () => {
   })
 
   it('the provision step made exactly the topology the functions bound to', () => {
-    expect(provisioned.streams).toEqual(['FLEXINFER_EVENTS', 'FLEXINFER_TIMERS', 'FLEXINFER_DEADLETTER'])
+    expect(provisioned.streams.sort()).toEqual(
+      [
+        'FLEXINFER_EVENTS',
+        'FLEXINFER_FOREGROUND',
+        'FLEXINFER_FOREGROUND_LAST',
+        'FLEXINFER_TIMERS',
+        'FLEXINFER_DEADLETTER',
+      ].sort(),
+    )
     expect(provisioned.consumers.sort()).toEqual(
       [
         'FLEXINFER_EVENTS/admit',
         'FLEXINFER_EVENTS/bridge',
         'FLEXINFER_EVENTS/cancel',
-        'FLEXINFER_EVENTS/demand',
         'FLEXINFER_EVENTS/lifecycle',
         'FLEXINFER_EVENTS/source',
         'FLEXINFER_TIMERS/admit-timers',
         'FLEXINFER_TIMERS/bridge-timers',
+        'FLEXINFER_FOREGROUND/demand-foreground',
+        'FLEXINFER_FOREGROUND_LAST/demand-foreground_last',
       ].sort(),
     )
   })
 
   it('the gateway user cannot read the event streams', async () => {
     const js = jetstream(gateway)
-    await expect(js.consumers.get('FLEXINFER_EVENTS', 'demand')).rejects.toThrow()
+    await expect(js.consumers.get('FLEXINFER_EVENTS', 'cancel')).rejects.toThrow()
+    await expect(js.consumers.get('FLEXINFER_FOREGROUND', 'demand-foreground')).rejects.toThrow()
   })
 })
 
@@ -428,15 +391,16 @@ describe('KEDA nats-jetstream triggers', () => {
     }
   })
 
-  it("a scaled-to-zero function's lag shows up where KEDA reads it", async () => {
+  it("a stopped function's lag shows up where KEDA reads it", async () => {
     await runners.get('demand')?.stop()
     runners.delete('demand')
     const emitter = createForegroundEmitter(gateway)
     for (let i = 0; i < 5; i++) await emitter.emit({ namespace: env.namespace, model: `lag-${i}` })
     await emitter.close()
-    // /jsz is a monitoring snapshot: give it a moment to count what was just stored.
+    // /jsz is a monitoring snapshot: give it a moment to count what was just stored. (The emitter publishes on
+    // the per-model subjects: demand's consumer on FLEXINFER_FOREGROUND_LAST.)
     const pending = async () => {
-      const demand = (await consumers(NATS_ACCOUNT)).get('FLEXINFER_EVENTS/demand')
+      const demand = (await consumers(NATS_ACCOUNT)).get('FLEXINFER_FOREGROUND_LAST/demand-foreground_last')
       return (demand?.num_pending ?? 0) + (demand?.num_ack_pending ?? 0)
     }
     const deadline = Date.now() + 5000

@@ -146,26 +146,20 @@ describe('kubectl kustomize knative/', () => {
 })
 
 describe('kubectl kustomize keda/', () => {
-  it('applies cleanly: Deployments, ScaledObjects with nats-jetstream triggers, TriggerAuthentication, RBAC', async () => {
+  it('applies cleanly: Deployments, ScaledObjects with nats-jetstream triggers only, RBAC', async () => {
     const { build, applied } = await buildAndApply('keda')
     const ms = build.manifests
     expect(applied).toHaveLength(ms.length - of(ms, 'CustomResourceDefinition').length)
-    expect(kinds(ms)).toContain('TriggerAuthentication')
-    const got = await env.kubectl([
-      'get',
-      'deploy,scaledobject,triggerauthentication',
-      '-n',
-      env.namespace,
-      '-o',
-      'name',
-    ])
+    // Nothing for KEDA to authenticate with: every trigger reads the NATS monitoring endpoint.
+    expect(kinds(ms)).not.toContain('TriggerAuthentication')
+    const got = await env.kubectl(['get', 'deploy,scaledobject', '-n', env.namespace, '-o', 'name'])
     // (this build's own: the knative build in the same namespace has a Deployment too, the bridge)
     expect(
       got.stdout
         .trim()
         .split('\n')
         .filter((n) => n.endsWith(build.suffix)),
-    ).toHaveLength(['Deployment', 'ScaledObject', 'TriggerAuthentication'].reduce((n, k) => n + of(ms, k).length, 0))
+    ).toHaveLength(['Deployment', 'ScaledObject'].reduce((n, k) => n + of(ms, k).length, 0))
 
     // Each ScaledObject scales its own Deployment on the real stream and durable consumer of every subscription.
     const scaled = of(ms, 'ScaledObject')
@@ -181,10 +175,26 @@ describe('kubectl kustomize keda/', () => {
       const named = nats.map((t: { metadata: Record<string, string> }) => `${t.metadata.stream}/${t.metadata.consumer}`)
       expect(named.sort()).toEqual(expected.map((e) => `${e.stream}/${e.consumer}`).sort())
       for (const t of nats) expect(t.metadata.account).toBe(NATS_ACCOUNT)
-      // Scale to zero everywhere but the watcher (the Kubernetes event source must always run in this overlay).
-      expect(so?.spec.minReplicaCount, fn).toBe(fn === 'source' ? 1 : 0)
-      const warm = so?.spec.triggers.find((t: { type: string }) => t.type === 'metrics-api')
-      expect(Boolean(warm), `${fn} warm trigger`).toBe(fn === 'demand' || fn === 'cancel')
+      // Scale to zero everywhere but the watcher (the Kubernetes event source must always run in this overlay) and
+      // the preemption path (admit creates a Job only while demand and cancel pull: runtime/fence.ts).
+      expect(so?.spec.minReplicaCount, fn).toBe(['source', 'demand', 'cancel'].includes(fn) ? 1 : 0)
+      expect(so?.spec.triggers.length, `${fn}: lag triggers only`).toBe(nats.length)
+    }
+
+    // No ApiServerSource here: source runs the Kubernetes watcher, so its ServiceAccount may list and watch the five
+    // resources cluster-wide (keda/watch.yaml).
+    const sa = `system:serviceaccount:${env.namespace}:${build.name('model-backfill-source')}`
+    for (const r of [
+      'modelbackfills.ai.flexinfer',
+      'models.ai.flexinfer',
+      'gamingsessions.ai.flexinfer',
+      'gpuleases.ai.flexinfer',
+      'jobs.batch',
+    ]) {
+      for (const verb of ['list', 'watch']) {
+        const can = await env.kubectl(['auth', 'can-i', verb, r, '-A', '--as', sa])
+        expect(can.stdout.trim(), `source may ${verb} ${r}`).toBe('yes')
+      }
     }
   })
 })

@@ -33,10 +33,11 @@ export interface KedaOperatorOptions {
   /** WATCH_NAMESPACE (and the namespace for its cluster objects and events). */
   namespace: string
   /**
-   * PEM CA certificates the scalers trust (KEDA's `--ca-dir`, /custom/ca in a KEDA install): the metrics-api trigger
-   * verifies the Kubernetes API's certificate against these.
+   * PEM CA certificates the scalers trust (KEDA's `--ca-dir`, /custom/ca in a KEDA install). None by default: the
+   * overlay's triggers read the NATS monitoring endpoint over plain HTTP, and the operator must not pick up the
+   * host's /custom/ca.
    */
-  trustedCas: string
+  trustedCas?: string
 }
 
 export async function startKedaOperator(opts: KedaOperatorOptions): Promise<KedaOperator> {
@@ -51,7 +52,7 @@ export async function startKedaOperator(opts: KedaOperatorOptions): Promise<Keda
     await symlink(pki.apiserverKey, join(pki.dir, 'tls.key'))
     const caDir = join(dir, 'ca')
     await mkdir(caDir)
-    await writeFile(join(caDir, 'cluster-ca.crt'), opts.trustedCas)
+    if (opts.trustedCas) await writeFile(join(caDir, 'cluster-ca.crt'), opts.trustedCas)
 
     const [metricsPort, probePort, grpcPort] = (await freePorts(3)) as [number, number, number]
     const proc = startServer(
