@@ -1,8 +1,8 @@
 // ingress: for gateways that can only POST CloudEvents over HTTP. Served by the HTTP adapter with a bearer token
 // (INGRESS_TOKEN, or INGRESS_TOKEN_FILE naming a mounted Secret); takes `ai.flexinfer.foreground.request` only
-// (binary, structured or a batch), validated by the catalog, and publishes each to its catalog subject as
-// structured JSON, answering 202 once JetStream has stored it. Not in functionFactories: it consumes nothing
-// from JetStream (a runner consuming foreground requests would re-publish them forever).
+// (binary, structured or a batch), validated by the catalog, and publishes each to its per-model subject as
+// structured JSON (events/README.md), answering 202 once JetStream has stored it. Not in functionFactories: it
+// consumes nothing from JetStream (a runner consuming foreground requests would re-publish them forever).
 import { catalog } from '../../events/catalog.js'
 import { type EventFunction, PermanentError } from '../../runtime/function.js'
 

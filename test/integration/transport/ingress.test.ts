@@ -7,7 +7,7 @@ import { join } from 'node:path'
 import { Writable } from 'node:stream'
 import { type ConsumerMessages, DeliverPolicy, jetstream } from '@nats-io/jetstream'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { STREAM_EVENTS } from '../../../events/catalog.js'
+import { STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../../events/catalog.js'
 import { decode, type InboundEvent } from '../../../events/codec.js'
 import { INGRESS_SUBJECT, INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
 import { type HttpFunction, readToken, startHttpFunction } from '../../../runtime/http-adapter.js'
@@ -18,7 +18,7 @@ const env = useTestEnv()
 const TOKEN = `ingress-${randomUUID()}`
 let dir: string
 let served: HttpFunction
-let messages: ConsumerMessages
+const messages: ConsumerMessages[] = []
 const seen: { event: InboundEvent; subject: string }[] = []
 let logLines = ''
 
@@ -42,22 +42,28 @@ beforeAll(async () => {
     acceptTypes: INGRESS_TYPES,
     logger,
   })
-  // What the demand function's consumer would get: a JetStream consumer on the catalog subject.
-  const consumer = await jetstream(env.nc).consumers.get(STREAM_EVENTS, {
-    filter_subjects: [INGRESS_SUBJECT],
-    deliver_policy: DeliverPolicy.New,
-  })
-  messages = await consumer.consume()
-  void (async () => {
-    for await (const msg of messages) {
-      const decoded = decode(msg.data)
-      if (decoded.ok && (decoded.event.data as { namespace?: string }).namespace === env.namespace)
-        seen.push({ event: decoded.event, subject: msg.subject })
-    }
-  })()
+  // What the demand function's consumers get: the documented subject and the per-model subjects.
+  for (const [stream, subject] of [
+    [STREAM_FOREGROUND, INGRESS_SUBJECT],
+    [STREAM_FOREGROUND_LAST, `${INGRESS_SUBJECT}.>`],
+  ] as const) {
+    const consumer = await jetstream(env.nc).consumers.get(stream, {
+      filter_subjects: [subject],
+      deliver_policy: DeliverPolicy.New,
+    })
+    const consumed = await consumer.consume()
+    messages.push(consumed)
+    void (async () => {
+      for await (const msg of consumed) {
+        const decoded = decode(msg.data)
+        if (decoded.ok && (decoded.event.data as { namespace?: string }).namespace === env.namespace)
+          seen.push({ event: decoded.event, subject: msg.subject })
+      }
+    })()
+  }
 })
 afterAll(async () => {
-  await messages?.close()
+  for (const m of messages) await m.close()
   await served?.stop()
   await rm(dir, { recursive: true, force: true })
 })
@@ -93,12 +99,12 @@ async function published(id: string) {
   throw new Error(`event ${id} was not published`)
 }
 
-it('publishes a valid structured request to the catalog subject, with its request time, and answers 202', async () => {
+it('publishes a valid structured request to its per-model subject, with its request time, and answers 202', async () => {
   const { id, body } = structured({ namespace: env.namespace, model: 'm-ingress' })
   const res = await post(body, CE)
   expect(res.status).toBe(202)
   const [got] = await published(id)
-  expect(got?.subject).toBe('flexinfer.events.foreground.request')
+  expect(got?.subject).toBe(`flexinfer.events.foreground.request.${env.namespace}.m-ingress`)
   expect(got?.event).toMatchObject({
     type: 'ai.flexinfer.foreground.request',
     source: 'edge-gateway',
