@@ -47,7 +47,7 @@ export function hostileInputs(namespace: string, maxBytes: number): Hostile[] {
     { name: 'not-json', body: '{"specversion": "1.0", ', reason: /not JSON/ },
     { name: 'bad-utf8', body: new Uint8Array([0xff, 0xfe, 0x7b, 0x0d, 0x0a, 0x00]), reason: /not JSON/ },
     { name: 'not-object', body: '[1, 2, 3]', reason: /not a JSON object/ },
-    { name: 'empty-object', body: '{}', reason: /missing specversion, id, source, type/ },
+    { name: 'empty-object', body: '{}', reason: /missing specversion, id, source, type/, httpReason: /missing id/ },
     { name: 'deep-body', body: deepArrays, reason: /not a JSON object/ },
     { name: 'deep-data', body: envelope({ data: 'DEEP' }).replace('"DEEP"', deepArrays), reason: /invalid data/ },
     { name: 'huge', body: huge, reason: /invalid data: model/ },
