@@ -4,7 +4,7 @@
 // them filled max_ack_pending and stopped the consumer); a handler slower than ack_wait keeps its message.
 import { randomBytes, randomUUID } from 'node:crypto'
 import { Writable } from 'node:stream'
-import { jetstream } from '@nats-io/jetstream'
+import { AckPolicy, jetstream } from '@nats-io/jetstream'
 import type { Msg, Subscription } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { STREAM_EVENTS } from '../../../events/catalog.js'
@@ -12,6 +12,7 @@ import type { InboundEvent } from '../../../events/codec.js'
 import { consumerName, type EventFunction } from '../../../runtime/function.js'
 import {
   CONSUMER_MAX_DELIVER,
+  ensureConsumers,
   type JetStreamOptions,
   type RunningFunction,
   runOnJetStream,
@@ -191,4 +192,22 @@ it('a handler slower than ack_wait keeps its message: not redelivered to a secon
   const after = await bus.jsm.consumers.info(STREAM_EVENTS, consumerName(probe.name, STREAM_EVENTS))
   expect(after.num_ack_pending).toBe(0)
   expect(after.num_redelivered).toBe(0)
+})
+
+it('a consumer made before the delivery limit existed gets it when the topology is ensured again', async () => {
+  const name = `poison-old-${rand()}`
+  const durable = consumerName(name, STREAM_EVENTS)
+  consumers.push(durable)
+  const subjects = [`flexinfer.events.k8s.${name}.>`]
+  await bus.jsm.consumers.add(STREAM_EVENTS, {
+    durable_name: durable,
+    ack_policy: AckPolicy.Explicit,
+    filter_subjects: subjects,
+  })
+  expect((await bus.jsm.consumers.info(STREAM_EVENTS, durable)).config.max_deliver).toBe(-1)
+  await ensureConsumers(
+    { bus },
+    { name, subscriptions: [{ stream: STREAM_EVENTS, subjects }], concurrency: 1, handle: async () => {} },
+  )
+  expect((await bus.jsm.consumers.info(STREAM_EVENTS, durable)).config.max_deliver).toBe(CONSUMER_MAX_DELIVER)
 })
