@@ -87,7 +87,7 @@ it('hostile events on every subject the functions consume: all dead-lettered, no
       }
       return true
     },
-    { timeoutMs: 30_000, intervalMs: 250 },
+    { timeoutMs: 60_000, intervalMs: 250 },
   )
   const stats = Object.fromEntries(runner.functions.map((f) => [f.name, { ...f.stats }]))
   const total = (k: 'deadLettered' | 'retried' | 'dropped') => Object.values(stats).reduce((sum, s) => sum + s[k], 0)
@@ -111,4 +111,4 @@ it('hostile events on every subject the functions consume: all dead-lettered, no
     }),
   )
   await waitFor('demand handles a good event', () => (demand?.stats.handled ?? 0) > handled, { timeoutMs: 10_000 })
-})
+}, 120_000)

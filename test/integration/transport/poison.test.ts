@@ -175,18 +175,18 @@ it('a handler slower than ack_wait keeps its message: not redelivered to a secon
     async (event) => {
       const name = (event.data as { metadata: { name: string } }).metadata.name
       starts.push(name)
-      if (name === 'slow') await sleep(4_000)
+      if (name === 'slow') await sleep(5_000)
       finished.push(name)
     },
-    { ackWaitMs: 1_000 },
+    { ackWaitMs: 2_000 },
   )
   const info = await bus.jsm.consumers.info(STREAM_EVENTS, consumerName(probe.name, STREAM_EVENTS))
-  expect(info.config.ack_wait).toBe(1_000_000_000)
+  expect(info.config.ack_wait).toBe(2_000_000_000)
   const js = jetstream(env.nc)
   await js.publish(`${probe.base}.slow`, good('slow'))
   await js.publish(`${probe.base}.fast`, good('fast'))
   await waitFor('the slow handler done', async () => finished.includes('slow'), { timeoutMs: 10_000 })
-  await sleep(1_500)
+  await sleep(2_500)
   expect(starts.filter((n) => n === 'slow')).toHaveLength(1)
   expect(finished).toEqual(['fast', 'slow'])
   const after = await bus.jsm.consumers.info(STREAM_EVENTS, consumerName(probe.name, STREAM_EVENTS))
