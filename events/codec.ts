@@ -113,7 +113,8 @@ export function validate(raw: unknown): DecodeResult {
       return { ok: false, reason: `event ${event.type} ${event.id}: data is not valid JSON` }
     }
   }
-  if (isCatalogType(event.type)) {
+  // Own keys only: `type: "constructor"` is `in` the catalog object (its prototype) and crashed the lookup below.
+  if (Object.hasOwn(catalog, event.type) && isCatalogType(event.type)) {
     const parsed = catalog[event.type].data.safeParse(data)
     if (!parsed.success) {
       const issues = parsed.error.issues.map((i) => `${i.path.join('.') || 'data'}: ${i.message}`).join('; ')
@@ -143,7 +144,12 @@ export function decode(bytes: Uint8Array | string): DecodeResult {
     return { ok: false, reason: `not JSON: ${describe(err)}` }
   }
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return { ok: false, reason: 'not a JSON object' }
-  return validate(raw)
+  try {
+    return validate(raw)
+  } catch (err) {
+    // Hostile shapes (e.g. nesting deep enough to overflow the stack) are a malformed event, never a crash.
+    return { ok: false, reason: `invalid CloudEvent: ${describe(err)}` }
+  }
 }
 
 function describe(err: unknown): string {

@@ -21,7 +21,7 @@ import Fastify, {
   type FastifyRequest,
   LogController,
 } from 'fastify'
-import { type DecodeResult, validate } from '../events/codec.js'
+import { type DecodeResult, type InboundEvent, validate } from '../events/codec.js'
 import { openDeps, type ProcessOptions } from './deps.js'
 import type { EventFunction } from './function.js'
 import { type Outcome, processDecoded } from './process-event.js'
@@ -85,6 +85,15 @@ function ceHeaders(req: FastifyRequest): Record<string, string> {
 }
 
 const describe = (err: unknown) => (err instanceof Error ? err.message : String(err))
+
+/** The event as JSON for the dead-letter stream; data nested too deep to serialise is replaced by why. */
+function serialise(event: InboundEvent): string {
+  try {
+    return JSON.stringify(event)
+  } catch (err) {
+    return JSON.stringify({ ...event, data: `[not serialisable: ${describe(err)}]` })
+  }
+}
 
 function parseRequest(req: FastifyRequest, opts: HttpAdapterOptions): Parsed {
   const body = typeof req.body === 'string' ? req.body : ''
@@ -216,7 +225,8 @@ export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOpt
       await deps.bus.deadLetter(fn.name, reason, payload, `http:${fn.name}`)
       return true
     } catch (err) {
-      log.error({ err: describe(err) }, 'dead-letter publish failed')
+      // Answered 503: the sender retries (and its own dead-letter sink takes it if that keeps failing).
+      log.error({ err: describe(err), reason, bytes: payload.length }, 'dead-letter publish failed: answering 503')
       return false
     }
   }
@@ -270,7 +280,7 @@ export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOpt
     const permanent = outcomes.filter((o) => o.kind === 'permanent')
     if (permanent.length) {
       for (const o of permanent) {
-        if (!(await deadLetter(o.reason, JSON.stringify(o.event)))) {
+        if (!(await deadLetter(o.reason, serialise(o.event)))) {
           reply.code(503)
           return { error: 'could not store the rejected event; retry', reason: o.reason }
         }

@@ -1,30 +1,51 @@
 // Transport: a JetStream pull consumer per (function, stream). Malformed events and events that keep failing go
 // to the dead-letter stream with the reason; nothing is dropped silently and nothing crashes the process.
+//
+// Every NATS call on the handler path has a deadline of the client's: JetStream publishes and API requests 5 s,
+// KV operations 2 s (nats.js defaults); acks and msg.working() are plain publishes that cannot block.
 import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { consumerName, type EventFunction } from './function.js'
-import { awaitProvisioned, isNotFound } from './nats.js'
+import { awaitProvisioned, headerSafe, isNotFound } from './nats.js'
 import { processEvent } from './process-event.js'
 import type { Deps } from './reconcile.js'
 
+/** Deliveries after which an event that keeps failing is dead-lettered. */
 export const MAX_DELIVER = 8
-const ACK_WAIT_MS = 30_000
+/**
+ * The server's delivery limit on every durable consumer, a little above MAX_DELIVER: an event that can never be
+ * dead-lettered (the publish keeps failing) stops being redelivered; without it such poison messages cycled
+ * forever and, enough of them, filled max_ack_pending and stopped the consumer.
+ */
+export const CONSUMER_MAX_DELIVER = MAX_DELIVER + 3
+export const ACK_WAIT_MS = 30_000
 const backoffMs = (deliveries: number) => Math.min(30_000, 250 * 2 ** Math.min(deliveries, 7))
+
+export interface JetStreamOptions {
+  /** ack_wait of the consumers ensureConsumers creates or updates (default 30 s). */
+  ackWaitMs?: number
+  /** Delay before an event whose dead-letter publish failed is delivered again (default 1 s). */
+  deadLetterRetryMs?: number
+}
 
 export interface RunningFunction {
   name: string
   stop(): Promise<void>
-  /** Events handled, dead-lettered, retried (for logs, tests and the benchmark). */
-  stats: { handled: number; deadLettered: number; retried: number }
+  /**
+   * Events handled, dead-lettered, retried, and dropped (could not even be dead-lettered on the consumer's last
+   * delivery; still in its stream, logged) — for logs, tests and the benchmark.
+   */
+  stats: { handled: number; deadLettered: number; retried: number; dropped: number }
 }
 
 /** Creates or updates the function's durable consumers (the provision step, and every process run locally). */
-export async function ensureConsumers(deps: Pick<Deps, 'bus'>, fn: EventFunction) {
+export async function ensureConsumers(deps: Pick<Deps, 'bus'>, fn: EventFunction, opts: JetStreamOptions = {}) {
   for (const sub of fn.subscriptions) {
     const durable = consumerName(fn.name, sub.stream)
     const config = {
       durable_name: durable,
       ack_policy: AckPolicy.Explicit,
-      ack_wait: ACK_WAIT_MS * 1_000_000,
+      ack_wait: (opts.ackWaitMs ?? ACK_WAIT_MS) * 1_000_000,
+      max_deliver: CONSUMER_MAX_DELIVER,
       max_ack_pending: Math.max(1000, fn.concurrency * 2),
       filter_subjects: sub.subjects,
     }
@@ -56,13 +77,19 @@ async function bindConsumers(deps: Deps, fn: EventFunction) {
   }
 }
 
-export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<RunningFunction> {
+export async function runOnJetStream(
+  deps: Deps,
+  fn: EventFunction,
+  opts: JetStreamOptions = {},
+): Promise<RunningFunction> {
   if (deps.bus.topology.provision === false) await bindConsumers(deps, fn)
-  else await ensureConsumers(deps, fn)
+  else await ensureConsumers(deps, fn, opts)
   await fn.start?.(deps)
-  const stats = { handled: 0, deadLettered: 0, retried: 0 }
+  const stats = { handled: 0, deadLettered: 0, retried: 0, dropped: 0 }
   const log = deps.log.child({ function: fn.name })
-  const inFlight = new Set<Promise<void>>()
+  const deadLetterRetryMs = opts.deadLetterRetryMs ?? 1000
+  /** In-flight handlers, each with the keep-alive tick it started in. */
+  const inFlight = new Map<Promise<void>, { msg: JsMsg; tick: number }>()
   // A slot gate shared by every subscription's loop: O(1) per message (racing thousands of in-flight promises
   // would be O(n)), and each waiting loop is woken when a slot frees.
   const waiting: (() => void)[] = []
@@ -73,44 +100,80 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
   }
 
   const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
+  /** Per stream: the consumer's delivery limit as configured on the server (≤ 0: none). */
+  const maxDeliverOf = new Map<string, number>()
+  let ackWaitMs = Number.POSITIVE_INFINITY
+  /** Keep-alive ticks so far (see below). */
+  let tick = 0
 
   const process = async (msg: JsMsg) => {
-    const outcome = await processEvent(fn, deps, msg.data, msg.info.timestampNanos / 1e6)
-    switch (outcome.kind) {
-      case 'handled':
-        msg.ack()
-        stats.handled++
-        return
-      case 'malformed':
-      case 'permanent':
-        await deadLetter(msg, outcome.reason)
-        return
-      case 'transient':
-        if (msg.info.deliveryCount >= MAX_DELIVER) {
+    try {
+      const outcome = await processEvent(fn, deps, msg.data, msg.info.timestampNanos / 1e6)
+      switch (outcome.kind) {
+        case 'handled':
+          msg.ack()
+          stats.handled++
+          return
+        case 'malformed':
+        case 'permanent':
           await deadLetter(msg, outcome.reason)
           return
-        }
-        stats.retried++
-        log.warn({ error: outcome.reason, delivery: msg.info.deliveryCount }, 'retrying')
-        msg.nak(backoffMs(msg.info.deliveryCount))
+        case 'transient':
+          retry(msg, outcome.reason)
+      }
+    } catch (err) {
+      // processEvent never throws; if anything here does, the event is retried and dead-lettered like any other.
+      log.error({ err, subject: msg.subject, seq: msg.seq }, 'unexpected error handling event')
+      retry(msg, `unexpected error: ${err instanceof Error ? err.message : String(err)}`)
     }
+  }
+
+  const retry = (msg: JsMsg, reason: string) => {
+    if (msg.info.deliveryCount >= MAX_DELIVER) {
+      void deadLetter(msg, reason)
+      return
+    }
+    stats.retried++
+    log.warn({ error: reason, delivery: msg.info.deliveryCount }, 'retrying')
+    msg.nak(backoffMs(msg.info.deliveryCount))
   }
 
   const deadLetter = async (msg: JsMsg, reason: string) => {
     log.warn({ subject: msg.subject, reason }, 'dead-lettered event')
     try {
       await deps.bus.deadLetter(fn.name, reason, msg.data, msg.subject)
-      msg.term(reason)
+      msg.term(headerSafe(reason, 256))
       stats.deadLettered++
     } catch (err) {
-      // Could not keep it: leave it to be redelivered rather than lose it.
-      log.error({ err }, 'dead-letter publish failed')
-      msg.nak(1000)
+      // Could not keep it: leave it to be redelivered rather than lose it — until the consumer's delivery limit,
+      // where it is given up (it stays in its stream; this line says where).
+      const maxDeliver = maxDeliverOf.get(msg.info.stream) ?? 0
+      const last = maxDeliver > 0 && msg.info.deliveryCount >= maxDeliver
+      const context = {
+        err,
+        reason,
+        subject: msg.subject,
+        stream: msg.info.stream,
+        seq: msg.seq,
+        delivery: msg.info.deliveryCount,
+        maxDeliver,
+      }
+      if (last) {
+        log.error(context, 'dead-letter publish failed on the last delivery: event given up (still in its stream)')
+        msg.term(headerSafe(reason, 256))
+        stats.dropped++
+      } else {
+        log.error(context, 'dead-letter publish failed: redelivering')
+        msg.nak(deadLetterRetryMs)
+      }
     }
   }
 
   for (const sub of fn.subscriptions) {
     const consumer = await deps.bus.js.consumers.get(sub.stream, consumerName(fn.name, sub.stream))
+    const { config } = await consumer.info(true)
+    maxDeliverOf.set(sub.stream, config.max_deliver ?? -1)
+    if (config.ack_wait) ackWaitMs = Math.min(ackWaitMs, config.ack_wait / 1_000_000)
     const messages = await consumer.consume({ max_messages: Math.min(Math.max(100, fn.concurrency), 4096) })
     const done = (async () => {
       for await (const msg of messages) {
@@ -122,12 +185,34 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
             settled(task)
           },
         )
-        inFlight.add(task)
+        inFlight.set(task, { msg, tick })
         while (inFlight.size >= fn.concurrency) await slotFreed()
       }
     })()
     loops.push({ messages, done })
   }
+
+  // Keep-alive: a handler still running after ack_wait/3 (a slow reconcile, an apiserver deadline and its retry)
+  // tells the server it is working, every ack_wait/3, so its message is not redelivered to a second worker while
+  // it runs. One interval for the whole in-flight set, no timer per message: each message records the tick it
+  // started in, and is kept alive from the tick after next (between 1/3 and 2/3 of ack_wait after it started).
+  const keepAlive = Number.isFinite(ackWaitMs)
+    ? setInterval(
+        () => {
+          tick++
+          for (const entry of inFlight.values()) {
+            if (entry.tick >= tick - 1) continue
+            try {
+              entry.msg.working()
+            } catch {
+              // Connection closing: the message is redelivered, as it would be anyway.
+            }
+          }
+        },
+        Math.max(100, ackWaitMs / 3),
+      )
+    : undefined
+  keepAlive?.unref()
 
   return {
     name: fn.name,
@@ -136,7 +221,8 @@ export async function runOnJetStream(deps: Deps, fn: EventFunction): Promise<Run
       // Graceful: stop pulling, let what is in flight finish (and ack), then tear down.
       for (const loop of loops) await loop.messages.close()
       await Promise.all(loops.map((l) => l.done))
-      await Promise.allSettled([...inFlight])
+      await Promise.allSettled([...inFlight.keys()])
+      clearInterval(keepAlive)
       await fn.stop?.()
     },
   }

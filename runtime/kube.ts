@@ -1,5 +1,6 @@
 // The Kubernetes side of the functions: the reads decide() needs and the few writes it asks for. Every write is
-// idempotent (deterministic names, 404/409 tolerated where they mean "already done").
+// idempotent (deterministic names, 404/409 tolerated where they mean "already done"). Every request has a deadline
+// (KUBE_REQUEST_TIMEOUT_MS): a half-open apiserver connection hung a DELETE for minutes, holding a concurrency slot.
 import { createHash } from 'node:crypto'
 import https from 'node:https'
 import {
@@ -9,6 +10,8 @@ import {
   CoreV1Api,
   CustomObjectsApi,
   createConfiguration,
+  type HttpLibrary,
+  IsomorphicFetchHttpLibrary,
   type KubeConfig,
   type KubernetesListObject,
   type KubernetesObject,
@@ -20,6 +23,7 @@ import {
   setHeaderOptions,
   type V1CronJob,
   type V1Job,
+  wrapHttpLibrary,
 } from '@kubernetes/client-node'
 import { FINALIZER, GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION } from '../core/api.js'
 import { backfillLabelValue, LABEL_BACKFILL } from '../core/names.js'
@@ -44,6 +48,74 @@ async function orNull<T>(call: Promise<T>): Promise<T | null> {
     if (statusCode(err) === 404) return null
     throw err
   }
+}
+
+/** Default deadline of one Kubernetes API request, answer body included. */
+export const DEFAULT_KUBE_REQUEST_TIMEOUT_MS = 10_000
+
+/** KUBE_REQUEST_TIMEOUT_MS, validated (a typo must not silently mean "no deadline"). */
+export function kubeRequestTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.KUBE_REQUEST_TIMEOUT_MS?.trim()
+  if (!raw) return DEFAULT_KUBE_REQUEST_TIMEOUT_MS
+  const ms = Number(raw)
+  if (!Number.isInteger(ms) || ms <= 0)
+    throw new Error(`KUBE_REQUEST_TIMEOUT_MS must be a positive integer, not "${raw}"`)
+  return ms
+}
+
+/** A request that got no complete answer in time. Not an ApiException (no status code): callers retry it. */
+export class KubeRequestTimeout extends Error {
+  constructor(
+    readonly method: string,
+    readonly url: string,
+    readonly timeoutMs: number,
+  ) {
+    super(`Kubernetes API ${method} ${new URL(url).pathname} got no answer within ${timeoutMs} ms (aborted)`)
+    this.name = 'KubeRequestTimeout'
+  }
+}
+
+/**
+ * client-node's fetch with a deadline per request: aborted after `timeoutMs` unless the whole answer (headers and
+ * body, which the API layer reads later) is in; the abort surfaces as a KubeRequestTimeout. One timer per request,
+ * cleared as soon as the body is read.
+ */
+export function deadlineHttpLibrary(timeoutMs: number): HttpLibrary {
+  const inner = new IsomorphicFetchHttpLibrary()
+  return wrapHttpLibrary({
+    async send(request) {
+      const controller = new AbortController()
+      const timer = setTimeout(() => controller.abort(), timeoutMs)
+      timer.unref()
+      const caller = request.getSignal()
+      request.setSignal(caller ? AbortSignal.any([caller, controller.signal]) : controller.signal)
+      const timedOut = (err: unknown) =>
+        controller.signal.aborted && !caller?.aborted
+          ? new KubeRequestTimeout(request.getHttpMethod().toString(), request.getUrl(), timeoutMs)
+          : err
+      let response: Awaited<ReturnType<ReturnType<HttpLibrary['send']>['toPromise']>>
+      try {
+        response = await inner.send(request).toPromise()
+      } catch (err) {
+        clearTimeout(timer)
+        throw timedOut(err)
+      }
+      const { body } = response
+      const guarded =
+        <T>(read: () => Promise<T>) =>
+        async () => {
+          try {
+            return await read()
+          } catch (err) {
+            throw timedOut(err)
+          } finally {
+            clearTimeout(timer)
+          }
+        }
+      response.body = { text: guarded(() => body.text()), binary: guarded(() => body.binary()) }
+      return response
+    },
+  })
 }
 
 const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch)
@@ -104,6 +176,7 @@ export function makePooledClient<T>(
   kc: KubeConfig,
   auth: PooledAuthentication,
   Api: new (configuration: Configuration) => T,
+  requestTimeoutMs = kubeRequestTimeoutMs(),
 ): T {
   const cluster = kc.getCurrentCluster()
   if (!cluster) throw new Error('the kubeconfig has no current cluster')
@@ -111,6 +184,7 @@ export function makePooledClient<T>(
     createConfiguration({
       baseServer: new ServerConfiguration(cluster.server, {}),
       authMethods: { default: auth },
+      httpApi: deadlineHttpLibrary(requestTimeoutMs),
     }),
   )
 }
@@ -124,11 +198,18 @@ export class Kube {
 
   readonly auth: PooledAuthentication
 
-  constructor(readonly kc: KubeConfig) {
+  /** Deadline of every request (default KUBE_REQUEST_TIMEOUT_MS, else 10 s). */
+  readonly requestTimeoutMs: number
+
+  constructor(
+    readonly kc: KubeConfig,
+    opts: { requestTimeoutMs?: number } = {},
+  ) {
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? kubeRequestTimeoutMs()
     this.auth = new PooledAuthentication(kc)
-    this.custom = makePooledClient(kc, this.auth, CustomObjectsApi)
-    this.batch = makePooledClient(kc, this.auth, BatchV1Api)
-    this.core = makePooledClient(kc, this.auth, CoreV1Api)
+    this.custom = makePooledClient(kc, this.auth, CustomObjectsApi, this.requestTimeoutMs)
+    this.batch = makePooledClient(kc, this.auth, BatchV1Api, this.requestTimeoutMs)
+    this.core = makePooledClient(kc, this.auth, CoreV1Api, this.requestTimeoutMs)
   }
 
   /** Closes the pooled connections (idle ones never hold the process open, but a clean stop closes them). */
@@ -289,21 +370,57 @@ export class Kube {
   }
 }
 
-/** A list of one resource kept current by a watch (an informer), read without asking the apiserver. */
+/** A watch that has delivered nothing (no event, no reconnect) for this long is re-opened. */
+export const WATCH_IDLE_RESTART_MS = 5 * 60_000
+
+/**
+ * A list of one resource kept current by a watch (an informer), read without asking the apiserver. Watches are
+ * long-lived, so they have no request deadline; instead a watch quiet for `idleRestartMs` is re-opened from its
+ * resourceVersion (no re-list): a stalled or half-open connection (TCP keep-alive alone takes minutes to notice,
+ * and never notices a peer that is up but stuck) then costs at most that long, and an idle cluster one watch
+ * request per period.
+ */
 export class WatchCache<T extends KubernetesObject> {
   private readonly informer
   private stopped = false
+  private lastActivity = Date.now()
+  private watchdog?: NodeJS.Timeout
+  /** Watches re-opened because they went quiet (tests read it). */
+  idleRestarts = 0
 
-  constructor(kc: KubeConfig, path: string, list: () => Promise<KubernetesListObject<T>>, labelSelector?: string) {
+  constructor(
+    kc: KubeConfig,
+    path: string,
+    list: () => Promise<KubernetesListObject<T>>,
+    labelSelector?: string,
+    private readonly opts: { idleRestartMs?: number } = {},
+  ) {
     this.informer = makeInformer(kc, path, list, labelSelector)
     this.informer.on('error', () => {
       if (!this.stopped) setTimeout(() => !this.stopped && this.informer.start().catch(() => {}), 1000)
     })
+    const touch = () => {
+      this.lastActivity = Date.now()
+    }
+    this.informer.on('add', touch)
+    this.informer.on('update', touch)
+    this.informer.on('delete', touch)
+    this.informer.on('connect', touch)
   }
 
   /** Resolves once the initial list is in. */
-  start(): Promise<void> {
-    return this.informer.start()
+  async start(): Promise<void> {
+    await this.informer.start()
+    this.lastActivity = Date.now()
+    const idleMs = this.opts.idleRestartMs ?? WATCH_IDLE_RESTART_MS
+    this.watchdog ??= setInterval(() => {
+      if (this.stopped || Date.now() - this.lastActivity < idleMs) return
+      this.lastActivity = Date.now()
+      this.idleRestarts++
+      // Aborting the request ends the watch; the informer's own done/error path opens a new one (see above).
+      ;(this.informer as unknown as { _stop?(): void })._stop?.()
+    }, idleMs / 2)
+    this.watchdog.unref()
   }
 
   list(): T[] {
@@ -316,6 +433,7 @@ export class WatchCache<T extends KubernetesObject> {
 
   async stop() {
     this.stopped = true
+    clearInterval(this.watchdog)
     await this.informer.stop()
   }
 }

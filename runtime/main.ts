@@ -8,6 +8,7 @@ import { functionFactories } from '../functions/index.js'
 import { INGRESS_TYPES, ingress } from '../functions/ingress/index.js'
 import { startBridge } from './bridge.js'
 import { readToken, startHttpFunction } from './http-adapter.js'
+import { kubeRequestTimeoutMs } from './kube.js'
 import { createLogger } from './log.js'
 import { CONSUMER_OWNERS, DEFAULT_CONSUMER_OWNERS, provision } from './provision.js'
 import { startRunner } from './runner.js'
@@ -32,6 +33,8 @@ environment:
   WATCH_NAMESPACES    comma-separated namespaces to manage (default: the whole cluster)
   INGRESS_TOKEN[_FILE]  bearer token of the ingress (required for FUNCTION=ingress; _FILE: a mounted Secret)
   HTTP_TOKEN[_FILE]     optional bearer token for TRANSPORT=http
+  KUBE_REQUEST_TIMEOUT_MS  deadline of every Kubernetes API request, answer included (default 10000); one that
+                      runs out fails as a transient error and its event is retried (watches are exempt)
   LOG_LEVEL           pino level (default info)
 `
 
@@ -44,6 +47,13 @@ const log = createLogger('model-backfill')
 const natsUrl = process.env.NATS_URL
 if (!natsUrl) {
   log.error('NATS_URL is not set (with the local environment: `. .testenv/env.sh`)')
+  process.exit(2)
+}
+try {
+  // Read where each Kube is made; checked here so a bad value stops the process at once, with the reason.
+  kubeRequestTimeoutMs()
+} catch (err) {
+  log.error((err as Error).message)
   process.exit(2)
 }
 const only = process.env.FUNCTION ?? process.argv[2]

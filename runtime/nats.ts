@@ -268,6 +268,25 @@ export class KvMirror<T> {
 }
 
 export const DEAD_LETTER_REASON = 'Flexinfer-Dead-Letter-Reason'
+/** Set when the dead-lettered payload was cut to DEAD_LETTER_MAX_PAYLOAD: the original size in bytes. */
+export const DEAD_LETTER_TRUNCATED = 'Flexinfer-Dead-Letter-Truncated'
+/** Bytes of a rejected payload kept: enough to see what it was; 1 MiB bodies would evict the rest of the stream. */
+export const DEAD_LETTER_MAX_PAYLOAD = 64 * 1024
+
+/**
+ * A header value that NATS (and a person) can read whatever the input: CR, LF and tab become the two characters
+ * `\r`, `\n`, `\t`, other control characters `\u00XX`; cut to `max` characters (ending in …).
+ */
+export function headerSafe(value: string, max = 1024): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point
+  const safe = value.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (c) => {
+    if (c === '\r') return '\\r'
+    if (c === '\n') return '\\n'
+    if (c === '\t') return '\\t'
+    return `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`
+  })
+  return safe.length <= max ? safe.trim() : `${safe.slice(0, max - 1).trim()}…`
+}
 
 /** nats-server (2.12–2.14) evaluates message schedules on a ~250 ms tick; measured, see bench/README.md. */
 export const SCHEDULER_TICK_MS = 250
@@ -343,12 +362,23 @@ export class Bus {
     await this.jsm.streams.purge(STREAM_TIMERS, { filter: scheduleSubject(namespace, backfill) })
   }
 
-  /** Keeps what could not be accepted, with why, so nothing is lost and a person can see the reason. */
+  /**
+   * Keeps what could not be accepted, with why, so nothing is lost and a person can see the reason. The reason is
+   * made header-safe (it often quotes the input: a CR/LF in it made the header invalid, so the publish failed and
+   * the poison message was redelivered forever). A payload that, with the headers, would not fit the server's
+   * max_payload (or would crowd the 64 MiB stream: 1 MiB hostile bodies) is kept truncated, with its real size.
+   */
   async deadLetter(fn: string, reason: string, payload: Uint8Array | string, originalSubject?: string) {
     const h = headers()
-    h.set(DEAD_LETTER_REASON, reason.slice(0, 1024))
-    if (originalSubject) h.set('Flexinfer-Original-Subject', originalSubject)
-    await this.js.publish(`flexinfer.deadletter.${fn}`, payload, { headers: h })
+    h.set(DEAD_LETTER_REASON, headerSafe(reason))
+    if (originalSubject) h.set('Flexinfer-Original-Subject', headerSafe(originalSubject, 256))
+    let body = typeof payload === 'string' ? Buffer.from(payload) : payload
+    const limit = Math.min(DEAD_LETTER_MAX_PAYLOAD, (this.nc.info?.max_payload ?? 1024 * 1024) - 8 * 1024)
+    if (body.byteLength > limit) {
+      h.set(DEAD_LETTER_TRUNCATED, String(body.byteLength))
+      body = body.subarray(0, limit)
+    }
+    await this.js.publish(`flexinfer.deadletter.${fn}`, body, { headers: h })
   }
 
   async close() {

@@ -13,7 +13,9 @@ import { Kube } from '../../../runtime/kube.js'
 import { createLogger } from '../../../runtime/log.js'
 import { Bus, DEAD_LETTER_REASON } from '../../../runtime/nats.js'
 import type { Deps } from '../../../runtime/reconcile.js'
+import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { HEADER_SAFE, hostileInputs } from './hostile.js'
 
 const env = useTestEnv()
 const TYPE = 'ai.flexinfer.foreground.request'
@@ -271,4 +273,36 @@ it('at most fn.concurrency events in the handler at once; the others wait their 
   expect(responses.map((r) => r.statusCode)).toEqual([202, 202, 202])
   expect(most).toBe(1)
   await app.close()
+})
+
+describe('hostile input (what the chaos suite sends)', () => {
+  it('each is answered 400 and dead-lettered with a specific, header-safe reason', async () => {
+    // Bodies up to NATS's max_payload (fastify's own 1 MiB body limit answers 413 beyond it).
+    for (const h of hostileInputs(env.namespace, 1024 * 1024 - 1024)) {
+      const before = dead.length
+      const body = typeof h.body === 'string' ? h.body : Buffer.from(h.body)
+      const res = await post(open, { 'content-type': 'application/cloudevents+json' }, body as string)
+      expect(res.statusCode, h.name).toBe(400)
+      expect(res.json().reason, h.name).toMatch(h.httpReason ?? h.reason)
+      await waitFor(`${h.name} dead-lettered`, () => dead.length > before, { timeoutMs: 5_000 })
+      const reason = dead[dead.length - 1]?.headers?.get(DEAD_LETTER_REASON) ?? ''
+      expect(reason, h.name).toMatch(HEADER_SAFE)
+      expect(reason, h.name).toMatch(h.httpReason ?? h.reason)
+    }
+    // Still serving.
+    expect((await post(open, binaryHeaders(), JSON.stringify(data('m-after-hostile')))).statusCode).toBe(202)
+  })
+
+  it('a PermanentError on an event too deep to serialise is still dead-lettered (422), not a 500', async () => {
+    const deep = `${'['.repeat(100_000)}${']'.repeat(100_000)}`
+    const id = randomUUID()
+    const body = structured('x', {
+      id,
+      type: 'dev.knative.apiserver.resource.add',
+      data: { metadata: { name: 'deep', namespace: env.namespace }, model: 'permanent', spec: 'DEEP' },
+    }).replace('"DEEP"', deep)
+    const res = await post(open, { 'content-type': 'application/cloudevents+json' }, body)
+    expect(res.statusCode).toBe(422)
+    expect((await deadLetterFor(id)).headers?.get(DEAD_LETTER_REASON)).toMatch(/can never work/)
+  })
 })
