@@ -261,11 +261,13 @@ export class Kube {
   ): Promise<'deleted' | 'absent' | 'replaced'> {
     this.requests.write++
     try {
+      // With a body the apiserver ignores the query's options: the propagation policy goes in the body too (a Job's
+      // default is to orphan its pods, which would leave the work running).
       await this.batch.deleteNamespacedJob({
         namespace,
         name,
         propagationPolicy,
-        body: uid ? { preconditions: { uid } } : undefined,
+        body: uid ? { propagationPolicy, preconditions: { uid } } : undefined,
       })
       return 'deleted'
     } catch (err) {

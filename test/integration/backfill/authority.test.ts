@@ -177,9 +177,15 @@ describe.concurrent('cancel authority', () => {
     const n = await world.declare('realcancel')
     await world.waitFor(n.backfill, 'Running', 'JobRunning')
     const job = jobName(n.backfill, 1)
+    expect((await world.pods(job)).length).toBeGreaterThan(0)
     const at = await world.foreground(n.model)
     await waitUntil('Job deleted', async () => ((await alive(world, job)) ? undefined : true), 5_000)
     expect(Date.now() - at).toBeLessThan(5_000)
+    // Its pods go with it (the uid-guarded DELETE keeps foreground propagation; a Job's default orphans them).
+    await waitUntil('pods deleted', async () => {
+      const pods = await world.core.listNamespacedPod({ namespace: env.namespace, labelSelector: `job-name=${job}` })
+      return pods.items.every((p) => p.metadata?.deletionTimestamp) ? true : undefined
+    })
     await world.waitFor(n.backfill, 'WaitingForIdle', 'IdleWindow')
     expect((await world.state(n.backfill))?.counters.preemptions).toEqual({ foreground: 1 })
   })
