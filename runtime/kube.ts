@@ -243,8 +243,20 @@ export class Kube {
     }
     const existing = await this.getJob(namespace, name)
     if (!existing) return 'predecessor' // gone meanwhile: the retry creates it
-    const existingOwner = existing.metadata?.ownerReferences?.find((r) => r.controller)?.uid
-    if (owner && existingOwner === owner) return 'exists'
+    const controller = existing.metadata?.ownerReferences?.find((r) => r.controller)
+    if (owner && controller?.uid === owner) return 'exists'
+    // A predecessor's: our label for this backfill name, controlled by a ModelBackfill of that name or orphaned.
+    const backfill = job.metadata?.ownerReferences?.find((r) => r.controller)?.name ?? ''
+    const predecessor =
+      existing.metadata?.labels?.[LABEL_BACKFILL] === backfillLabelValue(backfill) &&
+      (!controller || (controller.kind === 'ModelBackfill' && controller.name === backfill))
+    if (!predecessor) {
+      // Someone else's Job under the attempt's name: never deleted, the attempt cannot be created.
+      throw new JobRejectedError(
+        409,
+        `the name is taken by Job ${namespace}/${name}, which ModelBackfill ${backfill} does not own`,
+      )
+    }
     await this.deleteJob(namespace, name, existing.metadata?.uid, 'Background')
     return 'predecessor'
   }

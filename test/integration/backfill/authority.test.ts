@@ -219,6 +219,24 @@ describe.concurrent('adoption by name', () => {
     expect(history.phases().slice(0, 3)).toEqual(STARTED)
     history.stop()
   })
+  it('a Job of someone else under the attempt’s name is left alone: Blocked/JobRejected, not adopted or deleted', async ({
+    expect,
+  }) => {
+    const n = world.names('squatted')
+    const job = jobName(n.backfill, 1)
+    await world.batch.createNamespacedJob({
+      namespace: env.namespace,
+      body: {
+        metadata: { name: job },
+        spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'busybox' }] } } },
+      },
+    })
+    await world.declare('squatted')
+    const blocked = await world.waitFor(n.backfill, 'Blocked', 'JobRejected')
+    expect(blocked.status?.message).toMatch(/the name is taken by Job .*, which ModelBackfill squatted does not own/)
+    expect(await alive(world, job)).toBe(true)
+    expect((await world.job(job))?.metadata?.ownerReferences).toBeUndefined()
+  })
 })
 
 describe.concurrent('a Job refused by the apiserver', () => {
