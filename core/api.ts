@@ -3,6 +3,7 @@
 // (`x-kubernetes-validations`) so `kubectl apply` refuses what the functions would block anyway.
 import { z } from 'zod'
 import { DurationError, parseDuration } from './duration.js'
+import { isObjectName } from './names.js'
 
 export const GROUP = 'ai.flexinfer'
 export const VERSION = 'v1alpha2'
@@ -56,6 +57,8 @@ export const REASONS = {
     'GamingIntent',
     'GPULeaseActive',
     'ConcurrentBackfill',
+    // An addition to the contract's vocabulary: the apiserver refused the attempt's Job (quota, webhook, invalid).
+    'JobRejected',
   ],
 } as const satisfies Record<Phase, readonly string[]>
 export type Reason<P extends Phase = Phase> = (typeof REASONS)[P][number]
@@ -206,7 +209,7 @@ export interface ModelBackfill {
 
 /** A spec problem the functions block on (defence in depth behind the CRD's CEL rules). */
 export interface SpecProblem {
-  reason: 'InvalidEnvironment' | 'InvalidRepeatAfter'
+  reason: 'InvalidEnvironment' | 'InvalidRepeatAfter' | 'ModelNotFound' | 'TemplateNotFound'
   message: string
 }
 
@@ -216,8 +219,34 @@ export interface ResolvedSpec {
   repeatAfterMs: number
 }
 
+/** A ref as it may be shown in a status message: quoted (control characters escaped), long ones shortened. */
+const shown = (ref: unknown) => {
+  const text = JSON.stringify(String(ref))
+  return text.length > 80 ? `${text.slice(0, 64)}…" (${String(ref).length} characters)` : text
+}
+
+/** A ref no Model/CronJob can have is never looked up: that object cannot exist, so it is "not found" for good. */
+function checkRefs(spec: ModelBackfillSpec): SpecProblem | undefined {
+  const rule = 'lower-case letters, digits, "-" and "." (a DNS subdomain), at most 253 characters'
+  if (!isObjectName(spec.modelRef)) {
+    return {
+      reason: 'ModelNotFound',
+      message: `modelRef ${shown(spec.modelRef)} is not a valid Kubernetes object name (${rule}); no Model can have it`,
+    }
+  }
+  if (!isObjectName(spec.templateRef)) {
+    return {
+      reason: 'TemplateNotFound',
+      message: `templateRef ${shown(spec.templateRef)} is not a valid Kubernetes object name (${rule}); no CronJob can have it`,
+    }
+  }
+  return undefined
+}
+
 /** Validates what CEL also checks, for objects admitted before the CRD had the rules. */
 export function checkSpec(spec: ModelBackfillSpec): { problem: SpecProblem } | { resolved: ResolvedSpec } {
+  const badRef = checkRefs(spec)
+  if (badRef) return { problem: badRef }
   const env = spec.env ?? {}
   const names = Object.keys(env)
   if (names.length > MAX_ENV) {

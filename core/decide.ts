@@ -27,6 +27,8 @@ import {
 export const RECHECK_MS = 15_000
 /** How soon admission tries again when the preemption path was not ready (runtime/fence.ts). */
 export const PATH_RECHECK_MS = 5_000
+/** A Job rejected again and again is re-tried less often: RECHECK_MS doubling up to this. */
+export const MAX_REJECTED_RECHECK_MS = 4 * 60_000
 
 export interface Contender {
   namespace: string
@@ -71,6 +73,11 @@ export type Trigger =
   | { type: 'admit' }
   /** A cancel request (the cancel function has already deleted the Job), with the time of the winning signal. */
   | { type: 'cancel'; reason: CancelReason; at: string }
+  /**
+   * The apiserver refused to create the attempt's Job for good (403: quota or webhook; 400/422: invalid). Retrying
+   * at once would not help; holding the attempt would wedge its model and node (the claims never go stale).
+   */
+  | { type: 'jobRejected'; jobName: string; message: string }
 
 export type DeleteWhy = CancelReason | 'Deleted' | 'Cleanup' | 'RepeatCleanup'
 
@@ -238,6 +245,7 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
     return true
   }
   if (job) {
+    s.rejections = undefined // the apiserver took this attempt's Job: the rejection back-off starts over
     const reason = cancelReason(w, trigger)
     if (reason) {
       cancel(w, reason)
@@ -262,6 +270,10 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
   // The Job does not exist.
   switch (s.phase) {
     case 'Starting': {
+      if (trigger.type === 'jobRejected' && trigger.jobName === jobName) {
+        rejected(w, jobName, trigger.message)
+        return false
+      }
       // Admitted, but the Job is not there: a crash between the state write and the create. Re-check the gates
       // with the attempt's own claim: still admissible → create it (same name, so at most one Job); else abandon.
       const reason = cancelReason(w, trigger)
@@ -303,6 +315,31 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       s.jobName = undefined
       return false
   }
+}
+
+/**
+ * The apiserver refused the attempt's Job: nothing was created, so the attempt is taken back (not counted), its
+ * claims go at once so other backfills on the model and node are not held up, and a re-check retries it later
+ * (backing off on repeats). The idle window is kept: no foreground request came, so a retry needs no new window.
+ */
+function rejected(w: Work, jobName: string, message: string) {
+  const s = w.s
+  s.attempts -= 1
+  s.counters.starts -= 1
+  s.rejections = (s.rejections ?? 0) + 1
+  w.actions.push({ type: 'releaseClaims', jobName })
+  s.jobName = undefined
+  s.nodeName = undefined
+  s.startedAt = undefined
+  s.runningSince = undefined
+  const delay = Math.min(RECHECK_MS * 2 ** (s.rejections - 1), MAX_REJECTED_RECHECK_MS)
+  armTimer(w, w.now + delay)
+  set(
+    w,
+    'Blocked',
+    'JobRejected',
+    `Job ${jobName} was refused by the apiserver: ${message}; retrying after ${iso(w.now + delay)}`,
+  )
 }
 
 /** The attempt is over without an outcome: its claims go, and the next attempt needs a fresh full window. */
@@ -578,6 +615,8 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
     armTimer(w, now + PATH_RECHECK_MS)
     return set(w, 'WaitingForIdle', waitReason, `idle window complete; not admitting: ${o.preemptionPath.why}`)
   }
+  // A refused Job is retried by its re-check timer, not by whatever event comes first (a Model status update).
+  if (s.phase === 'Blocked' && s.reason === 'JobRejected' && now < ms(s.timerAt)) return true
   // Admit.
   s.attempts += 1
   s.counters.starts += 1

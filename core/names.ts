@@ -28,6 +28,15 @@ export const ANNOTATION_MODEL = 'ai.flexinfer/backfill-model'
 export const ANNOTATION_NODE = 'ai.flexinfer/backfill-node'
 export const WORKLOAD_CLASS_ENV = 'FLEXINFER_WORKLOAD_CLASS'
 
+/**
+ * A name a namespaced Kubernetes object (a Model, a CronJob) can have: a DNS-1123 subdomain. Refs are checked
+ * against it before anything is read with them: "gemma 4" is no valid KV key (the read throws), and ".." in an API
+ * path would read something else than the object named.
+ */
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/
+export const isObjectName = (name: unknown): name is string =>
+  typeof name === 'string' && name.length <= 253 && DNS_SUBDOMAIN.test(name)
+
 /** NATS KV keys allow [-/_=.a-zA-Z0-9]; Kubernetes names are DNS labels/subdomains, so they fit as they are. */
 export const modelKey = (namespace: string, model: string) => `${namespace}.${model}`
 export const backfillKey = (namespace: string, backfill: string) => `${namespace}.${backfill}`

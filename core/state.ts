@@ -47,6 +47,8 @@ export interface BackfillState {
   nextRunTime?: string
   /** Set once the deletion of the ModelBackfill has cancelled its running attempt (counted once). */
   deletionCancelled?: boolean
+  /** Consecutive attempts whose Job the apiserver refused (quota, webhook): spaces out the re-checks. */
+  rejections?: number
   /** Due time of the armed timer, so timers are re-armed lazily rather than on every foreground request. */
   timerAt?: string
   counters: Counters

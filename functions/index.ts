@@ -1,7 +1,7 @@
 // Every function, by name: the runner (`npm start`), the KEDA Deployments and the Knative Services pick from here.
 import type { EventFunction } from '../runtime/function.js'
 import { admit } from './admit/index.js'
-import { cancel } from './cancel/index.js'
+import { cancelFunction } from './cancel/index.js'
 import { demandFunction } from './demand/index.js'
 import { lifecycle } from './lifecycle/index.js'
 import { source } from './source/index.js'
@@ -10,7 +10,7 @@ export const functionFactories: Record<string, () => EventFunction> = {
   source: () => source,
   demand: demandFunction,
   admit: () => admit,
-  cancel: () => cancel,
+  cancel: cancelFunction,
   lifecycle: () => lifecycle,
 }
 

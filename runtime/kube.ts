@@ -118,6 +118,34 @@ export function deadlineHttpLibrary(timeoutMs: number): HttpLibrary {
   })
 }
 
+/** Job create answers no retry can fix: 403 (ResourceQuota, admission webhook, RBAC), 400/422 (invalid Job). */
+const REJECTED = new Set([400, 403, 422])
+
+/** The apiserver refused to create a Job for good; `message` is its own explanation (a Status message). */
+export class JobRejectedError extends Error {
+  constructor(
+    readonly code: number,
+    message: string,
+  ) {
+    super(message)
+  }
+}
+
+/** The message of the Status an apiserver error carries (client-node keeps the body as text), else the error's. */
+export function apiMessage(err: unknown): string {
+  const body = (err as { body?: unknown })?.body
+  let parsed: unknown = body
+  if (typeof body === 'string') {
+    try {
+      parsed = JSON.parse(body)
+    } catch {
+      parsed = undefined
+    }
+  }
+  const message = (parsed as { message?: unknown } | undefined)?.message
+  return typeof message === 'string' && message ? message : String((err as Error)?.message ?? err)
+}
+
 const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch)
 
 /**
@@ -274,26 +302,71 @@ export class Kube {
     return (await this.batch.listNamespacedJob({ namespace, labelSelector })).items
   }
 
-  /** Creates the attempt's Job; an existing Job of the same (deterministic) name means it is already done. */
-  async createJob(job: V1Job): Promise<'created' | 'exists'> {
+  /**
+   * Creates the attempt's Job. An existing Job of the same (deterministic) name is this attempt's only when its
+   * controller is this very ModelBackfill (by UID): a re-created declaration of the same name would otherwise adopt
+   * its predecessor's Job — and report its outcome — without running. A predecessor's Job is deleted (only that
+   * one: preconditions on its UID) and 'predecessor' returned, so the caller retries once it is gone. A refusal
+   * that no retry can fix (quota, admission webhook, invalid Job) throws JobRejectedError.
+   */
+  async createJob(job: V1Job): Promise<'created' | 'exists' | 'predecessor'> {
+    const namespace = job.metadata?.namespace as string
+    const name = job.metadata?.name as string
+    const owner = job.metadata?.ownerReferences?.find((r) => r.controller)?.uid
     this.requests.write++
     try {
-      await this.batch.createNamespacedJob({ namespace: job.metadata?.namespace as string, body: job })
+      await this.batch.createNamespacedJob({ namespace, body: job })
       return 'created'
     } catch (err) {
-      if (statusCode(err) === 409) return 'exists'
-      throw err
+      const code = statusCode(err)
+      if (code !== undefined && REJECTED.has(code)) throw new JobRejectedError(code, apiMessage(err))
+      if (code !== 409) throw err
     }
+    const existing = await this.getJob(namespace, name)
+    if (!existing) return 'predecessor' // gone meanwhile: the retry creates it
+    const controller = existing.metadata?.ownerReferences?.find((r) => r.controller)
+    if (owner && controller?.uid === owner) return 'exists'
+    // A predecessor's: our label for this backfill name, controlled by a ModelBackfill of that name or orphaned.
+    const backfill = job.metadata?.ownerReferences?.find((r) => r.controller)?.name ?? ''
+    const predecessor =
+      existing.metadata?.labels?.[LABEL_BACKFILL] === backfillLabelValue(backfill) &&
+      (!controller || (controller.kind === 'ModelBackfill' && controller.name === backfill))
+    if (!predecessor) {
+      // Someone else's Job under the attempt's name: never deleted, the attempt cannot be created.
+      throw new JobRejectedError(
+        409,
+        `the name is taken by Job ${namespace}/${name}, which ModelBackfill ${backfill} does not own`,
+      )
+    }
+    await this.deleteJob(namespace, name, existing.metadata?.uid, 'Background')
+    return 'predecessor'
   }
 
-  /** Foreground propagation: the Job stays (Cancelling) until its pods are gone. 404 means already deleted. */
-  async deleteJob(namespace: string, name: string): Promise<'deleted' | 'absent'> {
+  /**
+   * Foreground propagation: the Job stays (Cancelling) until its pods are gone. 404 means already deleted. With
+   * `uid`, only that Job is deleted: a same-named replacement answers 409 ('replaced') and stays.
+   */
+  async deleteJob(
+    namespace: string,
+    name: string,
+    uid?: string,
+    propagationPolicy: 'Foreground' | 'Background' = 'Foreground',
+  ): Promise<'deleted' | 'absent' | 'replaced'> {
     this.requests.write++
     try {
-      await this.batch.deleteNamespacedJob({ namespace, name, propagationPolicy: 'Foreground' })
+      // With a body the apiserver ignores the query's options: the propagation policy goes in the body too (a Job's
+      // default is to orphan its pods, which would leave the work running).
+      await this.batch.deleteNamespacedJob({
+        namespace,
+        name,
+        propagationPolicy,
+        body: uid ? { propagationPolicy, preconditions: { uid } } : undefined,
+      })
       return 'deleted'
     } catch (err) {
-      if (statusCode(err) === 404) return 'absent'
+      const code = statusCode(err)
+      if (code === 404) return 'absent'
+      if (code === 409 && uid) return 'replaced'
       throw err
     }
   }
@@ -438,15 +511,27 @@ export class WatchCache<T extends KubernetesObject> {
   }
 }
 
+/** Every backfill-labelled Job in the cluster, kept current by a watch (admit's contender gate, cancel's check). */
+export const backfillJobsCache = (kube: Kube) =>
+  new WatchCache<V1Job>(
+    kube.kc,
+    '/apis/batch/v1/jobs',
+    () => kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
+    LABEL_BACKFILL,
+  )
+
 /**
  * What admit reads on every admission, kept current by watches: the gates then cost no apiserver round trip
  * (a burst of admissions made the apiserver the bottleneck). A watch lags by milliseconds; whatever changes in
  * that time arrives as an event of its own and is decided again (a Model turning not Ready cancels at once). The
  * claims in KV, not these caches, make two admissions exclusive.
+ *
+ * CronJobs are not cached: every CronJob in the cluster (most of them no template of ours) would be held in
+ * memory, without bound. The template is read with one GET per admission decision instead — admissions are rare
+ * (a window ending, a re-check), and a GET also sees an edited template at once.
  */
 export class AdmissionCaches {
   readonly jobs: WatchCache<V1Job>
-  readonly cronJobs: WatchCache<V1CronJob>
   readonly models: WatchCache<KubernetesObject>
   readonly gamingSessions: WatchCache<KubernetesObject>
   readonly gpuLeases: WatchCache<KubernetesObject>
@@ -459,26 +544,14 @@ export class AdmissionCaches {
         `/apis/${GROUP}/${VERSION}/${plural}`,
         async () => (await kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as never,
       )
-    this.jobs = new WatchCache(
-      kc,
-      '/apis/batch/v1/jobs',
-      () => kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
-      LABEL_BACKFILL,
-    )
-    this.cronJobs = new WatchCache(kc, '/apis/batch/v1/cronjobs', () => kube.batch.listCronJobForAllNamespaces())
+    this.jobs = backfillJobsCache(kube)
     this.models = custom(PLURALS.models)
     this.gamingSessions = custom(PLURALS.gamingSessions)
     this.gpuLeases = custom(PLURALS.gpuLeases)
   }
 
   private get all() {
-    return [
-      this.jobs,
-      this.cronJobs,
-      this.models,
-      this.gamingSessions,
-      this.gpuLeases,
-    ] as WatchCache<KubernetesObject>[]
+    return [this.jobs, this.models, this.gamingSessions, this.gpuLeases] as WatchCache<KubernetesObject>[]
   }
 
   async start() {

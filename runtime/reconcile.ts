@@ -7,12 +7,12 @@ import type { V1CronJob } from '@kubernetes/client-node'
 import type { ModelBackfill } from '../core/api.js'
 import { type Contender, type Decision, decide, type Observed, sameState, type Trigger } from '../core/decide.js'
 import { buildJob, gpuViolations } from '../core/job.js'
-import { backfillKey, backfillLabelValue, modelKey } from '../core/names.js'
+import { backfillKey, backfillLabelValue, isObjectName, modelKey } from '../core/names.js'
 import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
 import { checkFence, lastRequestAt } from './fence.js'
 import type { AdmissionCaches, Kube } from './kube.js'
-import { PLURALS } from './kube.js'
+import { JobRejectedError, PLURALS } from './kube.js'
 import type { Logger } from './log.js'
 import type { Bus } from './nats.js'
 
@@ -45,6 +45,8 @@ interface Observation {
   template: V1CronJob | null
 }
 
+const ownedBy = (job: JobView, b: ModelBackfill) => !b.metadata.uid || job.ownerUid === b.metadata.uid
+
 const readJson = <T>(entry: { operation: string; json: <U>() => U } | null): T | null =>
   entry && entry.operation === 'PUT' ? entry.json<T>() : null
 
@@ -75,19 +77,21 @@ export async function observe(
   }
   const modelName = backfill.spec.modelRef
   const caches = role === 'admit' ? deps.caches : undefined
+  // A ref no object can have is never read with (an invalid KV key throws; ".." in an API path reads something
+  // else): it is not found, and decide() blocks on it with the reason.
+  const modelOk = isObjectName(modelName)
+  const templateOk = isObjectName(backfill.spec.templateRef)
   const [model, template, job, sessions, leases, jobs, idle, lastRequest] = await Promise.all([
-    caches ? caches.models.get(namespace, modelName) : kube.getModel(namespace, modelName),
-    caches
-      ? caches.cronJobs.get(namespace, backfill.spec.templateRef)
-      : kube.getCronJob(namespace, backfill.spec.templateRef),
+    !modelOk ? null : caches ? caches.models.get(namespace, modelName) : kube.getModel(namespace, modelName),
+    templateOk ? kube.getCronJob(namespace, backfill.spec.templateRef) : null,
     state?.jobName ? kube.getJob(namespace, state.jobName) : Promise.resolve(null),
     caches ? caches.gamingSessions.list() : kube.listAll(PLURALS.gamingSessions),
     caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases),
     // Only admit needs the contenders (every backfill Job in the cluster); the others never admit — a decision
     // to admit is handed to admit, which looks again — so they list just this declaration's own Jobs.
     role !== 'admit' ? kube.listOwnJobs(namespace, name) : caches ? caches.jobs.list() : kube.listBackfillJobs(),
-    bus.kv.idle.get(modelKey(namespace, modelName)),
-    lastRequestAt(bus.jsm, namespace, modelName),
+    modelOk ? bus.kv.idle.get(modelKey(namespace, modelName)) : null,
+    modelOk ? lastRequestAt(bus.jsm, namespace, modelName) : null,
   ])
   const modelV = model ? modelView(model) : null
   const ours = backfillLabelValue(name)
@@ -117,7 +121,9 @@ export async function observe(
       gamingSessions: sessions.map(gamingSessionView),
       leases: leases.map(gpuLeaseView),
       template: template ? { found: true, gpu: gpuViolations(template) } : { found: false },
-      job: job ? jobView(job) : null,
+      // A Job of that name is the attempt's only when this ModelBackfill (by UID) controls it: a predecessor of the
+      // same name left one behind (orphaned, or not yet collected), and its outcome is not ours to report.
+      job: job && ownedBy(jobView(job), backfill) ? jobView(job) : null,
       contenders,
       strays,
     },
@@ -131,8 +137,9 @@ export async function reconcile(
   role: Role,
   namespace: string,
   name: string,
-  trigger: Trigger,
+  initialTrigger: Trigger,
 ): Promise<Decision | null> {
+  let trigger = initialTrigger
   const kv = deps.bus.kv.backfills
   const key = backfillKey(namespace, name)
   for (let round = 0; round < MAX_CAS_RETRIES; round++) {
@@ -185,7 +192,11 @@ export async function reconcile(
         throw err
       }
     }
-    await apply(deps, role, observed, template, decision, revision)
+    const applied = await apply(deps, role, observed, template, decision, revision)
+    if (applied.rejected) {
+      trigger = { type: 'jobRejected', ...applied.rejected }
+      continue
+    }
     return decision
   }
   deps.log.warn(
@@ -198,7 +209,19 @@ export async function reconcile(
 const isCasConflict = (err: unknown) =>
   /wrong last sequence|key exists|10071|10164/i.test(String((err as Error)?.message))
 
-async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | null, d: Decision, revision: number) {
+/** What applying a decision reported back: a Job the apiserver refused, to be decided again. */
+interface Applied {
+  rejected?: { jobName: string; message: string }
+}
+
+async function apply(
+  deps: Deps,
+  role: Role,
+  o: Observed,
+  template: V1CronJob | null,
+  d: Decision,
+  revision: number,
+): Promise<Applied> {
   const { kube, bus, log } = deps
   const b = o.backfill as ModelBackfill | null
   const prior = o.state
@@ -220,11 +243,25 @@ async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | 
           node: action.node,
           maxRunDurationMs: action.spec.maxRunDurationMs,
         })
-        const result = await kube.createJob(job)
-        log.info(
-          { namespace: b.metadata.namespace, backfill: b.metadata.name, job: action.jobName, result },
-          'job created',
-        )
+        let result: Awaited<ReturnType<Kube['createJob']>>
+        try {
+          result = await kube.createJob(job)
+        } catch (err) {
+          // Refused for good: the rest of this decision (the Started event, its status) never happened; decide
+          // again with the refusal, which releases the claims and blocks.
+          if (err instanceof JobRejectedError) return { rejected: { jobName: action.jobName, message: err.message } }
+          throw err
+        }
+        const where = { namespace: b.metadata.namespace, backfill: b.metadata.name, job: action.jobName, result }
+        if (result === 'predecessor') {
+          // The name was held by a Job of an earlier ModelBackfill of the same name, now being deleted. The attempt
+          // stays Starting (nothing reported as running) and a re-check shortly creates it once the name is free.
+          log.warn(where, 'job name held by a predecessor ModelBackfill; deleted it, retrying the attempt')
+          await bus.armTimer(b.metadata.namespace, b.metadata.name, new Date(deps.now() + 1000).toISOString())
+          armed = true
+          break
+        }
+        log.info(where, 'job created')
         break
       }
       case 'deleteJob': {
@@ -237,7 +274,9 @@ async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | 
           action.why === 'RepeatCleanup'
         ) {
           // Housekeeping deletes (no preemption latency at stake) are done by whoever decides them.
-          const result = await kube.deleteJob(namespace, action.jobName)
+          // The Job observed (ours by owner UID) is the one deleted, never a same-named successor.
+          const uid = [o.job, ...(o.strays ?? [])].find((j) => j?.name === action.jobName)?.uid
+          const result = await kube.deleteJob(namespace, action.jobName, uid)
           log.info({ namespace, job: action.jobName, why: action.why, result }, 'job deleted')
         } else {
           await bus.publish('ai.flexinfer.backfill.cancel', {
@@ -281,6 +320,7 @@ async function apply(deps: Deps, role: Role, o: Observed, template: V1CronJob | 
       await bus.armTimer(namespace, name, timerAt)
     }
   }
+  return {}
 }
 
 /** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */

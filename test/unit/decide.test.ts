@@ -4,7 +4,16 @@
 // reach the idle state or decide, so decide never sees one (the events and integration tests cover that).
 import { describe, expect, it } from 'vitest'
 import { checkSpec, FINALIZER, type ModelBackfillSpec, PHASES, type Phase, REASONS } from '../../core/api.js'
-import { type Action, type Decision, decide, initialState, type Observed, type Trigger } from '../../core/decide.js'
+import {
+  type Action,
+  type Decision,
+  decide,
+  initialState,
+  MAX_REJECTED_RECHECK_MS,
+  type Observed,
+  RECHECK_MS,
+  type Trigger,
+} from '../../core/decide.js'
 import { type Fixture, fixture } from './support/phases.js'
 import {
   aBackfill,
@@ -1274,5 +1283,121 @@ describe('checkSpec (defence in depth behind the CRD rules)', () => {
   it('accepts 32 valid env names, underscores and mixed case', () => {
     const env = Object.fromEntries(Array.from({ length: 32 }, (_, i) => [`_Var_${i}`, 'x']))
     expect(checkSpec({ ...base, env })).toHaveProperty('resolved')
+  })
+})
+
+describe('refs that cannot name a Kubernetes object are Blocked before anything is read with them', () => {
+  const HOSTILE = [
+    'gemma 4',
+    'Gemma',
+    'llm*',
+    'llm.>',
+    'a..b',
+    '.hidden',
+    'x'.repeat(300),
+    'modèle',
+    'line\r\nbreak',
+    '-llm',
+    'llm/other',
+  ]
+  it.each(HOSTILE)('modelRef %j → Blocked/ModelNotFound with the reason in the message', (ref) => {
+    const t = new Timeline(aWorld({ backfill: aBackfill({ spec: { modelRef: ref } }), model: null }))
+    const d = t.step(T0)
+    expect(d.state).toMatchObject({ phase: 'Blocked', reason: 'ModelNotFound' })
+    expect(d.status?.message).toMatch(
+      /^modelRef ".*"( \(\d+ characters\))? is not a valid Kubernetes object name .*no Model can have it$/s,
+    )
+    expect(d.status?.message?.length).toBeLessThan(300)
+    expect(d.status?.message).not.toMatch(/[\r\n]/)
+    expectActions(d.actions, [{ type: 'recordEvent', eventType: 'Warning', reason: 'Blocked' }])
+    // Nothing wakes it but a spec change: no re-check timer, and a re-decision changes nothing.
+    expect(t.step(T0 + HOUR).actions).toEqual([])
+  })
+  it.each(HOSTILE)('templateRef %j → Blocked/TemplateNotFound', (ref) => {
+    const d = decide(
+      aWorld({ backfill: aBackfill({ spec: { templateRef: ref } }), template: templateMissing }),
+      { type: 'timer' },
+      T0,
+    )
+    expect(d.state).toMatchObject({ phase: 'Blocked', reason: 'TemplateNotFound' })
+    expect(d.status?.message).toMatch(
+      /^templateRef ".*"( \(\d+ characters\))? is not a valid Kubernetes object name .*no CronJob can have it$/s,
+    )
+  })
+  it('DNS subdomains of up to 253 characters are fine', () => {
+    for (const ref of [
+      'llm',
+      'gemma-4',
+      'gemma.4b.q8',
+      `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(61)}`,
+    ]) {
+      expect('resolved' in checkSpec({ modelRef: ref, templateRef: ref } as ModelBackfillSpec), ref).toBe(true)
+    }
+  })
+  it('a running attempt whose modelRef is changed to a bad one is cancelled (SpecChanged), then Blocked', () => {
+    const f = FIXTURES.Running
+    const b = withSpec(f.world.backfill as never, { modelRef: 'gemma 4' })
+    const d = decide({ ...structuredClone(f.world), backfill: b }, { type: 'resource' }, f.now)
+    expect(d.state).toMatchObject({ phase: 'Cancelling', reason: 'SpecChanged' })
+    const after = decide(
+      { ...structuredClone(f.world), backfill: b, state: d.state, job: null },
+      { type: 'resource' },
+      f.now,
+    )
+    expect(after.state).toMatchObject({ phase: 'Blocked', reason: 'ModelNotFound' })
+  })
+})
+
+describe('a Job the apiserver refuses (quota, webhook, invalid) releases the attempt and is re-checked later', () => {
+  const rejection = (jobName = J1): Trigger => ({
+    type: 'jobRejected',
+    jobName,
+    message: 'jobs.batch "x" is forbidden: exceeded quota: q, requested: count/jobs.batch=1',
+  })
+  it('Starting + rejection → Blocked/JobRejected: claims released, Warning event, attempt not counted, re-check', () => {
+    const f = FIXTURES.Starting
+    const world = { ...structuredClone(f.world), job: null }
+    const d = decide(world, rejection(), f.now)
+    expect(d.state).toMatchObject({ phase: 'Blocked', reason: 'JobRejected', attempts: 0, rejections: 1 })
+    expect(d.state?.counters.starts).toBe(0)
+    expect(d.state?.jobName).toBeUndefined()
+    expect(d.state?.nodeName).toBeUndefined()
+    expect(d.state?.windowStart).toBe(f.state.windowStart) // no foreground request: the window still holds
+    expect(d.status?.message).toMatch(
+      /^Job .* was refused by the apiserver: jobs.batch "x" is forbidden: exceeded quota/,
+    )
+    expect(REASONS.Blocked as readonly string[]).toContain('JobRejected')
+    expectActions(d.actions, [
+      { type: 'releaseClaims', jobName: J1 },
+      armAt(f.now + RECHECK_MS),
+      { type: 'recordEvent', eventType: 'Warning', reason: 'Blocked' },
+    ])
+  })
+  it('a rejection naming another attempt changes nothing (a stale report)', () => {
+    const f = FIXTURES.Starting
+    const d = decide({ ...structuredClone(f.world), job: null }, rejection(J2), f.now)
+    expect(d.state).toMatchObject({ phase: 'Starting', attempts: 1 })
+    expect(d.actions.map((a) => a.type)).toEqual(['createJob'])
+  })
+  it('held until the re-check (no event admits it sooner), admitted then; repeats back off up to a few minutes', () => {
+    const f = FIXTURES.Starting
+    const t = new Timeline({ ...structuredClone(f.world), job: null })
+    let now = f.now
+    const delays: number[] = []
+    for (let i = 0; i < 6; i++) {
+      const d = t.step(now, rejection())
+      const at = Date.parse(d.state?.timerAt ?? '')
+      delays.push(at - now)
+      expect(t.step(at - 1, { type: 'resource' }).state).toMatchObject({ phase: 'Blocked', reason: 'JobRejected' })
+      const again = t.step(at)
+      expect(again.state).toMatchObject({ phase: 'Starting', attempts: 1, jobName: J1 })
+      expect(again.actions.some((a) => a.type === 'createJob')).toBe(true)
+      now = at
+    }
+    expect(delays).toEqual([1, 2, 4, 8, 16, 16].map((k) => k * RECHECK_MS))
+    expect(MAX_REJECTED_RECHECK_MS).toBe(16 * RECHECK_MS)
+    // Created at last: the Job observed resets the back-off.
+    t.change(() => ({ job: aJob(J1) }))
+    expect(t.step(now + SECOND).state?.rejections).toBeUndefined()
   })
 })

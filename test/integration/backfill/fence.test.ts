@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { cancel } from '../../../functions/cancel/index.js'
+import { cancelFunction } from '../../../functions/cancel/index.js'
 import { demandFunction } from '../../../functions/demand/index.js'
 import { scoped } from '../../../runtime/deps.js'
 import type { EventFunction } from '../../../runtime/function.js'
@@ -78,7 +78,7 @@ describe('the admission fence', () => {
     await sleep(3500)
     expect(await world.jobsOf(backfill)).toEqual([])
     await world.waitForStatus(backfill, 'not admitting: no cancel', (s) => /no cancel instance/.test(s.message ?? ''))
-    await startFunction(cancel)
+    await startFunction(cancelFunction())
     await world.waitFor(backfill, 'Running', undefined, 20_000)
     // And it is cancelled by the next request, through the restarted cancel.
     await world.foreground(model)
