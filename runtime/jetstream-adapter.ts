@@ -6,9 +6,19 @@ import { awaitProvisioned, isNotFound } from './nats.js'
 import { processEvent } from './process-event.js'
 import type { Deps } from './reconcile.js'
 
-export const MAX_DELIVER = 8
+const envInt = (name: string, fallback: number) => {
+  const n = Number(process.env[name])
+  return Number.isInteger(n) && n > 0 ? n : fallback
+}
+/**
+ * The retry budget of a failing event, ~62 s by default: MAX_DELIVER deliveries, naked with a doubling backoff from
+ * RETRY_BACKOFF_MS up to RETRY_BACKOFF_MAX_MS, then dead-lettered (env overrides: tests shorten it).
+ */
+export const MAX_DELIVER = envInt('MAX_DELIVER', 8)
 const ACK_WAIT_MS = 30_000
-const backoffMs = (deliveries: number) => Math.min(30_000, 250 * 2 ** Math.min(deliveries, 7))
+const BACKOFF_BASE_MS = envInt('RETRY_BACKOFF_MS', 250)
+const BACKOFF_MAX_MS = envInt('RETRY_BACKOFF_MAX_MS', 30_000)
+const backoffMs = (deliveries: number) => Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** Math.min(deliveries, 7))
 
 export interface RunningFunction {
   name: string
