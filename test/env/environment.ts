@@ -7,7 +7,7 @@ import { mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { type Binaries, ensureBinaries, repoRoot } from './binaries.js'
-import { cmdline, run, runOk, waitFor } from './exec.js'
+import { cmdline, isAlive, run, runOk, waitFor } from './exec.js'
 import { freePorts, httpGet, LOOPBACK } from './net.js'
 import { createPki, type Pki, writeKubeconfig } from './pki.js'
 import {
@@ -56,6 +56,10 @@ export interface EnvironmentInfo {
 
 export interface Environment extends EnvironmentInfo {
   stop(): Promise<void>
+  /** Kills one server with SIGKILL (a crash, not a shutdown), e.g. kube-apiserver for an outage. */
+  killServer(name: string): Promise<void>
+  /** Starts a killed server again with the same arguments (and data); it is then stopped with the others. */
+  restartServer(name: string): Promise<void>
 }
 
 export interface StartOptions {
@@ -87,6 +91,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
   const reaper = new Reaper()
   reaper.removeDir(dir)
   const processes: ServerProcess[] = []
+  const commands = new Map<string, { command: string; args: string[] }>()
   try {
     await mkdir(dir, { recursive: true, mode: 0o700 })
     const logs = join(dir, 'logs')
@@ -105,6 +110,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       number,
     ]
     const start = (name: string, command: string, args: string[]) => {
+      commands.set(name, { command, args })
       const p = startServer(reaper, name, command, args, { cwd: dir, logPath: join(logs, `${name}.log`) })
       processes.push(p)
       return p
@@ -277,7 +283,27 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       startupMs: Date.now() - started,
     }
     await writeFile(join(dir, 'env.json'), `${JSON.stringify(info, null, 2)}\n`)
-    const env: Environment = { ...info, stop: () => stopEnvironment(env) }
+    const server = (name: string) => {
+      const entry = env.processes.find((p) => p.name === name)
+      const spec = commands.get(name)
+      if (!entry || !spec) throw new Error(`no server "${name}" in this environment`)
+      return { entry, spec }
+    }
+    const env: Environment = {
+      ...info,
+      stop: () => stopEnvironment(env),
+      async killServer(name) {
+        const { entry } = server(name)
+        process.kill(entry.pid, 'SIGKILL')
+        await waitFor(`${name} to die`, () => !isAlive(entry.pid), { timeoutMs: 10_000 })
+      },
+      async restartServer(name) {
+        const { entry, spec } = server(name)
+        if (isAlive(entry.pid)) throw new Error(`${name} is still running`)
+        const p = startServer(reaper, name, spec.command, spec.args, { cwd: dir, logPath: entry.logPath })
+        entry.pid = p.pid
+      },
+    }
     if (opts.detached) await reaper.release()
     else owned.set(env, reaper)
     log(`environment up in ${elapsed()} (${dir})`)
