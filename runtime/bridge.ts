@@ -31,10 +31,12 @@ export const PULLING_FUNCTIONS: readonly string[] = ['demand', 'cancel']
  * Broker themselves). A catalog type added for admit or lifecycle is forwarded without a change here.
  */
 export const BRIDGE_EVENT_SUBJECTS = Object.values(catalog)
-  .filter((e) => !('subjectIsPrefix' in e) && e.consumers.some((fn) => !PULLING_FUNCTIONS.includes(fn)))
+  .filter(
+    (e) => !('subjectIsPrefix' in e) && !('stream' in e) && e.consumers.some((fn) => !PULLING_FUNCTIONS.includes(fn)),
+  )
   .map((e) => e.subject)
-/** Fired timers (the schedules themselves, flexinfer.schedules.>, stay in the stream). */
-export const BRIDGE_TIMER_SUBJECTS = ['flexinfer.events.timer.>']
+/** Fired timers and resync sweeps (the schedules themselves, flexinfer.schedules.>, stay in the stream). */
+export const BRIDGE_TIMER_SUBJECTS = ['flexinfer.events.timer.>', 'flexinfer.events.resync.>']
 
 const MIME_CE = 'application/cloudevents+json'
 /** Besides 5xx: what Knative's dispatcher retries too (not found yet, timeout, conflict, throttled). */

@@ -106,17 +106,18 @@ describe('the bridge handler', () => {
     expect(bodies).toHaveLength(1)
   })
 
-  it('consumes what admit and lifecycle take from FLEXINFER_EVENTS (never the preemption path), and the fired timers; named per instance', () => {
+  it('consumes what admit and lifecycle take from FLEXINFER_EVENTS (never the preemption path), the fired timers and resync sweeps; named per instance', () => {
     const fn = createBridge({ sink: url })
     expect(fn.name).toBe('bridge')
     expect(fn.subscriptions.map((s) => [s.stream, s.subjects])).toEqual([
       ['FLEXINFER_EVENTS', BRIDGE_EVENT_SUBJECTS],
-      ['FLEXINFER_TIMERS', ['flexinfer.events.timer.>']],
+      ['FLEXINFER_TIMERS', ['flexinfer.events.timer.>', 'flexinfer.events.resync.>']],
     ])
     expect([...BRIDGE_EVENT_SUBJECTS].sort()).toEqual(
       [
         'flexinfer.events.backfill.admit',
         'flexinfer.events.backfill.changed',
+        'flexinfer.events.backfill.resync',
         'flexinfer.events.model.ready',
         'flexinfer.events.gaming.session',
         'flexinfer.events.gpu.lease',

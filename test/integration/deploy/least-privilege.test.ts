@@ -7,7 +7,7 @@
 // consumer exist in the configured account and /jsz reports their lag, as KEDA's nats-jetstream scaler reads it.
 import https from 'node:https'
 import { BatchV1Api, CustomObjectsApi, type KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node'
-import { jetstream } from '@nats-io/jetstream'
+import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -308,8 +308,23 @@ describe('NATS permissions', () => {
         'FLEXINFER_EVENTS/source',
         'FLEXINFER_TIMERS/admit-timers',
         'FLEXINFER_TIMERS/bridge-timers',
+        'FLEXINFER_TIMERS/lifecycle-timers',
       ].sort(),
     )
+  })
+
+  it('the provision step stored the repeating resync schedule, readable by lifecycle', async () => {
+    for (const user of ['provision', 'lifecycle'] as const) {
+      const nc = await connect(natsServerOptions(nats.url(user)))
+      try {
+        const jsm = await jetstreamManager(nc)
+        const stored = await jsm.streams.getMessage('FLEXINFER_TIMERS', { last_by_subj: 'flexinfer.schedules.resync' })
+        expect(stored?.header.get('Nats-Schedule'), user).toBe('@every 30000ms')
+        expect(stored?.header.get('Nats-Schedule-Target'), user).toBe('flexinfer.events.resync.due')
+      } finally {
+        await nc.close()
+      }
+    }
   })
 
   it('the gateway user cannot read the event streams', async () => {
