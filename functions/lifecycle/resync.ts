@@ -10,7 +10,7 @@ import { backfillKey, LABEL_BACKFILL } from '../../core/names.js'
 import { needsResync, RESYNC_MS, type ResyncReason } from '../../core/resync.js'
 import type { BackfillState } from '../../core/state.js'
 import { type JobView, jobView, type ModelView, modelView } from '../../core/world.js'
-import { BACKFILL_SCHEDULES_FILTER, STREAM_TIMERS } from '../../events/catalog.js'
+import { BACKFILL_SCHEDULES_FILTER, BUCKET_BACKFILLS, STREAM_TIMERS } from '../../events/catalog.js'
 import { PLURALS } from '../../runtime/kube.js'
 import type { Deps } from '../../runtime/reconcile.js'
 
@@ -55,7 +55,7 @@ export async function sweep(deps: Deps): Promise<SweepResult> {
     Promise.all(scopes.map((ns) => listBackfillJobs(deps, ns))).then((l) => l.flat()),
     Promise.all(scopes.map((ns) => listModels(deps, ns))).then((l) => l.flat()),
   ])
-  const [states, stored] = await Promise.all([readStates(deps.bus.kv.backfills), storedTimers(deps)])
+  const [states, stored] = await Promise.all([readStates(deps, scopes), storedTimers(deps, scopes)])
   const jobByName = new Map(jobs.map((j) => [`${j.namespace}/${j.name}`, j]))
   const modelByName = new Map(models.map((m) => [`${m.namespace}/${m.name}`, m]))
 
@@ -128,11 +128,23 @@ async function listModels(deps: Deps, namespace?: string): Promise<ModelView[]> 
   return list.items.map(modelView)
 }
 
-/** Every backfill state, read by one KV watch that replays the current values (not one get per backfill). */
-async function readStates(kv: KV): Promise<Map<string, BackfillState>> {
+/**
+ * The backfill states in scope, read by one KV watch that replays the current values (not one get per backfill).
+ * The stream's per-subject counts (one stream info) say whether there is anything to replay at all.
+ */
+async function readStates(deps: Deps, scopes: (string | undefined)[]): Promise<Map<string, BackfillState>> {
+  const kv: KV = deps.bus.kv.backfills
   const states = new Map<string, BackfillState>()
-  if ((await kv.status()).values === 0) return states
-  const watch = await kv.watch()
+  const keys = scopes.map((ns) => (ns ? `${ns}.>` : '>'))
+  let expected = 0
+  for (const key of keys) {
+    const info = await deps.bus.jsm.streams.info(`KV_${BUCKET_BACKFILLS}`, {
+      subjects_filter: `$KV.${BUCKET_BACKFILLS}.${key}`,
+    })
+    expected += Object.keys(info.state.subjects ?? {}).length
+  }
+  if (expected === 0) return states
+  const watch = await kv.watch({ key: keys.length === 1 ? keys[0] : keys })
   const timer = setTimeout(() => watch.stop(), STATE_READ_TIMEOUT_MS)
   let complete = false
   try {
@@ -153,9 +165,14 @@ async function readStates(kv: KV): Promise<Map<string, BackfillState>> {
   return states
 }
 
-/** Keys (`<namespace>.<backfill>`) of the backfills whose timer schedule is stored: one stream info call. */
-async function storedTimers(deps: Deps): Promise<Set<string>> {
-  const info = await deps.bus.jsm.streams.info(STREAM_TIMERS, { subjects_filter: BACKFILL_SCHEDULES_FILTER })
+/** Keys (`<namespace>.<backfill>`) of the backfills whose timer schedule is stored: one stream info per scope. */
+async function storedTimers(deps: Deps, scopes: (string | undefined)[]): Promise<Set<string>> {
   const prefix = 'flexinfer.schedules.'
-  return new Set(Object.keys(info.state.subjects ?? {}).map((s) => s.slice(prefix.length)))
+  const stored = new Set<string>()
+  for (const ns of scopes) {
+    const filter = ns ? `${prefix}${ns}.*` : BACKFILL_SCHEDULES_FILTER
+    const info = await deps.bus.jsm.streams.info(STREAM_TIMERS, { subjects_filter: filter })
+    for (const subject of Object.keys(info.state.subjects ?? {})) stored.add(subject.slice(prefix.length))
+  }
+  return stored
 }
