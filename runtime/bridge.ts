@@ -69,6 +69,16 @@ export function toStructured(event: InboundEvent): string {
   })
 }
 
+/**
+ * A repeating schedule fires the very message it stores, so every resync sweep would carry the same CloudEvent id
+ * and time; a Broker that de-duplicates by id would drop all but the first. Each firing is its own occurrence.
+ */
+function asOccurrence(event: InboundEvent): InboundEvent {
+  if (event.type !== 'ai.flexinfer.resync.due') return event
+  const now = new Date()
+  return { ...event, id: `${event.id}.${now.getTime()}`, time: now.toISOString() }
+}
+
 export function createBridge(opts: BridgeOptions): EventFunction {
   const sink = new URL(opts.sink).toString()
   const timeoutMs = opts.timeoutMs ?? 10_000
@@ -85,7 +95,7 @@ export function createBridge(opts: BridgeOptions): EventFunction {
         res = await fetch(sink, {
           method: 'POST',
           headers: { 'content-type': MIME_CE },
-          body: toStructured(event),
+          body: toStructured(asOccurrence(event)),
           signal: AbortSignal.timeout(timeoutMs),
         })
       } catch (err) {
