@@ -56,10 +56,6 @@ export interface EnvironmentInfo {
 
 export interface Environment extends EnvironmentInfo {
   stop(): Promise<void>
-  /** Kills one server with SIGKILL (a crash, not a shutdown), e.g. kube-apiserver for an outage. */
-  killServer(name: string): Promise<void>
-  /** Starts a killed server again with the same arguments (and data); it is then stopped with the others. */
-  restartServer(name: string): Promise<void>
 }
 
 export interface StartOptions {
@@ -76,6 +72,34 @@ export interface StartOptions {
 }
 
 const owned = new WeakMap<object, Reaper>()
+/** How each server of an environment started here was launched, so a test can kill and restart one. */
+const restartable = new WeakMap<
+  object,
+  { reaper: Reaper; commands: Map<string, { command: string; args: string[] }> }
+>()
+
+function serverOf(env: Environment, name: string) {
+  const entry = env.processes.find((p) => p.name === name)
+  const own = restartable.get(env)
+  const spec = own?.commands.get(name)
+  if (!entry || !own || !spec) throw new Error(`no server "${name}" started by this process in ${env.dir}`)
+  return { entry, spec, reaper: own.reaper }
+}
+
+/** Kills one server of an environment this process started with SIGKILL (a crash, not a shutdown). */
+export async function killServer(env: Environment, name: string): Promise<void> {
+  const { entry } = serverOf(env, name)
+  process.kill(entry.pid, 'SIGKILL')
+  await waitFor(`${name} to die`, () => !isAlive(entry.pid), { timeoutMs: 10_000 })
+}
+
+/** Starts a killed server again with the same arguments and data; env.stop() stops it with the others. */
+export function restartServer(env: Environment, name: string): void {
+  const { entry, spec, reaper } = serverOf(env, name)
+  if (isAlive(entry.pid)) throw new Error(`${name} is still running`)
+  const p = startServer(reaper, name, spec.command, spec.args, { cwd: env.dir, logPath: entry.logPath })
+  entry.pid = p.pid
+}
 
 export async function startEnvironment(opts: StartOptions = {}): Promise<Environment> {
   const started = Date.now()
@@ -283,27 +307,8 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       startupMs: Date.now() - started,
     }
     await writeFile(join(dir, 'env.json'), `${JSON.stringify(info, null, 2)}\n`)
-    const server = (name: string) => {
-      const entry = env.processes.find((p) => p.name === name)
-      const spec = commands.get(name)
-      if (!entry || !spec) throw new Error(`no server "${name}" in this environment`)
-      return { entry, spec }
-    }
-    const env: Environment = {
-      ...info,
-      stop: () => stopEnvironment(env),
-      async killServer(name) {
-        const { entry } = server(name)
-        process.kill(entry.pid, 'SIGKILL')
-        await waitFor(`${name} to die`, () => !isAlive(entry.pid), { timeoutMs: 10_000 })
-      },
-      async restartServer(name) {
-        const { entry, spec } = server(name)
-        if (isAlive(entry.pid)) throw new Error(`${name} is still running`)
-        const p = startServer(reaper, name, spec.command, spec.args, { cwd: dir, logPath: entry.logPath })
-        entry.pid = p.pid
-      },
-    }
+    const env: Environment = { ...info, stop: () => stopEnvironment(env) }
+    restartable.set(env, { reaper, commands })
     if (opts.detached) await reaper.release()
     else owned.set(env, reaper)
     log(`environment up in ${elapsed()} (${dir})`)
