@@ -16,6 +16,7 @@ import { jobName, LABEL_BACKFILL } from '../../../core/names.js'
 import { encode } from '../../../events/codec.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
 import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
+import { sweep } from '../../../functions/lifecycle/resync.js'
 import { startBridge } from '../../../runtime/bridge.js'
 import { startHttpFunction } from '../../../runtime/http-adapter.js'
 import { natsServerOptions } from '../../../runtime/nats.js'
@@ -311,6 +312,13 @@ describe('NATS permissions', () => {
         'FLEXINFER_TIMERS/lifecycle-timers',
       ].sort(),
     )
+  })
+
+  it("the resync sweep runs with lifecycle's own ServiceAccount and NATS user", async () => {
+    const result = await sweep((runners.get('lifecycle') as Runner).deps)
+    expect(result.backfills).toBeGreaterThan(0)
+    expect(result.failed).toBe(0)
+    expect(await violations()).not.toContainEqual(expect.stringContaining('"lifecycle"'))
   })
 
   it('the provision step stored the repeating resync schedule, readable by lifecycle', async () => {
