@@ -32,6 +32,8 @@ export interface ProvisionOptions {
   /** Functions (and/or `bridge`) whose durable consumers to create; default DEFAULT_CONSUMER_OWNERS. */
   consumers?: readonly string[]
   log?: Logger
+  /** Period of the resync schedule; default env RESYNC_MS, else 30 s. */
+  resyncMs?: number
 }
 
 export interface Provisioned {
@@ -51,7 +53,7 @@ export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
     }
     // The repeating resync schedule (every RESYNC_MS), whichever overlay: stored from the start, so sweeps run even
     // before lifecycle has ever been scaled up (keda: its lifecycle-timers consumer; knative: the bridge's).
-    await ensureResyncSchedule({ bus, log: opts.log })
+    await ensureResyncSchedule({ bus, log: opts.log }, opts.resyncMs)
     const done: Provisioned = {
       streams: streamConfigs.map((c) => c.name),
       buckets: [BUCKET_MODEL_IDLE, BUCKET_BACKFILLS, BUCKET_CLAIMS],

@@ -76,7 +76,9 @@ beforeAll(async () => {
   await applyBuild(env, build)
   // The streams and the durable consumers every ScaledObject names, made as deployed: the provision step (the
   // model-backfill-provision Job) as its own NATS user. No function runs, so nothing consumes.
-  await provision({ natsUrl: nats.url('provision') })
+  // An hourly resync schedule: a sweep firing mid-file would leave lag on lifecycle-timers (no lifecycle runs here
+  // to take it) and hold lifecycle at 1 replica.
+  await provision({ natsUrl: nats.url('provision'), resyncMs: 3_600_000 })
   gateway = await connect({ ...natsServerOptions(nats.url('gateway')), name: 'keda-test-gateway' })
 
   // The warm trigger's TriggerAuthentication reads the probe's token Secret, which kube-controller-manager's token
@@ -203,11 +205,12 @@ describe(`the keda/ overlay under the real KEDA operator ${KEDA_VERSION}`, () =>
       (s) => s.name === 'keda_scaler_detail_errors_total' && s.labels.namespace === env.namespace && s.value > 0,
     )
     expect(errors).toEqual([])
-    // The trigger types KEDA registered: the lag triggers and the two warm triggers.
+    // The trigger types KEDA registered: the lag triggers (one per consumer, lifecycle-timers included) and the
+    // two warm triggers.
     const registered = Object.fromEntries(
       samples.filter((s) => s.name === 'keda_trigger_registered_total').map((s) => [s.labels.type, s.value]),
     )
-    expect(registered).toEqual({ 'nats-jetstream': 6, 'metrics-api': 2 })
+    expect(registered).toEqual({ 'nats-jetstream': 7, 'metrics-api': 2 })
   })
 
   it('with no lag and no active backfill Job, everything but the watcher scales to zero', async () => {
