@@ -664,6 +664,9 @@ function set(w: Work, phase: Phase, reason: string, message: string): true {
 function finish(w: Work): Decision {
   const { s, b, o, now } = w
   const deleting = w.actions.some((a) => a.type === 'deleteState')
+  // A timer that came due and was not re-armed is no longer armed: forget it, so a past timerAt in a stored state
+  // always means "fired but never handled" (the resync sweep, core/resync.ts, re-decides exactly those).
+  if (s.timerAt && ms(s.timerAt) <= now && !w.actions.some((a) => a.type === 'armTimer')) delete s.timerAt
   if (sameState(o.state, s)) {
     s.updatedAt = o.state?.updatedAt ?? iso(now)
   } else {

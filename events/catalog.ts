@@ -1,6 +1,7 @@
 // The event catalog: every CloudEvent type the system produces or consumes, its NATS subject and its data
 // schema. The zod schemas here validate at runtime and generate events/schemas/*.json (`npm run gen:events`).
 import { z } from 'zod'
+import { RESYNC_REASONS } from '../core/resync.js'
 
 /** Subjects are NATS tokens: names are DNS labels/subdomains, so they need no escaping except for '*' and '>'. */
 const name = z
@@ -137,6 +138,23 @@ export const catalog = {
       outcome: z.enum(['Complete', 'Failed', 'Started', 'Deleted']),
     }),
   },
+  'ai.flexinfer.resync.due': {
+    subject: 'flexinfer.events.resync.due',
+    /** Fired by a message schedule, so it lives in FLEXINFER_TIMERS with the schedule (not FLEXINFER_EVENTS). */
+    stream: STREAM_TIMERS,
+    producer: 'JetStream message schedule (repeating, every RESYNC_MS; armed by lifecycle and the provision step)',
+    consumers: ['lifecycle'],
+    description:
+      'Time for a resync sweep: re-decide every backfill whose stored state cannot be right, so convergence never depends on one event being delivered.',
+    data: z.object({ intervalMs: z.number().int().positive() }),
+  },
+  'ai.flexinfer.backfill.resync': {
+    subject: 'flexinfer.events.backfill.resync',
+    producer: 'lifecycle (resync sweep, or a backfill whose reconcile failed in a cluster-wide re-decide)',
+    consumers: ['lifecycle'],
+    description: 'Re-decide this backfill now, whatever its state says (the reason says what looked wrong).',
+    data: z.object({ namespace, backfill: name, reason: z.enum([...RESYNC_REASONS, 'ReconcileFailed']) }),
+  },
 } as const
 
 export type EventType = keyof typeof catalog
@@ -171,6 +189,10 @@ export function subjectFor<T extends EventType>(type: T, data: EventData<T>): st
 
 /** Where a backfill's single timer schedule lives (one schedule per subject; re-publishing replaces it). */
 export const scheduleSubject = (namespace: string, backfill: string) => `flexinfer.schedules.${namespace}.${backfill}`
+/** The repeating resync schedule: one token after the prefix, so it never matches a backfill's `<namespace>.<name>`. */
+export const RESYNC_SCHEDULE_SUBJECT = 'flexinfer.schedules.resync'
+/** Every backfill timer schedule (and not the resync schedule): the sweep's filter for the stored ones. */
+export const BACKFILL_SCHEDULES_FILTER = 'flexinfer.schedules.*.*'
 
 /** Subjects for raw ApiServerSource events the local watcher publishes (the `source` function consumes them). */
 export const apiserverSubject = (resource: string) => `flexinfer.events.k8s.${resource}`

@@ -31,10 +31,12 @@ export const PULLING_FUNCTIONS: readonly string[] = ['demand', 'cancel']
  * Broker themselves). A catalog type added for admit or lifecycle is forwarded without a change here.
  */
 export const BRIDGE_EVENT_SUBJECTS = Object.values(catalog)
-  .filter((e) => !('subjectIsPrefix' in e) && e.consumers.some((fn) => !PULLING_FUNCTIONS.includes(fn)))
+  .filter(
+    (e) => !('subjectIsPrefix' in e) && !('stream' in e) && e.consumers.some((fn) => !PULLING_FUNCTIONS.includes(fn)),
+  )
   .map((e) => e.subject)
-/** Fired timers (the schedules themselves, flexinfer.schedules.>, stay in the stream). */
-export const BRIDGE_TIMER_SUBJECTS = ['flexinfer.events.timer.>']
+/** Fired timers and resync sweeps (the schedules themselves, flexinfer.schedules.>, stay in the stream). */
+export const BRIDGE_TIMER_SUBJECTS = ['flexinfer.events.timer.>', 'flexinfer.events.resync.>']
 
 const MIME_CE = 'application/cloudevents+json'
 /** Besides 5xx: what Knative's dispatcher retries too (not found yet, timeout, conflict, throttled). */
@@ -67,6 +69,16 @@ export function toStructured(event: InboundEvent): string {
   })
 }
 
+/**
+ * A repeating schedule fires the very message it stores, so every resync sweep would carry the same CloudEvent id
+ * and time; a Broker that de-duplicates by id would drop all but the first. Each firing is its own occurrence.
+ */
+function asOccurrence(event: InboundEvent): InboundEvent {
+  if (event.type !== 'ai.flexinfer.resync.due') return event
+  const now = new Date()
+  return { ...event, id: `${event.id}.${now.getTime()}`, time: now.toISOString() }
+}
+
 export function createBridge(opts: BridgeOptions): EventFunction {
   const sink = new URL(opts.sink).toString()
   const timeoutMs = opts.timeoutMs ?? 10_000
@@ -83,7 +95,7 @@ export function createBridge(opts: BridgeOptions): EventFunction {
         res = await fetch(sink, {
           method: 'POST',
           headers: { 'content-type': MIME_CE },
-          body: toStructured(event),
+          body: toStructured(asOccurrence(event)),
           signal: AbortSignal.timeout(timeoutMs),
         })
       } catch (err) {

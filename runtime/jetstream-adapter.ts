@@ -9,8 +9,15 @@ import { awaitProvisioned, headerSafe, isNotFound } from './nats.js'
 import { processEvent } from './process-event.js'
 import type { Deps } from './reconcile.js'
 
-/** Deliveries after which an event that keeps failing is dead-lettered. */
-export const MAX_DELIVER = 8
+const envInt = (name: string, fallback: number) => {
+  const n = Number(process.env[name])
+  return Number.isInteger(n) && n > 0 ? n : fallback
+}
+/**
+ * The retry budget of a failing event, ~62 s by default: MAX_DELIVER deliveries, naked with a doubling backoff from
+ * RETRY_BACKOFF_MS up to RETRY_BACKOFF_MAX_MS, then dead-lettered (env overrides: tests shorten it).
+ */
+export const MAX_DELIVER = envInt('MAX_DELIVER', 8)
 /**
  * The server's delivery limit on every durable consumer, a little above MAX_DELIVER: an event that can never be
  * dead-lettered (the publish keeps failing) stops being redelivered; without it such poison messages cycled
@@ -18,7 +25,9 @@ export const MAX_DELIVER = 8
  */
 export const CONSUMER_MAX_DELIVER = MAX_DELIVER + 3
 export const ACK_WAIT_MS = 30_000
-const backoffMs = (deliveries: number) => Math.min(30_000, 250 * 2 ** Math.min(deliveries, 7))
+const BACKOFF_BASE_MS = envInt('RETRY_BACKOFF_MS', 250)
+const BACKOFF_MAX_MS = envInt('RETRY_BACKOFF_MAX_MS', 30_000)
+const backoffMs = (deliveries: number) => Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** Math.min(deliveries, 7))
 
 export interface JetStreamOptions {
   /** ack_wait of the consumers ensureConsumers creates or updates (default 30 s). */

@@ -9,6 +9,7 @@ import {
   type JetStreamManager,
   jetstream,
   jetstreamManager,
+  PubHeaders,
   RetentionPolicy,
   StorageType,
   type StreamConfig,
@@ -22,6 +23,7 @@ import {
   catalog,
   type EventData,
   type EventType,
+  RESYNC_SCHEDULE_SUBJECT,
   STREAM_DEAD_LETTER,
   STREAM_EVENTS,
   STREAM_FOREGROUND,
@@ -103,7 +105,8 @@ export const streamConfigs: (Partial<StreamConfig> & { name: string })[] = [
   {
     name: STREAM_TIMERS,
     description: 'Per-backfill timers: one JetStream message schedule per backfill and the events they fire',
-    subjects: ['flexinfer.schedules.>', 'flexinfer.events.timer.>'],
+    // flexinfer.events.resync.>: what the repeating resync schedule (flexinfer.schedules.resync) fires.
+    subjects: ['flexinfer.schedules.>', 'flexinfer.events.timer.>', 'flexinfer.events.resync.>'],
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
     max_msgs_per_subject: 1,
@@ -356,6 +359,27 @@ export class Bus {
       if (isNotFound(err)) return false
       throw err
     }
+  }
+
+  /**
+   * Makes sure the repeating resync schedule is stored with this interval: one schedule for the whole system
+   * (`@every`, fired by the server into FLEXINFER_TIMERS, so it keeps firing while every function is scaled to
+   * zero). Left alone when already stored with the same interval: re-publishing it would restart its period, and
+   * processes that restart more often than that would then never see a sweep. Returns whether it (re)armed it.
+   */
+  async armResync(intervalMs: number): Promise<boolean> {
+    const specification = `@every ${Math.max(1000, Math.round(intervalMs))}ms`
+    try {
+      const stored = await this.jsm.streams.getMessage(STREAM_TIMERS, { last_by_subj: RESYNC_SCHEDULE_SUBJECT })
+      if (stored?.header.get(PubHeaders.Schedule) === specification) return false
+    } catch (err) {
+      if (!isNotFound(err)) throw err
+    }
+    const data = { intervalMs: Math.max(1000, Math.round(intervalMs)) }
+    await this.js.publish(RESYNC_SCHEDULE_SUBJECT, encode('ai.flexinfer.resync.due', data), {
+      schedule: { specification, target: subjectFor('ai.flexinfer.resync.due', data) },
+    })
+    return true
   }
 
   async cancelTimer(namespace: string, backfill: string) {

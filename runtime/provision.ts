@@ -1,10 +1,12 @@
 // The deployed NATS topology in one step (`FUNCTION=provision`, the model-backfill-provision Job of base/): the
 // streams, the KV buckets and the durable consumers of the functions an overlay runs over JetStream. Functions then
 // start with NATS_PROVISION=false and only bind to it, so no function's NATS user may create or change a stream or
-// a durable consumer (nats/auth.conf): only the `provision` user may, and only these. Idempotent: run it again after
-// an upgrade and streams and consumers are updated in place.
+// a durable consumer (nats/auth.conf): only the `provision` user may, and only these. It also stores the repeating
+// resync schedule (functions/lifecycle/resync.ts). Idempotent: run it again after an upgrade and streams and
+// consumers are updated in place.
 import { BUCKET_BACKFILLS, BUCKET_CLAIMS, BUCKET_MODEL_IDLE, STREAM_EVENTS } from '../events/catalog.js'
 import { functionFactories } from '../functions/index.js'
+import { ensureResyncSchedule } from '../functions/lifecycle/resync.js'
 import { createBridge } from './bridge.js'
 import { consumerName, type EventFunction } from './function.js'
 import { ensureConsumers } from './jetstream-adapter.js'
@@ -33,6 +35,8 @@ export interface ProvisionOptions {
   /** Functions (and/or `bridge`) whose durable consumers to create; default DEFAULT_CONSUMER_OWNERS. */
   consumers?: readonly string[]
   log?: Logger
+  /** Period of the resync schedule; default env RESYNC_MS, else 30 s. */
+  resyncMs?: number
 }
 
 export interface Provisioned {
@@ -59,6 +63,9 @@ export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
       await ensureConsumers({ bus }, fn)
       consumers.push(...fn.subscriptions.map((s) => `${s.stream}/${consumerName(fn.name, s.stream)}`))
     }
+    // The repeating resync schedule (every RESYNC_MS), whichever overlay: stored from the start, so sweeps run even
+    // before lifecycle has ever been scaled up (keda: its lifecycle-timers consumer; knative: the bridge's).
+    await ensureResyncSchedule({ bus, log: opts.log }, opts.resyncMs)
     const done: Provisioned = {
       streams: streamConfigs.map((c) => c.name),
       buckets: [BUCKET_MODEL_IDLE, BUCKET_BACKFILLS, BUCKET_CLAIMS],

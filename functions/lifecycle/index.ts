@@ -1,23 +1,52 @@
 // lifecycle: Kubernetes-side changes — a ModelBackfill added/changed/deleted (spec, suspend, finalizer), a Model
 // turning Ready or not or moving, gaming sessions, GPU leases, Jobs starting/finishing/disappearing — each
 // re-decides the backfills it can affect. Job creation is forwarded to admit and Job deletion to cancel.
+// It also runs the resync sweep (./resync.ts): every RESYNC_MS it re-decides whatever backfill may be stuck, so
+// a lost event (a timer dead-lettered during an apiserver outage, a lost gaming session) is caught within a period.
 import { backfillKey } from '../../core/names.js'
 import type { BackfillState } from '../../core/state.js'
-import { STREAM_EVENTS } from '../../events/catalog.js'
+import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
 import type { EventFunction } from '../../runtime/function.js'
 import { type Deps, reconcile } from '../../runtime/reconcile.js'
+import { ensureResyncSchedule, sweep } from './resync.js'
 
 async function currentState(deps: Deps, namespace: string, backfill: string): Promise<BackfillState | null> {
   const entry = await deps.bus.kv.backfills.get(backfillKey(namespace, backfill))
   return entry?.operation === 'PUT' ? entry.json<BackfillState>() : null
 }
 
+/** Re-decides at most this many backfills at once when a cluster-wide change (session, lease, model) arrives. */
+const RECONCILE_ALL_CONCURRENCY = 16
+
+/**
+ * Re-decides every backfill the change may affect. Failures are isolated per object: one that throws (a malformed
+ * declaration, say) is logged and handed to its own `backfill.resync` event, with its own retries and dead letter,
+ * and never stops the gaming/lease cancels of the others. Only when every one failed (the apiserver is down) is
+ * the whole event retried.
+ */
 async function reconcileAll(deps: Deps, filter: (b: { namespace: string; model: string }) => boolean, ns?: string) {
   const scopes = ns ? [ns] : (deps.namespaces ?? [undefined])
-  const backfills = (await Promise.all(scopes.map((n) => deps.kube.listBackfills(n)))).flat()
-  for (const b of backfills) {
-    if (!filter({ namespace: b.metadata.namespace, model: b.spec?.modelRef })) continue
-    await reconcile(deps, 'lifecycle', b.metadata.namespace, b.metadata.name, { type: 'resource' })
+  const backfills = (await Promise.all(scopes.map((n) => deps.kube.listBackfills(n))))
+    .flat()
+    .filter((b) => filter({ namespace: b.metadata.namespace, model: b.spec?.modelRef }))
+  const failed: { namespace: string; backfill: string; err: unknown }[] = []
+  let next = 0
+  const worker = async () => {
+    while (next < backfills.length) {
+      const { namespace, name } = (backfills[next++] as (typeof backfills)[number]).metadata
+      try {
+        await reconcile(deps, 'lifecycle', namespace, name, { type: 'resource' })
+      } catch (err) {
+        deps.log.warn({ namespace, backfill: name, err }, 'reconcile failed; retrying this backfill on its own')
+        failed.push({ namespace, backfill: name, err })
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(RECONCILE_ALL_CONCURRENCY, backfills.length) }, worker))
+  if (!failed.length) return
+  if (failed.length === backfills.length) throw failed[0]?.err
+  for (const { namespace, backfill } of failed) {
+    await deps.bus.publish('ai.flexinfer.backfill.resync', { namespace, backfill, reason: 'ReconcileFailed' })
   }
 }
 
@@ -29,13 +58,25 @@ export const lifecycle: EventFunction = {
       stream: STREAM_EVENTS,
       subjects: [
         'flexinfer.events.backfill.changed',
+        'flexinfer.events.backfill.resync',
         'flexinfer.events.model.>',
         'flexinfer.events.gaming.>',
         'flexinfer.events.gpu.>',
         'flexinfer.events.job.>',
       ],
     },
+    // The repeating resync schedule fires into FLEXINFER_TIMERS (durable lifecycle-timers).
+    { stream: STREAM_TIMERS, subjects: ['flexinfer.events.resync.>'] },
   ],
+  async start(deps) {
+    // Armed here too (not only by the provision step), so a local run or an upgrade without the provision Job
+    // still gets its sweeps. A failure here must not keep lifecycle from serving events.
+    try {
+      await ensureResyncSchedule(deps)
+    } catch (err) {
+      deps.log.warn({ err }, 'could not check or arm the resync schedule; the provision step arms it too')
+    }
+  },
   async handle(event, deps) {
     const resource = { type: 'resource' } as const
     switch (event.type) {
@@ -47,6 +88,14 @@ export const lifecycle: EventFunction = {
         await reconcile(deps, 'lifecycle', namespace, backfill, resource)
         return
       }
+      case 'ai.flexinfer.resync.due':
+        await sweep(deps)
+        return
+      case 'ai.flexinfer.backfill.resync':
+        // A sweep (or a failed cluster-wide re-decide) found this backfill possibly wrong: decide it, whatever
+        // its state says.
+        await reconcile(deps, 'lifecycle', event.data.namespace, event.data.backfill, resource)
+        return
       case 'ai.flexinfer.model.ready':
         await reconcileAll(deps, (b) => b.model === event.data.model, event.data.namespace)
         return

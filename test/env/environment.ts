@@ -7,7 +7,7 @@ import { mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { type Binaries, ensureBinaries, repoRoot } from './binaries.js'
-import { cmdline, run, runOk, waitFor } from './exec.js'
+import { cmdline, isAlive, run, runOk, waitFor } from './exec.js'
 import { freePorts, httpGet, LOOPBACK } from './net.js'
 import { createPki, type Pki, writeKubeconfig } from './pki.js'
 import {
@@ -72,6 +72,34 @@ export interface StartOptions {
 }
 
 const owned = new WeakMap<object, Reaper>()
+/** How each server of an environment started here was launched, so a test can kill and restart one. */
+const restartable = new WeakMap<
+  object,
+  { reaper: Reaper; commands: Map<string, { command: string; args: string[] }> }
+>()
+
+function serverOf(env: Environment, name: string) {
+  const entry = env.processes.find((p) => p.name === name)
+  const own = restartable.get(env)
+  const spec = own?.commands.get(name)
+  if (!entry || !own || !spec) throw new Error(`no server "${name}" started by this process in ${env.dir}`)
+  return { entry, spec, reaper: own.reaper }
+}
+
+/** Kills one server of an environment this process started with SIGKILL (a crash, not a shutdown). */
+export async function killServer(env: Environment, name: string): Promise<void> {
+  const { entry } = serverOf(env, name)
+  process.kill(entry.pid, 'SIGKILL')
+  await waitFor(`${name} to die`, () => !isAlive(entry.pid), { timeoutMs: 10_000 })
+}
+
+/** Starts a killed server again with the same arguments and data; env.stop() stops it with the others. */
+export function restartServer(env: Environment, name: string): void {
+  const { entry, spec, reaper } = serverOf(env, name)
+  if (isAlive(entry.pid)) throw new Error(`${name} is still running`)
+  const p = startServer(reaper, name, spec.command, spec.args, { cwd: env.dir, logPath: entry.logPath })
+  entry.pid = p.pid
+}
 
 export async function startEnvironment(opts: StartOptions = {}): Promise<Environment> {
   const started = Date.now()
@@ -87,6 +115,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
   const reaper = new Reaper()
   reaper.removeDir(dir)
   const processes: ServerProcess[] = []
+  const commands = new Map<string, { command: string; args: string[] }>()
   try {
     await mkdir(dir, { recursive: true, mode: 0o700 })
     const logs = join(dir, 'logs')
@@ -105,6 +134,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       number,
     ]
     const start = (name: string, command: string, args: string[]) => {
+      commands.set(name, { command, args })
       const p = startServer(reaper, name, command, args, { cwd: dir, logPath: join(logs, `${name}.log`) })
       processes.push(p)
       return p
@@ -278,6 +308,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
     }
     await writeFile(join(dir, 'env.json'), `${JSON.stringify(info, null, 2)}\n`)
     const env: Environment = { ...info, stop: () => stopEnvironment(env) }
+    restartable.set(env, { reaper, commands })
     if (opts.detached) await reaper.release()
     else owned.set(env, reaper)
     log(`environment up in ${elapsed()} (${dir})`)

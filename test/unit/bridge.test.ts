@@ -55,6 +55,18 @@ describe('the bridge handler', () => {
     expect(toStructured(event)).toBe(bodies[0]?.body)
   })
 
+  it('gives each firing of the repeating resync schedule its own id (the same stored message fires every time)', async () => {
+    status = 202
+    bodies.length = 0
+    const due: InboundEvent = { ...event, type: 'ai.flexinfer.resync.due', data: { intervalMs: 30_000 } }
+    await post({}, due)
+    await new Promise((r) => setTimeout(r, 2))
+    await post({}, due)
+    const ids = bodies.map((b) => JSON.parse(b.body).id as string)
+    expect(new Set(ids).size).toBe(2)
+    expect(ids.every((id) => id.startsWith(`${due.id}.`))).toBe(true)
+  })
+
   it.each([500, 503, 404, 408, 409, 429])('%i is transient (retried, not dead-lettered)', async (code) => {
     status = code
     answer = 'later'
@@ -106,17 +118,18 @@ describe('the bridge handler', () => {
     expect(bodies).toHaveLength(1)
   })
 
-  it('consumes what admit and lifecycle take from FLEXINFER_EVENTS (never the preemption path), and the fired timers; named per instance', () => {
+  it('consumes what admit and lifecycle take from FLEXINFER_EVENTS (never the preemption path), the fired timers and resync sweeps; named per instance', () => {
     const fn = createBridge({ sink: url })
     expect(fn.name).toBe('bridge')
     expect(fn.subscriptions.map((s) => [s.stream, s.subjects])).toEqual([
       ['FLEXINFER_EVENTS', BRIDGE_EVENT_SUBJECTS],
-      ['FLEXINFER_TIMERS', ['flexinfer.events.timer.>']],
+      ['FLEXINFER_TIMERS', ['flexinfer.events.timer.>', 'flexinfer.events.resync.>']],
     ])
     expect([...BRIDGE_EVENT_SUBJECTS].sort()).toEqual(
       [
         'flexinfer.events.backfill.admit',
         'flexinfer.events.backfill.changed',
+        'flexinfer.events.backfill.resync',
         'flexinfer.events.model.ready',
         'flexinfer.events.gaming.session',
         'flexinfer.events.gpu.lease',

@@ -930,6 +930,23 @@ describe('timers are re-armed lazily', () => {
     expect(t.step(T0 + 17 * MINUTE).state?.phase).toBe('Starting')
   })
 
+  it('a timer that came due and was not re-armed is forgotten, so a past timerAt always means a lost timer', () => {
+    // The resync sweep (core/resync.ts) takes a past timerAt as "fired but never handled": the decision that
+    // handles the timer must not leave one behind when it wants no wake-up (here: the window ends, admission).
+    const t = new Timeline()
+    t.step(T0)
+    expect(t.state.timerAt).toBe(iso(T0 + 10 * MINUTE))
+    expect(t.step(T0 + 10 * MINUTE).state).toMatchObject({ phase: 'Starting' })
+    expect(t.state.timerAt).toBeUndefined()
+    // A model going away leaves a pending timer alone until it comes due; then it is dropped, not kept past due.
+    const n = new Timeline()
+    n.step(T0)
+    n.change(() => ({ model: { ...aModel(), ready: false, phase: 'Loading' } }))
+    expect(n.step(T0 + MINUTE, { type: 'resource' }).state).toMatchObject({ reason: 'ModelNotReady' })
+    expect(n.state.timerAt).toBe(iso(T0 + 10 * MINUTE))
+    expect(n.step(T0 + 10 * MINUTE).state?.timerAt).toBeUndefined()
+  })
+
   it('a later pending timer is replaced by an earlier due time', () => {
     const t = new Timeline(aWorld({ idle: anIdleState(T0 + 5 * MINUTE) }))
     t.step(T0 + 5 * MINUTE)

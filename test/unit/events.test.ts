@@ -35,6 +35,8 @@ describe('event codec', () => {
       'ai.flexinfer.gaming.session': { namespace: 'ns', name: 'g', nodeName: 'n', deleted: true },
       'ai.flexinfer.gpu.lease': { namespace: 'ns', name: 'l', group: 'g', deleted: false },
       'ai.flexinfer.job.completed': { namespace: 'ns', job: 'j', backfill: 'b', outcome: 'Complete' },
+      'ai.flexinfer.resync.due': { intervalMs: 30_000 },
+      'ai.flexinfer.backfill.resync': { namespace: 'ns', backfill: 'b', reason: 'TimerLost' },
     }
     for (const type of EVENT_TYPES) {
       const result = decode(encode(type, samples[type] as never, { time: '2026-11-29T12:00:00.000Z' }))

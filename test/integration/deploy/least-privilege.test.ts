@@ -6,7 +6,7 @@
 // role are Forbidden and subjects outside a user's permissions are refused; each ScaledObject's stream and
 // consumer exist in the configured account and /jsz reports their lag, as KEDA's nats-jetstream scaler reads it.
 import { BatchV1Api, CustomObjectsApi, type KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node'
-import { jetstream } from '@nats-io/jetstream'
+import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -15,6 +15,7 @@ import { jobName } from '../../../core/names.js'
 import { encode } from '../../../events/codec.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
 import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
+import { sweep } from '../../../functions/lifecycle/resync.js'
 import { startBridge } from '../../../runtime/bridge.js'
 import { startHttpFunction } from '../../../runtime/http-adapter.js'
 import { natsServerOptions } from '../../../runtime/nats.js'
@@ -270,8 +271,30 @@ describe('NATS permissions', () => {
         'FLEXINFER_TIMERS/bridge-timers',
         'FLEXINFER_FOREGROUND/demand-foreground',
         'FLEXINFER_FOREGROUND_LAST/demand-foreground_last',
+        'FLEXINFER_TIMERS/lifecycle-timers',
       ].sort(),
     )
+  })
+
+  it("the resync sweep runs with lifecycle's own ServiceAccount and NATS user", async () => {
+    const result = await sweep((runners.get('lifecycle') as Runner).deps)
+    expect(result.backfills).toBeGreaterThan(0)
+    expect(result.failed).toBe(0)
+    expect(await violations()).not.toContainEqual(expect.stringContaining('"lifecycle"'))
+  })
+
+  it('the provision step stored the repeating resync schedule, readable by lifecycle', async () => {
+    for (const user of ['provision', 'lifecycle'] as const) {
+      const nc = await connect(natsServerOptions(nats.url(user)))
+      try {
+        const jsm = await jetstreamManager(nc)
+        const stored = await jsm.streams.getMessage('FLEXINFER_TIMERS', { last_by_subj: 'flexinfer.schedules.resync' })
+        expect(stored?.header.get('Nats-Schedule'), user).toBe('@every 30000ms')
+        expect(stored?.header.get('Nats-Schedule-Target'), user).toBe('flexinfer.events.resync.due')
+      } finally {
+        await nc.close()
+      }
+    }
   })
 
   it('the gateway user cannot read the event streams', async () => {

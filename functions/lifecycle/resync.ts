@@ -1,0 +1,178 @@
+// The resync sweep: convergence that does not rely on any single event being delivered. A repeating JetStream
+// schedule fires `ai.flexinfer.resync.due` every RESYNC_MS; lifecycle then lists the world once — ModelBackfills,
+// their states, backfill Jobs, Models, the stored timer schedules: five reads, however many backfills — asks the
+// pure needsResync() (core/resync.ts) about each, and publishes one `ai.flexinfer.backfill.resync` per backfill
+// that may be wrong. Each of those is reconciled on its own (its own retries, its own dead letter), so one odd
+// object never holds up the others, and the sweep itself stays a few list calls long at 10,000 backfills.
+import type { KV } from '@nats-io/kv'
+import { GROUP, VERSION } from '../../core/api.js'
+import { backfillKey, LABEL_BACKFILL } from '../../core/names.js'
+import { needsResync, RESYNC_MS, type ResyncReason } from '../../core/resync.js'
+import type { BackfillState } from '../../core/state.js'
+import { type JobView, jobView, type ModelView, modelView } from '../../core/world.js'
+import { BACKFILL_SCHEDULES_FILTER, BUCKET_BACKFILLS, STREAM_TIMERS } from '../../events/catalog.js'
+import { PLURALS } from '../../runtime/kube.js'
+import type { Deps } from '../../runtime/reconcile.js'
+
+/** The sweep period: env RESYNC_MS (milliseconds, at least 1000); 0 turns the schedule off (not recommended). */
+export function resyncIntervalMs(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.RESYNC_MS
+  if (raw === undefined || raw === '') return RESYNC_MS
+  const ms = Number(raw)
+  if (!Number.isFinite(ms) || ms < 0) throw new Error(`RESYNC_MS must be a number of milliseconds, got "${raw}"`)
+  return ms === 0 ? 0 : Math.max(1000, Math.round(ms))
+}
+
+/** Arms the repeating resync schedule unless it is stored already with this period (lifecycle start, provision). */
+export async function ensureResyncSchedule(
+  deps: Pick<Deps, 'bus'> & { log?: Deps['log'] },
+  intervalMs = resyncIntervalMs(),
+) {
+  if (intervalMs === 0) return false
+  const armed = await deps.bus.armResync(intervalMs)
+  if (armed) deps.log?.info({ intervalMs }, 'resync schedule armed')
+  return armed
+}
+
+export interface SweepResult {
+  backfills: number
+  picked: { namespace: string; backfill: string; reason: ResyncReason }[]
+  failed: number
+}
+
+/** Publishes at most this many resync events at once (each waits for its JetStream ack). */
+const PUBLISH_CONCURRENCY = 64
+/** Reading every state must end well inside the consumer's ack wait (30 s). */
+const STATE_READ_TIMEOUT_MS = 20_000
+
+export async function sweep(deps: Deps): Promise<SweepResult> {
+  const now = deps.now()
+  const scopes = deps.namespaces ?? [undefined]
+  // The states and schedules are read after the objects: a backfill created meanwhile is picked (NoState) once
+  // more rather than missed, and a state committed meanwhile is seen with its newer timer.
+  const [backfills, jobs, models] = await Promise.all([
+    Promise.all(scopes.map((ns) => deps.kube.listBackfills(ns))).then((l) => l.flat()),
+    Promise.all(scopes.map((ns) => listBackfillJobs(deps, ns))).then((l) => l.flat()),
+    Promise.all(scopes.map((ns) => listModels(deps, ns))).then((l) => l.flat()),
+  ])
+  const [states, stored] = await Promise.all([readStates(deps, scopes), storedTimers(deps, scopes)])
+  const jobByName = new Map(jobs.map((j) => [`${j.namespace}/${j.name}`, j]))
+  const modelByName = new Map(models.map((m) => [`${m.namespace}/${m.name}`, m]))
+
+  const picked: SweepResult['picked'] = []
+  for (const b of backfills) {
+    const namespace = b.metadata?.namespace
+    const name = b.metadata?.name
+    try {
+      const key = backfillKey(namespace, name)
+      const state = states.get(key) ?? null
+      const reason = needsResync(
+        {
+          backfill: b,
+          state,
+          job: state?.jobName ? (jobByName.get(`${namespace}/${state.jobName}`) ?? null) : null,
+          model: modelByName.get(`${namespace}/${b.spec?.modelRef}`) ?? null,
+          timerStored: stored.has(key),
+        },
+        now,
+      )
+      if (reason) picked.push({ namespace, backfill: name, reason })
+    } catch (err) {
+      // An object the sweep cannot even look at (a malformed one): it is re-decided anyway, and never stops it.
+      deps.log.warn({ namespace, backfill: name, err }, 'resync: cannot assess this backfill; re-deciding it')
+      picked.push({ namespace, backfill: name, reason: 'NoState' })
+    }
+  }
+
+  let failed = 0
+  let next = 0
+  const publishOne = async () => {
+    while (next < picked.length) {
+      const p = picked[next++] as SweepResult['picked'][number]
+      try {
+        await deps.bus.publish('ai.flexinfer.backfill.resync', p)
+      } catch (err) {
+        failed++
+        deps.log.warn({ namespace: p.namespace, backfill: p.backfill, err }, 'resync: publish failed; next sweep')
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(PUBLISH_CONCURRENCY, picked.length) }, publishOne))
+  if (picked.length) {
+    const byReason: Partial<Record<ResyncReason, number>> = {}
+    for (const p of picked) byReason[p.reason] = (byReason[p.reason] ?? 0) + 1
+    deps.log.info({ backfills: backfills.length, picked: picked.length, byReason, failed }, 'resync sweep')
+  }
+  // Nothing published at all while there was something to publish: NATS is in trouble, let the sweep be retried.
+  if (failed && failed === picked.length) throw new Error(`resync: none of ${failed} resync events could be published`)
+  return { backfills: backfills.length, picked, failed }
+}
+
+/** Backfill Jobs (by label) in one list per scope. */
+async function listBackfillJobs(deps: Deps, namespace?: string): Promise<JobView[]> {
+  if (!namespace) return (await deps.kube.listBackfillJobs()).map(jobView)
+  deps.kube.requests.list++
+  const list = await deps.kube.batch.listNamespacedJob({ namespace, labelSelector: LABEL_BACKFILL })
+  return list.items.map(jobView)
+}
+
+async function listModels(deps: Deps, namespace?: string): Promise<ModelView[]> {
+  if (!namespace) return (await deps.kube.listAll(PLURALS.models)).map(modelView)
+  deps.kube.requests.list++
+  const list = (await deps.kube.custom.listNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    plural: PLURALS.models,
+    namespace,
+  })) as { items: unknown[] }
+  return list.items.map(modelView)
+}
+
+/**
+ * The backfill states in scope, read by one KV watch that replays the current values (not one get per backfill).
+ * The stream's per-subject counts (one stream info) say whether there is anything to replay at all.
+ */
+async function readStates(deps: Deps, scopes: (string | undefined)[]): Promise<Map<string, BackfillState>> {
+  const kv: KV = deps.bus.kv.backfills
+  const states = new Map<string, BackfillState>()
+  const keys = scopes.map((ns) => (ns ? `${ns}.>` : '>'))
+  let expected = 0
+  for (const key of keys) {
+    const info = await deps.bus.jsm.streams.info(`KV_${BUCKET_BACKFILLS}`, {
+      subjects_filter: `$KV.${BUCKET_BACKFILLS}.${key}`,
+    })
+    expected += Object.keys(info.state.subjects ?? {}).length
+  }
+  if (expected === 0) return states
+  const watch = await kv.watch({ key: keys.length === 1 ? keys[0] : keys })
+  const timer = setTimeout(() => watch.stop(), STATE_READ_TIMEOUT_MS)
+  let complete = false
+  try {
+    for await (const e of watch) {
+      if (e.operation === 'PUT') states.set(e.key, e.json<BackfillState>())
+      else states.delete(e.key)
+      // The replay is over at its last entry (nats.js marks it isUpdate; nothing is pending after it).
+      if (e.isUpdate || !e.delta) {
+        complete = true
+        break
+      }
+    }
+  } finally {
+    clearTimeout(timer)
+    watch.stop()
+  }
+  if (!complete) throw new Error(`resync: reading the backfill states took longer than ${STATE_READ_TIMEOUT_MS} ms`)
+  return states
+}
+
+/** Keys (`<namespace>.<backfill>`) of the backfills whose timer schedule is stored: one stream info per scope. */
+async function storedTimers(deps: Deps, scopes: (string | undefined)[]): Promise<Set<string>> {
+  const prefix = 'flexinfer.schedules.'
+  const stored = new Set<string>()
+  for (const ns of scopes) {
+    const filter = ns ? `${prefix}${ns}.*` : BACKFILL_SCHEDULES_FILTER
+    const info = await deps.bus.jsm.streams.info(STREAM_TIMERS, { subjects_filter: filter })
+    for (const subject of Object.keys(info.state.subjects ?? {})) stored.add(subject.slice(prefix.length))
+  }
+  return stored
+}

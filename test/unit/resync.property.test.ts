@@ -1,0 +1,120 @@
+// needsResync() against decide() under random histories (support/sim.ts drives decide the way the functions do,
+// every event delivered): (1) after every event, a backfill whose events were all handled is never picked unless
+// it has an active attempt or is being deleted — a settled cluster publishes no resync; (2) a timer whose firing
+// is lost is always picked once its grace period is over, and re-deciding it leaves it settled again.
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import { needsResync, type ResyncReason, TIMER_GRACE_MS } from '../../core/resync.js'
+import { Sim, type SimConfig, type SimEvent } from './support/sim.js'
+import { MINUTE, SECOND } from './support/world.js'
+
+const bf = fc.constantFrom(0, 1)
+const model = fc.constantFrom(0, 1)
+const event: fc.Arbitrary<SimEvent> = fc.oneof(
+  { weight: 6, arbitrary: fc.record({ k: fc.constant('advance'), ms: fc.integer({ min: SECOND, max: 15 * MINUTE }) }) },
+  { weight: 6, arbitrary: fc.constant({ k: 'tick' } as const) },
+  { weight: 4, arbitrary: fc.record({ k: fc.constant('foreground'), model }) },
+  { weight: 4, arbitrary: fc.record({ k: fc.constant('jobStart'), bf }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      k: fc.constant('jobFinish'),
+      bf,
+      outcome: fc.constantFrom('Complete', 'Failed'),
+      with: fc.constant('none' as const),
+    }),
+  },
+  { weight: 4, arbitrary: fc.record({ k: fc.constant('reap'), finished: fc.boolean() }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      k: fc.constant('gaming'),
+      on: fc.boolean(),
+      node: fc.constantFrom(0, 1),
+      ttlMs: fc.integer({ min: MINUTE, max: 60 * MINUTE }),
+      deleting: fc.boolean(),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ k: fc.constant('suspend'), bf }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ k: fc.constant('specChange'), bf, idleForMin: fc.integer({ min: 1, max: 10 }) }),
+  },
+  { weight: 1, arbitrary: fc.record({ k: fc.constant('ready'), model, ready: fc.boolean() }) },
+  { weight: 1, arbitrary: fc.record({ k: fc.constant('move'), model }) },
+  { weight: 1, arbitrary: fc.record({ k: fc.constant('delete'), bf }) },
+)
+const config: fc.Arbitrary<SimConfig> = fc.record({
+  share: fc.constantFrom('model', 'node'),
+  names: fc.constant<[string, string]>(['bf-a', 'bf-b']),
+  idleForMin: fc.tuple(fc.integer({ min: 1, max: 10 }), fc.integer({ min: 1, max: 10 })),
+  repeatAfterMin: fc.tuple(fc.constantFrom(0, 1, 5), fc.constantFrom(0, 1, 5)),
+})
+
+const RUNS = Number(process.env.SIM_RUNS ?? 200)
+const ACTIVE = new Set(['Starting', 'Running', 'Cancelling'])
+
+/** The sweep's view of backfill i: its object, state, Job and Model as the sim holds them; its timer as stored. */
+function reason(sim: Sim, i: number): ResyncReason | null | 'gone' {
+  const o = sim.observe(i)
+  if (!o.backfill) return 'gone'
+  const timerAt = (sim.bfs[i] as { timerAt?: number }).timerAt
+  return needsResync(
+    { backfill: o.backfill, state: o.state, job: o.job, model: o.model, timerStored: timerAt !== undefined },
+    sim.now,
+  )
+}
+
+/** What may be picked although every event was handled: active attempts and deletions waiting for their Job. */
+function allowed(sim: Sim, i: number, r: ResyncReason | null | 'gone'): boolean {
+  if (r === null || r === 'gone') return true
+  const s = sim.bfs[i]?.state
+  if (r === 'ActiveAttempt' || r === 'AttemptJobGone') return Boolean(s && ACTIVE.has(s.phase))
+  return r === 'DeletionUnseen'
+}
+
+/** The sim lets time pass a stored timer before it ticks (a slow scheduler): that one is overdue, not lost. */
+const overdue = (sim: Sim, i: number) => {
+  const at = (sim.bfs[i] as { timerAt?: number }).timerAt
+  return at !== undefined && at <= sim.now
+}
+
+describe('needsResync over random histories', () => {
+  const timeout = Math.max(30_000, RUNS * 10)
+  it('picks nothing a delivered history left settled, and every lost timer', { timeout }, () => {
+    let checked = 0
+    let lost = 0
+    fc.assert(
+      fc.property(config, fc.array(event, { minLength: 20, maxLength: 40 }), fc.nat(), (cfg, events, seed) => {
+        const sim = new Sim(cfg)
+        sim.run([])
+        for (const ev of events) {
+          sim.apply(ev)
+          for (const i of [0, 1]) {
+            if (overdue(sim, i)) continue
+            const r = reason(sim, i)
+            checked++
+            expect(allowed(sim, i, r), `${r} for ${sim.bfs[i]?.name}\n${sim.trace.join('\n')}`).toBe(true)
+          }
+        }
+        // Lose one backfill's stored timer (its firing dead-lettered) and let the grace period pass.
+        const i = seed % 2
+        const b = sim.bfs[i] as { timerAt?: number }
+        // A timer the state still counts on (one it no longer wants, e.g. after the model went away, is moot).
+        const wanted = Date.parse(sim.bfs[i]?.state?.timerAt ?? '')
+        if (b.timerAt === undefined || Number.isNaN(wanted) || !sim.observe(i).backfill) return
+        lost++
+        sim.now = Math.max(sim.now, b.timerAt, wanted) + TIMER_GRACE_MS
+        b.timerAt = undefined
+        const r = reason(sim, i)
+        expect(r, sim.trace.join('\n')).not.toBeNull()
+        // The resync re-decides it; after that it is settled (or an active attempt) again.
+        sim.wake(i, { type: 'resource' })
+        if (!overdue(sim, i)) expect(allowed(sim, i, reason(sim, i))).toBe(true)
+      }),
+      { numRuns: RUNS },
+    )
+    expect(checked).toBeGreaterThan(1000)
+    expect(lost).toBeGreaterThan(20)
+  })
+})
