@@ -76,15 +76,23 @@ function eventNamespace(event: InboundEvent): string | undefined {
   return typeof ns === 'string' ? ns : undefined
 }
 
+/** Gaming sessions and GPU leases target nodes and GPU groups: a scoped deployment must see them from anywhere. */
+function targetsNodes(event: InboundEvent): boolean {
+  if (event.type === 'ai.flexinfer.gaming.session' || event.type === 'ai.flexinfer.gpu.lease') return true
+  const kind = (event.data as { kind?: unknown }).kind
+  return event.type.startsWith('dev.knative.apiserver.resource.') && (kind === 'GamingSession' || kind === 'GPULease')
+}
+
 /**
- * Restricts a function to namespaces (events about others are acknowledged and skipped) and, with an instance
+ * Restricts a function to namespaces (events about others are acknowledged and skipped, except gaming sessions and
+ * GPU leases, which concern every namespace's backfills) and, with an instance
  * name, gives it durable consumers of its own (`<function>-<instance>`, from new messages on).
  */
 export function scoped(fn: EventFunction, namespaces?: string[], instance?: string): EventFunction {
   if (!namespaces && !instance) return fn
   const handle: EventFunction['handle'] = (event, deps) => {
     const ns = eventNamespace(event)
-    if (namespaces && ns !== undefined && !namespaces.includes(ns)) return Promise.resolve()
+    if (namespaces && ns !== undefined && !namespaces.includes(ns) && !targetsNodes(event)) return Promise.resolve()
     return fn.handle(event, deps)
   }
   return {

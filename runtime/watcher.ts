@@ -10,6 +10,9 @@ import type { Kube } from './kube.js'
 import type { Logger } from './log.js'
 import type { Bus } from './nats.js'
 
+/** Resources that target nodes or GPU groups: they concern backfills in every namespace. */
+export const NODE_SCOPED = new Set(['gamingsessions', 'gpuleases'])
+
 interface Watched {
   resource: string
   apiVersion: string
@@ -66,7 +69,14 @@ export async function startWatcher(
   // stop() aborts each watch, which the informer reports as an error: without this flag the restart below would
   // bring a stopped watcher back to life a second later (listing and watching for a runner that is gone).
   let stopped = false
-  const resources = namespaces ? namespaces.flatMap((ns) => watchedResources(kube, ns)) : watchedResources(kube)
+  // GamingSessions and GPULeases target nodes and GPU groups, not namespaces: a session anywhere must cancel a
+  // backfill on its node, so they are watched cluster-wide even by a scoped deployment.
+  const resources = namespaces
+    ? [
+        ...namespaces.flatMap((ns) => watchedResources(kube, ns).filter((w) => !NODE_SCOPED.has(w.resource))),
+        ...watchedResources(kube).filter((w) => NODE_SCOPED.has(w.resource)),
+      ]
+    : watchedResources(kube)
   const informers = resources.map((w) => {
     const informer = makeInformer(kc, w.path, w.list as never, w.labelSelector)
     const publish = (verb: 'add' | 'update' | 'delete') => (obj: KubernetesObject) => {
