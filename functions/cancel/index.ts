@@ -53,8 +53,11 @@ export function cancelFunction(): EventFunction {
     },
     async handle(event, deps) {
       if (event.type !== 'ai.flexinfer.backfill.cancel') return
-      const { namespace, backfill, jobName, reason, at } = event.data
+      const { namespace, backfill, jobName, reason } = event.data
       if (!isCancelReason(reason)) throw new PermanentError(`unknown cancel reason "${reason}"`)
+      // The signal's time counts as foreground activity: one from the future (a bad clock, a forged event) must
+      // not hold the window open past now.
+      const at = new Date(Math.min(Date.parse(event.data.at), deps.now())).toISOString()
       // The watched copy first; a Job created a moment ago may not be in it yet: one GET then.
       const job = jobs?.get(namespace, jobName) ?? (await deps.kube.getJob(namespace, jobName))
       let result = 'absent'

@@ -51,7 +51,10 @@ export class Demand {
   /** Counters for logs and the benchmark. */
   readonly stats = { requests: 0, background: 0, kvWrites: 0, cancels: 0 }
 
-  constructor(private readonly deps: Deps) {}
+  constructor(
+    private readonly deps: Deps,
+    private readonly maxTrackedModels = MAX_TRACKED_MODELS,
+  ) {}
 
   private get idle(): KV {
     return this.deps.bus.kv.idle
@@ -115,7 +118,7 @@ export class Demand {
         waiters: [],
       }
       this.models.set(key, entry)
-      if (this.models.size > MAX_TRACKED_MODELS) this.forgetIdle()
+      if (this.models.size > this.maxTrackedModels) this.forgetIdle()
     }
     return entry
   }

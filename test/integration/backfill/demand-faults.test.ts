@@ -39,4 +39,15 @@ describe('demand under faults', () => {
     const idle = await shared.kv.idle.get(`${env.namespace}.m-lost`)
     expect(idle?.operation).toBe('PUT')
   })
+
+  it('a gateway sending ever-new model names cannot grow demand without bound', async () => {
+    const shared = await Bus.open(env.nc)
+    const demand = new Demand({ bus: shared, now: Date.now } as unknown as Deps, 100)
+    for (let round = 0; round < 5; round++) {
+      // 200 fresh names a round, each written once; the previous rounds' are quiet by now.
+      await Promise.all(Array.from({ length: 200 }, (_, i) => demand.handle(request(`random-${round}-${i}`))))
+      await new Promise((r) => setTimeout(r, 300))
+    }
+    expect(demand.trackedModels).toBeLessThanOrEqual(200 + 100)
+  })
 })
