@@ -6,7 +6,9 @@ import { mkdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node'
+import { jetstreamManager } from '@nats-io/jetstream'
 import { connect } from '@nats-io/transport-node'
+import { STREAM_EVENTS } from '../events/catalog.js'
 import { type Environment, startEnvironment } from '../test/env/environment.js'
 import { sleep, waitFor } from '../test/env/exec.js'
 import { type ChaosConfig, rng } from './config.js'
@@ -240,7 +242,11 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
     const lastAck = Math.max(0, ...traffic.requests.map((r) => r.ackAt))
     await sleep(Math.max(0, lastAck + config.cancelBoundMs + 500 - Date.now()))
 
-    const verdict = oracle.evaluate(traffic.requests, Date.now())
+    const jsm = await jetstreamManager(nc)
+    const verdict = await oracle.evaluate(traffic.requests, Date.now(), async (seq) => {
+      const stored = await jsm.streams.getMessage(STREAM_EVENTS, { seq })
+      return stored ? Date.parse(stored.timestamp) : undefined
+    })
     const limit = opts.evidence ?? 20
     const crashesBy: Record<string, number> = {}
     for (const c of fleet.crashes) crashesBy[c.fn] = (crashesBy[c.fn] ?? 0) + 1

@@ -183,7 +183,15 @@ export class Oracle {
     return deadline
   }
 
-  evaluate(requests: ForegroundRequest[], now: number) {
+  /**
+   * The verdict on the first four invariants. `storeTime` reads a request's JetStream store time back by its
+   * PubAck sequence: requests that look inside a window by their PubAck time are judged by their store time.
+   */
+  async evaluate(
+    requests: ForegroundRequest[],
+    now: number,
+    storeTime: (seq: number) => Promise<number | undefined> = async () => undefined,
+  ) {
     const tol = this.config.windowToleranceMs
     const byModel = new Map<string, ForegroundRequest[]>()
     for (const r of requests) {
@@ -199,20 +207,29 @@ export class Oracle {
     for (const { job, backfill, model } of jobs) {
       const w = backfill.idleForMs
       const lagged = job.addedAt - job.createdSecond > 1000 + tol
+      const created = lagged ? job.createdSecond : job.addedAt
       const [from, to] = lagged
         ? [job.createdSecond + 1000 - w + tol, job.createdSecond - tol]
         : [job.addedAt - w + tol, job.addedAt - tol]
-      const hits = (byModel.get(model) ?? []).filter((r) => r.ackAt > from && r.ackAt < to)
+      // Store time ≤ PubAck time: a request acked up to 1 s after `to` may still have been stored before it.
+      const candidates = (byModel.get(model) ?? []).filter((r) => r.ackAt > from && r.ackAt < to + 1000)
+      const hits: { ackAt: number; storedAt?: number }[] = []
+      for (const r of candidates) {
+        const storedAt = await storeTime(r.seq).catch(() => undefined)
+        const s = storedAt ?? r.ackAt
+        if (s > from && s < to) hits.push({ ackAt: r.ackAt, storedAt })
+      }
       if (hits.length > 0) {
-        const last = hits.at(-1) as ForegroundRequest
+        const last = hits.at(-1) as (typeof hits)[number]
         inWindow.push({
           job: `${job.namespace}/${job.name}`,
           model,
           idleForMs: w,
-          createdAt: new Date(job.addedAt).toISOString(),
+          createdAt: new Date(created).toISOString(),
           watchLagged: lagged,
           requestsInWindow: hits.length,
-          lastRequestMsBeforeCreation: (lagged ? job.createdSecond : job.addedAt) - last.ackAt,
+          lastRequestStoredMsBeforeCreation: Math.round(created - (last.storedAt ?? last.ackAt)),
+          byStoreTime: last.storedAt !== undefined,
         })
       }
     }
