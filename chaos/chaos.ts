@@ -15,7 +15,7 @@ import { type ChaosConfig, rng } from './config.js'
 import { createForeignJobs, publishHostile, removeQuota, setQuota } from './faults.js'
 import { Fleet, FUNCTIONS, type FunctionName } from './fleet.js'
 import { type Counts, type FaultWindow, Oracle } from './oracle.js'
-import { declareWorkload, NAMESPACES, startTraffic } from './workload.js'
+import { declareWorkload, emptyWorkload, NAMESPACES, startTraffic } from './workload.js'
 
 export interface ChaosResult extends Counts {
   ok: boolean
@@ -85,12 +85,14 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
     fleet.startAll()
     say(`functions started as separate processes: ${FUNCTIONS.join(', ')}`)
 
-    const foreignJobs = await createForeignJobs(kc)
-    const workload = await declareWorkload(kc, nc, config, random, say)
+    // The oracle watches before anything is created: it sees every Job as it appears.
+    const workload = emptyWorkload()
     const oracle = new Oracle(kc, workload, config, say)
-    for (const job of foreignJobs) oracle.foreign.add(job)
     await oracle.start()
     cleanup.push(() => oracle.stop())
+    const foreignJobs = await createForeignJobs(kc)
+    for (const job of foreignJobs) oracle.foreign.add(job)
+    await declareWorkload(kc, nc, config, random, say, workload)
     const traffic = startTraffic(nc, workload, config, random)
     cleanup.push(() => traffic.stop())
 

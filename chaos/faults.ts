@@ -172,7 +172,11 @@ export function hostileMessage(random: Rng, foreignJobs: string[], huge: boolean
     default:
       return [
         `flexinfer.events.timer.${random.pick(['chaos-foreign', NAMESPACES[0]])}.${random.pick(['foreign-0', 'nope'])}`,
-        envelope('ai.flexinfer.timer.fired', { namespace: foreign[0], backfill: foreign[1], due: 'yesterday' }),
+        envelope('ai.flexinfer.timer.fired', {
+          namespace: foreign[0],
+          backfill: foreign[1],
+          due: random.pick(['yesterday', new Date().toISOString()]),
+        }),
         'forged timer',
       ]
   }

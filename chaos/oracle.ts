@@ -67,16 +67,13 @@ export class Oracle {
   private informer?: Informer<V1Job>
   private stopped = false
   private interrupted = false
-  private readonly byBackfill: Map<string, DeclaredBackfill>
 
   constructor(
     private readonly kc: KubeConfig,
     private readonly workload: Workload,
     private readonly config: ChaosConfig,
     private readonly log: (line: string) => void,
-  ) {
-    this.byBackfill = new Map(workload.backfills.map((b) => [`${b.namespace}/${b.name}`, b]))
-  }
+  ) {}
 
   async start(): Promise<void> {
     const batch = this.kc.makeApiClient(BatchV1Api)
@@ -147,9 +144,10 @@ export class Oracle {
 
   /** Jobs of declared (non-hostile) backfills. */
   private workloadJobs() {
+    const byBackfill = new Map(this.workload.backfills.map((b) => [`${b.namespace}/${b.name}`, b]))
     const out: { job: SeenJob; backfill: DeclaredBackfill; model: string; node: string }[] = []
     for (const job of this.jobs.values()) {
-      const b = job.owner ? this.byBackfill.get(job.owner) : undefined
+      const b = job.owner ? byBackfill.get(job.owner) : undefined
       if (!b || b.hostile) continue
       out.push({ job, backfill: b, model: modelKey(b.namespace, b.model), node: b.node })
     }

@@ -60,16 +60,19 @@ export interface Workload {
   worlds: Map<string, BackfillWorld>
 }
 
+export const emptyWorkload = (): Workload => ({ backfills: [], nodeOf: new Map(), worlds: new Map() })
+
+/** Creates the workload's objects, filling `workload` as it goes (the oracle already watches it). */
 export async function declareWorkload(
   kc: KubeConfig,
   nc: NatsConnection,
   config: ChaosConfig,
   random: Rng,
   log: (line: string) => void,
-): Promise<Workload> {
-  const worlds = new Map<string, BackfillWorld>(NAMESPACES.map((ns) => [ns, new BackfillWorld(kc, ns, nc)]))
-  const backfills: DeclaredBackfill[] = []
-  const nodeOf = new Map<string, string>()
+  workload: Workload,
+): Promise<void> {
+  const { backfills, nodeOf, worlds } = workload
+  for (const ns of NAMESPACES) worlds.set(ns, new BackfillWorld(kc, ns, nc))
   for (const world of worlds.values()) await world.template(TEMPLATE)
   for (let i = 0; i < config.models; i++) {
     const namespace = NAMESPACES[i % NAMESPACES.length] as string
@@ -113,7 +116,6 @@ export async function declareWorkload(
     `workload: ${backfills.length - accepted} backfills over ${config.models} models on ${config.nodes} nodes; ` +
       `${accepted}/${HOSTILE_MODEL_REFS.length} hostile modelRefs accepted by the apiserver`,
   )
-  return { backfills, nodeOf, worlds }
 }
 
 /** Per-model on/off bursts until stop(); every request acknowledged by JetStream lands in `log`. */
