@@ -183,21 +183,21 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
       }),
     )
 
-    faults.push(
-      at(config.apiserverStopAtMs, async () => {
-        const from = Date.now()
-        say(`kube-apiserver stopped for ${config.apiserverDownMs / 1000} s`)
-        await env.stopServer('kube-apiserver')
-        await sleep(config.apiserverDownMs)
-        await env.startServer('kube-apiserver')
-        window('apiserver-stop', from)
-        say(`kube-apiserver back after ${((Date.now() - from) / 1000).toFixed(1)} s`)
-      }),
-    )
+    const apiserverFault = at(config.apiserverStopAtMs, async () => {
+      const from = Date.now()
+      say(`kube-apiserver stopped for ${config.apiserverDownMs / 1000} s`)
+      await env.stopServer('kube-apiserver')
+      await sleep(config.apiserverDownMs)
+      await env.startServer('kube-apiserver')
+      window('apiserver-stop', from)
+      say(`kube-apiserver back after ${((Date.now() - from) / 1000).toFixed(1)} s`)
+    })
+    faults.push(apiserverFault)
 
     let hostile = { stored: 0, refused: 0, kinds: {} as Record<string, number> }
     faults.push(
       at(config.hostileFromMs, async () => {
+        await apiserverFault
         const from = Date.now()
         say(`publishing ${config.hostileEvents} hostile events over ${config.hostileForMs / 1000} s`)
         hostile = await publishHostile(
@@ -207,6 +207,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
           config.hostileEvents,
           config.hostileHugeBodies,
           config.hostileForMs,
+          config.hostilePoisonShare,
         )
         window('hostile-events', from)
         say(`hostile events: ${hostile.stored} stored, ${hostile.refused} refused by NATS`)

@@ -40,12 +40,22 @@ export interface ChaosConfig {
   /** kube-apiserver stopped and started again. */
   apiserverStopAtMs: number
   apiserverDownMs: number
-  /** Hostile events published on the functions' subjects, spread over this part of the fault phase. */
+  /**
+   * Hostile events published on the functions' subjects, spread over `hostileForMs` from `hostileFromMs` on, but
+   * only once the apiserver is back (last: what poison does to the foreground path is then not confused with
+   * the other faults).
+   */
   hostileEvents: number
   hostileFromMs: number
   hostileForMs: number
   /** Bodies of about 1 MiB among the hostile events. */
   hostileHugeBodies: number
+  /**
+   * Share of the hostile events that are poison for the foreground path: an unknown type carrying CR/LF on the
+   * foreground subject (a dead-letter reason copied from it is no valid header). More of them than demand's
+   * max_ack_pending (1000) stop foreground processing unless each ends in the dead-letter stream.
+   */
+  hostilePoisonShare: number
   /** Oracle: a foreground request must delete a live Job of its model within this bound (after any fault). */
   cancelBoundMs: number
   /** Oracle: start-up allowance of a restarted function process (part of a kill's fault window). */
@@ -73,7 +83,7 @@ export const full: ChaosConfig = {
   requestGapMaxMs: 700,
   backgroundShare: 0.1,
   warmupMs: 15_000,
-  faultPhaseMs: 300_000,
+  faultPhaseMs: 330_000,
   kills: 60,
   restartDelayMinMs: 300,
   restartDelayMaxMs: 2_000,
@@ -86,9 +96,10 @@ export const full: ChaosConfig = {
   apiserverStopAtMs: 185_000,
   apiserverDownMs: 90_000,
   hostileEvents: 10_000,
-  hostileFromMs: 20_000,
-  hostileForMs: 60_000,
+  hostileFromMs: 280_000,
+  hostileForMs: 30_000,
   hostileHugeBodies: 24,
+  hostilePoisonShare: 0.15,
   cancelBoundMs: 10_000,
   processStartAllowanceMs: 8_000,
   windowToleranceMs: 250,
@@ -99,24 +110,25 @@ export const full: ChaosConfig = {
 export const short: ChaosConfig = {
   ...full,
   models: 8,
-  nodes: 4,
+  nodes: 6,
   idleForMinS: 3,
   idleForMaxS: 5,
   warmupMs: 10_000,
-  faultPhaseMs: 85_000,
+  faultPhaseMs: 100_000,
   kills: 12,
-  demandPauseAtMs: 22_000,
-  demandPauseExtraMs: 4_000,
-  quotaAtMs: 33_000,
+  demandPauseAtMs: 12_000,
+  demandPauseExtraMs: 6_000,
+  quotaAtMs: 28_000,
   quotaForMs: 12_000,
-  natsRestartAtMs: 47_000,
+  natsRestartAtMs: 42_000,
   natsDownMs: 3_000,
-  apiserverStopAtMs: 57_000,
+  apiserverStopAtMs: 50_000,
   apiserverDownMs: 20_000,
-  hostileEvents: 1_500,
-  hostileFromMs: 3_000,
-  hostileForMs: 18_000,
+  hostileEvents: 1_600,
+  hostileFromMs: 70_000,
+  hostileForMs: 10_000,
   hostileHugeBodies: 6,
+  hostilePoisonShare: 0.7,
 }
 
 /** The preset with CHAOS_* environment overrides applied. */

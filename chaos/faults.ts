@@ -82,7 +82,12 @@ const CONTROL = '\r\n\u0000\u0007\u001b[31m\u007f\u2028'
 const BAD_NAMES = ['gemma 4', 'Gemma', '../etc', `x${CONTROL}y`, 'a'.repeat(300), '*', '>', '', 'ünï', 'a.b>c']
 
 /** One hostile message: [subject, payload, kind]. Never a valid foreground request for a workload model. */
-export function hostileMessage(random: Rng, foreignJobs: string[], huge: boolean): [string, string, string] {
+export function hostileMessage(
+  random: Rng,
+  foreignJobs: string[],
+  huge: boolean,
+  poisonShare = 0,
+): [string, string, string] {
   const subject = random.pick(SUBJECTS)
   const envelope = (type: string, data: unknown, extra: Record<string, unknown> = {}) =>
     JSON.stringify({
@@ -100,6 +105,12 @@ export function hostileMessage(random: Rng, foreignJobs: string[], huge: boolean
       subject,
       envelope('ai.flexinfer.foreground.request', { namespace: 'chaos-a', model: 'x'.repeat(1024 * 1024 - 4096) }),
       'huge body',
+    ]
+  if (random.next() < poisonShare)
+    return [
+      catalog['ai.flexinfer.foreground.request'].subject,
+      envelope(`ai.flexinfer.foreground.request${CONTROL}`, { namespace: 'chaos-a', model: 'model-0' }),
+      'poison: unknown type with CR/LF on the foreground subject',
     ]
   const foreign = random.pick(foreignJobs).split('/') as [string, string]
   const kind = random.int(0, 11)
@@ -190,6 +201,7 @@ export async function publishHostile(
   count: number,
   huge: number,
   forMs: number,
+  poisonShare: number,
 ): Promise<{ stored: number; refused: number; kinds: Record<string, number> }> {
   const js = jetstream(nc, { timeout: 5_000 })
   const kinds: Record<string, number> = {}
@@ -200,7 +212,12 @@ export async function publishHostile(
   for (let sent = 0; sent < count; ) {
     const pending: Promise<void>[] = []
     for (let i = 0; i < batch && sent < count; i++, sent++) {
-      const [subject, payload, kind] = hostileMessage(random, foreignJobs, sent % Math.ceil(count / huge) === 0)
+      const [subject, payload, kind] = hostileMessage(
+        random,
+        foreignJobs,
+        sent % Math.ceil(count / huge) === 0,
+        poisonShare,
+      )
       kinds[kind] = (kinds[kind] ?? 0) + 1
       pending.push(
         js.publish(subject, payload).then(

@@ -66,7 +66,7 @@ export class Oracle {
   private seq = 0
   private informer?: Informer<V1Job>
   private stopped = false
-  private interrupted = false
+  private lastInterruptLog = 0
 
   constructor(
     private readonly kc: KubeConfig,
@@ -113,16 +113,13 @@ export class Oracle {
 
   private restart() {
     if (this.stopped) return
-    if (!this.interrupted) this.log('oracle: the Job watch was interrupted; listing and watching again')
-    this.interrupted = true
+    if (Date.now() - this.lastInterruptLog > 30_000) {
+      this.log('oracle: the Job watch was interrupted; listing and watching again (every second until it is back)')
+      this.lastInterruptLog = Date.now()
+    }
     setTimeout(() => {
       if (this.stopped) return
-      this.informer?.start().then(
-        () => {
-          this.interrupted = false
-        },
-        () => this.restart(),
-      )
+      this.informer?.start().catch(() => this.restart())
     }, 1000)
   }
 
