@@ -48,7 +48,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
   const started = Date.now()
   const log = opts.log ?? ((line: string) => process.stderr.write(`[chaos] ${line}\n`))
   const t = () => `${((Date.now() - started) / 1000).toFixed(0).padStart(4)}s`
-  const say = (line: string) => log(`${t()} ${line}`)
+  const say = (line: string) => log(`${new Date().toISOString().slice(11, 23)} ${t()} ${line}`)
   const random = rng(config.seed)
   const logDir = join(tmpdir(), `modelbackfill-chaos-${randomBytes(4).toString('hex')}`)
   await mkdir(logDir, { recursive: true })
@@ -215,7 +215,10 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
     )
 
     await Promise.all(faults)
-    await sleep(Math.max(0, phaseStart + config.faultPhaseMs - Date.now()))
+    const faultsOver = Math.max(...oracle.faults.filter((f) => f.kind !== 'kill').map((f) => f.end))
+    await sleep(
+      Math.max(0, phaseStart + config.faultPhaseMs - Date.now(), faultsOver + config.trafficTailMs - Date.now()),
+    )
     await traffic.stop()
     const lastFaultEnd = Math.max(...oracle.faults.map((f) => f.end), Date.now())
     say(

@@ -22,8 +22,10 @@ export interface ChaosConfig {
   backgroundShare: number
   /** Seconds of traffic before the first fault. */
   warmupMs: number
-  /** Length of the fault phase; every fault starts and ends inside it. */
+  /** Length of the fault phase; every fault starts inside it. */
   faultPhaseMs: number
+  /** Traffic goes on at least this long after the last fault ended (what a fault left broken shows there). */
+  trafficTailMs: number
   /** kill -9 of a random function process at random moments of the fault phase; restarted after the delay. */
   kills: number
   restartDelayMinMs: number
@@ -84,6 +86,7 @@ export const full: ChaosConfig = {
   backgroundShare: 0.1,
   warmupMs: 15_000,
   faultPhaseMs: 330_000,
+  trafficTailMs: 20_000,
   kills: 60,
   restartDelayMinMs: 300,
   restartDelayMaxMs: 2_000,
@@ -114,16 +117,17 @@ export const short: ChaosConfig = {
   idleForMinS: 3,
   idleForMaxS: 5,
   warmupMs: 10_000,
-  faultPhaseMs: 100_000,
+  faultPhaseMs: 110_000,
   kills: 12,
-  demandPauseAtMs: 12_000,
+  demandPauseAtMs: 10_000,
   demandPauseExtraMs: 6_000,
-  quotaAtMs: 28_000,
-  quotaForMs: 12_000,
-  natsRestartAtMs: 42_000,
+  quotaAtMs: 24_000,
+  quotaForMs: 10_000,
+  natsRestartAtMs: 36_000,
   natsDownMs: 3_000,
-  apiserverStopAtMs: 50_000,
-  apiserverDownMs: 20_000,
+  // Down long enough (with its start-up, ~65 s) that a retried event outlives its retry budget (~62 s).
+  apiserverStopAtMs: 42_000,
+  apiserverDownMs: 50_000,
   hostileEvents: 1_600,
   hostileFromMs: 70_000,
   hostileForMs: 10_000,
