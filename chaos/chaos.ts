@@ -13,7 +13,7 @@ import { type Environment, startEnvironment } from '../test/env/environment.js'
 import { sleep, waitFor } from '../test/env/exec.js'
 import { type ChaosConfig, rng } from './config.js'
 import { createForeignJobs, publishHostile, removeQuota, setQuota } from './faults.js'
-import { Fleet, FUNCTIONS, type FunctionName } from './fleet.js'
+import { buildFunctions, Fleet, FUNCTIONS, type FunctionName } from './fleet.js'
 import { type Counts, type FaultWindow, Oracle } from './oracle.js'
 import { declareWorkload, emptyWorkload, NAMESPACES, startTraffic } from './workload.js'
 
@@ -59,9 +59,15 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
   let environment: Environment | undefined
   // Logs stay as evidence of a failed (or aborted) run, or when asked for.
   let keepLogs = true
+  const buildDir = `${logDir}-build`
+  cleanup.push(() => rm(buildDir, { recursive: true, force: true }))
   try {
+    // Compiling the functions overlaps the environment's start.
+    const built = buildFunctions(buildDir).then(() => say('functions compiled'))
+    built.catch(() => {})
     environment = await startEnvironment({ log: (l) => say(`env: ${l}`) })
     const env = environment
+    await built
     const kc = new KubeConfig()
     kc.loadFromFile(env.kubeconfigPath)
     const core = kc.makeApiClient(CoreV1Api)
@@ -72,9 +78,13 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
     })
     const nc = await connect({ servers: env.natsUrl, name: 'chaos', maxReconnectAttempts: -1 })
     cleanup.push(() => nc.close())
+    const jsm = await jetstreamManager(nc)
 
     const fleet = new Fleet({
+      buildDir,
       natsUrl: env.natsUrl,
+      natsMonitorUrl: env.natsMonitorUrl,
+      jsm,
       kubeconfigPath: env.kubeconfigPath,
       logDir,
       restartDelayMs: () => random.between(config.restartDelayMinMs, config.restartDelayMaxMs),
@@ -82,8 +92,8 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
     })
     cleanup.push(() => fleet.stop())
     await fleet.provision()
-    fleet.startAll()
-    say(`functions started as separate processes: ${FUNCTIONS.join(', ')}`)
+    await fleet.startAll()
+    say(`functions running, each in a process of its own: ${FUNCTIONS.join(', ')}`)
 
     // The oracle watches before anything is created: it sees every Job as it appears.
     const workload = emptyWorkload()
@@ -248,7 +258,12 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
     const lastAck = Math.max(0, ...traffic.requests.map((r) => r.ackAt))
     await sleep(Math.max(0, lastAck + config.cancelBoundMs + 500 - Date.now()))
 
-    const jsm = await jetstreamManager(nc)
+    // A kill's fault window ends when the process that replaced it was ready (or after the allowance).
+    for (const f of oracle.faults) {
+      if (f.kind !== 'kill' || !f.fn) continue
+      const ready = fleet.readyAfter(f.fn as FunctionName, f.start)
+      f.end = ready ?? f.start + config.restartDelayMaxMs + config.processStartAllowanceMs
+    }
     const verdict = await oracle.evaluate(traffic.requests, Date.now(), async (seq) => {
       const stored = await jsm.streams.getMessage(STREAM_EVENTS, { seq })
       return stored ? Date.parse(stored.timestamp) : undefined

@@ -1,15 +1,51 @@
-// The functions as deployed: each in a process of its own (runtime/main.ts with FUNCTION=<name>, bound to the
-// topology the provision step made), plus the local Kubernetes watcher (chaos/watcher.ts). The fleet restarts a
-// process after the harness kills it (as a Deployment would) and also after it exits on its own — that is a crash,
-// recorded with its log tail. Every process runs in its own group, watched by the environment's reaper, so none
-// outlives the harness however it ends.
+// The functions as deployed: compiled to JavaScript (as the image runs `node dist/runtime/main.js`), each in a
+// process of its own (FUNCTION=<name>, bound to the topology the provision step made), plus the local Kubernetes
+// watcher (chaos/watcher.ts). The fleet restarts a process after the harness kills it (as a Deployment would) and
+// also after it exits on its own — that is a crash, recorded with its log tail. It records when each process is
+// ready (pulling from its consumers). Every process runs in its own group, watched by a reaper, so none outlives
+// the harness however it ends.
 import { readFileSync } from 'node:fs'
+import { mkdir, rm, symlink, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
+import type { JetStreamManager } from '@nats-io/jetstream'
+import { functionFactories } from '../functions/index.js'
+import { consumerName } from '../runtime/function.js'
 import { repoRoot } from '../test/env/binaries.js'
+import { runOk, sleep } from '../test/env/exec.js'
+import { httpGet } from '../test/env/net.js'
 import { Reaper, type ServerProcess, startServer } from '../test/env/supervisor.js'
+
+/**
+ * Compiles the functions and chaos/watcher.ts into `dir` (with node_modules linked in, ESM package.json), so a
+ * process starts in a fraction of the time a TypeScript loader needs on a busy machine.
+ */
+export async function buildFunctions(dir: string): Promise<void> {
+  await rm(dir, { recursive: true, force: true })
+  await mkdir(dir, { recursive: true })
+  const tsconfig = join(dir, 'tsconfig.json')
+  await writeFile(
+    tsconfig,
+    JSON.stringify({
+      extends: join(repoRoot, 'tsconfig.json'),
+      compilerOptions: { outDir: join(dir, 'out'), rootDir: repoRoot, sourceMap: false, incremental: false },
+      include: ['core', 'events', 'functions', 'runtime', 'chaos/watcher.ts'].map((p) => join(repoRoot, p)),
+      exclude: [join(repoRoot, 'events/generate.ts')],
+    }),
+  )
+  await runOk(join(repoRoot, 'node_modules/.bin/tsc'), ['-p', tsconfig], { timeoutMs: 300_000 })
+  await writeFile(join(dir, 'out/package.json'), '{"type":"module"}\n')
+  await symlink(join(repoRoot, 'node_modules'), join(dir, 'node_modules'))
+}
 
 export const FUNCTIONS = ['demand', 'cancel', 'admit', 'lifecycle', 'source', 'watcher'] as const
 export type FunctionName = (typeof FUNCTIONS)[number]
+
+export interface Start {
+  fn: FunctionName
+  at: number
+  /** When it was pulling from every consumer it has (the watcher: connected); undefined until then. */
+  readyAt?: number
+}
 
 export interface Crash {
   fn: FunctionName
@@ -31,7 +67,11 @@ interface Member {
 }
 
 export interface FleetOptions {
+  /** buildFunctions' directory. */
+  buildDir: string
   natsUrl: string
+  natsMonitorUrl: string
+  jsm: JetStreamManager
   kubeconfigPath: string
   logDir: string
   /** Delay before a killed or crashed process is started again. */
@@ -42,7 +82,7 @@ export interface FleetOptions {
 export class Fleet {
   readonly crashes: Crash[] = []
   readonly maxRssKb: Record<string, number> = {}
-  readonly starts: Record<string, number> = {}
+  readonly starts: Start[] = []
   private readonly members = new Map<FunctionName, Member>()
   private readonly reaper = new Reaper()
   private readonly timers = new Set<NodeJS.Timeout>()
@@ -53,7 +93,6 @@ export class Fleet {
     for (const fn of FUNCTIONS) {
       this.members.set(fn, { fn, expectedExit: false, paused: false, generation: 0, startedAt: 0 })
       this.maxRssKb[fn] = 0
-      this.starts[fn] = 0
     }
   }
 
@@ -68,9 +107,21 @@ export class Fleet {
     if (how !== 'exit code 0') throw new Error(`provision failed (${how}):\n${proc.logTail()}`)
   }
 
-  startAll(): void {
+  /** Starts every process and waits until all are ready. */
+  async startAll(timeoutMs = 120_000): Promise<void> {
     for (const fn of FUNCTIONS) this.spawn(fn)
     this.rssTimer = setInterval(() => this.sampleRss(), 1000)
+    const deadline = Date.now() + timeoutMs
+    const waiting = () => FUNCTIONS.filter((fn) => this.starts.findLast((s) => s.fn === fn)?.readyAt === undefined)
+    while (waiting().length > 0) {
+      if (Date.now() > deadline) throw new Error(`not ready after ${timeoutMs / 1000} s: ${waiting().join(', ')}`)
+      await sleep(250)
+    }
+  }
+
+  /** When the process started after `after` became ready (undefined: not yet, or never started again). */
+  readyAfter(fn: FunctionName, after: number): number | undefined {
+    return this.starts.find((s) => s.fn === fn && s.at >= after)?.readyAt
   }
 
   pid(fn: FunctionName): number | undefined {
@@ -124,9 +175,37 @@ export class Fleet {
   }
 
   private args(fn: string): string[] {
-    return fn === 'watcher'
-      ? ['--import', 'tsx', join(repoRoot, 'chaos/watcher.ts')]
-      : ['--import', 'tsx', join(repoRoot, 'runtime/main.ts')]
+    const out = join(this.opts.buildDir, 'out')
+    return [fn === 'watcher' ? join(out, 'chaos/watcher.js') : join(out, 'runtime/main.js')]
+  }
+
+  /** Pulling from each of its consumers (the watcher: connected to NATS). */
+  private async ready(fn: FunctionName): Promise<boolean> {
+    if (fn === 'watcher') {
+      const connz = await httpGet(`${this.opts.natsMonitorUrl}/connz?limit=1024`)
+      const names = (JSON.parse(connz.body).connections ?? []).map((c: { name?: string }) => c.name)
+      return names.includes('model-backfill:')
+    }
+    const subscriptions = (functionFactories[fn] as () => { subscriptions: { stream: string }[] })().subscriptions
+    for (const sub of subscriptions) {
+      const info = await this.opts.jsm.consumers.info(sub.stream, consumerName(fn, sub.stream))
+      if (!info.num_waiting) return false
+    }
+    return true
+  }
+
+  private watchReady(start: Start, generation: number): void {
+    const m = this.members.get(start.fn) as Member
+    const poll = async () => {
+      for (let i = 0; i < 600 && !this.stopped && m.generation === generation; i++) {
+        if (await this.ready(start.fn).catch(() => false)) {
+          start.readyAt = Date.now()
+          return
+        }
+        await sleep(250)
+      }
+    }
+    poll().catch(() => {})
   }
 
   private env(fn: string): NodeJS.ProcessEnv {
@@ -149,7 +228,8 @@ export class Fleet {
     m.expectedExit = false
     m.paused = false
     m.startedAt = Date.now()
-    this.starts[fn] = (this.starts[fn] ?? 0) + 1
+    const start: Start = { fn, at: m.startedAt }
+    this.starts.push(start)
     const proc = startServer(this.reaper, fn, process.execPath, this.args(fn), {
       cwd: repoRoot,
       logPath: join(this.opts.logDir, `${fn}.log`),
@@ -157,6 +237,7 @@ export class Fleet {
     })
     m.proc = proc
     const generation = m.generation
+    this.watchReady(start, generation)
     proc.exited.then((how) => {
       if (this.stopped || m.generation !== generation) return
       this.reaper.forgetGroup(proc.pid)
