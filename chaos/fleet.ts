@@ -22,6 +22,8 @@ import { Reaper, type ServerProcess, startServer } from '../test/env/supervisor.
 export async function buildFunctions(dir: string): Promise<void> {
   await rm(dir, { recursive: true, force: true })
   await mkdir(dir, { recursive: true })
+  // Linked first: the compiler finds @types/node through it too.
+  await symlink(join(repoRoot, 'node_modules'), join(dir, 'node_modules'))
   const tsconfig = join(dir, 'tsconfig.json')
   await writeFile(
     tsconfig,
@@ -34,7 +36,6 @@ export async function buildFunctions(dir: string): Promise<void> {
   )
   await runOk(join(repoRoot, 'node_modules/.bin/tsc'), ['-p', tsconfig], { timeoutMs: 300_000 })
   await writeFile(join(dir, 'out/package.json'), '{"type":"module"}\n')
-  await symlink(join(repoRoot, 'node_modules'), join(dir, 'node_modules'))
 }
 
 export const FUNCTIONS = ['demand', 'cancel', 'admit', 'lifecycle', 'source', 'watcher'] as const
