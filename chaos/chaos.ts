@@ -13,7 +13,7 @@ import { type Environment, startEnvironment } from '../test/env/environment.js'
 import { sleep, waitFor } from '../test/env/exec.js'
 import { type ChaosConfig, rng } from './config.js'
 import { createForeignJobs, publishHostile, removeQuota, setQuota } from './faults.js'
-import { buildFunctions, Fleet, FUNCTIONS, type FunctionName } from './fleet.js'
+import { buildFunctions, type Crash, Fleet, FUNCTIONS, type FunctionName } from './fleet.js'
 import { type Counts, type FaultWindow, Oracle } from './oracle.js'
 import { declareWorkload, emptyWorkload, NAMESPACES, startTraffic } from './workload.js'
 
@@ -23,6 +23,8 @@ export interface ChaosResult extends Counts {
   duration_s: number
   kills: number
   crashes_by_function: Record<string, number>
+  /** Not an invariant: processes that exited before they were ready (a dependency down at start). */
+  exits_while_starting: number
   max_rss_mb: Record<string, number>
   foreground_requests: number
   foreground_requests_refused: number
@@ -35,6 +37,16 @@ export interface ChaosResult extends Counts {
   evidence: Record<string, unknown[]>
   logs?: string
 }
+
+const describeExit = (c: Crash) => ({
+  ...c,
+  at: new Date(c.at).toISOString(),
+  // The error line of a Node.js crash, or the last lines.
+  logTail: c.logTail
+    .split('\n')
+    .filter((l) => /Error|error|at |exit/.test(l))
+    .slice(0, 6),
+})
 
 export interface RunOptions {
   log?: (line: string) => void
@@ -207,7 +219,6 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
     let hostile = { stored: 0, refused: 0, kinds: {} as Record<string, number> }
     faults.push(
       at(config.hostileFromMs, async () => {
-        await apiserverFault
         const from = Date.now()
         say(`publishing ${config.hostileEvents} hostile events over ${config.hostileForMs / 1000} s`)
         hostile = await publishHostile(
@@ -269,8 +280,10 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
       return stored ? Date.parse(stored.timestamp) : undefined
     })
     const limit = opts.evidence ?? 20
+    const crashes = fleet.crashes.filter((c) => !c.duringStartup)
+    const startupFailures = fleet.crashes.filter((c) => c.duringStartup)
     const crashesBy: Record<string, number> = {}
-    for (const c of fleet.crashes) crashesBy[c.fn] = (crashesBy[c.fn] ?? 0) + 1
+    for (const c of crashes) crashesBy[c.fn] = (crashesBy[c.fn] ?? 0) + 1
     const rssMb = Object.fromEntries(Object.entries(fleet.maxRssKb).map(([fn, kb]) => [fn, Math.round(kb / 1024)]))
     const counts: Counts = {
       jobs_created_in_idle_window: verdict.inWindow.length,
@@ -278,7 +291,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
       foreign_jobs_deleted: verdict.foreignDeleted.length,
       lost_cancels: verdict.lost.length,
       backfills_not_settled: Object.keys(problems).length,
-      processes_crashed: fleet.crashes.length,
+      processes_crashed: crashes.length,
       rss_over_limit: Object.values(rssMb).filter((mb) => mb > config.rssLimitMb).length,
     }
     const faultCounts: Record<string, number> = {}
@@ -291,6 +304,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
       duration_s: Math.round((Date.now() - started) / 1000),
       kills,
       crashes_by_function: crashesBy,
+      exits_while_starting: startupFailures.length,
       max_rss_mb: rssMb,
       foreground_requests: traffic.requests.length,
       foreground_requests_refused: traffic.failed(),
@@ -308,9 +322,8 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
         backfills_not_settled: Object.entries(problems)
           .slice(0, limit)
           .map(([k, v]) => `${k}: ${v}`),
-        processes_crashed: fleet.crashes
-          .slice(0, limit)
-          .map((c) => ({ ...c, at: new Date(c.at).toISOString(), logTail: c.logTail.split('\n').slice(-8) })),
+        processes_crashed: crashes.slice(0, limit).map(describeExit),
+        exits_while_starting: startupFailures.slice(0, limit).map(describeExit),
       },
     }
     for (const [name, items] of Object.entries(result.evidence)) {

@@ -43,9 +43,8 @@ export interface ChaosConfig {
   apiserverStopAtMs: number
   apiserverDownMs: number
   /**
-   * Hostile events published on the functions' subjects, spread over `hostileForMs` from `hostileFromMs` on, but
-   * only once the apiserver is back (last: what poison does to the foreground path is then not confused with
-   * the other faults).
+   * Hostile events published on the functions' subjects, spread over `hostileForMs` from `hostileFromMs` on. Let
+   * some traffic run between them and the apiserver outage: what poison does to the preemption path shows there.
    */
   hostileEvents: number
   hostileFromMs: number
@@ -85,7 +84,7 @@ export const full: ChaosConfig = {
   requestGapMaxMs: 700,
   backgroundShare: 0.1,
   warmupMs: 15_000,
-  faultPhaseMs: 330_000,
+  faultPhaseMs: 340_000,
   trafficTailMs: 20_000,
   kills: 60,
   restartDelayMinMs: 300,
@@ -96,10 +95,10 @@ export const full: ChaosConfig = {
   quotaForMs: 40_000,
   natsRestartAtMs: 165_000,
   natsDownMs: 5_000,
-  apiserverStopAtMs: 185_000,
+  apiserverStopAtMs: 235_000,
   apiserverDownMs: 90_000,
   hostileEvents: 10_000,
-  hostileFromMs: 280_000,
+  hostileFromMs: 180_000,
   hostileForMs: 30_000,
   hostileHugeBodies: 24,
   hostilePoisonShare: 0.15,
@@ -120,16 +119,16 @@ export const short: ChaosConfig = {
   faultPhaseMs: 110_000,
   kills: 12,
   demandPauseAtMs: 10_000,
-  demandPauseExtraMs: 6_000,
-  quotaAtMs: 24_000,
+  demandPauseExtraMs: 10_000,
+  quotaAtMs: 27_000,
   quotaForMs: 10_000,
-  natsRestartAtMs: 36_000,
+  natsRestartAtMs: 39_000,
   natsDownMs: 3_000,
-  // Down long enough (with its start-up, ~65 s) that a retried event outlives its retry budget (~62 s).
-  apiserverStopAtMs: 42_000,
-  apiserverDownMs: 50_000,
   hostileEvents: 1_600,
-  hostileFromMs: 70_000,
+  hostileFromMs: 45_000,
+  // Down long enough (with its start-up, ~65 s) that a retried event outlives its retry budget (~62 s).
+  apiserverStopAtMs: 72_000,
+  apiserverDownMs: 50_000,
   hostileForMs: 10_000,
   hostileHugeBodies: 6,
   hostilePoisonShare: 0.7,

@@ -53,6 +53,8 @@ export interface Crash {
   pid: number
   at: number
   how: string
+  /** It exited before it was ready (e.g. NATS unreachable at start): Kubernetes would restart it, as here. */
+  duringStartup: boolean
   logTail: string
 }
 
@@ -243,9 +245,11 @@ export class Fleet {
       if (this.stopped || m.generation !== generation) return
       this.reaper.forgetGroup(proc.pid)
       if (!m.expectedExit) {
-        const crash = { fn, pid: proc.pid, at: Date.now(), how, logTail: proc.logTail(30) }
-        this.crashes.push(crash)
-        this.opts.log(`CRASH: ${fn} (pid ${proc.pid}) exited by itself: ${how}`)
+        const duringStartup = start.readyAt === undefined
+        this.crashes.push({ fn, pid: proc.pid, at: Date.now(), how, duringStartup, logTail: proc.logTail(30) })
+        this.opts.log(
+          `${duringStartup ? 'exited while starting' : 'CRASH'}: ${fn} (pid ${proc.pid}) exited by itself: ${how}`,
+        )
       }
       const timer = setTimeout(() => {
         this.timers.delete(timer)
