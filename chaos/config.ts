@@ -52,9 +52,9 @@ export interface ChaosConfig {
   /** Bodies of about 1 MiB among the hostile events. */
   hostileHugeBodies: number
   /**
-   * Share of the hostile events that are poison for the foreground path: an unknown type carrying CR/LF on the
-   * foreground subject (a dead-letter reason copied from it is no valid header). More of them than demand's
-   * max_ack_pending (1000) stop foreground processing unless each ends in the dead-letter stream.
+   * Share of the hostile events that are poison for the preemption path: an unknown type carrying CR/LF on the
+   * cancel subject (a dead-letter reason copied from it is no valid header). More of them than cancel's
+   * max_ack_pending (1000) stop every preemption unless each one ends in the dead-letter stream.
    */
   hostilePoisonShare: number
   /** Oracle: a foreground request must delete a live Job of its model within this bound (after any fault). */

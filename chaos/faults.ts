@@ -108,9 +108,9 @@ export function hostileMessage(
     ]
   if (random.next() < poisonShare)
     return [
-      catalog['ai.flexinfer.foreground.request'].subject,
-      envelope(`ai.flexinfer.foreground.request${CONTROL}`, { namespace: 'chaos-a', model: 'model-0' }),
-      'poison: unknown type with CR/LF on the foreground subject',
+      catalog['ai.flexinfer.backfill.cancel'].subject,
+      envelope(`ai.flexinfer.backfill.cancel${CONTROL}`, { namespace: 'chaos-a', backfill: 'bf-0-0' }),
+      'poison: unknown type with CR/LF on the cancel subject',
     ]
   const foreign = random.pick(foreignJobs).split('/') as [string, string]
   const kind = random.int(0, 11)

@@ -235,7 +235,7 @@ export class Fleet {
     this.starts.push(start)
     const proc = startServer(this.reaper, fn, process.execPath, this.args(fn), {
       cwd: repoRoot,
-      logPath: join(this.opts.logDir, `${fn}.log`),
+      logPath: join(this.opts.logDir, `${fn}.${m.generation}.log`),
       env: this.env(fn),
     })
     m.proc = proc

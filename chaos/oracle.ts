@@ -208,11 +208,11 @@ export class Oracle {
         : [job.addedAt - w + tol, job.addedAt - tol]
       // Store time ≤ PubAck time: a request acked up to 1 s after `to` may still have been stored before it.
       const candidates = (byModel.get(model) ?? []).filter((r) => r.ackAt > from && r.ackAt < to + 1000)
-      const hits: { ackAt: number; storedAt?: number }[] = []
+      const hits: { sentAt: number; ackAt: number; storedAt?: number }[] = []
       for (const r of candidates) {
         const storedAt = await storeTime(r.seq).catch(() => undefined)
         const s = storedAt ?? r.ackAt
-        if (s > from && s < to) hits.push({ ackAt: r.ackAt, storedAt })
+        if (s > from && s < to) hits.push({ sentAt: r.sentAt, ackAt: r.ackAt, storedAt })
       }
       if (hits.length > 0) {
         const last = hits.at(-1) as (typeof hits)[number]
@@ -225,6 +225,8 @@ export class Oracle {
           requestsInWindow: hits.length,
           lastRequestStoredMsBeforeCreation: Math.round(created - (last.storedAt ?? last.ackAt)),
           byStoreTime: last.storedAt !== undefined,
+          // ≥ idleFor: inside the window only by the store time, not by the event's own time (the "clocks" item).
+          lastRequestSentMsBeforeCreation: Math.round(created - last.sentAt),
         })
       }
     }
