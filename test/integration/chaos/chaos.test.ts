@@ -23,7 +23,8 @@ const WAITS_FOR: Record<string, string> = {
 describe('chaos (short variant)', () => {
   it('keeps every invariant under kills, pauses, a NATS restart, an apiserver outage, a quota and hostile input', async () => {
     const lines: string[] = []
-    const result = await runChaos(withOverrides(short), {
+    const config = withOverrides(short)
+    const result = await runChaos(config, {
       log: (line) => {
         lines.push(line)
         if (process.env.CHAOS_VERBOSE) process.stderr.write(`[chaos] ${line}\n`)
@@ -38,11 +39,11 @@ describe('chaos (short variant)', () => {
       )
       .join('\n')
     // The run itself must have happened as configured, or a zero proves nothing.
-    expect(result.kills).toBeGreaterThanOrEqual(short.kills - 2)
+    expect(result.kills).toBeGreaterThanOrEqual(config.kills - 2)
     expect(result.foreground_requests).toBeGreaterThan(100)
     expect(result.jobs_created).toBeGreaterThan(0)
     expect(result.faults).toMatchObject({ 'demand-pause': 1, quota: 1, 'nats-restart': 1, 'apiserver-stop': 1 })
-    expect(result.hostile_events_stored).toBeGreaterThan(short.hostileEvents / 2)
+    expect(result.hostile_events_stored).toBeGreaterThan(config.hostileEvents / 2)
     if (failing.length) process.stderr.write(`[chaos] progress:\n${lines.join('\n')}\n[chaos] failing:\n${report}\n`)
     for (const k of Object.keys(WAITS_FOR)) {
       expect.soft(result[k as keyof typeof result], `${k} (waits for: ${WAITS_FOR[k]})`).toBe(0)
