@@ -227,6 +227,8 @@ export class Oracle {
           byStoreTime: last.storedAt !== undefined,
           // ≥ idleFor: inside the window only by the store time, not by the event's own time (the "clocks" item).
           lastRequestSentMsBeforeCreation: Math.round(created - last.sentAt),
+          // Stored before the creation's second began: inside the window whatever the watch's delay was.
+          certain: (last.storedAt ?? last.ackAt) < job.createdSecond,
         })
       }
     }
