@@ -54,8 +54,19 @@ export interface EnvironmentInfo {
   startupMs: number
 }
 
+/** Servers of a running environment that can be stopped and started again (chaos testing). */
+export type RestartableServer = 'nats-server' | 'kube-apiserver'
+
 export interface Environment extends EnvironmentInfo {
   stop(): Promise<void>
+  /**
+   * Stops one server of the running environment (`signal`, default SIGTERM; SIGKILL after the grace period) and
+   * waits until it is gone. Its data, port and configuration stay, so startServer brings the same server back
+   * (nats-server: the same JetStream store directory).
+   */
+  stopServer(name: RestartableServer, signal?: NodeJS.Signals): Promise<void>
+  /** Starts a server stopped by stopServer again, with the same command line, and waits until it is ready. */
+  startServer(name: RestartableServer): Promise<void>
 }
 
 export interface StartOptions {
@@ -133,6 +144,8 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       number,
       number,
     ]
+    // Command lines (`commands`, above) and readiness probes by name, so a run can stop one server and start it again.
+    const readiness = new Map<string, (p: ServerProcess) => Promise<unknown>>()
     const start = (name: string, command: string, args: string[]) => {
       commands.set(name, { command, args })
       const p = startServer(reaper, name, command, args, { cwd: dir, logPath: join(logs, `${name}.log`) })
@@ -159,10 +172,15 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       ].join('\n'),
     )
     const nats = start('nats-server', binaries.natsServer, ['-c', natsConf])
-    const natsReady = whileRunning(
-      nats,
-      waitFor('nats-server /healthz', async () => (await httpGet(`${natsMonitorUrl}/healthz`)).status === 200),
-    ).then(() => log(`nats-server ${natsServerVersion} ready at ${natsUrl} (${elapsed()})`))
+    readiness.set('nats-server', (p) =>
+      whileRunning(
+        p,
+        waitFor('nats-server /healthz', async () => (await httpGet(`${natsMonitorUrl}/healthz`)).status === 200),
+      ),
+    )
+    const natsReady = (readiness.get('nats-server') as (p: ServerProcess) => Promise<unknown>)(nats).then(() =>
+      log(`nats-server ${natsServerVersion} ready at ${natsUrl} (${elapsed()})`),
+    )
     natsReady.catch(() => {})
 
     const etcdUrl = `http://${LOOPBACK}:${etcdPort}`
@@ -204,18 +222,21 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       `--cert-dir=${join(dir, 'apiserver')}`,
     ])
     const tls = await adminTls(pki)
-    await whileRunning(
-      apiserver,
-      waitFor(
-        'kube-apiserver /readyz',
-        async () => {
-          const r = await httpGet(`${apiserverUrl}/readyz`, tls)
-          if (r.status !== 200) throw new Error(`/readyz ${r.status}: ${r.body.slice(-400)}`)
-          return true
-        },
-        { timeoutMs: 90_000, intervalMs: 200 },
+    readiness.set('kube-apiserver', (p) =>
+      whileRunning(
+        p,
+        waitFor(
+          'kube-apiserver /readyz',
+          async () => {
+            const r = await httpGet(`${apiserverUrl}/readyz`, tls)
+            if (r.status !== 200) throw new Error(`/readyz ${r.status}: ${r.body.slice(-400)}`)
+            return true
+          },
+          { timeoutMs: 90_000, intervalMs: 200 },
+        ),
       ),
     )
+    await (readiness.get('kube-apiserver') as (p: ServerProcess) => Promise<unknown>)(apiserver)
     log(`kube-apiserver ready at ${apiserverUrl} (${elapsed()})`)
 
     const kubeconfigPath = join(dir, 'kubeconfig')
@@ -307,7 +328,32 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       startupMs: Date.now() - started,
     }
     await writeFile(join(dir, 'env.json'), `${JSON.stringify(info, null, 2)}\n`)
-    const env: Environment = { ...info, stop: () => stopEnvironment(env) }
+    const current = (name: string) => processes.findLast((p) => p.name === name)
+    const env: Environment = {
+      ...info,
+      stop: () => stopEnvironment(env),
+      async stopServer(name, signal = 'SIGTERM') {
+        const p = current(name)
+        if (!p || p.hasExited()) return
+        process.kill(-p.pid, signal)
+        const killed = setTimeout(() => {
+          if (!p.hasExited()) process.kill(-p.pid, 'SIGKILL')
+        }, DEFAULT_STOP_GRACE_SECONDS * 1000)
+        await p.exited
+        clearTimeout(killed)
+        if (!opts.detached) reaper.forgetGroup(p.pid)
+      },
+      async startServer(name) {
+        const spec = commands.get(name)
+        const ready = readiness.get(name)
+        if (!spec || !ready || opts.detached) throw new Error(`${name} cannot be restarted here`)
+        if (current(name)?.hasExited() === false) throw new Error(`${name} is running`)
+        const p = start(name, spec.command, spec.args)
+        const recorded = env.processes.find((r) => r.name === name)
+        if (recorded) recorded.pid = p.pid
+        await ready(p)
+      },
+    }
     restartable.set(env, { reaper, commands })
     if (opts.detached) await reaper.release()
     else owned.set(env, reaper)

@@ -14,7 +14,14 @@ declare module 'vitest' {
 
 export default async function setup({ provide }: TestProject): Promise<() => Promise<void>> {
   const env = await startEnvironment()
-  const { detached: _detached, envShPath: _envSh, stop: _stop, ...info } = env
+  const {
+    detached: _detached,
+    envShPath: _envSh,
+    stop: _stop,
+    stopServer: _stopServer,
+    startServer: _startServer,
+    ...info
+  } = env
   provide('testEnv', info)
   return async () => {
     await env.stop()

@@ -1,0 +1,23 @@
+// The local Kubernetes watcher (the ApiServerSource stand-in) alone in a process, as the chaos run deploys it:
+// runtime/main.ts only runs it together with functions.
+import { createLogger } from '../runtime/log.js'
+import { startRunner } from '../runtime/runner.js'
+
+const log = createLogger('model-backfill')
+const natsUrl = process.env.NATS_URL
+if (!natsUrl) throw new Error('NATS_URL is not set')
+const runner = await startRunner({
+  natsUrl,
+  functions: [],
+  watch: true,
+  provision: process.env.NATS_PROVISION !== 'false',
+  logger: log,
+})
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    runner.stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    )
+  })
+}
