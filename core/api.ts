@@ -114,12 +114,14 @@ export const ModelBackfillSpec = z
       'CronJob in the same namespace',
       'Name of a CronJob in the same namespace whose jobTemplate is copied for each attempt.',
     ),
-    idleFor: durationField('idleFor', 'Continuous foreground-idle window required before an attempt.').default(
-      DEFAULT_IDLE_FOR,
-    ),
-    maxRunDuration: durationField('maxRunDuration', "Becomes the Job's activeDeadlineSeconds.").default(
-      DEFAULT_MAX_RUN_DURATION,
-    ),
+    idleFor: durationField(
+      'idleFor',
+      'Continuous foreground-idle window required before an attempt; 0 means the default (10m).',
+    ).default(DEFAULT_IDLE_FOR),
+    maxRunDuration: durationField(
+      'maxRunDuration',
+      "Becomes the Job's activeDeadlineSeconds; 0 means the default (30m).",
+    ).default(DEFAULT_MAX_RUN_DURATION),
     repeatAfter: durationField('repeatAfter', 'Cooldown after a successful run; 0 or absent keeps it one-shot.', [
       {
         rule: `!self.matches('${GO_DURATION_RE}') || self.startsWith('-') || duration(self) == duration('0s') || duration(self) >= duration('1m')`,
@@ -275,11 +277,12 @@ export function checkSpec(spec: ModelBackfillSpec): { problem: SpecProblem } | {
     }
   }
   // idleFor / maxRunDuration have defaults; a bad value left by an old CRD falls back to the default rather
-  // than wedging the declaration, since no Blocked reason exists for them.
+  // than wedging the declaration, since no Blocked reason exists for them. Zero means the default too, as in the
+  // reference controller, which writes `0s` back into the objects it manages (a takeover must not run them at once).
   const orDefault = (value: string | undefined, fallback: string) => {
     try {
       const ms = parseDuration(value ?? fallback)
-      return ms >= 0 ? ms : parseDuration(fallback)
+      return ms > 0 ? ms : parseDuration(fallback)
     } catch (err) {
       if (err instanceof DurationError) return parseDuration(fallback)
       throw err

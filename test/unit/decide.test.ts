@@ -1284,6 +1284,38 @@ describe('checkSpec (defence in depth behind the CRD rules)', () => {
     })
   })
 
+  // The reference reads a zero idleFor / maxRunDuration as "use the default" and writes `0s` back into objects, so
+  // after a takeover a literal zero would start at once and be killed after one second.
+  it.each([
+    [{ idleFor: '0s' }, { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE }],
+    [{ idleFor: '0' }, { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE }],
+    [{ maxRunDuration: '0s' }, { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE }],
+    [
+      { idleFor: '0m0s', maxRunDuration: '0h' },
+      { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE },
+    ],
+    [
+      { idleFor: '1s', maxRunDuration: '1s' },
+      { idleForMs: SECOND, maxRunDurationMs: SECOND },
+    ],
+  ] as const)('zero means the default: %j → %j', (spec, resolved) => {
+    expect(checkSpec({ ...base, ...spec })).toEqual({ resolved: { ...resolved, repeatAfterMs: 0 } })
+  })
+
+  it('a taken-over declaration with idleFor/maxRunDuration 0s waits the default window and runs 30m Jobs', () => {
+    const backfill = aBackfill({ spec: { idleFor: '0s', maxRunDuration: '0s' } })
+    const t = new Timeline(aWorld({ backfill }))
+    expect(t.step(T0).state?.phase).toBe('WaitingForIdle')
+    expect(t.step(T0 + 10 * MINUTE - 1).state?.phase).toBe('WaitingForIdle')
+    const d = t.step(T0 + 10 * MINUTE)
+    expect(d.actions).toContainEqual(
+      expect.objectContaining({
+        type: 'createJob',
+        spec: { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE, repeatAfterMs: 0 },
+      }),
+    )
+  })
+
   it.each([
     [{ env: { '1ABC': 'x' } }, 'InvalidEnvironment'],
     [{ env: { 'A-B': 'x' } }, 'InvalidEnvironment'],
