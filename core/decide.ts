@@ -560,7 +560,7 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
       w,
       'Blocked',
       'GPURequestForbidden',
-      `CronJob ${b.spec.templateRef} container ${g.container} sets ${g.resource}=${g.quantity}; backfill must not request a GPU`,
+      `CronJob ${b.spec.templateRef} ${g.container ? `container ${g.container}` : 'pod spec'} sets ${g.resource}=${g.quantity}; backfill must not request a GPU`,
     )
   }
   if (!model.ready) {

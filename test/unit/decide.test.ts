@@ -751,6 +751,15 @@ describe('decide: focused transitions', () => {
     expect(events(t.step(T0 + 10 * MINUTE + 30 * SECOND))).toHaveLength(1)
   })
 
+  it('a pod-level GPU violation (pod resources, DRA claim) says "pod spec", not an empty container name', () => {
+    const gpu = { container: '', resource: 'resourceClaims.gpu', quantity: 'resourceClaimTemplate single-gpu' }
+    const d = decide(aWorld({ template: templateWithGpu(gpu) }), { type: 'timer' }, T0)
+    expect(d.state).toMatchObject({ phase: 'Blocked', reason: 'GPURequestForbidden' })
+    expect(d.state?.message).toBe(
+      'CronJob tpl pod spec sets resourceClaims.gpu=resourceClaimTemplate single-gpu; backfill must not request a GPU',
+    )
+  })
+
   it('a Model that turns Ready starts a fresh window from that moment', () => {
     const t = new Timeline(aWorld({ model: aModel({ ready: false, phase: 'Pending' }) }))
     expect(t.step(T0).state).toMatchObject({ phase: 'WaitingForIdle', reason: 'ModelNotReady' })
