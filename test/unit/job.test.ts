@@ -296,7 +296,7 @@ describe('gpuViolations', () => {
 
   const withPod = (pod: Partial<NonNullable<V1Container['resources']>> | undefined, claims?: unknown[]): V1CronJob => {
     const t = cronJob([{ name: 'main', image: 'x' }])
-    const podSpec = t.spec?.jobTemplate.spec?.template.spec as Record<string, unknown>
+    const podSpec = t.spec?.jobTemplate.spec?.template.spec as unknown as Record<string, unknown>
     if (pod) podSpec.resources = pod
     if (claims) podSpec.resourceClaims = claims
     return t

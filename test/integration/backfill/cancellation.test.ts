@@ -268,7 +268,7 @@ describe.concurrent('the Model changes under a running attempt', () => {
     const waiting = await world.waitFor(r.backfill, 'WaitingForIdle', 'ModelNotReady')
     expect(waiting.status?.message).toBe(`Model ${r.model} is Loading`)
     expect(await r.history.first(5)).toEqual([...STARTED, 'Cancelling/ModelNotReady', 'WaitingForIdle/ModelNotReady'])
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ model_unavailable: 1 })
+    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
 
     const readyAt = Date.now()
     await world.modelStatus(r.model, { phase: 'Ready', node: r.node })
@@ -299,7 +299,7 @@ describe.concurrent('the Model changes under a running attempt', () => {
     expect(second.status?.nodeName).toBe(newNode)
     const job = await world.job(jobName(r.backfill, 2))
     expect(job?.metadata?.annotations?.['ai.flexinfer/backfill-node']).toBe(newNode)
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ model_unavailable: 1 })
+    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
   })
 
   it('Model loses its node → Cancelling/NodeUnresolved → WaitingForIdle/NodeUnresolved', async ({ expect }) => {
@@ -311,7 +311,7 @@ describe.concurrent('the Model changes under a running attempt', () => {
     expect(waiting.status?.nodeName).toBeUndefined()
     expect(await r.history.first(5)).toEqual([...STARTED, 'Cancelling/NodeUnresolved', 'WaitingForIdle/NodeUnresolved'])
     r.history.stop()
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ model_unavailable: 1 })
+    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
   })
 })
 
@@ -331,6 +331,10 @@ describe.concurrent('deleting the ModelBackfill', () => {
     expect(waiting.metadata.deletionTimestamp).toBeTruthy()
     expect(waiting.metadata.finalizers).toContain('ai.flexinfer/modelbackfill')
     expect(waiting.status?.message).toBe(`ModelBackfill is being deleted; waiting for Job ${r.job} to be removed`)
+    // A deletion counts no preemption (as the reference); the time run until then is still useful time.
+    const deleting = await world.state(r.backfill)
+    expect(deleting?.counters.preemptions).toEqual({})
+    expect(deleting?.counters.usefulSeconds).toBeGreaterThan(0)
     expect(await world.events(r.backfill)).toContainEqual({
       type: 'Normal',
       reason: 'Cancelled',
