@@ -223,7 +223,7 @@ function finalizeDeletion(w: Work) {
         w.actions.push({
           type: 'recordEvent',
           eventType: 'Normal',
-          reason: 'Cancelled',
+          reason: 'BackfillCancelled',
           message: `ModelBackfill is being deleted; deleting Job ${s.jobName}`,
         })
       }
@@ -406,12 +406,15 @@ function cancel(w: Work, reason: CancelReason) {
   w.actions.push({ type: 'deleteJob', jobName, why: s.reason as CancelReason })
 }
 
-/** Every preemption tells `kubectl describe` why, also when its Job was already gone by the time it was decided. */
+/**
+ * Every preemption tells `kubectl describe` why, also when its Job was already gone by the time it was decided. The
+ * reasons BackfillStarted / BackfillCancelled are the reference controller's, so alerts on its Events keep working.
+ */
 function recordCancelled(w: Work, jobName: string, why: string) {
   w.actions.push({
     type: 'recordEvent',
     eventType: 'Normal',
-    reason: 'Cancelled',
+    reason: 'BackfillCancelled',
     message: `Cancelled Job ${jobName}: ${why}`,
   })
 }
@@ -637,7 +640,7 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
     {
       type: 'recordEvent',
       eventType: 'Normal',
-      reason: 'Started',
+      reason: 'BackfillStarted',
       message: `Started attempt ${s.attempts} as Job ${s.jobName} on node ${model.node}`,
     },
   )

@@ -67,14 +67,14 @@ const admit = (attempt = 1, node = NODE, ...more: ActionLike[]): Expected => ({
   actions: [
     ...more,
     { type: 'createJob', jobName: J(attempt), attempt, node },
-    { type: 'recordEvent', eventType: 'Normal', reason: 'Started' },
+    { type: 'recordEvent', eventType: 'Normal', reason: 'BackfillStarted' },
   ],
 })
 const cancelled = (reason: string): Expected => ({
   phase: 'Cancelling',
   reason,
   actions: [
-    { type: 'recordEvent', eventType: 'Normal', reason: 'Cancelled' },
+    { type: 'recordEvent', eventType: 'Normal', reason: 'BackfillCancelled' },
     { type: 'deleteJob', jobName: J1, why: reason as never },
   ],
 })
@@ -85,7 +85,7 @@ const blocked = (reason: string, ...more: ActionLike[]): Expected => ({
 })
 const waiting = (reason: string, ...actions: ActionLike[]): Expected => ({ phase: 'WaitingForIdle', reason, actions })
 const armAt = (at: number): ActionLike => ({ type: 'armTimer', at: iso(at) })
-const CANCELLED_EVENT: ActionLike = { type: 'recordEvent', eventType: 'Normal', reason: 'Cancelled' }
+const CANCELLED_EVENT: ActionLike = { type: 'recordEvent', eventType: 'Normal', reason: 'BackfillCancelled' }
 const cleanup: ActionLike = { type: 'deleteJob', jobName: J1, why: 'Cleanup' }
 
 /** Builds the change's world from the fixture's. */
@@ -385,7 +385,7 @@ const CHANGES: Change[] = [
         reason: 'JobCreated',
         actions: [
           { type: 'deleteJob', jobName: J1, why: 'Deleted' },
-          { type: 'recordEvent', eventType: 'Normal', reason: 'Cancelled' },
+          { type: 'recordEvent', eventType: 'Normal', reason: 'BackfillCancelled' },
         ],
       },
       Running: {
@@ -393,7 +393,7 @@ const CHANGES: Change[] = [
         reason: 'JobRunning',
         actions: [
           { type: 'deleteJob', jobName: J1, why: 'Deleted' },
-          { type: 'recordEvent', eventType: 'Normal', reason: 'Cancelled' },
+          { type: 'recordEvent', eventType: 'Normal', reason: 'BackfillCancelled' },
         ],
       },
       Cancelling: SAME,

@@ -77,7 +77,7 @@ describe.concurrent('foreground demand', () => {
     expect(state?.counters.usefulSeconds).toBeGreaterThan(0)
     expect(await world.events(r.backfill)).toContainEqual({
       type: 'Normal',
-      reason: 'Cancelled',
+      reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: ForegroundDemand`,
     })
   })
@@ -105,10 +105,10 @@ describe.concurrent('foreground demand', () => {
     const state = await world.state(r.backfill)
     expect(state?.counters).toMatchObject({ starts: 3, success: 0, failed: 0, preemptions: { foreground: 2 } })
     const events = await world.events(r.backfill)
-    expect(events.filter((e) => e.reason === 'Started').map((e) => e.message)).toEqual(
+    expect(events.filter((e) => e.reason === 'BackfillStarted').map((e) => e.message)).toEqual(
       [1, 2, 3].map((i) => `Started attempt ${i} as Job ${jobName(r.backfill, i)} on node ${r.node}`),
     )
-    expect(events.filter((e) => e.reason === 'Cancelled').map((e) => e.message)).toEqual(
+    expect(events.filter((e) => e.reason === 'BackfillCancelled').map((e) => e.message)).toEqual(
       [1, 2].map((i) => `Cancelled Job ${jobName(r.backfill, i)}: ForegroundDemand`),
     )
     const described = await env.kubectl(['describe', 'mbf', r.backfill, '-n', env.namespace])
@@ -146,7 +146,7 @@ describe.concurrent('gaming intent and GPU leases', () => {
     const events = await world.events(r.backfill)
     expect(events).toContainEqual({
       type: 'Normal',
-      reason: 'Cancelled',
+      reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: GamingIntent`,
     })
     expect(events).toContainEqual({
@@ -172,7 +172,7 @@ describe.concurrent('gaming intent and GPU leases', () => {
     expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ gpu_lease: 1 })
     expect(await world.events(r.backfill)).toContainEqual({
       type: 'Normal',
-      reason: 'Cancelled',
+      reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: GPULeaseActive`,
     })
   })
@@ -204,7 +204,7 @@ describe.concurrent('suspension and spec changes', () => {
     expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ suspended: 1 })
     expect(await world.events(r.backfill)).toContainEqual({
       type: 'Normal',
-      reason: 'Cancelled',
+      reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: Suspended`,
     })
 
@@ -337,7 +337,7 @@ describe.concurrent('deleting the ModelBackfill', () => {
     expect(deleting?.counters.usefulSeconds).toBeGreaterThan(0)
     expect(await world.events(r.backfill)).toContainEqual({
       type: 'Normal',
-      reason: 'Cancelled',
+      reason: 'BackfillCancelled',
       message: `ModelBackfill is being deleted; deleting Job ${r.job}`,
     })
     await new Promise((resolve) => setTimeout(resolve, 1000))
