@@ -154,22 +154,39 @@ export type ModelBackfillSpec = z.infer<typeof ModelBackfillSpec>
 const Time = z.string().meta({ format: 'date-time' })
 const time = (description: string) => Time.meta({ description })
 
-export const Condition = z.object({
-  type: z.string(),
-  status: z.enum(['True', 'False', 'Unknown']),
-  reason: z.string().optional(),
-  message: z.string().optional(),
-  lastTransitionTime: Time.optional(),
-  observedGeneration: z.number().int().optional(),
-})
+export const Condition = z
+  .object({
+    type: z.string().meta({ description: 'Condition type; the controller sets Ready.' }),
+    status: z.enum(['True', 'False', 'Unknown']).meta({ description: 'True, False or Unknown.' }),
+    reason: z.string().optional().meta({ description: 'The status.reason the condition was last set with.' }),
+    message: z.string().optional().meta({ description: 'Human-readable detail, as status.message.' }),
+    lastTransitionTime: time('When status last changed between True and False.').optional(),
+    observedGeneration: z
+      .number()
+      .int()
+      .optional()
+      .meta({ description: 'metadata.generation the condition was set for.' }),
+  })
+  .meta({ description: 'A standard Kubernetes condition.' })
 export type Condition = z.infer<typeof Condition>
 
 export const ModelBackfillStatus = z
   .object({
-    phase: z.enum(PHASES).optional(),
+    phase: z
+      .enum(PHASES)
+      .optional()
+      .meta({
+        description:
+          'Lifecycle phase: WaitingForIdle, Starting, Running, Cancelling, Succeeded, Failed, ' +
+          'Suspended or Blocked.',
+      }),
     reason: z.string().optional().meta({ description: 'Machine-readable reason for the phase (contract vocabulary).' }),
-    message: z.string().optional(),
-    observedGeneration: z.number().int().optional(),
+    message: z.string().optional().meta({ description: 'Human-readable detail of the phase and reason.' }),
+    observedGeneration: z
+      .number()
+      .int()
+      .optional()
+      .meta({ description: 'metadata.generation of the spec this status was decided for.' }),
     nodeName: z.string().optional().meta({ description: "The model's node for the current or last attempt." }),
     jobName: z.string().optional().meta({ description: 'The owned Job of the current or last attempt.' }),
     idleSince: time('Start of the current continuous foreground-idle window.').optional(),

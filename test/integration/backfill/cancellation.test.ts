@@ -114,8 +114,8 @@ describe.concurrent('foreground demand', () => {
     const described = await env.kubectl(['describe', 'mbf', r.backfill, '-n', env.namespace])
     expect(described.code).toBe(0)
     expect(described.stdout).toMatch(/Attempts:\s+3/)
-    expect(described.stdout).toMatch(/Normal\s+Cancelled\s+.*Cancelled Job .*: ForegroundDemand/)
-    expect(described.stdout).toMatch(/Normal\s+Started\s+.*Started attempt 3 as Job/)
+    expect(described.stdout).toMatch(/Normal\s+BackfillCancelled\s+.*Cancelled Job .*: ForegroundDemand/)
+    expect(described.stdout).toMatch(/Normal\s+BackfillStarted\s+.*Started attempt 3 as Job/)
 
     const metrics = await (await fetch(`${runner.httpUrl}/metrics`)).text()
     const labels = `backfill="${r.backfill}",namespace="${env.namespace}",model="${r.model}"`
