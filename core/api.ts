@@ -114,12 +114,14 @@ export const ModelBackfillSpec = z
       'CronJob in the same namespace',
       'Name of a CronJob in the same namespace whose jobTemplate is copied for each attempt.',
     ),
-    idleFor: durationField('idleFor', 'Continuous foreground-idle window required before an attempt.').default(
-      DEFAULT_IDLE_FOR,
-    ),
-    maxRunDuration: durationField('maxRunDuration', "Becomes the Job's activeDeadlineSeconds.").default(
-      DEFAULT_MAX_RUN_DURATION,
-    ),
+    idleFor: durationField(
+      'idleFor',
+      'Continuous foreground-idle window required before an attempt; 0 means the default (10m).',
+    ).default(DEFAULT_IDLE_FOR),
+    maxRunDuration: durationField(
+      'maxRunDuration',
+      "Becomes the Job's activeDeadlineSeconds; 0 means the default (30m).",
+    ).default(DEFAULT_MAX_RUN_DURATION),
     repeatAfter: durationField('repeatAfter', 'Cooldown after a successful run; 0 or absent keeps it one-shot.', [
       {
         rule: `!self.matches('${GO_DURATION_RE}') || self.startsWith('-') || duration(self) == duration('0s') || duration(self) >= duration('1m')`,
@@ -152,22 +154,39 @@ export type ModelBackfillSpec = z.infer<typeof ModelBackfillSpec>
 const Time = z.string().meta({ format: 'date-time' })
 const time = (description: string) => Time.meta({ description })
 
-export const Condition = z.object({
-  type: z.string(),
-  status: z.enum(['True', 'False', 'Unknown']),
-  reason: z.string().optional(),
-  message: z.string().optional(),
-  lastTransitionTime: Time.optional(),
-  observedGeneration: z.number().int().optional(),
-})
+export const Condition = z
+  .object({
+    type: z.string().meta({ description: 'Condition type; the controller sets Ready.' }),
+    status: z.enum(['True', 'False', 'Unknown']).meta({ description: 'True, False or Unknown.' }),
+    reason: z.string().optional().meta({ description: 'The status.reason the condition was last set with.' }),
+    message: z.string().optional().meta({ description: 'Human-readable detail, as status.message.' }),
+    lastTransitionTime: time('When status last changed between True and False.').optional(),
+    observedGeneration: z
+      .number()
+      .int()
+      .optional()
+      .meta({ description: 'metadata.generation the condition was set for.' }),
+  })
+  .meta({ description: 'A standard Kubernetes condition.' })
 export type Condition = z.infer<typeof Condition>
 
 export const ModelBackfillStatus = z
   .object({
-    phase: z.enum(PHASES).optional(),
+    phase: z
+      .enum(PHASES)
+      .optional()
+      .meta({
+        description:
+          'Lifecycle phase: WaitingForIdle, Starting, Running, Cancelling, Succeeded, Failed, ' +
+          'Suspended or Blocked.',
+      }),
     reason: z.string().optional().meta({ description: 'Machine-readable reason for the phase (contract vocabulary).' }),
-    message: z.string().optional(),
-    observedGeneration: z.number().int().optional(),
+    message: z.string().optional().meta({ description: 'Human-readable detail of the phase and reason.' }),
+    observedGeneration: z
+      .number()
+      .int()
+      .optional()
+      .meta({ description: 'metadata.generation of the spec this status was decided for.' }),
     nodeName: z.string().optional().meta({ description: "The model's node for the current or last attempt." }),
     jobName: z.string().optional().meta({ description: 'The owned Job of the current or last attempt.' }),
     idleSince: time('Start of the current continuous foreground-idle window.').optional(),
@@ -275,11 +294,12 @@ export function checkSpec(spec: ModelBackfillSpec): { problem: SpecProblem } | {
     }
   }
   // idleFor / maxRunDuration have defaults; a bad value left by an old CRD falls back to the default rather
-  // than wedging the declaration, since no Blocked reason exists for them.
+  // than wedging the declaration, since no Blocked reason exists for them. Zero means the default too, as in the
+  // reference controller, which writes `0s` back into the objects it manages (a takeover must not run them at once).
   const orDefault = (value: string | undefined, fallback: string) => {
     try {
       const ms = parseDuration(value ?? fallback)
-      return ms >= 0 ? ms : parseDuration(fallback)
+      return ms > 0 ? ms : parseDuration(fallback)
     } catch (err) {
       if (err instanceof DurationError) return parseDuration(fallback)
       throw err

@@ -100,6 +100,7 @@ export interface Decision {
   actions: Action[]
 }
 
+/** As contract.md maps them (the reference controller's mapping): dashboards written for it must keep working. */
 const PREEMPTION_OF: Record<CancelReason, PreemptionReason> = {
   ForegroundDemand: 'foreground',
   GamingIntent: 'gaming',
@@ -107,9 +108,9 @@ const PREEMPTION_OF: Record<CancelReason, PreemptionReason> = {
   Suspended: 'suspended',
   SpecChanged: 'spec_changed',
   ModelNotFound: 'model_unavailable',
-  ModelNotReady: 'model_unavailable',
-  NodeChanged: 'model_unavailable',
-  NodeUnresolved: 'model_unavailable',
+  ModelNotReady: 'other',
+  NodeChanged: 'other',
+  NodeUnresolved: 'other',
 }
 
 const iso = (ms: number) => new Date(ms).toISOString()
@@ -161,6 +162,11 @@ export function decide(o: Observed, trigger: Trigger, now: number): Decision {
     actions: [],
     spec: 'resolved' in checked ? checked.resolved : null,
   }
+  // Useful time runs from startedAt (the Job's creation) while the attempt has not been counted yet; a state of an
+  // earlier release started it when the Job was first seen running, or not at all for a Job not yet seen running.
+  if ((w.s.phase === 'Starting' || w.s.phase === 'Running') && w.s.startedAt && !w.s.deletionCancelled) {
+    w.s.runningSince = w.s.startedAt
+  }
   if (b.metadata.deletionTimestamp) {
     finalizeDeletion(w)
     return finish(w)
@@ -210,14 +216,14 @@ function finalizeDeletion(w: Work) {
     if (!job.deleting) {
       w.actions.push({ type: 'deleteJob', jobName: s.jobName, why: 'Deleted' })
       if ((s.phase === 'Starting' || s.phase === 'Running') && !s.deletionCancelled) {
-        // Counted once: the decision repeats until the Job is seen going, the count must not.
+        // Useful time counted once: the decision repeats until the Job is seen going, the count must not. A
+        // deletion is no preemption (the reference counts none): nothing won over the backfill, its owner ended it.
         s.deletionCancelled = true
-        s.counters.preemptions.other = (s.counters.preemptions.other ?? 0) + 1
         addUseful(w)
         w.actions.push({
           type: 'recordEvent',
           eventType: 'Normal',
-          reason: 'Cancelled',
+          reason: 'BackfillCancelled',
           message: `ModelBackfill is being deleted; deleting Job ${s.jobName}`,
         })
       }
@@ -253,7 +259,6 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
     }
     if (job.started) {
       if (s.phase !== 'Running') {
-        s.runningSince = iso(w.now)
         w.actions.push({
           type: 'recordEvent',
           eventType: 'Normal',
@@ -401,12 +406,15 @@ function cancel(w: Work, reason: CancelReason) {
   w.actions.push({ type: 'deleteJob', jobName, why: s.reason as CancelReason })
 }
 
-/** Every preemption tells `kubectl describe` why, also when its Job was already gone by the time it was decided. */
+/**
+ * Every preemption tells `kubectl describe` why, also when its Job was already gone by the time it was decided. The
+ * reasons BackfillStarted / BackfillCancelled are the reference controller's, so alerts on its Events keep working.
+ */
 function recordCancelled(w: Work, jobName: string, why: string) {
   w.actions.push({
     type: 'recordEvent',
     eventType: 'Normal',
-    reason: 'Cancelled',
+    reason: 'BackfillCancelled',
     message: `Cancelled Job ${jobName}: ${why}`,
   })
 }
@@ -435,7 +443,8 @@ function cancelMessage(reason: CancelReason): string {
 }
 
 /**
- * Useful time is running time only: from the observed start of running to the end of the attempt. A Job reports
+ * Useful time runs from status.startedAt (the Job's creation, kept in runningSince until counted, as the reference
+ * counts it) to the end of the attempt: completion or cancellation; the idle window is excluded. A Job reports
  * its end in whole seconds (Kubernetes times), so it ended within that second: count up to its end, never past now
  * (a run shorter than a second would otherwise count nothing).
  */
@@ -560,7 +569,7 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
       w,
       'Blocked',
       'GPURequestForbidden',
-      `CronJob ${b.spec.templateRef} container ${g.container} sets ${g.resource}=${g.quantity}; backfill must not request a GPU`,
+      `CronJob ${b.spec.templateRef} ${g.container ? `container ${g.container}` : 'pod spec'} sets ${g.resource}=${g.quantity}; backfill must not request a GPU`,
     )
   }
   if (!model.ready) {
@@ -623,6 +632,7 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
   s.jobName = nameJob(b.metadata.name, s.attempts)
   s.nodeName = model.node
   s.startedAt = iso(now)
+  s.runningSince = s.startedAt
   s.completionTime = undefined
   s.nextRunTime = undefined
   w.actions.push(
@@ -630,7 +640,7 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
     {
       type: 'recordEvent',
       eventType: 'Normal',
-      reason: 'Started',
+      reason: 'BackfillStarted',
       message: `Started attempt ${s.attempts} as Job ${s.jobName} on node ${model.node}`,
     },
   )

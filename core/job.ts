@@ -9,42 +9,61 @@ export interface GpuViolation {
   quantity: string
 }
 
-const isGpuResource = (name: string) => name.toLowerCase().includes('gpu') || name.startsWith('nvidia.com/mig-')
+// Resource names are matched case-insensitively: extended resource names are case-sensitive to Kubernetes, so
+// `nvidia.com/MIG-2g.10gb` is a real (if unusual) name that must not slip past the guard.
+const isGpuResource = (name: string) => {
+  const lower = name.toLowerCase()
+  return lower.includes('gpu') || lower.startsWith('nvidia.com/mig-')
+}
 // Kubernetes quantities: "0", "0.0", "0m", "0Gi" are zero; anything with a non-zero digit is not.
 const isNonZero = (quantity: unknown) => /[1-9]/.test(String(quantity).replace(/[a-zA-Z]+$/, ''))
 
-const allContainers = (template: V1CronJob): V1Container[] => {
-  const pod = template.spec?.jobTemplate?.spec?.template?.spec
-  return [...(pod?.initContainers ?? []), ...(pod?.containers ?? [])]
-}
+type Resources = { requests?: Record<string, unknown>; limits?: Record<string, unknown> } | undefined
 
-/** The GPU guard: backfill shares a warm model and must never ask the scheduler for a GPU of its own. */
-export function gpuViolations(template: V1CronJob): GpuViolation[] {
-  const found: GpuViolation[] = []
-  for (const container of allContainers(template)) {
-    for (const [kind, list] of Object.entries({
-      requests: container.resources?.requests,
-      limits: container.resources?.limits,
-    })) {
-      for (const [resource, quantity] of Object.entries(list ?? {})) {
-        if (isGpuResource(resource) && isNonZero(quantity)) {
-          found.push({ container: container.name, resource: `${kind}.${resource}`, quantity: String(quantity) })
-        }
+function resourceViolations(container: string, resources: Resources, found: GpuViolation[]) {
+  for (const [kind, list] of Object.entries({ requests: resources?.requests, limits: resources?.limits })) {
+    for (const [resource, quantity] of Object.entries(list ?? {})) {
+      if (isGpuResource(resource) && isNonZero(quantity)) {
+        found.push({ container, resource: `${kind}.${resource}`, quantity: String(quantity) })
       }
     }
+  }
+}
+
+/**
+ * The GPU guard: backfill shares a warm model and must never ask the scheduler for a GPU of its own. Beyond the
+ * reference, pod-level `resources` and DRA `resourceClaims` are guarded too (container '' means the pod itself):
+ * both reserve accelerators. Any claim counts, since what a claim allocates is decided by its DeviceClass, which
+ * the template cannot show; a CPU-only backfill has no reason to claim a device.
+ */
+export function gpuViolations(template: V1CronJob): GpuViolation[] {
+  const found: GpuViolation[] = []
+  const pod = template.spec?.jobTemplate?.spec?.template?.spec
+  for (const container of [...(pod?.initContainers ?? []), ...(pod?.containers ?? [])]) {
+    resourceViolations(container.name, container.resources, found)
+  }
+  resourceViolations('', pod?.resources, found)
+  for (const claim of pod?.resourceClaims ?? []) {
+    const source = claim.resourceClaimName
+      ? `resourceClaim ${claim.resourceClaimName}`
+      : `resourceClaimTemplate ${claim.resourceClaimTemplateName ?? '(none)'}`
+    found.push({ container: '', resource: `resourceClaims.${claim.name}`, quantity: source })
   }
   return found
 }
 
+/**
+ * Sets every entry of `name` (Kubernetes uses the last of a duplicated name, so forcing only the first would let
+ * a later one win), in place; appends one when there is none. A valueFrom is dropped for the literal value.
+ */
 function setEnv(env: V1EnvVar[], name: string, value: string): V1EnvVar[] {
-  const index = env.findIndex((e) => e.name === name)
-  const entry: V1EnvVar = { name, value }
-  if (index < 0) return [...env, entry]
-  return env.map((e, i) => (i === index ? entry : e))
+  if (!env.some((e) => e.name === name)) return [...env, { name, value }]
+  return env.map((e) => (e.name === name ? { name, value } : e))
 }
 
 function withEnv(container: V1Container, overrides: Record<string, string> | undefined): V1Container {
   let env = setEnv(container.env ?? [], WORKLOAD_CLASS_ENV, 'background')
+  // spec.env cannot name the reserved variable (CEL and checkSpec refuse it), so the forced value stands.
   if (overrides) {
     const absent: string[] = []
     for (const name of Object.keys(overrides)) {

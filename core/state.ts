@@ -42,6 +42,7 @@ export interface BackfillState {
   windowStart: string
   idleSince?: string
   startedAt?: string
+  /** Where the attempt's useful time counts from (its startedAt) until counted; cleared once counted. */
   runningSince?: string
   completionTime?: string
   nextRunTime?: string

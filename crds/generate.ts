@@ -13,7 +13,8 @@ import { GROUP, ModelBackfillSpec, ModelBackfillStatus, VERSION } from '../core/
 export const KIND = 'ModelBackfill'
 export const PLURAL = 'modelbackfills'
 export const SINGULAR = 'modelbackfill'
-export const SHORT_NAMES = ['mbf']
+// Both of the reference controller's short names, so scripts written against it keep working.
+export const SHORT_NAMES = ['mbf', 'modelbackfill']
 export const CATEGORIES = ['flexinfer']
 export const CRD_FILE = join(dirname(fileURLToPath(import.meta.url)), 'modelbackfill.yaml')
 
@@ -196,10 +197,13 @@ export function buildModelBackfillCRD(): JsonSchema {
           additionalPrinterColumns: [
             { name: 'Model', type: 'string', jsonPath: '.spec.modelRef' },
             { name: 'Phase', type: 'string', jsonPath: '.status.phase' },
+            // Why it is waiting, blocked or cancelling, without `kubectl describe`.
+            { name: 'Reason', type: 'string', jsonPath: '.status.reason' },
             { name: 'Node', type: 'string', jsonPath: '.status.nodeName' },
             { name: 'Job', type: 'string', jsonPath: '.status.jobName' },
             { name: 'Attempts', type: 'integer', jsonPath: '.status.attempts' },
-            // string, not date: a date column renders future times as "<invalid>".
+            // string, not date: the apiserver renders a date column as an age, and a future time (nextRunTime
+            // always is while it is shown) as "<invalid>" (apimachinery duration.HumanDuration).
             { name: 'Next Run', type: 'string', jsonPath: '.status.nextRunTime', priority: 1 },
             { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
           ],

@@ -32,8 +32,10 @@ export class BackfillMetrics {
       collect() {
         this.reset()
         each((s, l) => {
+          // `failure`, the reference's value, which contract.md pins; the stored counter keeps its old name so a
+          // count written by an earlier release carries on under the new label rather than restarting at 0.
           this.inc({ ...l, result: 'success' }, s.counters.success)
-          this.inc({ ...l, result: 'failed' }, s.counters.failed)
+          this.inc({ ...l, result: 'failure' }, s.counters.failed)
         })
       },
     })
@@ -54,7 +56,7 @@ export class BackfillMetrics {
     })
     new Counter({
       name: 'flexinfer_model_backfill_useful_running_seconds_total',
-      help: 'Cumulative time spent running background work; waiting time is excluded.',
+      help: 'Cumulative time from Job creation to completion or cancellation; idle waiting is excluded.',
       labelNames: ['backfill', 'namespace', 'model'],
       registers: [this.registry],
       collect() {

@@ -53,16 +53,18 @@ describe('ModelBackfill CRD', () => {
       kind: 'ModelBackfill',
       plural: 'modelbackfills',
       singular: 'modelbackfill',
-      shortNames: ['mbf'],
+      // Both short names the reference controller's CRD registers, so scripts written for it keep working.
+      shortNames: ['mbf', 'modelbackfill'],
     })
     expect(crd.spec.versions).toHaveLength(1)
     expect(version).toMatchObject({ name: VERSION, served: true, storage: true, subresources: { status: {} } })
   })
 
-  it('printer columns: Model, Phase, Node, Job, Attempts, Next Run (wide only), Age', () => {
+  it('printer columns: Model, Phase, Reason, Node, Job, Attempts, Next Run (wide only), Age', () => {
     expect(version.additionalPrinterColumns).toEqual([
       { name: 'Model', type: 'string', jsonPath: '.spec.modelRef' },
       { name: 'Phase', type: 'string', jsonPath: '.status.phase' },
+      { name: 'Reason', type: 'string', jsonPath: '.status.reason' },
       { name: 'Node', type: 'string', jsonPath: '.status.nodeName' },
       { name: 'Job', type: 'string', jsonPath: '.status.jobName' },
       { name: 'Attempts', type: 'integer', jsonPath: '.status.attempts' },
@@ -114,6 +116,12 @@ describe('ModelBackfill CRD', () => {
       'x-kubernetes-list-map-keys': ['type'],
     })
     expect(status.properties.conditions.items.properties.lastTransitionTime.format).toBe('date-time')
+  })
+
+  it('every status field, conditions included, has a description for kubectl explain', () => {
+    for (const [path, node] of walk(status)) {
+      expect(node.description, `${path} has no description`).toMatch(/\w{3}/)
+    }
   })
 
   it('is structural: every node typed, no JSON Schema leftovers', () => {

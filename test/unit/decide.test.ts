@@ -67,14 +67,14 @@ const admit = (attempt = 1, node = NODE, ...more: ActionLike[]): Expected => ({
   actions: [
     ...more,
     { type: 'createJob', jobName: J(attempt), attempt, node },
-    { type: 'recordEvent', eventType: 'Normal', reason: 'Started' },
+    { type: 'recordEvent', eventType: 'Normal', reason: 'BackfillStarted' },
   ],
 })
 const cancelled = (reason: string): Expected => ({
   phase: 'Cancelling',
   reason,
   actions: [
-    { type: 'recordEvent', eventType: 'Normal', reason: 'Cancelled' },
+    { type: 'recordEvent', eventType: 'Normal', reason: 'BackfillCancelled' },
     { type: 'deleteJob', jobName: J1, why: reason as never },
   ],
 })
@@ -85,7 +85,7 @@ const blocked = (reason: string, ...more: ActionLike[]): Expected => ({
 })
 const waiting = (reason: string, ...actions: ActionLike[]): Expected => ({ phase: 'WaitingForIdle', reason, actions })
 const armAt = (at: number): ActionLike => ({ type: 'armTimer', at: iso(at) })
-const CANCELLED_EVENT: ActionLike = { type: 'recordEvent', eventType: 'Normal', reason: 'Cancelled' }
+const CANCELLED_EVENT: ActionLike = { type: 'recordEvent', eventType: 'Normal', reason: 'BackfillCancelled' }
 const cleanup: ActionLike = { type: 'deleteJob', jobName: J1, why: 'Cleanup' }
 
 /** Builds the change's world from the fixture's. */
@@ -385,7 +385,7 @@ const CHANGES: Change[] = [
         reason: 'JobCreated',
         actions: [
           { type: 'deleteJob', jobName: J1, why: 'Deleted' },
-          { type: 'recordEvent', eventType: 'Normal', reason: 'Cancelled' },
+          { type: 'recordEvent', eventType: 'Normal', reason: 'BackfillCancelled' },
         ],
       },
       Running: {
@@ -393,7 +393,7 @@ const CHANGES: Change[] = [
         reason: 'JobRunning',
         actions: [
           { type: 'deleteJob', jobName: J1, why: 'Deleted' },
-          { type: 'recordEvent', eventType: 'Normal', reason: 'Cancelled' },
+          { type: 'recordEvent', eventType: 'Normal', reason: 'BackfillCancelled' },
         ],
       },
       Cancelling: SAME,
@@ -751,6 +751,15 @@ describe('decide: focused transitions', () => {
     expect(events(t.step(T0 + 10 * MINUTE + 30 * SECOND))).toHaveLength(1)
   })
 
+  it('a pod-level GPU violation (pod resources, DRA claim) says "pod spec", not an empty container name', () => {
+    const gpu = { container: '', resource: 'resourceClaims.gpu', quantity: 'resourceClaimTemplate single-gpu' }
+    const d = decide(aWorld({ template: templateWithGpu(gpu) }), { type: 'timer' }, T0)
+    expect(d.state).toMatchObject({ phase: 'Blocked', reason: 'GPURequestForbidden' })
+    expect(d.state?.message).toBe(
+      'CronJob tpl pod spec sets resourceClaims.gpu=resourceClaimTemplate single-gpu; backfill must not request a GPU',
+    )
+  })
+
   it('a Model that turns Ready starts a fresh window from that moment', () => {
     const t = new Timeline(aWorld({ model: aModel({ ready: false, phase: 'Pending' }) }))
     expect(t.step(T0).state).toMatchObject({ phase: 'WaitingForIdle', reason: 'ModelNotReady' })
@@ -778,15 +787,16 @@ describe('decide: focused transitions', () => {
     expectActions(found.actions, [armAt(T0 + 30 * MINUTE)])
   })
 
-  it('the first Running observation records runningSince and an event; later ones do not', () => {
+  it('the first Running observation records an event, later ones do not; useful time runs from the Job creation', () => {
     const f = FIXTURES.Starting
+    expect(f.state).toMatchObject({ startedAt: iso(T0 + 10 * MINUTE), runningSince: iso(T0 + 10 * MINUTE) })
     const t = new Timeline(f.world)
     t.change((o) => ({ job: o.job && { ...o.job, started: true } }))
     const running = t.step(T0 + 12 * MINUTE)
-    expect(running.state).toMatchObject({ phase: 'Running', reason: 'JobRunning', runningSince: iso(T0 + 12 * MINUTE) })
+    expect(running.state).toMatchObject({ phase: 'Running', reason: 'JobRunning', runningSince: iso(T0 + 10 * MINUTE) })
     expectActions(running.actions, [{ type: 'recordEvent', reason: 'Running' }])
     expect(t.step(T0 + 13 * MINUTE).actions).toEqual([])
-    expect(t.state.runningSince).toBe(iso(T0 + 12 * MINUTE))
+    expect(t.state.runningSince).toBe(iso(T0 + 10 * MINUTE))
   })
 
   it('a second cancel reason while Cancelling keeps the first and re-issues the delete if the Job is not going', () => {
@@ -848,8 +858,9 @@ describe('decide: focused transitions', () => {
     const first = t.step(T0 + 15 * MINUTE)
     expect(first.actions.map((a) => a.type)).not.toContain('removeFinalizer')
     expect(first.actions).toContainEqual({ type: 'deleteJob', jobName: J1, why: 'Deleted' })
-    expect(t.state.counters.preemptions).toEqual({ other: 1 })
-    expect(t.state.counters.usefulSeconds).toBe(4 * 60)
+    // The reference counts no preemption for a deletion; the time run until then was useful all the same.
+    expect(t.state.counters.preemptions).toEqual({})
+    expect(t.state.counters.usefulSeconds).toBe(5 * 60)
     t.change((o) => ({ job: o.job && { ...o.job, deleting: true } }))
     expect(t.step(T0 + 15 * MINUTE + SECOND).actions).toEqual([])
     t.change(() => ({ job: null }))
@@ -1106,28 +1117,29 @@ describe('counters', () => {
       usefulSeconds: 0,
     })
     expect(FIXTURES.Starting.state.counters).toMatchObject({ starts: 1, usefulSeconds: 0 })
-    // Running from T0+11m (first observed started) to the Job's completion time T0+20m; waiting excluded.
+    // From status.startedAt (the Job created at T0+10m, as the reference counts) to its completion at T0+20m;
+    // the idle window before it is excluded.
     expect(FIXTURES.Succeeded.state.counters).toEqual({
       starts: 1,
       success: 1,
       failed: 0,
       preemptions: {},
-      usefulSeconds: 9 * 60,
+      usefulSeconds: 10 * 60,
     })
     expect(FIXTURES.Failed.state.counters).toEqual({
       starts: 1,
       success: 0,
       failed: 1,
       preemptions: {},
-      usefulSeconds: 9 * 60,
+      usefulSeconds: 10 * 60,
     })
-    // Cancelled at T0+14m: 3 minutes of running.
+    // Cancelled at T0+14m: 4 minutes since the Job was created.
     expect(FIXTURES.Cancelling.state.counters).toEqual({
       starts: 1,
       success: 0,
       failed: 0,
       preemptions: { foreground: 1 },
-      usefulSeconds: 3 * 60,
+      usefulSeconds: 4 * 60,
     })
   })
 
@@ -1141,14 +1153,33 @@ describe('counters', () => {
     )
   })
 
-  it('a Job finishing while still pending counts no useful time', () => {
+  it('a Job that completes before any decision saw it running counts from status.startedAt, not 0', () => {
     const f = FIXTURES.Starting
     const d = decide(
-      { ...f.world, job: f.world.job && { ...f.world.job, outcome: 'Complete' } },
+      {
+        ...f.world,
+        job: f.world.job && { ...f.world.job, outcome: 'Complete', outcomeTime: iso(T0 + 10 * MINUTE + 30 * SECOND) },
+      },
       { type: 'timer' },
       f.now,
     )
-    expect(d.state?.counters).toMatchObject({ success: 1, usefulSeconds: 0 })
+    expect(d.state?.counters.success).toBe(1)
+    expect(d.state?.counters.usefulSeconds).toBeCloseTo(30.999)
+  })
+
+  // A state written before useful time ran from startedAt: a Starting attempt carries no runningSince and a Running
+  // one the time it was first seen running. Both count from startedAt, without counting twice.
+  it.each([
+    ['Starting', undefined],
+    ['Running', iso(T0 + 11 * MINUTE)],
+  ] as const)('a %s state of the previous release counts from startedAt', (phase, runningSince) => {
+    const f = FIXTURES[phase]
+    const old = { ...structuredClone(f.state), runningSince }
+    const done = f.world.job && { ...f.world.job, outcome: 'Complete' as const, outcomeTime: iso(T0 + 20 * MINUTE) }
+    const d = decide({ ...f.world, state: old, job: done }, { type: 'timer' }, T0 + 21 * MINUTE)
+    expect(d.state?.counters.usefulSeconds).toBeCloseTo(10 * 60 + 0.999)
+    const again = decide({ ...f.world, state: d.state, job: done }, { type: 'timer' }, T0 + 22 * MINUTE)
+    expect(again.state?.counters.usefulSeconds).toBeCloseTo(10 * 60 + 0.999)
   })
 
   const BY_REASON: [string, string, (f: Fixture) => { world: Observed; trigger?: Trigger }][] = [
@@ -1162,9 +1193,10 @@ describe('counters', () => {
       (f) => ({ world: { ...f.world, backfill: withSpec(aBackfill(), { idleFor: '5m' }) } }),
     ],
     ['model_unavailable', 'ModelNotFound', (f) => ({ world: { ...f.world, model: null } })],
-    ['model_unavailable', 'ModelNotReady', (f) => ({ world: { ...f.world, model: aModel({ ready: false }) } })],
-    ['model_unavailable', 'NodeChanged', (f) => ({ world: { ...f.world, model: aModel({ node: OTHER_NODE }) } })],
-    ['model_unavailable', 'NodeUnresolved', (f) => ({ world: { ...f.world, model: aModel({ node: undefined }) } })],
+    // The contract maps these as the reference does: only a missing Model is model_unavailable.
+    ['other', 'ModelNotReady', (f) => ({ world: { ...f.world, model: aModel({ ready: false }) } })],
+    ['other', 'NodeChanged', (f) => ({ world: { ...f.world, model: aModel({ node: OTHER_NODE }) } })],
+    ['other', 'NodeUnresolved', (f) => ({ world: { ...f.world, model: aModel({ node: undefined }) } })],
     ['other', '(Job removed by someone else)', (f) => ({ world: { ...f.world, job: null } })],
   ]
   it.each(BY_REASON)('preemption %s for %s, counted once, with the running time', (metric, _reason, change) => {
@@ -1172,11 +1204,11 @@ describe('counters', () => {
     const { world, trigger = { type: 'timer' } } = change(f)
     const d = decide(world, trigger, f.now)
     expect(d.state?.counters.preemptions).toEqual({ [metric]: 1 })
-    expect(d.state?.counters.usefulSeconds).toBe(4 * 60)
+    expect(d.state?.counters.usefulSeconds).toBe(5 * 60)
     // Deciding again on the result (the Job not yet gone) does not count it twice.
     const again = decide({ ...world, state: d.state }, trigger, f.now + SECOND)
     expect(again.state?.counters.preemptions).toEqual({ [metric]: 1 })
-    expect(again.state?.counters.usefulSeconds).toBe(4 * 60)
+    expect(again.state?.counters.usefulSeconds).toBe(5 * 60)
   })
 
   it('attempts counts every created Job, retries after preemption included', () => {
@@ -1192,7 +1224,8 @@ describe('counters', () => {
       expect(t.state).toMatchObject({ phase: 'WaitingForIdle', attempts: attempt })
       now += 13 * MINUTE
     }
-    expect(t.state.counters).toMatchObject({ starts: 3, preemptions: { foreground: 3 }, usefulSeconds: 3 * 60 })
+    // Each attempt counts from its Job's creation to its cancel two minutes later.
+    expect(t.state.counters).toMatchObject({ starts: 3, preemptions: { foreground: 3 }, usefulSeconds: 6 * 60 })
     expect(t.world.backfill?.status?.attempts).toBe(3)
   })
 })
@@ -1282,6 +1315,38 @@ describe('checkSpec (defence in depth behind the CRD rules)', () => {
     expect(checkSpec({ ...base, idleFor: 'soon', maxRunDuration: '-5m' })).toEqual({
       resolved: { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE, repeatAfterMs: 0 },
     })
+  })
+
+  // The reference reads a zero idleFor / maxRunDuration as "use the default" and writes `0s` back into objects, so
+  // after a takeover a literal zero would start at once and be killed after one second.
+  it.each([
+    [{ idleFor: '0s' }, { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE }],
+    [{ idleFor: '0' }, { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE }],
+    [{ maxRunDuration: '0s' }, { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE }],
+    [
+      { idleFor: '0m0s', maxRunDuration: '0h' },
+      { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE },
+    ],
+    [
+      { idleFor: '1s', maxRunDuration: '1s' },
+      { idleForMs: SECOND, maxRunDurationMs: SECOND },
+    ],
+  ] as const)('zero means the default: %j → %j', (spec, resolved) => {
+    expect(checkSpec({ ...base, ...spec })).toEqual({ resolved: { ...resolved, repeatAfterMs: 0 } })
+  })
+
+  it('a taken-over declaration with idleFor/maxRunDuration 0s waits the default window and runs 30m Jobs', () => {
+    const backfill = aBackfill({ spec: { idleFor: '0s', maxRunDuration: '0s' } })
+    const t = new Timeline(aWorld({ backfill }))
+    expect(t.step(T0).state?.phase).toBe('WaitingForIdle')
+    expect(t.step(T0 + 10 * MINUTE - 1).state?.phase).toBe('WaitingForIdle')
+    const d = t.step(T0 + 10 * MINUTE)
+    expect(d.actions).toContainEqual(
+      expect.objectContaining({
+        type: 'createJob',
+        spec: { idleForMs: 10 * MINUTE, maxRunDurationMs: 30 * MINUTE, repeatAfterMs: 0 },
+      }),
+    )
   })
 
   it.each([

@@ -191,6 +191,41 @@ describe('buildJob', () => {
     expect(pod?.initContainers?.[0]?.env?.[0]).toEqual({ name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' })
   })
 
+  // Kubernetes uses the last entry of a duplicated name: forcing only the first would let a later `foreground` win.
+  it('forces every duplicated FLEXINFER_WORKLOAD_CLASS entry to background, init containers too', () => {
+    const dup = [
+      { name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' },
+      { name: 'X', value: 'x' },
+      { name: 'FLEXINFER_WORKLOAD_CLASS', value: 'foreground' },
+      { name: 'FLEXINFER_WORKLOAD_CLASS', valueFrom: configMapRef },
+    ]
+    const job = build(MINUTE, cronJob([{ name: 'main', image: 'x', env: dup }], [{ name: 'i', image: 'x', env: dup }]))
+    const pod = job.spec?.template.spec
+    for (const c of [...(pod?.initContainers ?? []), ...(pod?.containers ?? [])]) {
+      const entries = (c.env ?? []).filter((e) => e.name === 'FLEXINFER_WORKLOAD_CLASS')
+      expect(entries, c.name).toEqual(Array(3).fill({ name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' }))
+    }
+  })
+
+  it('a spec.env override applies to every entry of a duplicated name, not only the first', () => {
+    const env = [
+      { name: 'MODELS', value: 'a' },
+      { name: 'MODELS', valueFrom: configMapRef },
+      { name: 'KEEP', value: 'kept' },
+    ]
+    const job = build(
+      MINUTE,
+      cronJob([{ name: 'main', image: 'x', env }]),
+      aBackfill({ spec: { env: { MODELS: 'b' } } }),
+    )
+    expect(job.spec?.template.spec?.containers[0]?.env).toEqual([
+      { name: 'MODELS', value: 'b' },
+      { name: 'MODELS', value: 'b' },
+      { name: 'KEEP', value: 'kept' },
+      { name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' },
+    ])
+  })
+
   it('applies spec.env to regular containers only (the guide: "every regular Job container")', () => {
     const pod = build().spec?.template.spec
     expect(pod?.initContainers?.[0]?.env).toContainEqual({ name: 'MODELS', value: 'init-models' })
@@ -247,6 +282,47 @@ describe('gpuViolations', () => {
     expect(gpuViolations(withResources({ [kind]: { [resource]: '1' } }))).toEqual([
       { container: 'main', resource: `${kind}.${resource}`, quantity: '1' },
     ])
+  })
+
+  it.each([
+    ['nvidia.com/MIG-2g.10gb', 'limits'],
+    ['NVIDIA.COM/mig-1g.5gb', 'requests'],
+    ['example.com/Gpu', 'limits'],
+  ] as const)('resource names match case-insensitively: %s in %s', (resource, kind) => {
+    expect(gpuViolations(withResources({ [kind]: { [resource]: '1' } }))).toEqual([
+      { container: 'main', resource: `${kind}.${resource}`, quantity: '1' },
+    ])
+  })
+
+  const withPod = (pod: Partial<NonNullable<V1Container['resources']>> | undefined, claims?: unknown[]): V1CronJob => {
+    const t = cronJob([{ name: 'main', image: 'x' }])
+    const podSpec = t.spec?.jobTemplate.spec?.template.spec as unknown as Record<string, unknown>
+    if (pod) podSpec.resources = pod
+    if (claims) podSpec.resourceClaims = claims
+    return t
+  }
+
+  // Pod-level resources (Kubernetes 1.32+) and DRA claims reserve accelerators as surely as container limits do.
+  it('pod-level resources are guarded (container is empty: the pod itself)', () => {
+    expect(gpuViolations(withPod({ limits: { 'nvidia.com/gpu': '1' }, requests: { cpu: '2' } }))).toEqual([
+      { container: '', resource: 'limits.nvidia.com/gpu', quantity: '1' },
+    ])
+    expect(gpuViolations(withPod({ requests: { 'amd.com/gpu': '0' } }))).toEqual([])
+  })
+
+  it('every pod resourceClaim (DRA) is a violation: a claim allocates a device the scheduler reserves', () => {
+    expect(
+      gpuViolations(
+        withPod(undefined, [
+          { name: 'gpu', resourceClaimTemplateName: 'single-gpu' },
+          { name: 'shared', resourceClaimName: 'a-claim' },
+        ]),
+      ),
+    ).toEqual([
+      { container: '', resource: 'resourceClaims.gpu', quantity: 'resourceClaimTemplate single-gpu' },
+      { container: '', resource: 'resourceClaims.shared', quantity: 'resourceClaim a-claim' },
+    ])
+    expect(gpuViolations(withPod(undefined, []))).toEqual([])
   })
 
   it('init containers are guarded too', () => {

@@ -77,7 +77,7 @@ describe.concurrent('foreground demand', () => {
     expect(state?.counters.usefulSeconds).toBeGreaterThan(0)
     expect(await world.events(r.backfill)).toContainEqual({
       type: 'Normal',
-      reason: 'Cancelled',
+      reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: ForegroundDemand`,
     })
   })
@@ -105,17 +105,17 @@ describe.concurrent('foreground demand', () => {
     const state = await world.state(r.backfill)
     expect(state?.counters).toMatchObject({ starts: 3, success: 0, failed: 0, preemptions: { foreground: 2 } })
     const events = await world.events(r.backfill)
-    expect(events.filter((e) => e.reason === 'Started').map((e) => e.message)).toEqual(
+    expect(events.filter((e) => e.reason === 'BackfillStarted').map((e) => e.message)).toEqual(
       [1, 2, 3].map((i) => `Started attempt ${i} as Job ${jobName(r.backfill, i)} on node ${r.node}`),
     )
-    expect(events.filter((e) => e.reason === 'Cancelled').map((e) => e.message)).toEqual(
+    expect(events.filter((e) => e.reason === 'BackfillCancelled').map((e) => e.message)).toEqual(
       [1, 2].map((i) => `Cancelled Job ${jobName(r.backfill, i)}: ForegroundDemand`),
     )
     const described = await env.kubectl(['describe', 'mbf', r.backfill, '-n', env.namespace])
     expect(described.code).toBe(0)
     expect(described.stdout).toMatch(/Attempts:\s+3/)
-    expect(described.stdout).toMatch(/Normal\s+Cancelled\s+.*Cancelled Job .*: ForegroundDemand/)
-    expect(described.stdout).toMatch(/Normal\s+Started\s+.*Started attempt 3 as Job/)
+    expect(described.stdout).toMatch(/Normal\s+BackfillCancelled\s+.*Cancelled Job .*: ForegroundDemand/)
+    expect(described.stdout).toMatch(/Normal\s+BackfillStarted\s+.*Started attempt 3 as Job/)
 
     const metrics = await (await fetch(`${runner.httpUrl}/metrics`)).text()
     const labels = `backfill="${r.backfill}",namespace="${env.namespace}",model="${r.model}"`
@@ -146,7 +146,7 @@ describe.concurrent('gaming intent and GPU leases', () => {
     const events = await world.events(r.backfill)
     expect(events).toContainEqual({
       type: 'Normal',
-      reason: 'Cancelled',
+      reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: GamingIntent`,
     })
     expect(events).toContainEqual({
@@ -172,7 +172,7 @@ describe.concurrent('gaming intent and GPU leases', () => {
     expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ gpu_lease: 1 })
     expect(await world.events(r.backfill)).toContainEqual({
       type: 'Normal',
-      reason: 'Cancelled',
+      reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: GPULeaseActive`,
     })
   })
@@ -204,7 +204,7 @@ describe.concurrent('suspension and spec changes', () => {
     expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ suspended: 1 })
     expect(await world.events(r.backfill)).toContainEqual({
       type: 'Normal',
-      reason: 'Cancelled',
+      reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: Suspended`,
     })
 
@@ -268,7 +268,7 @@ describe.concurrent('the Model changes under a running attempt', () => {
     const waiting = await world.waitFor(r.backfill, 'WaitingForIdle', 'ModelNotReady')
     expect(waiting.status?.message).toBe(`Model ${r.model} is Loading`)
     expect(await r.history.first(5)).toEqual([...STARTED, 'Cancelling/ModelNotReady', 'WaitingForIdle/ModelNotReady'])
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ model_unavailable: 1 })
+    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
 
     const readyAt = Date.now()
     await world.modelStatus(r.model, { phase: 'Ready', node: r.node })
@@ -299,7 +299,7 @@ describe.concurrent('the Model changes under a running attempt', () => {
     expect(second.status?.nodeName).toBe(newNode)
     const job = await world.job(jobName(r.backfill, 2))
     expect(job?.metadata?.annotations?.['ai.flexinfer/backfill-node']).toBe(newNode)
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ model_unavailable: 1 })
+    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
   })
 
   it('Model loses its node → Cancelling/NodeUnresolved → WaitingForIdle/NodeUnresolved', async ({ expect }) => {
@@ -311,7 +311,7 @@ describe.concurrent('the Model changes under a running attempt', () => {
     expect(waiting.status?.nodeName).toBeUndefined()
     expect(await r.history.first(5)).toEqual([...STARTED, 'Cancelling/NodeUnresolved', 'WaitingForIdle/NodeUnresolved'])
     r.history.stop()
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ model_unavailable: 1 })
+    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
   })
 })
 
@@ -331,9 +331,13 @@ describe.concurrent('deleting the ModelBackfill', () => {
     expect(waiting.metadata.deletionTimestamp).toBeTruthy()
     expect(waiting.metadata.finalizers).toContain('ai.flexinfer/modelbackfill')
     expect(waiting.status?.message).toBe(`ModelBackfill is being deleted; waiting for Job ${r.job} to be removed`)
+    // A deletion counts no preemption (as the reference); the time run until then is still useful time.
+    const deleting = await world.state(r.backfill)
+    expect(deleting?.counters.preemptions).toEqual({})
+    expect(deleting?.counters.usefulSeconds).toBeGreaterThan(0)
     expect(await world.events(r.backfill)).toContainEqual({
       type: 'Normal',
-      reason: 'Cancelled',
+      reason: 'BackfillCancelled',
       message: `ModelBackfill is being deleted; deleting Job ${r.job}`,
     })
     await new Promise((resolve) => setTimeout(resolve, 1000))

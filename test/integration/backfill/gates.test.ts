@@ -154,7 +154,7 @@ describe.concurrent('Starting and Running', () => {
     expect(events).toHaveLength(2)
     expect(events).toEqual(
       expect.arrayContaining([
-        { type: 'Normal', reason: 'Started', message: `Started attempt 1 as Job ${job} on node ${n.node}` },
+        { type: 'Normal', reason: 'BackfillStarted', message: `Started attempt 1 as Job ${job} on node ${n.node}` },
         { type: 'Normal', reason: 'Running', message: `Job ${job} is running` },
       ]),
     )

@@ -204,7 +204,7 @@ describe('ModelBackfill admission', () => {
 describe('ModelBackfill printer columns and status subresource', () => {
   const split = (line: string | undefined) => (line ?? '').trim().split(/\s{2,}/)
 
-  it('kubectl get mbf shows Model, Phase, Node, Job, Attempts, Age; -o wide adds Next Run', async () => {
+  it('kubectl get mbf shows Model, Phase, Reason, Node, Job, Attempts, Age; -o wide adds Next Run', async () => {
     expect((await apply(backfill('shown', base))).code).toBe(0)
     const status = {
       phase: 'Succeeded',
@@ -234,22 +234,50 @@ describe('ModelBackfill printer columns and status subresource', () => {
     const plain = await env.kubectl(['get', 'mbf', 'shown', '-n', env.namespace], {})
     expect(plain.code, plain.stderr).toBe(0)
     const [header, row] = plain.stdout.trim().split('\n')
-    expect(split(header)).toEqual(['NAME', 'MODEL', 'PHASE', 'NODE', 'JOB', 'ATTEMPTS', 'AGE'])
-    expect(split(row).slice(0, 6)).toEqual(['shown', base.modelRef, 'Succeeded', 'node-a', 'shown-3-0123abcd', '3'])
+    expect(split(header)).toEqual(['NAME', 'MODEL', 'PHASE', 'REASON', 'NODE', 'JOB', 'ATTEMPTS', 'AGE'])
+    expect(split(row).slice(0, 7)).toEqual([
+      'shown',
+      base.modelRef,
+      'Succeeded',
+      'RepeatScheduled',
+      'node-a',
+      'shown-3-0123abcd',
+      '3',
+    ])
 
     const wide = await env.kubectl(['get', 'modelbackfills', 'shown', '-n', env.namespace, '-o', 'wide'], {})
     expect(wide.code, wide.stderr).toBe(0)
     const [wideHeader, wideRow] = wide.stdout.trim().split('\n')
-    expect(split(wideHeader)).toEqual(['NAME', 'MODEL', 'PHASE', 'NODE', 'JOB', 'ATTEMPTS', 'NEXT RUN', 'AGE'])
-    expect(split(wideRow).slice(0, 7)).toEqual([
+    expect(split(wideHeader)).toEqual([
+      'NAME',
+      'MODEL',
+      'PHASE',
+      'REASON',
+      'NODE',
+      'JOB',
+      'ATTEMPTS',
+      'NEXT RUN',
+      'AGE',
+    ])
+    expect(split(wideRow).slice(0, 8)).toEqual([
       'shown',
       base.modelRef,
       'Succeeded',
+      'RepeatScheduled',
       'node-a',
       'shown-3-0123abcd',
       '3',
       '2030-01-02T03:04:05Z',
     ])
+  })
+
+  it('the apiserver accepts both short names of the reference CRD (mbf, modelbackfill)', async () => {
+    const names = await env.kubectl(
+      ['get', 'crd', `${PLURAL}.${GROUP}`, '-o', 'jsonpath={.status.acceptedNames.shortNames}'],
+      {},
+    )
+    expect(names.code, names.stderr).toBe(0)
+    expect(JSON.parse(names.stdout)).toEqual(['mbf', 'modelbackfill'])
   })
 
   it('status written through /status does not change spec or generation; status on the main resource is ignored', async () => {

@@ -1,0 +1,44 @@
+// The exporter's families as contract.md pins them, read from stored backfill states (no NATS needed: the mirror
+// is filled directly, as its KV watch would fill it).
+import { describe, expect, it } from 'vitest'
+import { type BackfillState, emptyCounters } from '../../core/state.js'
+import { BackfillMetrics } from '../../runtime/metrics.js'
+import type { KvMirror } from '../../runtime/nats.js'
+
+const state = (counters: Partial<BackfillState['counters']>): BackfillState => ({
+  namespace: 'ns',
+  name: 'bf',
+  model: 'llm',
+  generation: 1,
+  phase: 'Failed',
+  reason: 'JobFailed',
+  message: '',
+  attempts: 3,
+  windowStart: '2026-03-01T00:00:00.000Z',
+  counters: { ...emptyCounters(), ...counters },
+  updatedAt: '2026-03-01T00:00:00.000Z',
+})
+
+async function exposition(s: BackfillState) {
+  const m = new BackfillMetrics()
+  ;(m as unknown as { mirror: KvMirror<BackfillState> }).mirror.values.set('ns.bf', s)
+  return m.metrics()
+}
+
+describe('BackfillMetrics', () => {
+  it('completions use result="failure" (the reference value); a `failed` count stored earlier carries on under it', async () => {
+    const text = await exposition(state({ success: 2, failed: 5 }))
+    const labels = 'backfill="bf",namespace="ns",model="llm"'
+    expect(text).toContain(`flexinfer_model_backfill_completions_total{${labels},result="success"} 2`)
+    expect(text).toContain(`flexinfer_model_backfill_completions_total{${labels},result="failure"} 5`)
+    expect(text).not.toContain('result="failed"')
+  })
+
+  it('preemptions by reason and useful seconds come from the stored counters', async () => {
+    const text = await exposition(state({ preemptions: { other: 2, model_unavailable: 1 }, usefulSeconds: 90.5 }))
+    const labels = 'backfill="bf",namespace="ns",model="llm"'
+    expect(text).toContain(`flexinfer_model_backfill_preemptions_total{${labels},reason="other"} 2`)
+    expect(text).toContain(`flexinfer_model_backfill_preemptions_total{${labels},reason="model_unavailable"} 1`)
+    expect(text).toContain(`flexinfer_model_backfill_useful_running_seconds_total{${labels}} 90.5`)
+  })
+})
