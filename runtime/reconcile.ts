@@ -99,7 +99,9 @@ export async function observe(
   const strays: JobView[] = []
   for (const j of jobs.map(jobView)) {
     if (!isActiveJob(j)) continue
-    if (j.backfillLabel === ours && j.namespace === namespace) {
+    // Only a Job this very ModelBackfill controls is a stray of ours to delete: one that merely carries our label
+    // (made by someone else, or left by a predecessor of the same name) is never ours — it counts as a contender.
+    if (j.backfillLabel === ours && j.namespace === namespace && ownedBy(j, backfill)) {
       if (j.name !== state?.jobName) strays.push(j)
       continue
     }

@@ -173,6 +173,24 @@ describe.concurrent('cancel authority', () => {
     expect((await world.getBackfill(n.backfill))?.status?.phase).toBe('Running')
   })
 
+  it("a Job carrying a backfill's label but not owned by it is never cleaned up as that backfill's stray", async ({
+    expect,
+  }) => {
+    const n = world.names('labelled')
+    await world.batch.createNamespacedJob({
+      namespace: env.namespace,
+      body: {
+        metadata: { name: `${n.backfill}-7-unowned`, labels: { [LABEL_BACKFILL]: backfillLabelValue(n.backfill) } },
+        spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'busybox' }] } } },
+      },
+    })
+    // The backfill is declared and decided many times (finalizer, window, timers): none of it may touch that Job.
+    await world.declare('labelled')
+    await world.waitFor(n.backfill, 'WaitingForIdle')
+    await sleep(3000)
+    expect(await alive(world, `${n.backfill}-7-unowned`)).toBe(true)
+  })
+
   it('a real foreground cancel still deletes its Job at once', async ({ expect }) => {
     const n = await world.declare('realcancel')
     await world.waitFor(n.backfill, 'Running', 'JobRunning')

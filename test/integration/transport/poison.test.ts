@@ -105,9 +105,12 @@ it('every hostile event ends in the dead-letter stream with a clean reason; good
   for (const h of hostile) await js.publish(`${probe.base}.${h.name}`, h.body)
   await js.publish(`${probe.base}.good`, good('after'))
 
-  await waitFor('every hostile event dead-lettered', async () => probe.dead.length >= hostile.length, {
-    timeoutMs: 20_000,
-  })
+  // Both sides of each dead letter: stored in the stream, and the original terminated (counted after the store).
+  await waitFor(
+    'every hostile event dead-lettered',
+    async () => probe.dead.length >= hostile.length && probe.running.stats.deadLettered >= hostile.length,
+    { timeoutMs: 20_000 },
+  )
   for (const h of hostile) {
     const letter = probe.dead.find((m) => m.headers?.get('Flexinfer-Original-Subject') === `${probe.base}.${h.name}`)
     expect(letter, h.name).toBeDefined()
