@@ -44,6 +44,8 @@ interface SeenJob {
   endAt?: number
   endSeq?: number
   endHow?: string
+  /** The object itself is gone (a deletion the watch reported), not only marked for deletion. */
+  gone?: boolean
 }
 
 export interface Counts {
@@ -103,7 +105,10 @@ export class Oracle {
     informer.on('delete', (job) => {
       seen(job)
       const entry = job.metadata?.uid ? this.jobs.get(job.metadata.uid) : undefined
-      if (entry) this.end(entry, 'deleted')
+      if (entry) {
+        this.end(entry, 'deleted')
+        entry.gone = true
+      }
     })
     // The apiserver goes away on purpose: start again (bounded by the run) until the watch is back.
     informer.on('error', () => this.restart())
@@ -281,8 +286,10 @@ export class Oracle {
   /**
    * Settled: the status is consistent with the world. A declared backfill: Starting/Running with a live Job of its
    * own; WaitingForIdle while its window (last request + idleFor + 3 s) still runs or another live attempt holds
-   * its model or node; Blocked/ConcurrentBackfill while another live attempt holds its model or node; nothing else
-   * (no status, Cancelling, other Blocked reasons, Succeeded/Failed — no Job of this workload ever finishes).
+   * its model or node; Blocked/ConcurrentBackfill while another live attempt holds its model or node; Cancelling
+   * while its Job is marked for deletion but not yet gone (a Job being deleted also holds its model and node for the
+   * others); nothing else (no status, other Blocked reasons, Succeeded/Failed — no Job of this workload ever
+   * finishes).
    * A hostile-ref backfill: Blocked with a reason. Returns the backfills that are not settled, with why.
    */
   async settledProblems(requests: ForegroundRequest[], now: number): Promise<Record<string, string>> {
@@ -301,6 +308,10 @@ export class Oracle {
     for (const r of requests)
       if (!r.background) lastRequest.set(r.model, Math.max(lastRequest.get(r.model) ?? 0, r.ackAt))
     const live = this.workloadJobs().filter((j) => j.job.endAt === undefined)
+    // Jobs marked for deletion but still there: with foreground propagation the garbage collector removes them
+    // once their pods are gone (after an apiserver outage it first has to catch up). Their pods may still run, so
+    // a Cancelling status and claims held on their model and node are still right until they are gone.
+    const going = this.workloadJobs().filter((j) => j.job.endHow === 'deleting' && !j.job.gone)
     const problems: Record<string, string> = {}
     for (const b of this.workload.backfills) {
       const key = `${b.namespace}/${b.name}`
@@ -316,7 +327,9 @@ export class Oracle {
       }
       const model = modelKey(b.namespace, b.model)
       const own = live.filter((j) => j.job.owner === key)
-      const others = live.filter((j) => j.job.owner !== key && (j.model === model || j.node === b.node))
+      const onSame = (j: (typeof live)[number]) => j.job.owner !== key && (j.model === model || j.node === b.node)
+      const others = [...live, ...going].filter(onSame)
+      const ownGoing = going.filter((j) => j.job.owner === key)
       const windowRuns = (lastRequest.get(model) ?? 0) + b.idleForMs + 3000 > now
       const ok =
         status?.phase === 'Starting' || status?.phase === 'Running'
@@ -325,7 +338,9 @@ export class Oracle {
             ? own.length === 0 && (windowRuns || others.length > 0)
             : status?.phase === 'Blocked' && status.reason === 'ConcurrentBackfill'
               ? own.length === 0 && others.length > 0
-              : false
+              : status?.phase === 'Cancelling'
+                ? own.length === 0 && ownGoing.length > 0
+                : false
       if (!ok)
         problems[key] =
           `${phase} with ${own.length} live Job(s) of its own, ${others.length} other live attempt(s) on its model/node, ` +
