@@ -33,7 +33,7 @@ export const WORKLOAD_CLASS_ENV = 'FLEXINFER_WORKLOAD_CLASS'
  * against it before anything is read with them: "gemma 4" is no valid KV key (the read throws), and ".." in an API
  * path would read something else than the object named.
  */
-const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/
+export const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/
 export const isObjectName = (name: unknown): name is string =>
   typeof name === 'string' && name.length <= 253 && DNS_SUBDOMAIN.test(name)
 

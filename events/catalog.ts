@@ -1,6 +1,7 @@
 // The event catalog: every CloudEvent type the system produces or consumes, its NATS subject and its data
 // schema. The zod schemas here validate at runtime and generate events/schemas/*.json (`npm run gen:events`).
 import { z } from 'zod'
+import { DNS_SUBDOMAIN } from '../core/names.js'
 import { RESYNC_REASONS } from '../core/resync.js'
 
 /** Subjects are NATS tokens: names are DNS labels/subdomains, so they need no escaping except for '*' and '>'. */
@@ -8,7 +9,7 @@ const name = z
   .string()
   .min(1)
   .max(253)
-  .regex(/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, 'must be a Kubernetes object name (lower-case DNS subdomain)')
+  .regex(DNS_SUBDOMAIN, 'must be a Kubernetes object name (lower-case DNS subdomain)')
 const namespace = z
   .string()
   .min(1)

@@ -76,6 +76,9 @@ function eventNamespace(event: InboundEvent): string | undefined {
   return typeof ns === 'string' ? ns : undefined
 }
 
+/** A function's name in a runner with an instance name: its durable consumers carry it (see scoped). */
+export const instanceName = (fn: string, instance?: string) => (instance ? `${fn}-${instance}` : fn)
+
 /** Gaming sessions and GPU leases target nodes and GPU groups: a scoped deployment must see them from anywhere. */
 function targetsNodes(event: InboundEvent): boolean {
   if (event.type === 'ai.flexinfer.gaming.session' || event.type === 'ai.flexinfer.gpu.lease') return true
@@ -97,7 +100,7 @@ export function scoped(fn: EventFunction, namespaces?: string[], instance?: stri
   }
   return {
     ...fn,
-    name: instance ? `${fn.name}-${instance}` : fn.name,
+    name: instanceName(fn.name, instance),
     subscriptions: instance ? fn.subscriptions.map((s) => ({ ...s, deliverNew: true })) : fn.subscriptions,
     start: fn.start?.bind(fn),
     stop: fn.stop?.bind(fn),

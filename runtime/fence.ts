@@ -11,6 +11,7 @@
 // before this check, so it cancels whatever this admission creates (see functions/demand).
 import type { JetStreamManager } from '@nats-io/jetstream'
 import { foregroundSubject, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../events/catalog.js'
+import { instanceName } from './deps.js'
 import { consumerName } from './function.js'
 import { isNotFound } from './nats.js'
 import type { Deps } from './reconcile.js'
@@ -36,7 +37,7 @@ export async function lastRequestAt(jsm: JetStreamManager, namespace: string, mo
 
 /** The durable consumer names of this system's demand and cancel (tests run several systems on one server). */
 function consumers(deps: Deps) {
-  const fn = (name: string) => (deps.instance ? `${name}-${deps.instance}` : name)
+  const fn = (name: string) => instanceName(name, deps.instance)
   return {
     demandForeground: consumerName(fn('demand'), STREAM_FOREGROUND),
     demandLast: consumerName(fn('demand'), STREAM_FOREGROUND_LAST),
