@@ -5,45 +5,10 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { needsResync, type ResyncReason, TIMER_GRACE_MS } from '../../core/resync.js'
-import { Sim, type SimConfig, type SimEvent } from './support/sim.js'
-import { MINUTE, SECOND } from './support/world.js'
+import { Sim, type SimConfig } from './support/sim.js'
+import { simEvents } from './support/sim-events.js'
 
-const bf = fc.constantFrom(0, 1)
-const model = fc.constantFrom(0, 1)
-const event: fc.Arbitrary<SimEvent> = fc.oneof(
-  { weight: 6, arbitrary: fc.record({ k: fc.constant('advance'), ms: fc.integer({ min: SECOND, max: 15 * MINUTE }) }) },
-  { weight: 6, arbitrary: fc.constant({ k: 'tick' } as const) },
-  { weight: 4, arbitrary: fc.record({ k: fc.constant('foreground'), model }) },
-  { weight: 4, arbitrary: fc.record({ k: fc.constant('jobStart'), bf }) },
-  {
-    weight: 4,
-    arbitrary: fc.record({
-      k: fc.constant('jobFinish'),
-      bf,
-      outcome: fc.constantFrom('Complete', 'Failed'),
-      with: fc.constant('none' as const),
-    }),
-  },
-  { weight: 4, arbitrary: fc.record({ k: fc.constant('reap'), finished: fc.boolean() }) },
-  {
-    weight: 1,
-    arbitrary: fc.record({
-      k: fc.constant('gaming'),
-      on: fc.boolean(),
-      node: fc.constantFrom(0, 1),
-      ttlMs: fc.integer({ min: MINUTE, max: 60 * MINUTE }),
-      deleting: fc.boolean(),
-    }),
-  },
-  { weight: 1, arbitrary: fc.record({ k: fc.constant('suspend'), bf }) },
-  {
-    weight: 1,
-    arbitrary: fc.record({ k: fc.constant('specChange'), bf, idleForMin: fc.integer({ min: 1, max: 10 }) }),
-  },
-  { weight: 1, arbitrary: fc.record({ k: fc.constant('ready'), model, ready: fc.boolean() }) },
-  { weight: 1, arbitrary: fc.record({ k: fc.constant('move'), model }) },
-  { weight: 1, arbitrary: fc.record({ k: fc.constant('delete'), bf }) },
-)
+const event = simEvents({ coincidences: false })
 const config: fc.Arbitrary<SimConfig> = fc.record({
   share: fc.constantFrom('model', 'node'),
   names: fc.constant<[string, string]>(['bf-a', 'bf-b']),

@@ -5,6 +5,7 @@
 // an otherwise valid Kubernetes object of this namespace.
 import { randomUUID } from 'node:crypto'
 import { jetstream } from '@nats-io/jetstream'
+import { encode } from '../../../events/codec.js'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { apiserverSubject, STREAM_EVENTS, STREAM_TIMERS } from '../../../events/catalog.js'
 import { consumerName } from '../../../runtime/function.js'
@@ -101,14 +102,7 @@ it('hostile events on every subject the functions consume: all dead-lettered, no
   const handled = demand?.stats.handled ?? 0
   await js.publish(
     'flexinfer.events.foreground.request',
-    JSON.stringify({
-      specversion: '1.0',
-      id: randomUUID(),
-      source: 'gateway',
-      type: 'ai.flexinfer.foreground.request',
-      time: new Date().toISOString(),
-      data: { namespace: ns, model: 'after-hostile' },
-    }),
+    encode('ai.flexinfer.foreground.request', { namespace: ns, model: 'after-hostile' }, { source: 'gateway' }),
   )
   await waitFor('demand handles a good event', () => (demand?.stats.handled ?? 0) > handled, { timeoutMs: 10_000 })
 }, 120_000)
