@@ -5,9 +5,9 @@
 // an otherwise valid Kubernetes object of this namespace.
 import { randomUUID } from 'node:crypto'
 import { jetstream } from '@nats-io/jetstream'
-import { encode } from '../../../events/codec.js'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { apiserverSubject, STREAM_EVENTS, STREAM_TIMERS } from '../../../events/catalog.js'
+import { encode } from '../../../events/codec.js'
 import { consumerName } from '../../../runtime/function.js'
 import type { Runner } from '../../../runtime/runner.js'
 import { waitFor } from '../../env/exec.js'
