@@ -3,10 +3,15 @@
 #   etcd, kube-apiserver, kube-controller-manager, kubectl  (built from the official Go modules, tools/k8s)
 #   nats-server, nats (CLI)                                 (built with `go install` at pinned versions)
 #   keda-operator                                           (built from the github.com/kedacore/keda/v2 module)
+#   helm                                                    (`go install` at a pinned version: the chart tests)
 # Binaries are cached outside the repo, keyed by version, so later runs (and CI on the same machine) reuse them.
 # With KUBEBUILDER_ASSETS set (controller-runtime's envtest convention), the Kubernetes binaries come from there
 # instead and only kube-controller-manager is built if that folder lacks it.
+# --dry-run: print what would be built and the time estimate, build nothing (scripts/setup.sh, its unit test).
 set -euo pipefail
+
+dry_run=false
+[ "${1:-}" = --dry-run ] && dry_run=true
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 # The pinned release, from tools/k8s/go.mod (block form "\tk8s.io/kubernetes v1.34.4" or "require k8s.io/kubernetes v…").
@@ -15,13 +20,35 @@ K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print substr($2, 2);
 NATS_SERVER_VERSION=v2.14.10
 NATS_CLI_VERSION=v0.5.0
 KEDA_VERSION=v2.21.0
+HELM_VERSION=v3.22.0
 cache=${MODELBACKFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelbackfill}
 k8s_dir="$cache/k8s-v$K8S_VERSION"
 nats_dir="$cache/nats-server-$NATS_SERVER_VERSION"
 natscli_dir="$cache/natscli-$NATS_CLI_VERSION"
 keda_dir="$cache/keda-$KEDA_VERSION"
+helm_dir="$cache/helm-$HELM_VERSION"
 
 log() { printf '[install-binaries] %s\n' "$*" >&2; }
+
+# First-build times on two cores from empty Go caches (measured; README.md), for the plan and the progress lines.
+estimate() { # <name> → seconds
+  case $1 in
+    kube-apiserver) echo 180 ;; keda-operator) echo 360 ;; kube-controller-manager) echo 50 ;;
+    etcd | kubectl) echo 40 ;; nats-server | nats) echo 25 ;; helm) echo 120 ;; *) echo 60 ;;
+  esac
+}
+human() { [ "$1" -ge 90 ] && echo "$(( ($1 + 30) / 60 )) min" || echo "$1 s"; }
+# While a build runs, a line every 30 s says how far it is against its estimate (a first build is otherwise silent
+# for minutes). One ticker at a time; killed when the build ends or the script exits.
+ticker=""
+stop_ticker() { [ -z "$ticker" ] || { kill "$ticker" 2>/dev/null || true; wait "$ticker" 2>/dev/null || true; ticker=""; }; }
+start_ticker() { # <name>
+  local name=$1 est started=$SECONDS
+  est=$(estimate "$name")
+  ( while sleep 30; do log "$name: still building, $(human $((SECONDS - started))) of about $(human "$est")"; done ) &
+  ticker=$!
+}
+trap stop_ticker EXIT
 [ -n "$K8S_VERSION" ] || { log "cannot read the k8s.io/kubernetes version from tools/k8s/go.mod"; exit 1; }
 
 # Version stamps as the Kubernetes release build sets them (hack/lib/version.sh), so /version and
@@ -39,7 +66,9 @@ build_go() { # <out-dir> <name> <package...>: go build with visible progress, at
   mkdir -p "$out"
   log "$name: building (first time only; a few minutes on 2 cores)..."
   local start=$SECONDS
+  start_ticker "$name"
   (cd "$root/tools/k8s" && go build -trimpath -ldflags="$k8s_ldflags" -o "$out/$name.tmp" "$@")
+  stop_ticker
   mv "$out/$name.tmp" "$out/$name"
   log "$name: built in $((SECONDS - start))s"
 }
@@ -51,7 +80,9 @@ install_go() { # <out-dir> <name> <module/pkg@version>
   log "$name: go install $pkg ..."
   local start=$SECONDS tmp
   tmp=$(mktemp -d)
+  start_ticker "$name"
   GOBIN="$tmp" GOFLAGS=-trimpath go install -ldflags='-s -w' "$pkg"
+  stop_ticker
   # go install names the binary after the package path, minus a major-version suffix (…/nats-server/v2 → nats-server).
   mv "$tmp"/* "$out/$name"
   rm -rf "$tmp"
@@ -71,11 +102,37 @@ build_keda() { # <out-dir> <name>
   moddir=$(cd / && GOFLAGS= go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" |
     sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
   [ -f "$moddir/go.mod" ] || { log "$name: go mod download gave no module directory"; exit 1; }
+  start_ticker "$name"
   (cd "$moddir" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath \
     -ldflags="-s -w -X=github.com/kedacore/keda/v2/version.Version=$KEDA_VERSION" -o "$out/$name.tmp" ./cmd/operator)
+  stop_ticker
   mv "$out/$name.tmp" "$out/$name"
   log "$name: built in $((SECONDS - start))s"
 }
+
+# The plan: what is not cached yet, and about how long building it takes.
+planned=()
+plan() { [ -x "$1/$2" ] || planned+=("$2"); } # <dir> <name>
+if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
+  [ -x "$KUBEBUILDER_ASSETS/kube-controller-manager" ] || plan "$k8s_dir" kube-controller-manager
+else
+  for b in etcd kube-apiserver kube-controller-manager kubectl; do plan "$k8s_dir" "$b"; done
+fi
+plan "$nats_dir" nats-server
+plan "$natscli_dir" nats
+plan "$keda_dir" keda-operator
+plan "$helm_dir" helm
+if [ ${#planned[@]} -eq 0 ]; then
+  log "every binary is cached in $cache"
+else
+  total=0 list=""
+  for b in "${planned[@]}"; do
+    e=$(estimate "$b"); total=$((total + e)); list+=" $b (~$(human "$e"))"
+  done
+  log "to build, once:$list"
+  log "about $(human "$total") in all on 2 cores from empty Go caches (less on more cores or warm caches); cached in $cache"
+fi
+$dry_run && exit 0
 
 command -v go >/dev/null || { log "a Go toolchain is required to build the test servers (or set KUBEBUILDER_ASSETS)"; exit 1; }
 
@@ -105,6 +162,9 @@ install_go "$nats_dir" nats-server "github.com/nats-io/nats-server/v2@$NATS_SERV
 install_go "$natscli_dir" nats "github.com/nats-io/natscli/nats@$NATS_CLI_VERSION"
 build_keda "$keda_dir" keda-operator
 
+# helm, for the chart tests (charts/model-backfill rendered with `helm template`, applied to the test apiserver).
+install_go "$helm_dir" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+
 # One manifest the TypeScript harness reads, so both agree on where everything is.
 manifest="$cache/binaries.json"
 kdir=${KUBEBUILDER_ASSETS:-$k8s_dir}
@@ -122,7 +182,8 @@ cat > "$manifest.tmp" <<JSON
   "kubectl": "$kdir/kubectl",
   "natsServer": "$nats_dir/nats-server",
   "nats": "$natscli_dir/nats",
-  "kedaOperator": "$keda_dir/keda-operator"
+  "kedaOperator": "$keda_dir/keda-operator",
+  "helm": "$helm_dir/helm"
 }
 JSON
 mv "$manifest.tmp" "$manifest"

@@ -19,6 +19,8 @@ const Manifest = z.object({
   nats: z.string(),
   /** The KEDA operator (tests that prove the keda/ overlay's ScaledObjects run it against the environment). */
   kedaOperator: z.string(),
+  /** helm (the chart tests render charts/model-backfill with `helm template`). */
+  helm: z.string(),
 })
 
 export type Binaries = z.infer<typeof Manifest>
@@ -48,6 +50,14 @@ export function pinnedKedaVersion(): string {
   return m[1]
 }
 
+/** The helm release scripts/install-binaries.sh pins (HELM_VERSION=…), e.g. "v3.22.0". */
+export function pinnedHelmVersion(): string {
+  const script = readFileSync(join(repoRoot, 'scripts/install-binaries.sh'), 'utf8')
+  const m = /^HELM_VERSION=(v\S+)$/m.exec(script)
+  if (!m?.[1]) throw new Error('scripts/install-binaries.sh sets no HELM_VERSION')
+  return m[1]
+}
+
 function isExecutable(path: string): boolean {
   try {
     accessSync(path, constants.X_OK)
@@ -57,18 +67,25 @@ function isExecutable(path: string): boolean {
   }
 }
 
-/** Why the manifest cannot be used as is, or undefined when it can. */
-function staleReason(): string | undefined {
+/** Why the manifest cannot be used as is (scripts/install-binaries.sh must run), or undefined when it can. */
+export function staleReason(): string | undefined {
   let manifest: Binaries
   try {
     manifest = Manifest.parse(JSON.parse(readFileSync(manifestPath(), 'utf8')))
   } catch (err) {
-    return `no usable manifest at ${manifestPath()} (${(err as Error).message.split('\n')[0]})`
+    const why =
+      err instanceof z.ZodError
+        ? err.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')
+        : (err as Error).message.split('\n')[0]
+    return `no usable manifest at ${manifestPath()} (${why})`
   }
   const missing = Object.entries(manifest).filter(([key, path]) => key !== 'kubernetesVersion' && !isExecutable(path))
   if (missing.length > 0) return `missing binaries: ${missing.map(([k, p]) => `${k}=${p}`).join(', ')}`
   if (!manifest.kedaOperator.includes(`/keda-${pinnedKedaVersion()}/`)) {
     return `manifest has ${manifest.kedaOperator}, scripts/install-binaries.sh pins KEDA ${pinnedKedaVersion()}`
+  }
+  if (!manifest.helm.includes(`/helm-${pinnedHelmVersion()}/`)) {
+    return `manifest has ${manifest.helm}, scripts/install-binaries.sh pins helm ${pinnedHelmVersion()}`
   }
   const assets = process.env.KUBEBUILDER_ASSETS
   if (assets) {

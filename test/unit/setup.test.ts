@@ -1,0 +1,117 @@
+// The first five minutes (scripts/setup.sh, run before `npm test`, `npm run demo` and `npm run env:up`): it must
+// see what a fresh clone lacks and say what it will build and for how long — checked with --dry-run against a
+// copy of the repo without node_modules and against empty or fake binary caches, never by deleting the real ones.
+import { spawnSync } from 'node:child_process'
+import { chmodSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, describe, expect, it } from 'vitest'
+import { pinnedHelmVersion, pinnedKedaVersion, pinnedKubernetesVersion, repoRoot } from '../env/binaries.js'
+
+const temps: string[] = []
+const temp = (prefix: string) => {
+  const dir = mkdtempSync(join(tmpdir(), prefix))
+  temps.push(dir)
+  return dir
+}
+afterAll(() => {
+  for (const dir of temps) rmSync(dir, { recursive: true, force: true })
+})
+
+function setup(root: string, env: Record<string, string>, ...args: string[]) {
+  const r = spawnSync('sh', [join(root, 'scripts/setup.sh'), ...args], {
+    cwd: root,
+    env: { ...process.env, MODELBACKFILL_SKIP_SETUP: '', KUBEBUILDER_ASSETS: '', ...env },
+    encoding: 'utf8',
+    timeout: 60_000,
+  })
+  return { code: r.status, out: `${r.stdout}${r.stderr}` }
+}
+
+const ALL = [
+  'etcd',
+  'kube-apiserver',
+  'kube-controller-manager',
+  'kubectl',
+  'nats-server',
+  'nats',
+  'keda-operator',
+  'helm',
+]
+
+/** A cache whose binaries all exist (empty executables) where install-binaries.sh puts them, with its manifest. */
+function fakeCache(): string {
+  const cache = temp('mbf-cache-')
+  const k8s = join(cache, `k8s-${pinnedKubernetesVersion()}`)
+  const script = readFileSync(join(repoRoot, 'scripts/install-binaries.sh'), 'utf8')
+  const pin = (name: string) => (new RegExp(`^${name}=(\\S+)$`, 'm').exec(script) as RegExpExecArray)[1]
+  const paths = {
+    etcd: join(k8s, 'etcd'),
+    kubeApiserver: join(k8s, 'kube-apiserver'),
+    kubeControllerManager: join(k8s, 'kube-controller-manager'),
+    kubectl: join(k8s, 'kubectl'),
+    natsServer: join(cache, `nats-server-${pin('NATS_SERVER_VERSION')}`, 'nats-server'),
+    nats: join(cache, `natscli-${pin('NATS_CLI_VERSION')}`, 'nats'),
+    kedaOperator: join(cache, `keda-${pinnedKedaVersion()}`, 'keda-operator'),
+    helm: join(cache, `helm-${pinnedHelmVersion()}`, 'helm'),
+  }
+  for (const path of Object.values(paths)) {
+    mkdirSync(join(path, '..'), { recursive: true })
+    writeFileSync(path, '#!/bin/sh\n')
+    chmodSync(path, 0o755)
+  }
+  writeFileSync(
+    join(cache, 'binaries.json'),
+    JSON.stringify({ kubernetesVersion: pinnedKubernetesVersion(), ...paths }),
+  )
+  return cache
+}
+
+describe('scripts/setup.sh', { timeout: 60_000 }, () => {
+  it('on a fresh clone (no node_modules, no binaries): npm ci, then every server, with a time estimate', () => {
+    const clone = temp('mbf-clone-')
+    for (const f of ['package.json', 'package-lock.json', 'scripts', 'tools/k8s/go.mod']) {
+      cpSync(join(repoRoot, f), join(clone, f), { recursive: true })
+    }
+    const { code, out } = setup(clone, { MODELBACKFILL_CACHE: temp('mbf-empty-') }, '--dry-run')
+    expect(code, out).toBe(0)
+    expect(out).toContain('would run: npm ci')
+    const plan = /to build, once:(.*)/.exec(out)?.[1] ?? ''
+    expect(plan.match(/[\w-]+(?= \(~)/g)).toEqual(ALL)
+    // The README promises about 12 minutes (+ helm): the estimate must say minutes, not leave the user guessing.
+    const total = Number(/about (\d+) min in all/.exec(out)?.[1])
+    expect(total).toBeGreaterThanOrEqual(10)
+    expect(total).toBeLessThanOrEqual(20)
+  })
+
+  it('with node_modules but an empty binary cache: says why, plans every server, no npm ci', () => {
+    const cache = temp('mbf-empty-')
+    const { code, out } = setup(repoRoot, { MODELBACKFILL_CACHE: cache }, '--dry-run')
+    expect(code, out).toBe(0)
+    expect(out).not.toContain('npm ci')
+    expect(out).toContain(`no usable manifest at ${join(cache, 'binaries.json')}`)
+    expect(/to build, once:(.*)/.exec(out)?.[1]?.match(/[\w-]+(?= \(~)/g)).toEqual(ALL)
+  })
+
+  it('with a cache lacking only helm: plans helm alone', () => {
+    const cache = fakeCache()
+    rmSync(join(cache, `helm-${pinnedHelmVersion()}`), { recursive: true })
+    const { code, out } = setup(repoRoot, { MODELBACKFILL_CACHE: cache }, '--dry-run')
+    expect(code, out).toBe(0)
+    expect(out).toContain('missing binaries: helm=')
+    expect(/to build, once:(.*)/.exec(out)?.[1]?.trim()).toBe('helm (~2 min)')
+  })
+
+  it('when everything is there: does nothing and says nothing (the later runs)', () => {
+    const { code, out } = setup(repoRoot, { MODELBACKFILL_CACHE: fakeCache() })
+    expect(code, out).toBe(0)
+    expect(out).toBe('')
+  })
+
+  it('package.json runs it before the demo, the tests and the local environment', () => {
+    const { scripts } = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as {
+      scripts: Record<string, string>
+    }
+    for (const s of ['predemo', 'pretest', 'preenv:up', 'setup']) expect(scripts[s], s).toBe('sh scripts/setup.sh')
+  })
+})
