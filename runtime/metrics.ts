@@ -4,10 +4,12 @@
 import { Counter, Registry } from 'prom-client'
 import { type BackfillState, PREEMPTION_REASONS } from '../core/state.js'
 import { type Bus, KvMirror } from './nats.js'
+import { registerOpsMetrics } from './ops-metrics.js'
 
 export class BackfillMetrics {
   readonly registry = new Registry()
   private readonly mirror = new KvMirror<BackfillState>()
+  private bus?: Bus
 
   constructor() {
     const states = this.mirror.values
@@ -64,9 +66,12 @@ export class BackfillMetrics {
         each((s, l) => this.inc(l, s.counters.usefulSeconds))
       },
     })
+    // Phase, preemption latency, dead letters: what the PrometheusRule alerts on (runtime/ops-metrics.ts).
+    registerOpsMetrics(this.registry, states, () => this.bus)
   }
 
   start(bus: Bus) {
+    this.bus = bus
     return this.mirror.start(bus.kv.backfills)
   }
 

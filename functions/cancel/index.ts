@@ -13,6 +13,7 @@ import { backfillLabelValue, LABEL_BACKFILL } from '../../core/names.js'
 import { STREAM_EVENTS } from '../../events/catalog.js'
 import { type EventFunction, PermanentError } from '../../runtime/function.js'
 import { backfillJobsCache, type WatchCache } from '../../runtime/kube.js'
+import { preemptionLatency } from '../../runtime/ops-metrics.js'
 import { reconcile } from '../../runtime/reconcile.js'
 
 const isCancelReason = (r: string): r is CancelReason => (REASONS.Cancelling as readonly string[]).includes(r)
@@ -68,6 +69,8 @@ export function cancelFunction(): EventFunction {
           throw new PermanentError(`refusing to delete Job ${namespace}/${jobName} for backfill ${backfill}: ${why}`)
         }
         result = await deps.kube.deleteJob(namespace, jobName, job.metadata?.uid)
+        // The signal's time (`at`, capped at now) to the DELETE accepted: what the latency alert watches.
+        if (result === 'deleted') preemptionLatency.observe({ reason }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
       }
       deps.log.info({ namespace, backfill, job: jobName, reason, result }, 'cancel: job delete accepted')
       await reconcile(deps, 'cancel', namespace, backfill, { type: 'cancel', reason, at })
