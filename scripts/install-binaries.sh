@@ -34,7 +34,7 @@ log() { printf '[install-binaries] %s\n' "$*" >&2; }
 estimate() { # <name> → seconds
   case $1 in
     kube-apiserver) echo 180 ;; keda-operator) echo 360 ;; kube-controller-manager) echo 50 ;;
-    etcd | kubectl) echo 40 ;; nats-server | nats) echo 25 ;; helm) echo 120 ;; *) echo 60 ;;
+    etcd | kubectl) echo 40 ;; nats-server | nats) echo 25 ;; helm) echo 150 ;; *) echo 60 ;;
   esac
 }
 human() { [ "$1" -ge 90 ] && echo "$(( ($1 + 30) / 60 )) min" || echo "$1 s"; }

@@ -99,7 +99,7 @@ describe('scripts/setup.sh', { timeout: 60_000 }, () => {
     const { code, out } = setup(repoRoot, { MODELBACKFILL_CACHE: cache }, '--dry-run')
     expect(code, out).toBe(0)
     expect(out).toContain('missing binaries: helm=')
-    expect(/to build, once:(.*)/.exec(out)?.[1]?.trim()).toBe('helm (~2 min)')
+    expect(/to build, once:(.*)/.exec(out)?.[1]?.trim()).toBe('helm (~3 min)')
   })
 
   it('when everything is there: does nothing and says nothing (the later runs)', () => {

@@ -1,0 +1,359 @@
+// The Helm chart (charts/model-backfill) against the real schemas: `helm template` of both modes, applied with
+// strict field validation to the test apiserver that serves the upstream Knative, KEDA, eventing-natss and
+// Prometheus-operator CRDs. The chart must render what the kustomize overlays render (same objects, same specs:
+// a drift in either fails here), its PodDisruptionBudgets must select the preemption path's pods, watchNamespaces
+// must turn the ClusterRoles into per-namespace Roles, and the monitoring/ manifests must be accepted too.
+import { randomBytes } from 'node:crypto'
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { parseAllDocuments, stringify } from 'yaml'
+import { repoRoot } from '../../env/binaries.js'
+import { run } from '../../env/exec.js'
+import { useTestEnv } from '../../env/fixture.js'
+import {
+  buildOverlay,
+  FUNCTIONS,
+  installUpstreamCrds,
+  isCrd,
+  type Manifest,
+  toYaml,
+  UPSTREAM_CRDS,
+} from '../support/deploy.js'
+
+const env = useTestEnv()
+const CHART = join(repoRoot, 'charts/model-backfill')
+const USERS = [...FUNCTIONS, 'ingress', 'bridge', 'provision']
+/** Every credential as a password, and the ingress token: what a minimal install gives. */
+const BASE_VALUES = {
+  nats: { credentials: Object.fromEntries(USERS.map((u) => [u, { password: `pw-${u}` }])) },
+  ingress: { token: { value: 'test-token' } },
+}
+const releases: { name: string; manifests: Manifest[] }[] = []
+let kubeVersion = ''
+let tmp = ''
+
+const parse = (text: string): Manifest[] =>
+  parseAllDocuments(text)
+    .map((d) => d.toJS() as Manifest | null)
+    .filter((d): d is Manifest => Boolean(d?.kind))
+const of = (ms: Manifest[], kind: string) => ms.filter((m) => m.kind === kind)
+
+/** `helm template` with values (merged over BASE_VALUES unless `bare`); the result, or helm's error. */
+async function helmTemplate(release: string, values: object, opts: { bare?: boolean; crds?: boolean } = {}) {
+  const file = join(tmp, `${release}-${randomBytes(3).toString('hex')}.yaml`)
+  await writeFile(file, stringify(values))
+  const args = ['template', release, CHART, '-n', env.namespace, '--kube-version', kubeVersion]
+  if (!opts.bare) {
+    const base = join(tmp, 'base-values.yaml')
+    await writeFile(base, stringify(BASE_VALUES))
+    args.push('-f', base)
+  }
+  args.push('-f', file)
+  if (opts.crds) args.push('--include-crds')
+  const r = await run(env.binaries.helm as string, args, { timeoutMs: 60_000 })
+  return { ...r, manifests: r.code === 0 ? parse(r.stdout) : [] }
+}
+
+async function render(release: string, values: object, opts: { crds?: boolean } = {}) {
+  const r = await helmTemplate(release, values, opts)
+  if (r.code !== 0) throw new Error(`helm template failed:\n${r.stderr}`)
+  return r.manifests
+}
+
+/** Applies for real (CRDs server-side dry-run only: the environment already serves them) with strict validation. */
+async function apply(release: string, manifests: Manifest[]) {
+  releases.push({ name: release, manifests })
+  const crds = manifests.filter(isCrd)
+  if (crds.length > 0) {
+    const dry = await env.kubectl(['apply', '--server-side', '--dry-run=server', '-f', '-'], { input: toYaml(crds) })
+    if (dry.code !== 0) throw new Error(`the chart's CRDs refused:\n${dry.stderr}`)
+  }
+  const rest = manifests.filter((m) => !isCrd(m))
+  const r = await env.kubectl(
+    ['apply', '--server-side', '--field-manager=helm-chart-test', '--validate=strict', '-o', 'name', '-f', '-'],
+    { input: toYaml(rest) },
+  )
+  if (r.code !== 0) throw new Error(`applying the chart failed:\n${r.stderr}`)
+  return r.stdout.split('\n').filter(Boolean)
+}
+
+/** The Prometheus-operator CRDs of upstream-crds/ (PodMonitor, PrometheusRule, ServiceMonitor). */
+async function installPrometheusOperatorCrds() {
+  const dir = join(UPSTREAM_CRDS, 'prometheus-operator')
+  const docs: string[] = []
+  for (const f of (await readdir(dir)).filter((f) => f.endsWith('.yaml')).sort()) {
+    docs.push(await readFile(join(dir, f), 'utf8'))
+  }
+  const r = await env.kubectl(
+    [
+      'apply',
+      '--server-side',
+      '--force-conflicts',
+      '--field-manager=modelbackfill-deploy-tests',
+      '-o',
+      'name',
+      '-f',
+      '-',
+    ],
+    { input: docs.join('\n---\n') },
+  )
+  if (r.code !== 0) throw new Error(`Prometheus-operator CRDs refused:\n${r.stderr}`)
+  const names = r.stdout.split('\n').filter((l) => l.startsWith('customresourcedefinition'))
+  const wait = await env.kubectl(['wait', '--for=condition=Established', '--timeout=60s', ...names])
+  if (wait.code !== 0) throw new Error(`Prometheus-operator CRDs not established:\n${wait.stderr}`)
+}
+
+beforeAll(async () => {
+  tmp = await mkdtemp(join(tmpdir(), 'chart-test-'))
+  await installUpstreamCrds(env)
+  await installPrometheusOperatorCrds()
+  const version = await env.kubectl(['version', '-o', 'json'])
+  kubeVersion = JSON.parse(version.stdout).serverVersion.gitVersion
+})
+afterAll(async () => {
+  // Cluster-scoped RBAC and the extra namespaces; the test namespace goes with the fixture.
+  for (const r of releases) {
+    const cluster = r.manifests.filter((m) => !isCrd(m) && ['ClusterRole', 'ClusterRoleBinding'].includes(m.kind))
+    if (cluster.length > 0) {
+      await env.kubectl(['delete', '--ignore-not-found', '--wait=false', '-f', '-'], { input: toYaml(cluster) })
+    }
+  }
+  await env.kubectl([
+    'delete',
+    'namespace',
+    '--ignore-not-found',
+    '--wait=false',
+    '-l',
+    `mbf-chart-test=${env.namespace}`,
+  ])
+  await rm(tmp, { recursive: true, force: true })
+})
+
+/**
+ * An object reduced to what both install paths must agree on: names without the release prefix / the overlay's
+ * suffix, no labels (Helm's own), no selectors (the chart adds the release instance), no Secret values (the
+ * overlays hold placeholders), and the provision Job without the chart's revision suffix.
+ */
+function comparable(m: Manifest, rename: (s: string) => string): Manifest {
+  const o = JSON.parse(rename(JSON.stringify(m))) as Manifest
+  o.metadata = { name: o.metadata.name.replace(/-provision-\d+$/, '-provision') }
+  if (o.kind === 'Secret') o.stringData = Object.keys(o.stringData ?? {}).sort()
+  if (o.kind === 'ServiceAccount' && o.automountServiceAccountToken === true) delete o.automountServiceAccountToken
+  if (o.kind === 'PodDisruptionBudget') delete o.spec.selector
+  if (o.kind === 'Service' && o.apiVersion === 'v1') delete o.spec.selector
+  if (o.spec?.template) {
+    delete o.spec.selector
+    delete o.spec.template.metadata?.labels
+    for (const c of o.spec.template.spec.containers) {
+      delete c.imagePullPolicy
+      c.image = 'IMAGE'
+      // NATS_REPLICAS is the chart's value for the provision Job (the overlays leave the default).
+      c.env = c.env.filter((e: { name: string }) => e.name !== 'NATS_REPLICAS')
+    }
+  }
+  if (o.kind === 'ConfigMap' && o.data?.NATS_HOST) delete o.data.NATS_REPLICAS
+  for (const s of o.subjects ?? []) delete s.namespace
+  return o
+}
+
+/** The pod template labels of each workload, by component (Deployments, Knative Services). */
+const podLabels = (ms: Manifest[]) =>
+  new Map<string, Record<string, string>>(
+    ms
+      .filter((m) => m.kind === 'Deployment' || m.apiVersion === 'serving.knative.dev/v1')
+      .map((m) => [m.spec.template.metadata.labels['app.kubernetes.io/component'], m.spec.template.metadata.labels]),
+  )
+const component = (m: Manifest): string =>
+  (m.metadata as { labels?: Record<string, string> }).labels?.['app.kubernetes.io/component'] ?? ''
+const selects = (selector: Record<string, string>, labels: Record<string, string> | undefined) =>
+  Boolean(labels) && Object.entries(selector).every(([k, v]) => labels?.[k] === v)
+
+describe.each(['keda', 'knative'] as const)('helm template --set mode=%s', (mode) => {
+  const release = `model-backfill-${mode}-${randomBytes(2).toString('hex')}`
+  let chart: Manifest[] = []
+
+  it('applies cleanly with strict validation, the CRD and the Prometheus-operator objects included', async () => {
+    chart = await render(
+      release,
+      { mode, metrics: { podMonitor: { enabled: true }, prometheusRule: { enabled: true } } },
+      { crds: true },
+    )
+    const applied = await apply(release, chart)
+    expect(applied).toHaveLength(chart.filter((m) => !isCrd(m)).length)
+    expect(chart.filter(isCrd).map((c) => c.metadata.name)).toEqual(['modelbackfills.ai.flexinfer'])
+    const got = await env.kubectl(['get', 'podmonitor,prometheusrule', '-n', env.namespace, '-o', 'name'])
+    expect(got.stdout).toContain(`podmonitor.monitoring.coreos.com/${release}`)
+    expect(got.stdout).toContain(`prometheusrule.monitoring.coreos.com/${release}`)
+  })
+
+  it(`renders what kubectl kustomize ${mode}/ renders (same objects and specs; drift in either fails)`, async () => {
+    const overlay = await buildOverlay(env, mode, env.namespace)
+    const fromChart = chart
+      .filter((m) => !isCrd(m) && !['PodMonitor', 'PrometheusRule'].includes(m.kind))
+      .map((m) => comparable(m, (s) => s.replaceAll(release, 'model-backfill')))
+    const fromOverlay = overlay.manifests
+      .filter((m) => !isCrd(m))
+      .map((m) => comparable(m, (s) => s.replaceAll(overlay.suffix, '')))
+    const key = (m: Manifest) => `${m.kind}/${m.metadata.name}`
+    expect(fromChart.map(key).sort()).toEqual(fromOverlay.map(key).sort())
+    const byKey = new Map(fromOverlay.map((m) => [key(m), m]))
+    for (const m of fromChart) {
+      const o = byKey.get(key(m)) as Manifest
+      // The chart's Secret holds only the users this mode runs (the overlays' base holds every user).
+      if (m.kind === 'Secret') expect(o.stringData, key(m)).toEqual(expect.arrayContaining(m.stringData))
+      else expect(m, key(m)).toEqual(o)
+    }
+    // The overlays' own PDBs select the preemption path's pods too.
+    const pdbs = of(overlay.manifests, 'PodDisruptionBudget')
+    const labels = podLabels(overlay.manifests)
+    expect(pdbs.map((p) => p.metadata.name.replace(overlay.suffix, '')).sort()).toEqual(
+      ['model-backfill-cancel', 'model-backfill-demand', 'model-backfill-ingress'].sort(),
+    )
+    for (const p of pdbs) {
+      expect(selects(p.spec.selector.matchLabels, labels.get(component(p))), `${mode}/ PDB ${component(p)}`).toBe(true)
+    }
+  })
+
+  it('a PodDisruptionBudget keeps one pod of ingress, demand and cancel; the PodMonitor scrapes demand and cancel', () => {
+    const labels = podLabels(chart)
+    const pdbs = of(chart, 'PodDisruptionBudget')
+    expect(pdbs.map(component).sort()).toEqual(['cancel', 'demand', 'ingress'])
+    for (const p of pdbs) {
+      expect(p.spec.minAvailable).toBe(1)
+      expect(selects(p.spec.selector.matchLabels, labels.get(component(p))), component(p)).toBe(true)
+      // …and nothing else of this release.
+      for (const [other, l] of labels) {
+        if (other !== component(p)) expect(selects(p.spec.selector.matchLabels, l)).toBe(false)
+      }
+    }
+    const monitor = of(chart, 'PodMonitor')[0] as Manifest
+    const scraped = [...labels].filter(
+      ([c, l]) =>
+        selects(monitor.spec.selector.matchLabels, l) &&
+        (monitor.spec.selector.matchExpressions[0].values as string[]).includes(c),
+    )
+    expect(scraped.map(([c]) => c).sort()).toEqual(['cancel', 'demand'])
+    // The named port exists on those pods (keda: the container's `http`; Knative names the user port `user-port`).
+    expect(monitor.spec.podMetricsEndpoints[0].port).toBe(mode === 'keda' ? 'http' : 'user-port')
+    expect(monitor.spec.podMetricsEndpoints[0].honorLabels).toBe(true)
+  })
+})
+
+describe('chart values', () => {
+  it('watchNamespaces: Roles and RoleBindings in each namespace instead of ClusterRoles, WATCH_NAMESPACES everywhere', async () => {
+    const watched = [`${env.namespace}-a`, `${env.namespace}-b`]
+    for (const ns of watched) {
+      await env.kubectl(['create', 'namespace', ns])
+      await env.kubectl(['label', 'namespace', ns, `mbf-chart-test=${env.namespace}`])
+    }
+    for (const mode of ['keda', 'knative'] as const) {
+      const release = `model-backfill-ns-${mode}`
+      const ms = await render(release, { mode, watchNamespaces: watched })
+      expect(of(ms, 'ClusterRole')).toEqual([])
+      expect(of(ms, 'ClusterRoleBinding')).toEqual([])
+      expect(
+        of(ms, 'Role')
+          .map((r) => `${r.metadata.namespace}/${r.metadata.name}`)
+          .sort(),
+      ).toEqual(
+        watched.flatMap((ns) => ['admit', 'cancel', 'lifecycle', 'watch'].map((r) => `${ns}/${release}-${r}`)).sort(),
+      )
+      for (const w of ms.filter((m) => m.kind === 'Deployment' || m.apiVersion === 'serving.knative.dev/v1')) {
+        expect(w.spec.template.spec.containers[0].env, w.metadata.name).toContainEqual({
+          name: 'WATCH_NAMESPACES',
+          value: watched.join(','),
+        })
+      }
+      if (mode === 'knative') {
+        for (const s of of(ms, 'ApiServerSource')) {
+          expect(s.spec.namespaceSelector.matchExpressions).toEqual([
+            { key: 'kubernetes.io/metadata.name', operator: 'In', values: watched },
+          ])
+        }
+      }
+      await apply(release, ms)
+      const sa = (fn: string) => `system:serviceaccount:${env.namespace}:${release}-${fn}`
+      const can = async (...args: string[]) => (await env.kubectl(['auth', 'can-i', ...args])).stdout.trim()
+      expect(await can('create', 'jobs.batch', '-n', watched[0] as string, '--as', sa('admit'))).toBe('yes')
+      expect(await can('delete', 'jobs.batch', '-n', watched[1] as string, '--as', sa('cancel'))).toBe('yes')
+      expect(await can('create', 'jobs.batch', '-n', env.namespace, '--as', sa('admit'))).toBe('no')
+      expect(await can('list', 'jobs.batch', '-A', '--as', sa('cancel'))).toBe('no')
+      const watcher = mode === 'keda' ? sa('source') : sa('apiserversource')
+      expect(await can('watch', 'modelbackfills.ai.flexinfer', '-n', watched[1] as string, '--as', watcher)).toBe('yes')
+      expect(await can('watch', 'modelbackfills.ai.flexinfer', '-A', '--as', watcher)).toBe('no')
+    }
+  })
+
+  it('credentials from existing Secrets: the workload reads that Secret, the chart makes no password for it', async () => {
+    const release = 'model-backfill-existing'
+    const ms = await render(release, {
+      nats: {
+        credentials: {
+          demand: { existingSecret: 'nats-demand', key: 'password' },
+          cancel: { existingSecret: 'nats-cancel' },
+        },
+      },
+      ingress: { token: { existingSecret: 'gateway-token', key: 'bearer' } },
+    })
+    const envOf = (fn: string) =>
+      (of(ms, 'Deployment').find((d) => d.metadata.name === `${release}-${fn}`)?.spec.template.spec.containers[0].env ??
+        []) as { name: string; value?: string; valueFrom?: { secretKeyRef?: object } }[]
+    const password = (fn: string) => envOf(fn).find((e) => e.name === 'NATS_PASSWORD')?.valueFrom?.secretKeyRef
+    expect(password('demand')).toEqual({ name: 'nats-demand', key: 'password' })
+    expect(password('cancel')).toEqual({ name: 'nats-cancel', key: 'cancel' })
+    expect(password('admit')).toEqual({ name: `${release}-nats`, key: 'admit' })
+    const secret = of(ms, 'Secret').find((s) => s.metadata.name === `${release}-nats`)
+    expect(Object.keys(secret?.stringData ?? {})).not.toContain('demand')
+    expect(of(ms, 'Secret').map((s) => s.metadata.name)).not.toContain(`${release}-ingress-token`)
+    const ingress = of(ms, 'Deployment').find((d) => d.metadata.name === `${release}-ingress`)
+    expect(ingress?.spec.template.spec.volumes).toEqual([{ name: 'token', secret: { secretName: 'gateway-token' } }])
+    expect(envOf('ingress')).toContainEqual({
+      name: 'INGRESS_TOKEN_FILE',
+      value: '/var/run/secrets/model-backfill-ingress/bearer',
+    })
+  })
+
+  it('refuses what cannot work: a missing credential, a preemption path allowed to scale to zero, an unknown mode', async () => {
+    const missing = await helmTemplate('model-backfill-bad', { ingress: { token: { value: 't' } } }, { bare: true })
+    expect(missing.code).not.toBe(0)
+    expect(missing.stderr).toContain('nats.credentials.')
+    expect((await helmTemplate('model-backfill-bad', { functions: { demand: { minReplicas: 0 } } })).stderr).toContain(
+      'functions.demand.minReplicas must be at least 1',
+    )
+    const knative = await helmTemplate('model-backfill-bad', {
+      mode: 'knative',
+      functions: { cancel: { knative: { minScale: 0 } } },
+    })
+    expect(knative.stderr).toContain('functions.cancel.knative.minScale must be at least 1')
+    expect((await helmTemplate('model-backfill-bad', { mode: 'lambda' })).stderr).toContain(
+      'mode must be keda or knative',
+    )
+  })
+})
+
+describe('kubectl kustomize monitoring/', () => {
+  it('the PodMonitor and PrometheusRule are accepted by the real Prometheus-operator CRDs', async () => {
+    const built = await env.kubectl(['kustomize', join(repoRoot, 'monitoring')])
+    expect(built.code, built.stderr).toBe(0)
+    const ms = parse(built.stdout).map((m) => ({
+      ...m,
+      metadata: { ...m.metadata, name: `${m.metadata.name}-kustomize`, namespace: env.namespace },
+    }))
+    expect(ms.map((m) => m.kind).sort()).toEqual(['PodMonitor', 'PrometheusRule'])
+    const r = await env.kubectl(['apply', '--server-side', '--validate=strict', '-o', 'name', '-f', '-'], {
+      input: toYaml(ms),
+    })
+    expect(r.code, r.stderr).toBe(0)
+    // The schema does refuse a misspelt field (the check is real).
+    const typo = structuredClone(ms.find((m) => m.kind === 'PodMonitor') as Manifest)
+    typo.metadata.name = 'typo-podmonitor'
+    typo.spec.podMetricsEndpoints[0].honourLabels = true
+    const refused = await env.kubectl(['apply', '--dry-run=server', '--validate=strict', '-f', '-'], {
+      input: toYaml([typo]),
+    })
+    expect(refused.code).not.toBe(0)
+    expect(refused.stderr).toMatch(/unknown field/)
+  })
+})

@@ -1,0 +1,110 @@
+// The monitoring manifests name only metrics the functions really export: every metric in an alert expression
+// (monitoring/prometheusrule.yaml, and the chart's copy of its groups) must appear in the exposition of
+// runtime/metrics.ts (which includes runtime/ops-metrics.ts). The chart's copies of the CRD, the dashboard and the
+// alert groups must be the sources' own.
+import { readFile } from 'node:fs/promises'
+import { describe, expect, it } from 'vitest'
+import { parse, parseAllDocuments } from 'yaml'
+import { PHASES } from '../../core/api.js'
+import { type BackfillState, emptyCounters } from '../../core/state.js'
+import { BackfillMetrics } from '../../runtime/metrics.js'
+import type { KvMirror } from '../../runtime/nats.js'
+import { preemptionLatency } from '../../runtime/ops-metrics.js'
+
+const read = (path: string) => readFile(new URL(`../../${path}`, import.meta.url), 'utf8')
+
+interface Rule {
+  alert: string
+  expr: string
+  for?: string
+  labels?: { severity?: string }
+  annotations?: { summary?: string; description?: string }
+}
+const rulesOf = (groups: { rules: Rule[] }[]) => groups.flatMap((g) => g.rules)
+
+async function exposition() {
+  const m = new BackfillMetrics()
+  const state: BackfillState = {
+    namespace: 'ns',
+    name: 'bf',
+    model: 'llm',
+    generation: 1,
+    phase: 'Blocked',
+    reason: 'TemplateNotFound',
+    message: '',
+    attempts: 0,
+    windowStart: '2026-03-01T00:00:00.000Z',
+    counters: emptyCounters(),
+    updatedAt: '2026-03-01T00:00:00.000Z',
+  }
+  ;(m as unknown as { mirror: KvMirror<BackfillState> }).mirror.values.set('ns.bf', state)
+  preemptionLatency.observe({ reason: 'ForegroundDemand' }, 0.02)
+  return m.metrics()
+}
+
+describe('monitoring', () => {
+  it('every metric an alert uses is exported by runtime/metrics.ts', async () => {
+    const [rule, text] = await Promise.all([read('monitoring/prometheusrule.yaml'), exposition()])
+    const rules = rulesOf(parse(rule).spec.groups)
+    const exported = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]))
+    const used = new Set(
+      rules.flatMap((r) =>
+        [...r.expr.matchAll(/\bflexinfer_\w+/g)].map((m) => m[0].replace(/_(bucket|count|sum)$/, '')),
+      ),
+    )
+    expect(used.size).toBeGreaterThanOrEqual(4)
+    for (const name of used) expect(exported, `${name} (used by an alert)`).toContain(name)
+    // The three things the alerts are for: stuck backfills, slow preemption, dead letters.
+    expect([...used].sort()).toEqual(
+      expect.arrayContaining([
+        'flexinfer_model_backfill_dead_letters_total',
+        'flexinfer_model_backfill_phase',
+        'flexinfer_model_backfill_preemption_latency_seconds',
+      ]),
+    )
+    for (const r of rules) {
+      expect(r.labels?.severity, r.alert).toMatch(/^(info|warning|critical)$/)
+      expect(r.annotations?.summary, r.alert).toBeTruthy()
+      expect(r.for, r.alert).toMatch(/^\d+[mh]$/)
+    }
+  })
+
+  it('the phase gauge and the latency histogram look as the alerts expect', async () => {
+    const text = await exposition()
+    const labels = 'backfill="bf",namespace="ns",model="llm"'
+    expect(text).toContain(`flexinfer_model_backfill_phase{${labels},phase="Blocked"} 1`)
+    for (const phase of PHASES.filter((p) => p !== 'Blocked')) {
+      expect(text).toContain(`flexinfer_model_backfill_phase{${labels},phase="${phase}"} 0`)
+    }
+    expect(text).toMatch(
+      /flexinfer_model_backfill_preemption_latency_seconds_bucket\{le="0.025",reason="ForegroundDemand"\} [1-9]/,
+    )
+    // No NATS here: the dead-letter counter stays at its last value (0) rather than failing the scrape.
+    expect(text).toContain('flexinfer_model_backfill_dead_letters_total 0')
+  })
+
+  it('the PodMonitor scrapes /metrics of demand and cancel with the metrics’ own labels', async () => {
+    const [monitor] = parseAllDocuments(await read('monitoring/podmonitor.yaml')).map((d) => d.toJS())
+    expect(monitor.spec.selector.matchExpressions).toEqual([
+      { key: 'app.kubernetes.io/component', operator: 'In', values: ['demand', 'cancel'] },
+    ])
+    for (const e of monitor.spec.podMetricsEndpoints) expect(e).toMatchObject({ path: '/metrics', honorLabels: true })
+  })
+
+  it('the chart ships the sources’ own CRD, dashboard and alert groups', async () => {
+    const [crd, chartCrd, dashboard, chartDashboard, rule, chartRules] = await Promise.all([
+      read('crds/modelbackfill.yaml'),
+      read('charts/model-backfill/crds/modelbackfill.yaml'),
+      read('base/grafana-dashboard.json'),
+      read('charts/model-backfill/files/grafana-dashboard.json'),
+      read('monitoring/prometheusrule.yaml'),
+      read('charts/model-backfill/files/alert-rules.yaml'),
+    ])
+    expect(chartCrd, 'cp crds/modelbackfill.yaml charts/model-backfill/crds/').toBe(crd)
+    expect(chartDashboard, 'cp base/grafana-dashboard.json charts/model-backfill/files/').toBe(dashboard)
+    expect(
+      parse(chartRules),
+      'charts/model-backfill/files/alert-rules.yaml = spec of monitoring/prometheusrule.yaml',
+    ).toEqual(parse(rule).spec)
+  })
+})
