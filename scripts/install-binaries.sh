@@ -45,7 +45,15 @@ stop_ticker() { [ -z "$ticker" ] || { kill "$ticker" 2>/dev/null || true; wait "
 start_ticker() { # <name>
   local name=$1 est started=$SECONDS
   est=$(estimate "$name")
-  ( while sleep 30; do log "$name: still building, $(human $((SECONDS - started))) of about $(human "$est")"; done ) &
+  # The sleep is killed with the ticker: an orphaned one would hold the output pipe open for up to 30 s.
+  (
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    while :; do
+      sleep 30 & nap=$!
+      wait "$nap"
+      log "$name: still building, $(human $((SECONDS - started))) of about $(human "$est")"
+    done
+  ) &
   ticker=$!
 }
 trap stop_ticker EXIT
