@@ -20,6 +20,7 @@ Flags:
       --metrics-url URL  top: read useful seconds and preemptions from this /metrics endpoint
       --interval DUR     top: sample the foreground traffic this long (default 5s; 0 skips the sample)
       --timeout DUR      deadline of every request (default 5s)
+      --instance NAME    the functions' instance name, when several systems share one NATS (tests)
   -h, --help`
 
 export interface Args {
@@ -33,6 +34,7 @@ export interface Args {
   natsUrl?: string
   natsContext?: string
   metricsUrl?: string
+  instance?: string
   intervalMs: number
   timeoutMs: number
 }
@@ -92,6 +94,9 @@ export function parseArgs(argv: string[]): Args {
         break
       case '--nats-context':
         args.natsContext = value()
+        break
+      case '--instance':
+        args.instance = value()
         break
       case '--metrics-url':
         args.metricsUrl = value()

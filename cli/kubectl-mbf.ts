@@ -8,11 +8,14 @@ import {
   allIdle,
   allStates,
   backfillEvents,
+  classify,
   defaultNamespace,
   fetchMetrics,
   gatherExplain,
+  type KubeSession,
   kubeError,
   listBackfills,
+  openKube,
   openSession,
   ReachError,
   type Session,
@@ -26,12 +29,14 @@ export interface Output {
   code: number
 }
 
-async function runCommand(args: Args, s: Session): Promise<string> {
+async function runCommand(args: Args, s: KubeSession, open: () => Promise<Session>): Promise<string> {
   const namespace = args.allNamespaces ? undefined : (args.namespace ?? defaultNamespace(s.kc))
   const now = () => Date.now()
   const kube = <T>(p: Promise<T>) => p.catch((err) => Promise.reject(kubeError(err, s.apiserver)))
+  const classified = <T>(n: Session, p: Promise<T>) => p.catch((err) => Promise.reject(classify(err, n)))
   if (args.command === 'explain') {
-    const input = await kube(gatherExplain(s, namespace ?? 'default', args.name as string))
+    const nats = await open()
+    const input = await classified(nats, gatherExplain(nats, namespace ?? 'default', args.name as string))
     const e = explain(input)
     if (!e.exists) throw new ReachError(`ModelBackfill ${namespace}/${args.name} not found`)
     return args.output === 'json' ? JSON.stringify(e, null, 2) : renderExplanation(e)
@@ -50,17 +55,19 @@ async function runCommand(args: Args, s: Session): Promise<string> {
     const rows = backfills
       .map((b) => getRow(b, events.get(`${b.metadata.namespace}/${b.metadata.name}`) ?? [], now()))
       .sort((a, b) => `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`))
-    return args.output === 'json'
-      ? JSON.stringify({ items: rows }, null, 2)
-      : renderGet(rows, now(), args.allNamespaces)
+    return args.output === 'json' ? JSON.stringify({ items: rows }, null, 2) : renderGet(rows, now(), namespace)
   }
   // top
+  const nats = await open()
   const inScope = (ns: string) => namespace === undefined || ns === namespace
-  const [states, idle] = await Promise.all([allStates(s), allIdle(s)])
+  const [states, idle] = await classified(nats, Promise.all([allStates(nats), allIdle(nats)]))
   const metrics = args.metricsUrl ? metricsByModel(await fetchMetrics(args.metricsUrl, args.timeoutMs)) : undefined
   const samples = new Map<string, { entries: typeof idle; from: number; to: number }>()
   if (args.intervalMs > 0) {
-    const sample = await sampleIdle(s, args.intervalMs, (v) => inScope(v.namespace))
+    const sample = await classified(
+      nats,
+      sampleIdle(nats, args.intervalMs, (v) => inScope(v.namespace)),
+    )
     for (const [key, entries] of sample.seen) samples.set(key, { entries, from: sample.from, to: sample.to })
     // A model with no write during the sample: its one entry as it stood (the watch replays it first).
     for (const i of idle) {
@@ -91,10 +98,17 @@ export async function main(argv: string[]): Promise<Output> {
     throw err
   }
   if (args.command === 'help') return { stdout: `${USAGE}\n`, stderr: '', code: 0 }
-  let session: Session | undefined
+  let session: KubeSession | undefined
   try {
-    session = await openSession(args)
-    return { stdout: `${await runCommand(args, session)}\n`, stderr: '', code: 0 }
+    // `get` reads the apiserver only; explain and top open NATS too (and then use that session for both).
+    const kube = await openKube(args)
+    session = kube
+    const open = async () => {
+      const full = await openSession(args, kube)
+      session = full
+      return full
+    }
+    return { stdout: `${await runCommand(args, kube, open)}\n`, stderr: '', code: 0 }
   } catch (err) {
     const message = err instanceof ReachError ? err.message : `unexpected error: ${(err as Error)?.message ?? err}`
     return { stdout: '', stderr: `kubectl-mbf: ${message}\n`, code: 1 }

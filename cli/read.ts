@@ -94,7 +94,7 @@ export function deadline<T>(p: Promise<T>, ms: number, what: string): Promise<T>
   ]).finally(() => clearTimeout(t))
 }
 
-export interface Session {
+export interface Session extends KubeSession {
   kc: KubeConfig
   kube: Kube
   nc: NatsConnection
@@ -126,11 +126,29 @@ export function kubeError(err: unknown, server: string): Error {
   return new ReachError(`cannot reach the Kubernetes API at ${server}: ${why}`)
 }
 
-export async function openSession(args: Args): Promise<Session> {
+export interface KubeSession {
+  kc: KubeConfig
+  kube: Kube
+  apiserver: string
+  timeoutMs: number
+  close(): Promise<void>
+}
+
+/** The apiserver alone (`get` needs nothing else): one cheap call first, so an unreachable one is reported at once. */
+/** A failure during a command, attributed to the apiserver or to NATS. */
+export function classify(err: unknown, s: Session): Error {
+  if (err instanceof ReachError) return err
+  const code = (err as { code?: unknown }).code
+  const name = String((err as Error)?.name ?? '')
+  if (typeof code === 'number' || name === 'KubeRequestTimeout' || name === 'ApiException' || name === 'FetchError')
+    return kubeError(err, s.apiserver)
+  return new ReachError(`NATS at ${s.natsUrl}: ${(err as Error)?.message ?? err}`)
+}
+
+export async function openKube(args: Args): Promise<KubeSession> {
   const kc = loadKubeConfig(args)
   const apiserver = kc.getCurrentCluster()?.server ?? '?'
   const kube = new Kube(kc, { requestTimeoutMs: args.timeoutMs })
-  // One cheap call first: an unreachable or refusing apiserver is reported before anything else is tried.
   try {
     await deadline(
       kube.custom.getAPIResources({ group: 'ai.flexinfer', version: 'v1alpha2' }),
@@ -141,6 +159,22 @@ export async function openSession(args: Args): Promise<Session> {
     kube.close()
     throw kubeError(err, apiserver)
   }
+  return {
+    kc,
+    kube,
+    apiserver,
+    timeoutMs: args.timeoutMs,
+    async close() {
+      kube.close()
+    },
+  }
+}
+
+/** The apiserver (`kube`, when already open) and NATS, read-only. */
+export async function openSession(args: Args, opened?: KubeSession): Promise<Session> {
+  const k = opened ?? (await openKube(args))
+  const { kc, apiserver } = k
+  const kube = k.kube
   const natsUrl = natsUrlFrom(args)
   let nc: NatsConnection
   try {
@@ -174,7 +208,7 @@ export async function openSession(args: Args): Promise<Session> {
       await open(BUCKET_CLAIMS),
     ]
     const bus = new Bus(nc, jsm, { idle, backfills, claims }, { provision: false })
-    const deps: Deps = { kube, bus, log: pino({ level: 'silent' }), now: () => Date.now() }
+    const deps: Deps = { kube, bus, log: pino({ level: 'silent' }), now: () => Date.now(), instance: args.instance }
     return {
       kc,
       kube,
@@ -205,7 +239,7 @@ const json = <T>(entry: { operation: string; json: <U>() => U } | null): T | nul
 
 /** The ModelBackfill's Events (core/v1), oldest first. */
 export async function backfillEvents(
-  s: Session,
+  s: KubeSession,
   namespace: string,
   name?: string,
 ): Promise<(EventSeen & { name: string })[]> {
@@ -323,7 +357,7 @@ export async function gatherExplain(s: Session, namespace: string, name: string)
   }
 }
 
-export async function listBackfills(s: Session, namespace?: string): Promise<ModelBackfill[]> {
+export async function listBackfills(s: KubeSession, namespace?: string): Promise<ModelBackfill[]> {
   return s.kube.listBackfills(namespace)
 }
 

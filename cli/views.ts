@@ -49,8 +49,10 @@ export function getRow(b: ModelBackfill, events: EventSeen[], now: number): GetR
   }
 }
 
-export function renderGet(rows: GetRow[], now: number, allNamespaces: boolean): string {
-  if (!rows.length) return 'No ModelBackfills found.'
+export function renderGet(rows: GetRow[], now: number, namespace: string | undefined): string {
+  const allNamespaces = namespace === undefined
+  if (!rows.length)
+    return allNamespaces ? 'No ModelBackfills found.' : `No ModelBackfills found in namespace ${namespace}.`
   const header = [
     ...(allNamespaces ? ['NAMESPACE'] : []),
     'NAME',

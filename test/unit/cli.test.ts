@@ -226,7 +226,7 @@ describe('get', () => {
       now,
     )
     expect(row).toMatchObject({ windowLeftMs: 5 * MINUTE, lastPreemption: { reason: 'ForegroundDemand' }, attempts: 2 })
-    expect(renderGet([row], now, true)).toContain('5m            6m ago (ForegroundDemand)')
+    expect(renderGet([row], now, undefined)).toContain('5m            6m ago (ForegroundDemand)')
     const running = getRow(aBackfill({ status: { phase: 'Running', reason: 'JobRunning' } }), [], now)
     expect(running.windowLeftMs).toBeNull()
   })
