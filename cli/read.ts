@@ -153,7 +153,7 @@ export async function openKube(args: Args): Promise<KubeSession> {
     await deadline(
       kube.custom.getAPIResources({ group: 'ai.flexinfer', version: 'v1alpha2' }),
       args.timeoutMs,
-      `the Kubernetes API at ${apiserver}`,
+      `cannot reach the Kubernetes API at ${apiserver}`,
     )
   } catch (err) {
     kube.close()
@@ -181,7 +181,7 @@ export async function openSession(args: Args, opened?: KubeSession): Promise<Ses
     nc = await deadline(
       connect({ ...natsServerOptions(natsUrl), name: 'kubectl-mbf', timeout: args.timeoutMs, maxReconnectAttempts: 0 }),
       args.timeoutMs + 1000,
-      `NATS at ${redact(natsUrl)}`,
+      'connecting',
     )
   } catch (err) {
     kube.close()
