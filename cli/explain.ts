@@ -304,12 +304,13 @@ function idleGate(input: ExplainInput, idleForMs: number | undefined, inFlight: 
       verdict: 'wait',
       evidence: `${lastText}; the window starts when the model turns Ready`,
     }
-  const windowStart = s?.windowStart
+  // No state yet: the functions have not decided it, and their first decision starts the window then (decide's
+  // initialState), so it runs a full idleFor from now at the earliest.
+  const windowStart = s?.windowStart ?? new Date(now).toISOString()
   const idleSince = latest(windowStart, o.idle?.lastForegroundAt, o.lastRequestAt, o.model?.lastActiveTime)
-  if (!Number.isFinite(idleSince))
-    return { gate: 'idle window', verdict: 'wait', evidence: `${lastText}; no window yet (no state)` }
-  const startText =
-    last && last.at >= idleSince
+  const startText = !s
+    ? '; no state yet (the functions have not seen this backfill): its first window starts when they do'
+    : last && last.at >= idleSince
       ? ''
       : `; window started ${relative(idleSince, now)} (after creation, a cancel or the model turning Ready)`
   const due = idleSince + idleForMs

@@ -196,6 +196,13 @@ describe('explain', () => {
     expect(e.counters?.preemptions.foreground).toBe(1)
   })
 
+  it('no state yet: the window starts with the first decision, whatever the last request', () => {
+    const e = explain(input(aWorld({ state: null, idle: anIdleState(T0) }), T0 + 30 * MINUTE))
+    expect(gate(e, 'idle window')?.verdict).toBe('wait')
+    expect(gate(e, 'idle window')?.evidence).toContain('no state yet')
+    expect(e.decideNow).toMatchObject({ phase: 'WaitingForIdle', wouldCreateJob: false })
+  })
+
   it('a missing backfill is reported, not crashed on', () => {
     const e = explain(input(aWorld({ backfill: null }), T0))
     expect(e.exists).toBe(false)
