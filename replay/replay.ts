@@ -140,7 +140,14 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
         maxRunDuration: '24h',
       })
     }
-    for (const b of declared) await world.waitFor(b.name, 'WaitingForIdle', undefined, 60_000)
+    // Decided at least once (with a short idleFor some are already running by the time the last is declared).
+    for (const b of declared) {
+      await waitUntil(
+        `${b.name} to have a status`,
+        async () => ((await world.getBackfill(b.name))?.status?.phase ? true : undefined),
+        60_000,
+      )
+    }
     world.close()
     log(
       `replay: ${o.trace.requests.length} requests over ${o.trace.models.length} models in namespace ${namespace}; ` +
