@@ -27,6 +27,8 @@ export interface Exposure {
   requestSentAt: string
   /** Request sent → the Job's pods deleted (or the Job deleted, when it had no pod yet). */
   exposureMs: number
+  /** Request sent → the Job's deletion seen (cancel's DELETE); the rest of the exposure is the garbage collector's. */
+  jobDeletedMs?: number
 }
 
 export interface ModelHarvest {
@@ -48,6 +50,8 @@ export interface ReplayReport {
   admissionsInsideWindow: number
   insideWindow: Record<string, unknown>[]
   exposure: { count: number; p50Ms: number | null; p99Ms: number | null; maxMs: number | null; items: Exposure[] }
+  /** Request → the Job's deletion seen, for the same preemptions: the system's part of the exposure. */
+  jobDeleted: { p50Ms: number | null; p99Ms: number | null; maxMs: number | null }
   /** Jobs a request should have cancelled that were still live at the end. */
   unresolved: { job: string; model: string; requestSentAt: string }[]
   harvest: { models: ModelHarvest[]; harvestedMs: number; theoreticalMs: number; fraction: number | null }
@@ -91,9 +95,14 @@ export function computeReport(input: {
       model: j.model,
       requestSentAt: new Date(first).toISOString(),
       exposureMs: Math.max(0, gone - first),
+      jobDeletedMs: j.endAt === undefined ? undefined : Math.max(0, j.endAt - first),
     })
   }
   const sorted = exposures.map((e) => e.exposureMs).sort((a, b) => a - b)
+  const deleted = exposures
+    .map((e) => e.jobDeletedMs)
+    .filter((v): v is number => v !== undefined)
+    .sort((a, b) => a - b)
 
   const models: ModelHarvest[] = input.models.map((model) => {
     const own = jobs.filter((j) => j.model === model)
@@ -129,6 +138,7 @@ export function computeReport(input: {
       maxMs: sorted.at(-1) ?? null,
       items: exposures,
     },
+    jobDeleted: { p50Ms: percentile(deleted, 50), p99Ms: percentile(deleted, 99), maxMs: deleted.at(-1) ?? null },
     unresolved,
     harvest: { models, harvestedMs, theoreticalMs, fraction: theoreticalMs > 0 ? harvestedMs / theoreticalMs : null },
   }
@@ -150,6 +160,7 @@ export function renderReport(r: ReplayReport, header: Record<string, string>, fi
     '',
     `- Jobs admitted inside an idle window: **${r.admissionsInsideWindow}** (must be 0)`,
     `- Exposure, foreground request → the Job's pods deleted: p50 ${msText(r.exposure.p50Ms)}, p99 ${msText(r.exposure.p99Ms)}, max ${msText(r.exposure.maxMs)} over ${r.exposure.count} preemptions`,
+    `- of which request → the Job's deletion (cancel's DELETE) : p50 ${msText(r.jobDeleted.p50Ms)}, p99 ${msText(r.jobDeleted.p99Ms)}, max ${msText(r.jobDeleted.maxMs)}; the rest is the garbage collector deleting the pods`,
     `- Jobs a request should have cancelled, still live at the end: ${r.unresolved.length}`,
     '',
     '## Harvest',

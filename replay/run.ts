@@ -117,7 +117,8 @@ async function main() {
       [
         '',
         `Jobs admitted inside an idle window: ${r.admissionsInsideWindow} (must be 0)`,
-        `exposure (request → pods deleted): p50 ${r.exposure.p50Ms ?? '-'} ms, p99 ${r.exposure.p99Ms ?? '-'} ms, max ${r.exposure.maxMs ?? '-'} ms over ${r.exposure.count} preemptions`,
+        `exposure (request → pods deleted): p50 ${r.exposure.p50Ms ?? '-'} ms, p99 ${r.exposure.p99Ms ?? '-'} ms, max ${r.exposure.maxMs ?? '-'} ms over ${r.exposure.count} preemptions` +
+          ` (request → Job deleted: p50 ${r.jobDeleted.p50Ms ?? '-'} ms, max ${r.jobDeleted.maxMs ?? '-'} ms)`,
         `harvested ${(r.harvest.harvestedMs / 1000).toFixed(1)} s of ${(r.harvest.theoreticalMs / 1000).toFixed(1)} s idle beyond idleFor: ${pct}`,
         `report: ${relative(process.cwd(), result.files.markdown)} (+ report.json, timeline.png)`,
       ].join('\n'),

@@ -101,6 +101,7 @@ describe('harvest and report', () => {
       ['b-1', 80],
     ])
     expect(r.exposure).toMatchObject({ count: 2, p50Ms: 80, p99Ms: 250, maxMs: 250 })
+    expect(r.jobDeleted).toEqual({ p50Ms: 80, p99Ms: 100, maxMs: 100 })
     expect(r.unresolved).toEqual([])
     const a = r.harvest.models.find((m) => m.model === 'a')
     expect(a).toMatchObject({ harvestedMs: 19_100 + 54_500, theoreticalMs: 20_000 + 59_000 })
