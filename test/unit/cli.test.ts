@@ -1,0 +1,286 @@
+// kubectl mbf's pure parts: flags, durations, the gate verdicts of `explain` (worlds built with the decide() test
+// support, states produced by decide itself), `get` rows and `top`'s idle ratio and metrics parsing.
+import { describe, expect, it } from 'vitest'
+import { parseArgs, UsageError } from '../../cli/args.js'
+import { type ExplainInput, explain, renderExplanation } from '../../cli/explain.js'
+import { human, table } from '../../cli/format.js'
+import { getRow, idleShare, metricsByModel, renderGet, topRows } from '../../cli/views.js'
+import type { Observed } from '../../core/decide.js'
+import {
+  aBackfill,
+  aGamingSession,
+  aJob,
+  anIdleState,
+  aWorld,
+  BACKFILL,
+  cancelRequest,
+  iso,
+  J,
+  MINUTE,
+  NODE,
+  NS,
+  SECOND,
+  T0,
+  Timeline,
+} from './support/world.js'
+
+const input = (observed: Observed, now: number, o: Partial<ExplainInput> = {}): ExplainInput => ({
+  namespace: NS,
+  name: BACKFILL,
+  now,
+  observed,
+  claims: [],
+  fence: { ready: true },
+  timer: { stored: false },
+  history: [],
+  events: [],
+  cancelRequests: [],
+  ...o,
+})
+
+const gate = (e: ReturnType<typeof explain>, name: string) => e.gates.find((g) => g.gate === name)
+
+describe('args', () => {
+  it('parses kubectl-style flags', () => {
+    expect(parseArgs(['explain', 'bf', '-n', 'demo', '-ojson'])).toMatchObject({
+      command: 'explain',
+      name: 'bf',
+      namespace: 'demo',
+      output: 'json',
+    })
+    expect(parseArgs(['status', '-A', '--nats-url=nats://x:4222'])).toMatchObject({
+      command: 'get',
+      allNamespaces: true,
+      natsUrl: 'nats://x:4222',
+    })
+    expect(parseArgs(['top', '--interval', '0', '--timeout', '2s', '-ndemo'])).toMatchObject({
+      command: 'top',
+      intervalMs: 0,
+      timeoutMs: 2000,
+      namespace: 'demo',
+    })
+    expect(parseArgs([]).command).toBe('help')
+  })
+  it('refuses what it does not know', () => {
+    expect(() => parseArgs(['explain'])).toThrow(UsageError)
+    expect(() => parseArgs(['get', '--bogus'])).toThrow(/unknown flag --bogus/)
+    expect(() => parseArgs(['frobnicate'])).toThrow(/unknown command/)
+    expect(() => parseArgs(['get', '-o', 'yaml'])).toThrow(/text or json/)
+    expect(() => parseArgs(['top', '--interval', 'soon'])).toThrow(/not a duration/)
+    expect(() => parseArgs(['get', '-n'])).toThrow(/needs a value/)
+  })
+})
+
+describe('format', () => {
+  it('durations as kubectl shows them', () => {
+    expect(human(133_000)).toBe('2m13s')
+    expect(human(467_000)).toBe('7m47s')
+    expect(human(3_723_000)).toBe('1h2m')
+    expect(human(850)).toBe('850ms')
+    expect(human(0)).toBe('0s')
+    expect(human(Number.NaN)).toBe('-')
+  })
+  it('aligns columns', () => {
+    expect(table(['A', 'BB'], [['xxx', 'y']])).toBe('A     BB\nxxx   y')
+  })
+})
+
+describe('explain', () => {
+  it('WaitingForIdle: the window countdown from the last foreground request, and the timer', () => {
+    const t = new Timeline(aWorld())
+    t.step(T0) // first decision: window from creation
+    const lastRequest = T0 + MINUTE
+    const now = lastRequest + 2 * MINUTE + 13 * SECOND
+    t.change(() => ({ idle: anIdleState(lastRequest), lastRequestAt: iso(lastRequest) }))
+    t.step(lastRequest + SECOND) // demand's write woke nothing; a resync re-armed the timer
+    const e = explain(input(t.world, now, { timer: { stored: true, schedule: '@at x' } }))
+    expect(gate(e, 'idle window')).toEqual({
+      gate: 'idle window',
+      verdict: 'wait',
+      evidence: 'last foreground request 2m13s ago (idle KV (demand)); window completes in 7m47s (idleFor 10m)',
+    })
+    expect(gate(e, 'model')?.evidence).toBe(`Model llm Ready on node ${NODE}`)
+    expect(e.gates.filter((g) => g.verdict !== 'pass').map((g) => g.gate)).toEqual(['idle window'])
+    // Timers are re-armed lazily: the one armed at creation fires first, and admit re-arms it to the window's end.
+    expect(e.nextTimer).toMatchObject({ at: iso(T0 + 10 * MINUTE), in: 'in 6m47s', stored: true })
+    expect(e.decideNow).toMatchObject({ phase: 'WaitingForIdle', reason: 'IdleWindow', wouldCreateJob: false })
+    const text = renderExplanation(e)
+    expect(text).toContain('WAIT    idle window')
+    expect(text).toContain('window completes in 7m47s')
+  })
+
+  it('a gaming session, a foreign claim and a stopped demand are each named as what blocks admission', () => {
+    const now = T0 + 11 * MINUTE
+    const world = aWorld({
+      state: null,
+      gamingSessions: [aGamingSession({ name: 'evening', nodeName: NODE })],
+    })
+    const e = explain(
+      input(world, now, {
+        claims: [
+          {
+            key: `node.${NODE}`,
+            claim: {
+              namespace: 'other',
+              backfill: 'bench',
+              attempt: 3,
+              jobName: 'bench-3-x',
+              claimedAt: iso(now - MINUTE),
+            },
+          },
+        ],
+        fence: { ready: false, why: 'no demand instance is pulling foreground requests' },
+      }),
+    )
+    expect(gate(e, 'gaming')).toMatchObject({
+      verdict: 'blocked',
+      evidence: `GamingSession gaming/evening on node ${NODE}`,
+    })
+    expect(gate(e, 'claims')).toMatchObject({
+      verdict: 'blocked',
+      evidence: `claim node.${NODE} held by other/bench (Job bench-3-x, attempt 3, since 1m ago)`,
+    })
+    expect(gate(e, 'preemption path')).toMatchObject({
+      verdict: 'wait',
+      evidence: 'no demand instance is pulling foreground requests',
+    })
+  })
+
+  it('a stopped demand alone: decide() confirms admission waits, and says why', () => {
+    const t = new Timeline(aWorld())
+    t.step(T0)
+    const e = explain(
+      input(t.world, T0 + 11 * MINUTE, {
+        fence: { ready: false, why: 'no cancel instance is pulling cancel requests' },
+      }),
+    )
+    expect(e.decideNow).toMatchObject({ phase: 'WaitingForIdle', wouldCreateJob: false })
+    expect(e.decideNow?.message).toContain('not admitting: no cancel instance is pulling cancel requests')
+    const open = explain(input(t.world, T0 + 11 * MINUTE))
+    expect(open.decideNow).toMatchObject({ phase: 'Starting', wouldCreateJob: true })
+  })
+
+  it('running: a later foreground request is what cancels it; the last cancel with trigger and latency', () => {
+    const t = new Timeline(aWorld())
+    t.step(T0)
+    t.step(T0 + 10 * MINUTE) // admitted
+    t.change(() => ({ job: aJob(J(1), { started: true }) }))
+    t.step(T0 + 10 * MINUTE + SECOND)
+    const running = t.state
+    const requestAt = T0 + 12 * MINUTE
+    t.change(() => ({ idle: anIdleState(requestAt), job: aJob(J(1), { started: true, deleting: true }) }))
+    const cancelling = t.step(requestAt + 340, cancelRequest(requestAt)).state
+    expect(cancelling?.phase).toBe('Cancelling')
+    // Explained while still cancelling, with the world as it was before the DELETE (the gate names the request).
+    const before = explain(input({ ...t.world, state: running, job: aJob(J(1), { started: true }) }, requestAt + 100))
+    expect(gate(before, 'idle window')?.verdict).toBe('cancels')
+    const e = explain(
+      input(t.world, requestAt + 5 * SECOND, {
+        history: [running, cancelling as NonNullable<typeof cancelling>],
+        cancelRequests: [
+          { jobName: J(1), reason: 'ForegroundDemand', at: iso(requestAt), storedAt: iso(requestAt + 12) },
+        ],
+        events: [{ type: 'Normal', reason: 'BackfillCancelled', message: `Cancelled Job ${J(1)}: ForegroundDemand` }],
+      }),
+    )
+    expect(e.lastCancel).toEqual({
+      jobName: J(1),
+      reason: 'ForegroundDemand',
+      triggerAt: iso(requestAt),
+      cancelRequestedAt: iso(requestAt + 12),
+      recordedAt: iso(requestAt + 340),
+      latencyMs: 340,
+      source: 'KV history (Cancelling revision)',
+    })
+    expect(renderExplanation(e)).toContain('latency 340ms')
+    expect(e.counters?.preemptions.foreground).toBe(1)
+  })
+
+  it('no state yet: the window starts with the first decision, whatever the last request', () => {
+    const e = explain(input(aWorld({ state: null, idle: anIdleState(T0) }), T0 + 30 * MINUTE))
+    expect(gate(e, 'idle window')?.verdict).toBe('wait')
+    expect(gate(e, 'idle window')?.evidence).toContain('no state yet')
+    expect(e.decideNow).toMatchObject({ phase: 'WaitingForIdle', wouldCreateJob: false })
+  })
+
+  it('a missing backfill is reported, not crashed on', () => {
+    const e = explain(input(aWorld({ backfill: null }), T0))
+    expect(e.exists).toBe(false)
+  })
+})
+
+describe('get', () => {
+  it('time left in the window and the last preemption', () => {
+    const now = T0 + 5 * MINUTE
+    const b = aBackfill({ status: { phase: 'WaitingForIdle', reason: 'IdleWindow', idleSince: iso(T0), attempts: 2 } })
+    const row = getRow(
+      b,
+      [
+        {
+          type: 'Normal',
+          reason: 'BackfillCancelled',
+          message: 'Cancelled Job j1: GamingIntent',
+          time: iso(T0 - 9 * MINUTE),
+        },
+        {
+          type: 'Normal',
+          reason: 'BackfillCancelled',
+          message: 'Cancelled Job j2: ForegroundDemand',
+          time: iso(T0 - MINUTE),
+        },
+        { type: 'Normal', reason: 'BackfillStarted', message: 'x', time: iso(T0 - 2 * MINUTE) },
+      ],
+      now,
+    )
+    expect(row).toMatchObject({ windowLeftMs: 5 * MINUTE, lastPreemption: { reason: 'ForegroundDemand' }, attempts: 2 })
+    expect(renderGet([row], now, undefined)).toContain('5m            6m ago (ForegroundDemand)')
+    const running = getRow(aBackfill({ status: { phase: 'Running', reason: 'JobRunning' } }), [], now)
+    expect(running.windowLeftMs).toBeNull()
+  })
+})
+
+describe('top', () => {
+  it('idle ratio: the share of time past idleFor since the last request', () => {
+    // 0..100 s, idleFor 10 s, requests at 20 and 50, the one before at -5: idle 5..20, 30..50, 60..100 = 75 s.
+    expect(idleShare([20_000, 50_000], 0, 100_000, 10_000, -5_000)).toBeCloseTo(0.75)
+    expect(idleShare([], 0, 100_000, 10_000)).toBe(1)
+    expect(idleShare([], 0, 100_000, 10_000, 95_000 - 100_000)).toBeCloseTo(0.95)
+    expect(idleShare([1, 2], 5, 5, 1)).toBe(0)
+  })
+  it('sums a model from the metrics endpoint when given, the KV states otherwise', () => {
+    const text = [
+      '# HELP flexinfer_model_backfill_useful_running_seconds_total x',
+      'flexinfer_model_backfill_useful_running_seconds_total{backfill="a",namespace="ns",model="llm"} 12.5',
+      'flexinfer_model_backfill_useful_running_seconds_total{backfill="b",namespace="ns",model="llm"} 7.5',
+      'flexinfer_model_backfill_preemptions_total{backfill="a",namespace="ns",model="llm",reason="foreground"} 3',
+      'flexinfer_model_backfill_preemptions_total{backfill="a",namespace="ns",model="llm",reason="gaming"} 1',
+      'garbage{',
+    ].join('\n')
+    const m = metricsByModel(text)
+    expect(m.get('ns/llm')).toEqual({ usefulSeconds: 20, preemptions: 4 })
+    const t = new Timeline(aWorld())
+    t.step(T0)
+    const rows = topRows([t.state], [aBackfill()], [anIdleState(T0)], new Map(), m)
+    expect(rows).toMatchObject([{ model: 'llm', backfills: 1, usefulSeconds: 20, preemptions: 4, source: 'metrics' }])
+    const sampled = topRows(
+      [t.state],
+      [aBackfill({ spec: { idleFor: '2s' } })],
+      [],
+      new Map([
+        [
+          'ns/llm',
+          {
+            entries: [
+              { ...anIdleState(T0 - MINUTE), requests: 10 },
+              { ...anIdleState(T0 + 5 * SECOND), requests: 30 },
+            ],
+            from: T0,
+            to: T0 + 10 * SECOND,
+          },
+        ],
+      ]),
+    )
+    // Idle from T0 (the request before was a minute earlier) to the request at +5 s, then from +7 s to +10 s.
+    expect(sampled[0]).toMatchObject({ ratePerS: 2, idleRatio: 0.8, source: 'kv' })
+  })
+})
