@@ -4,11 +4,21 @@
 //   cancel    deletes Jobs,
 //   lifecycle neither: it forwards Job creation to admit and Job deletion to cancel.
 import type { V1CronJob } from '@kubernetes/client-node'
+import type { KvEntry } from '@nats-io/kv'
 import type { ModelBackfill } from '../core/api.js'
 import { type Contender, type Decision, decide, type Observed, sameState, type Trigger } from '../core/decide.js'
 import { buildJob, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, isObjectName, modelKey } from '../core/names.js'
-import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
+import {
+  type BackfillState,
+  type Claim,
+  type Parsed,
+  parseBackfillState,
+  parseClaim,
+  parseEntry,
+  parseModelIdleState,
+  toKv,
+} from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
 import { checkFence, lastRequestAt } from './fence.js'
 import type { AdmissionCaches, Kube } from './kube.js'
@@ -47,8 +57,24 @@ interface Observation {
 
 const ownedBy = (job: JobView, b: ModelBackfill) => !b.metadata.uid || job.ownerUid === b.metadata.uid
 
-const readJson = <T>(entry: { operation: string; json: <U>() => U } | null): T | null =>
-  entry && entry.operation === 'PUT' ? entry.json<T>() : null
+/**
+ * A KV value in this release's shape (older versions upgraded), or null: absent, deleted, or unreadable. An
+ * unreadable value is logged, never thrown: for a backfill state, the decision then takes the object over from its
+ * Kubernetes status and Jobs (core/takeover.ts) and the next write replaces the bad value.
+ */
+export function readKv<T>(log: Logger, entry: KvEntry | null, parse: (raw: unknown) => Parsed<T>): T | null {
+  if (entry?.operation !== 'PUT') return null
+  const r = parseEntry(entry.string(), parse)
+  if (r.ok) return r.value
+  log.error(
+    { bucket: entry.bucket, key: entry.key, revision: entry.revision, error: r.error },
+    'unreadable KV value ignored; its object is taken over from Kubernetes',
+  )
+  return null
+}
+export const readState = (log: Logger, e: KvEntry | null) => readKv(log, e, parseBackfillState)
+export const readIdle = (log: Logger, e: KvEntry | null) => readKv(log, e, parseModelIdleState)
+export const readClaim = (log: Logger, e: KvEntry | null) => readKv(log, e, parseClaim)
 
 export async function observe(
   deps: Deps,
@@ -118,7 +144,7 @@ export async function observe(
       backfill,
       state,
       model: modelV,
-      idle: readJson<ModelIdleState>(idle),
+      idle: readIdle(deps.log, idle),
       lastRequestAt: lastRequest ?? undefined,
       gamingSessions: sessions.map(gamingSessionView),
       leases: leases.map(gpuLeaseView),
@@ -149,7 +175,7 @@ export async function reconcile(
     // status write (its KV commit came first), never as a current-looking object paired with an older state.
     const backfill = await deps.kube.getBackfill(namespace, name)
     const entry = await kv.get(key)
-    const state = readJson<BackfillState>(entry)
+    const state = readState(deps.log, entry)
     const { observed, template } = await observe(deps, namespace, name, state, backfill, role)
     let decision = decide(observed, trigger, deps.now())
     const create = decision.actions.find((a) => a.type === 'createJob')
@@ -173,7 +199,7 @@ export async function reconcile(
           deps.bus.kv.idle.get(modelKey(namespace, model)),
           lastRequestAt(deps.bus.jsm, namespace, model),
         ])
-        observed.idle = readJson<ModelIdleState>(idle)
+        observed.idle = readIdle(deps.log, idle)
         observed.lastRequestAt = lastRequest ?? undefined
         if (!fence.ready) observed.preemptionPath = { ready: false, why: fence.why }
       }
@@ -187,8 +213,8 @@ export async function reconcile(
     if (!sameState(state, decision.state)) {
       try {
         if (decision.state === null) await kv.delete(key, entry ? { previousSeq: entry.revision } : undefined)
-        else if (entry) revision = await kv.update(key, JSON.stringify(decision.state), entry.revision)
-        else revision = await kv.create(key, JSON.stringify(decision.state))
+        else if (entry) revision = await kv.update(key, toKv(decision.state), entry.revision)
+        else revision = await kv.create(key, toKv(decision.state))
       } catch (err) {
         if (isCasConflict(err)) continue
         throw err
@@ -327,9 +353,7 @@ async function apply(
 
 /** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */
 async function isCurrentAttempt(deps: Deps, b: ModelBackfill, jobName: string): Promise<boolean> {
-  const fresh = readJson<BackfillState>(
-    await deps.bus.kv.backfills.get(backfillKey(b.metadata.namespace, b.metadata.name)),
-  )
+  const fresh = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(b.metadata.namespace, b.metadata.name)))
   return fresh?.jobName === jobName
 }
 
@@ -363,7 +387,7 @@ async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Clai
   if (create?.type !== 'createJob' || !b) return {}
   const namespace = b.metadata.namespace
   const keys = claimKeys(namespace, b.spec.modelRef, create.node)
-  const claim: Claim & { idleSince?: string } = {
+  const claim: Claim = {
     namespace,
     backfill: b.metadata.name,
     attempt: create.attempt,
@@ -386,7 +410,7 @@ async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Clai
 /** Takes `key` for `claim`; returns the live holder when someone else has it. */
 async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim | null> {
   const kv = deps.bus.kv.claims
-  const body = JSON.stringify(claim)
+  const body = toKv(claim)
   for (let i = 0; i < 4; i++) {
     try {
       await kv.create(key, body)
@@ -395,8 +419,18 @@ async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim |
       if (!isCasConflict(err)) throw err
     }
     const entry = await kv.get(key)
-    const holder = readJson<Claim>(entry)
-    if (!entry || !holder) continue // released meanwhile (a delete marker): try create again
+    if (entry?.operation !== 'PUT') continue // released meanwhile (a delete marker): try create again
+    const holder = readClaim(deps.log, entry)
+    if (!holder) {
+      // Unreadable: nobody can prove a hold with it, so it is replaced (compare-and-set on what was read).
+      try {
+        await kv.update(key, body, entry.revision)
+        return null
+      } catch (err) {
+        if (!isCasConflict(err)) throw err
+        continue
+      }
+    }
     if (holder.jobName === claim.jobName) return null // ours already (a retry or a second replica)
     if (!(await isStale(deps, holder))) return holder
     try {
@@ -406,13 +440,15 @@ async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim |
       if (!isCasConflict(err)) throw err
     }
   }
-  return readJson<Claim>(await kv.get(key)) ?? null
+  // Still contended after the retries: report whoever holds it now; an unreadable holder counts as held (safe).
+  const last = await kv.get(key)
+  return readClaim(deps.log, last) ?? (last?.operation === 'PUT' ? { ...claim, jobName: '(unreadable claim)' } : null)
 }
 
 /** A claim is stale when its holder's state has moved on from that Job and the grace period is over. */
 async function isStale(deps: Deps, holder: Claim): Promise<boolean> {
   if (deps.now() - Date.parse(holder.claimedAt) < CLAIM_GRACE_MS) return false
-  const state = readJson<BackfillState>(await deps.bus.kv.backfills.get(backfillKey(holder.namespace, holder.backfill)))
+  const state = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(holder.namespace, holder.backfill)))
   return state?.jobName !== holder.jobName
 }
 
@@ -420,7 +456,7 @@ async function releaseClaimKeys(deps: Deps, keys: { model: string; node: string 
   const kv = deps.bus.kv.claims
   for (const key of new Set([keys.model, keys.node])) {
     const entry = await kv.get(key)
-    const holder = readJson<Claim>(entry)
+    const holder = readClaim(deps.log, entry)
     if (!entry || holder?.jobName !== jobName) continue
     try {
       await kv.delete(key, { previousSeq: entry.revision })
