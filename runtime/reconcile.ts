@@ -107,10 +107,13 @@ export async function observe(
   // else): it is not found, and decide() blocks on it with the reason.
   const modelOk = isObjectName(modelName)
   const templateOk = isObjectName(backfill.spec.templateRef)
+  // Without a stored state, the Job the status names is the one a takeover may adopt (core/takeover.ts).
+  const statusJob = state ? undefined : backfill.status?.jobName
+  const attemptJob = state?.jobName ?? (isObjectName(statusJob) ? statusJob : undefined)
   const [model, template, job, sessions, leases, jobs, idle, lastRequest] = await Promise.all([
     !modelOk ? null : caches ? caches.models.get(namespace, modelName) : kube.getModel(namespace, modelName),
     templateOk ? kube.getCronJob(namespace, backfill.spec.templateRef) : null,
-    state?.jobName ? kube.getJob(namespace, state.jobName) : Promise.resolve(null),
+    attemptJob ? kube.getJob(namespace, attemptJob) : Promise.resolve(null),
     caches ? caches.gamingSessions.list() : kube.listAll(PLURALS.gamingSessions),
     caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases),
     // Only admit needs the contenders (every backfill Job in the cluster); the others never admit — a decision
@@ -317,6 +320,27 @@ async function apply(
         }
         break
       }
+      case 'takeClaims': {
+        if (!b) break
+        const claim: Claim = {
+          namespace: b.metadata.namespace,
+          backfill: b.metadata.name,
+          attempt: action.attempt,
+          jobName: action.jobName,
+          claimedAt: new Date(deps.now()).toISOString(),
+          idleSince: d.state?.idleSince,
+        }
+        const held = await takeClaimKeys(deps, claimKeys(claim.namespace, b.spec.modelRef, action.node), claim)
+        if (held.contender) {
+          // Two live attempts on one model or node, both left by a previous controller: keep ours running (the
+          // other's cancel path still works) and say so; a foreground request cancels both.
+          log.warn(
+            { namespace: claim.namespace, backfill: claim.backfill, job: claim.jobName, held: held.contender },
+            'adopted Job shares its model or node with another live attempt',
+          )
+        }
+        break
+      }
       case 'armTimer':
         await bus.armTimer(b?.metadata.namespace ?? '', b?.metadata.name ?? '', action.at)
         armed = true
@@ -395,11 +419,16 @@ async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Clai
     claimedAt: new Date(deps.now()).toISOString(),
     idleSince: d.state?.idleSince,
   }
+  return takeClaimKeys(deps, keys, claim)
+}
+
+/** Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. */
+async function takeClaimKeys(deps: Deps, keys: { model: string; node: string }, claim: Claim): Promise<Claimed> {
   const taken: string[] = []
   for (const [on, key] of Object.entries(keys) as ['model' | 'node', string][]) {
     const holder = await takeClaim(deps, key, claim)
     if (holder) {
-      for (const k of taken) await releaseClaimKeys(deps, { model: k, node: k }, create.jobName)
+      for (const k of taken) await releaseClaimKeys(deps, { model: k, node: k }, claim.jobName)
       return { contender: { namespace: holder.namespace, backfill: holder.backfill, jobName: holder.jobName, on } }
     }
     taken.push(key)
