@@ -361,6 +361,7 @@ async function apply(
     }
   }
   if (b && d.status) await writeStatus(deps, b, d, revision)
+  await ensureClaims(deps, b, d)
   // decide() re-arms lazily: a future timerAt in the state means "armed". But the state is committed before the
   // actions run, so an action that failed (a 409 on the finalizer, say) or a crash in between can leave a timerAt
   // whose schedule was never stored, and nothing would wake the backfill again. Each decision makes sure it is.
@@ -373,6 +374,31 @@ async function apply(
     }
   }
   return {}
+}
+
+/**
+ * A live attempt holds its claims; if they are gone (the claims bucket lost or purged), demand could no longer find
+ * it to cancel and admit could no longer see it: retake them. One KV read per decision on a live attempt.
+ */
+async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decision) {
+  const s = d.state
+  if (!b || !s?.jobName || !s.nodeName || (s.phase !== 'Starting' && s.phase !== 'Running')) return
+  if (d.actions.some((a) => a.type === 'createJob' || a.type === 'takeClaims')) return
+  const keys = claimKeys(s.namespace, b.spec.modelRef, s.nodeName)
+  const held = await deps.bus.kv.claims.get(keys.model)
+  if (held?.operation === 'PUT') return
+  deps.log.warn(
+    { namespace: s.namespace, backfill: s.name, job: s.jobName },
+    'live attempt without its claims; retaking them',
+  )
+  await takeClaimKeys(deps, keys, {
+    namespace: s.namespace,
+    backfill: s.name,
+    attempt: s.attempts,
+    jobName: s.jobName,
+    claimedAt: new Date(deps.now()).toISOString(),
+    idleSince: s.idleSince,
+  })
 }
 
 /** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */
