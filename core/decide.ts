@@ -14,6 +14,7 @@ import {
 import type { GpuViolation } from './job.js'
 import { jobName as nameJob } from './names.js'
 import { type BackfillState, emptyCounters, type ModelIdleState, type PreemptionReason } from './state.js'
+import { type Takeover, takeover } from './takeover.js'
 import {
   blockingGamingSession,
   blockingLease,
@@ -25,6 +26,12 @@ import {
 
 /** How often a Blocked declaration re-checks conditions that no watched object reports (templates, contenders). */
 export const RECHECK_MS = 15_000
+/**
+ * A created Job that has not started after this long is reported (status message and one Warning Event): its
+ * template suspends it, or its pods are not scheduled. Checked by every decision (the resync sweep re-decides an
+ * active attempt every period), so no timer of its own.
+ */
+export const NOT_STARTING_MS = 5 * 60_000
 /** How soon admission tries again when the preemption path was not ready (runtime/fence.ts). */
 export const PATH_RECHECK_MS = 5_000
 /** A Job rejected again and again is re-tried less often: RECHECK_MS doubling up to this. */
@@ -86,6 +93,8 @@ export type Action =
   | { type: 'removeFinalizer' }
   | { type: 'createJob'; jobName: string; attempt: number; node: string; spec: ResolvedSpec }
   | { type: 'deleteJob'; jobName: string; why: DeleteWhy }
+  /** Takes the model and node claims for a Job adopted by a takeover (so demand's cancel finds it). */
+  | { type: 'takeClaims'; jobName: string; attempt: number; node: string }
   | { type: 'armTimer'; at: string }
   | { type: 'cancelTimer' }
   | { type: 'releaseClaims'; jobName: string }
@@ -152,15 +161,46 @@ export function initialState(b: ModelBackfill, now: number): BackfillState {
 export function decide(o: Observed, trigger: Trigger, now: number): Decision {
   const b = o.backfill
   if (!b) return gone(o)
-  const base = o.state ?? initialState(b, now)
   const checked = checkSpec(b.spec)
+  const spec = 'resolved' in checked ? checked.resolved : null
+  let taken: Takeover | undefined
+  if (!o.state) {
+    taken = takeover(
+      {
+        backfill: b,
+        model: o.model,
+        idleLastForegroundAt: o.idle?.lastForegroundAt,
+        lastRequestAt: o.lastRequestAt,
+        job: o.job,
+        strays: o.strays ?? [],
+        repeatAfterMs: spec?.repeatAfterMs ?? 0,
+      },
+      now,
+    )
+    // The Job the seeded state names is the attempt's Job from here on (it may be one of the strays).
+    const name = taken.state.jobName
+    const job = name ? ([o.job, ...(o.strays ?? [])].find((j) => j?.name === name) ?? null) : null
+    o = { ...o, job }
+  }
+  const base = o.state ?? (taken as Takeover).state
   const w: Work = {
     o,
     b,
     now,
     s: structuredClone({ ...base, model: b.spec.modelRef, uid: b.metadata.uid }),
     actions: [],
-    spec: 'resolved' in checked ? checked.resolved : null,
+    spec,
+  }
+  if (taken?.summary) {
+    w.actions.push({
+      type: 'recordEvent',
+      eventType: 'Normal',
+      reason: 'TakenOver',
+      message: `No stored state; seeded from status and Jobs: ${taken.summary}`,
+    })
+  }
+  if (taken?.adopted && w.s.nodeName) {
+    w.actions.push({ type: 'takeClaims', jobName: taken.adopted.name, attempt: w.s.attempts, node: w.s.nodeName })
   }
   // Useful time runs from startedAt (the Job's creation) while the attempt has not been counted yet; a state of an
   // earlier release started it when the Job was first seen running, or not at all for a Job not yet seen running.
@@ -193,6 +233,8 @@ export function decide(o: Observed, trigger: Trigger, now: number): Decision {
     const hold = cooldown(w)
     if (hold) return finish(w)
     repeatDue = true
+    // Due: the time has come, so it no longer shows as the next run (the reference clears it at RepeatDue).
+    w.s.nextRunTime = undefined
   }
   gatesAndAdmit(w, repeatDue, trigger)
   return finish(w)
@@ -268,7 +310,7 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       }
       set(w, 'Running', 'JobRunning', `Job ${jobName} is running on node ${s.nodeName}`)
     } else {
-      set(w, 'Starting', 'JobCreated', `Job ${jobName} created; waiting for it to start`)
+      notStarting(w, job, jobName)
     }
     return true
   }
@@ -313,13 +355,42 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       return false
     }
     case 'Succeeded':
-      // The previous run's Job is gone (RepeatCleanup finished, or its TTL removed it).
+    case 'Failed':
+      // The previous run's Job is gone (RepeatCleanup finished, or its TTL removed it). status.jobName keeps
+      // naming it while the phase stays terminal, as the reference's does.
+      s.finishedJobName = jobName
       s.jobName = undefined
       return false
     default:
       s.jobName = undefined
       return false
   }
+}
+
+/**
+ * A Job that is not running yet. One its template suspends (jobTemplate.spec.suspend: true) never starts, and one
+ * whose pods are not scheduled within NOT_STARTING_MS may not either: the status says so plainly (the phase stays
+ * Starting, the contract's only reason for it is JobCreated) and one Warning Event tells it. The attempt keeps its
+ * claims: a foreground request, a spec change or the Job's own deadline still ends it as usual.
+ */
+function notStarting(w: Work, job: JobView, jobName: string) {
+  const s = w.s
+  const waited = w.now - ms(s.startedAt)
+  let problem: string | undefined
+  if (job.suspended) {
+    problem = `Job ${jobName} is suspended (the template's jobTemplate.spec.suspend is true) and will not start; remove suspend from the CronJob template, or resume the Job`
+  } else if (waited >= NOT_STARTING_MS) {
+    problem = `Job ${jobName} has not started ${Math.round(waited / 60_000)}m after its creation; its pods may not be schedulable (check the Job's pods and events)`
+  }
+  if (!problem) {
+    set(w, 'Starting', 'JobCreated', `Job ${jobName} created; waiting for it to start`)
+    return
+  }
+  if (!s.notStartingReported) {
+    s.notStartingReported = true
+    w.actions.push({ type: 'recordEvent', eventType: 'Warning', reason: 'JobNotStarting', message: problem })
+  }
+  set(w, 'Starting', 'JobCreated', problem)
 }
 
 /**
@@ -355,6 +426,7 @@ function endAttempt(w: Work, jobName: string) {
   s.nodeName = undefined
   s.startedAt = undefined
   s.runningSince = undefined
+  s.notStartingReported = undefined
   s.windowStart = iso(w.now)
 }
 
@@ -525,6 +597,7 @@ function restartForNewGeneration(w: Work) {
   s.completionTime = undefined
   s.nextRunTime = undefined
   s.startedAt = undefined
+  s.finishedJobName = undefined
   if (s.phase !== 'WaitingForIdle') set(w, 'WaitingForIdle', 'IdleWindow', 'spec changed; starting over')
 }
 
@@ -555,7 +628,11 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
   const spec = w.spec as ResolvedSpec
   const model = o.model
   const waitReason = repeatDue || s.reason === 'RepeatDue' ? 'RepeatDue' : 'IdleWindow'
+  // No attempt holds a node here: status.nodeName shows the model's node whenever it is resolved (the Node column
+  // of a waiting or blocked declaration), as the reference does.
+  s.nodeName = model?.node
   if (!model) {
+    s.idleSince = undefined
     return set(w, 'Blocked', 'ModelNotFound', `Model ${b.metadata.namespace}/${b.spec.modelRef} not found`)
   }
   if (!o.template.found) {
@@ -573,6 +650,8 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
     )
   }
   if (!model.ready) {
+    // Not warm: there is no idle window to speak of (the reference clears idleSince too).
+    s.idleSince = undefined
     return set(w, 'WaitingForIdle', 'ModelNotReady', `Model ${model.name} is ${model.phase ?? 'not Ready'}`)
   }
   // Warm from now on: a model that was not Ready, or did not exist at all, starts its idle window now.
@@ -635,6 +714,8 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
   s.runningSince = s.startedAt
   s.completionTime = undefined
   s.nextRunTime = undefined
+  s.finishedJobName = undefined
+  s.notStartingReported = undefined
   w.actions.push(
     { type: 'createJob', jobName: s.jobName, attempt: s.attempts, node: model.node, spec },
     {
@@ -692,6 +773,10 @@ export const sameState = (a: BackfillState | null, b: BackfillState | null) =>
 /** The status subresource is a projection of the state; the Ready condition is True only while Running/Succeeded. */
 export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): ModelBackfillStatus {
   const ready = s.phase === 'Running' || s.phase === 'Succeeded'
+  // The generation this decision read: also while an attempt of the previous spec is being cancelled (SpecChanged),
+  // so `kubectl wait --for=jsonpath='{.status.observedGeneration}'` sees the new spec acknowledged at once.
+  const generation = b.metadata.generation ?? s.generation
+  const terminal = s.phase === 'Succeeded' || s.phase === 'Failed'
   const previous = b.status?.conditions?.find((c) => c.type === 'Ready')
   const status = ready ? 'True' : 'False'
   const condition: Condition = {
@@ -701,15 +786,15 @@ export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): 
     message: s.message,
     lastTransitionTime:
       previous?.status === status && previous.lastTransitionTime ? previous.lastTransitionTime : iso(now),
-    observedGeneration: s.generation,
+    observedGeneration: generation,
   }
   const out: ModelBackfillStatus = {
     phase: s.phase,
     reason: s.reason,
     message: s.message,
-    observedGeneration: s.generation,
+    observedGeneration: generation,
     nodeName: s.nodeName,
-    jobName: s.jobName,
+    jobName: s.jobName ?? (terminal ? s.finishedJobName : undefined),
     idleSince: s.idleSince,
     startedAt: s.startedAt,
     completionTime: s.completionTime,

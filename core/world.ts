@@ -103,10 +103,12 @@ export interface JobView {
   outcomeMessage?: string
   outcomeTime?: string
   started: boolean
+  /** spec.suspend: the Job (from its template) is created suspended and does not start until resumed. */
+  suspended?: boolean
 }
 
 export function jobView(raw: unknown): JobView {
-  const { meta, status, id } = parts(raw)
+  const { meta, spec, status, id } = parts(raw)
   const labels = obj(meta.labels)
   const annotations = obj(meta.annotations)
   const owner = (Array.isArray(meta.ownerReferences) ? meta.ownerReferences : []).map(obj).find((r) => r.controller)
@@ -125,6 +127,7 @@ export function jobView(raw: unknown): JobView {
     outcomeMessage: str(terminal?.message) ?? str(terminal?.reason),
     outcomeTime: time(status.completionTime) ?? time(terminal?.lastTransitionTime),
     started: Boolean(status.startTime) || Number(status.active ?? 0) > 0,
+    ...(spec.suspend === true ? { suspended: true } : {}),
   }
 }
 

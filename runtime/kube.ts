@@ -410,25 +410,40 @@ export class Kube {
   }
 
   /** A core/v1 Event on the ModelBackfill, so `kubectl describe` tells the story. Best effort. */
+  /** Counts of the aggregated Events this process wrote (name → count), bounded; see recordEvent. */
+  private readonly eventCounts = new Map<string, number>()
+
+  /**
+   * Records an Event on the ModelBackfill. Identical Events (same object, type, reason and message) are aggregated
+   * as `kubectl describe` expects (`count`, `lastTimestamp`, as client-go's correlator does): the Event's name is
+   * derived from them, so a repeat — from this instance or another — updates the existing Event instead of
+   * adding one. This process remembers counts it wrote (at most MAX_EVENT_COUNTS) to skip a read; a count raced by
+   * another instance may be off by one, which is all an Event is worth. Never throws.
+   */
   async recordEvent(backfill: ModelBackfill, type: 'Normal' | 'Warning', reason: string, message: string) {
+    const { namespace, name: object, uid } = backfill.metadata
+    const text = message.slice(0, 1024)
+    const name = eventName(object, `${uid ?? ''}\n${type}\n${reason}\n${text}`)
     const now = new Date()
-    this.requests.write++
     try {
+      const known = this.eventCounts.get(name)
+      if (known !== undefined && (await this.bumpEvent(namespace, name, known + 1, now))) return
+      this.requests.write++
       await this.core.createNamespacedEvent({
-        namespace: backfill.metadata.namespace,
+        namespace,
         body: {
-          metadata: { generateName: `${backfill.metadata.name}.`, namespace: backfill.metadata.namespace },
+          metadata: { name, namespace },
           involvedObject: {
             apiVersion: `${GROUP}/${VERSION}`,
             kind: 'ModelBackfill',
-            name: backfill.metadata.name,
-            namespace: backfill.metadata.namespace,
-            uid: backfill.metadata.uid,
+            name: object,
+            namespace,
+            uid,
             resourceVersion: backfill.metadata.resourceVersion,
           },
           type,
           reason,
-          message: message.slice(0, 1024),
+          message: text,
           firstTimestamp: now,
           lastTimestamp: now,
           count: 1,
@@ -437,10 +452,53 @@ export class Kube {
           reportingInstance: process.env.HOSTNAME ?? 'local',
         },
       })
-    } catch {
-      // Events are for people; losing one must never fail a transition.
+      this.rememberEvent(name, 1)
+    } catch (err) {
+      if (statusCode(err) !== 409) return // Events are for people; losing one must never fail a transition.
+      try {
+        // Written before (by another instance, or before a restart): count on from what is stored.
+        this.requests.read++
+        const stored = await this.core.readNamespacedEvent({ namespace, name })
+        await this.bumpEvent(namespace, name, (stored.count ?? 1) + 1, now)
+      } catch {
+        // As above.
+      }
     }
   }
+
+  /** Sets an aggregated Event's count and lastTimestamp; false when it no longer exists (expired: create it). */
+  private async bumpEvent(namespace: string, name: string, count: number, now: Date): Promise<boolean> {
+    this.requests.write++
+    try {
+      await this.core.patchNamespacedEvent(
+        { namespace, name, body: { count, lastTimestamp: now.toISOString() } },
+        mergePatch,
+      )
+      this.rememberEvent(name, count)
+      return true
+    } catch (err) {
+      this.eventCounts.delete(name)
+      if (statusCode(err) === 404) return false
+      throw err
+    }
+  }
+
+  private rememberEvent(name: string, count: number) {
+    this.eventCounts.delete(name) // re-inserted last: the oldest entry is the first to go
+    this.eventCounts.set(name, count)
+    if (this.eventCounts.size > MAX_EVENT_COUNTS) {
+      const oldest = this.eventCounts.keys().next().value
+      if (oldest !== undefined) this.eventCounts.delete(oldest)
+    }
+  }
+}
+
+/** Aggregated Event names this process remembers the count of. */
+export const MAX_EVENT_COUNTS = 4096
+
+/** `<object>.<16 hex of sha256(identity)>`: a valid, deterministic Event name for one kind of repeated Event. */
+export function eventName(object: string, identity: string): string {
+  return `${object.slice(0, 200)}.${createHash('sha256').update(identity).digest('hex').slice(0, 16)}`
 }
 
 /** A watch that has delivered nothing (no event, no reconnect) for this long is re-opened. */

@@ -2,13 +2,17 @@
 // backfill's KV state and change atomically with the transition that causes them, so an instance scaling to
 // zero right after counting loses nothing; the exporter only reads them (a KV watch keeps its copy current).
 import { Counter, Registry } from 'prom-client'
-import { type BackfillState, PREEMPTION_REASONS } from '../core/state.js'
+import { type BackfillState, PREEMPTION_REASONS, parseBackfillState } from '../core/state.js'
 import { type Bus, KvMirror } from './nats.js'
 import { registerOpsMetrics } from './ops-metrics.js'
 
 export class BackfillMetrics {
   readonly registry = new Registry()
-  private readonly mirror = new KvMirror<BackfillState>()
+  // An unreadable state exports nothing until a decision replaces it (reconcile logs it when it reads it).
+  private readonly mirror = new KvMirror<BackfillState>((raw) => {
+    const r = parseBackfillState(raw)
+    return r.ok ? r.value : null
+  })
   private bus?: Bus
 
   constructor() {

@@ -249,6 +249,9 @@ export function natsServerOptions(servers: string): {
 /** A bucket's current values (or the keys under a filter) in memory, kept current by a KV watch. */
 export class KvMirror<T> {
   readonly values = new Map<string, T>()
+  /** parse: turns a stored value into T, or null for one that cannot be read (then it is left out). */
+  constructor(private readonly parse: (raw: unknown, key: string) => T | null = (raw) => raw as T) {}
+
   private watch?: Awaited<ReturnType<KV['watch']>>
   private done?: Promise<void>
 
@@ -258,7 +261,8 @@ export class KvMirror<T> {
     this.watch = watch
     this.done = (async () => {
       for await (const e of watch) {
-        if (e.operation === 'PUT') this.values.set(e.key, e.json<T>())
+        const value = e.operation === 'PUT' ? this.read(e.key, e.string()) : null
+        if (value !== null) this.values.set(e.key, value)
         else this.values.delete(e.key)
       }
     })()
@@ -267,6 +271,14 @@ export class KvMirror<T> {
   async stop() {
     this.watch?.stop()
     await this.done
+  }
+
+  private read(key: string, text: string): T | null {
+    try {
+      return this.parse(JSON.parse(text), key)
+    } catch {
+      return null
+    }
   }
 }
 

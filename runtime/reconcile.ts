@@ -4,11 +4,21 @@
 //   cancel    deletes Jobs,
 //   lifecycle neither: it forwards Job creation to admit and Job deletion to cancel.
 import type { V1CronJob } from '@kubernetes/client-node'
+import type { KvEntry } from '@nats-io/kv'
 import type { ModelBackfill } from '../core/api.js'
 import { type Contender, type Decision, decide, type Observed, sameState, type Trigger } from '../core/decide.js'
 import { buildJob, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, isObjectName, modelKey } from '../core/names.js'
-import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
+import {
+  type BackfillState,
+  type Claim,
+  type Parsed,
+  parseBackfillState,
+  parseClaim,
+  parseEntry,
+  parseModelIdleState,
+  toKv,
+} from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
 import { checkFence, lastRequestAt } from './fence.js'
 import type { AdmissionCaches, Kube } from './kube.js'
@@ -47,8 +57,24 @@ interface Observation {
 
 const ownedBy = (job: JobView, b: ModelBackfill) => !b.metadata.uid || job.ownerUid === b.metadata.uid
 
-const readJson = <T>(entry: { operation: string; json: <U>() => U } | null): T | null =>
-  entry && entry.operation === 'PUT' ? entry.json<T>() : null
+/**
+ * A KV value in this release's shape (older versions upgraded), or null: absent, deleted, or unreadable. An
+ * unreadable value is logged, never thrown: for a backfill state, the decision then takes the object over from its
+ * Kubernetes status and Jobs (core/takeover.ts) and the next write replaces the bad value.
+ */
+export function readKv<T>(log: Logger, entry: KvEntry | null, parse: (raw: unknown) => Parsed<T>): T | null {
+  if (entry?.operation !== 'PUT') return null
+  const r = parseEntry(entry.string(), parse)
+  if (r.ok) return r.value
+  log.error(
+    { bucket: entry.bucket, key: entry.key, revision: entry.revision, error: r.error },
+    'unreadable KV value ignored; its object is taken over from Kubernetes',
+  )
+  return null
+}
+export const readState = (log: Logger, e: KvEntry | null) => readKv(log, e, parseBackfillState)
+export const readIdle = (log: Logger, e: KvEntry | null) => readKv(log, e, parseModelIdleState)
+export const readClaim = (log: Logger, e: KvEntry | null) => readKv(log, e, parseClaim)
 
 export async function observe(
   deps: Deps,
@@ -81,10 +107,13 @@ export async function observe(
   // else): it is not found, and decide() blocks on it with the reason.
   const modelOk = isObjectName(modelName)
   const templateOk = isObjectName(backfill.spec.templateRef)
+  // Without a stored state, the Job the status names is the one a takeover may adopt (core/takeover.ts).
+  const statusJob = state ? undefined : backfill.status?.jobName
+  const attemptJob = state?.jobName ?? (isObjectName(statusJob) ? statusJob : undefined)
   const [model, template, job, sessions, leases, jobs, idle, lastRequest] = await Promise.all([
     !modelOk ? null : caches ? caches.models.get(namespace, modelName) : kube.getModel(namespace, modelName),
     templateOk ? kube.getCronJob(namespace, backfill.spec.templateRef) : null,
-    state?.jobName ? kube.getJob(namespace, state.jobName) : Promise.resolve(null),
+    attemptJob ? kube.getJob(namespace, attemptJob) : Promise.resolve(null),
     caches ? caches.gamingSessions.list() : kube.listAll(PLURALS.gamingSessions),
     caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases),
     // Only admit needs the contenders (every backfill Job in the cluster); the others never admit — a decision
@@ -118,7 +147,7 @@ export async function observe(
       backfill,
       state,
       model: modelV,
-      idle: readJson<ModelIdleState>(idle),
+      idle: readIdle(deps.log, idle),
       lastRequestAt: lastRequest ?? undefined,
       gamingSessions: sessions.map(gamingSessionView),
       leases: leases.map(gpuLeaseView),
@@ -149,7 +178,7 @@ export async function reconcile(
     // status write (its KV commit came first), never as a current-looking object paired with an older state.
     const backfill = await deps.kube.getBackfill(namespace, name)
     const entry = await kv.get(key)
-    const state = readJson<BackfillState>(entry)
+    const state = readState(deps.log, entry)
     const { observed, template } = await observe(deps, namespace, name, state, backfill, role)
     let decision = decide(observed, trigger, deps.now())
     const create = decision.actions.find((a) => a.type === 'createJob')
@@ -173,7 +202,7 @@ export async function reconcile(
           deps.bus.kv.idle.get(modelKey(namespace, model)),
           lastRequestAt(deps.bus.jsm, namespace, model),
         ])
-        observed.idle = readJson<ModelIdleState>(idle)
+        observed.idle = readIdle(deps.log, idle)
         observed.lastRequestAt = lastRequest ?? undefined
         if (!fence.ready) observed.preemptionPath = { ready: false, why: fence.why }
       }
@@ -187,8 +216,8 @@ export async function reconcile(
     if (!sameState(state, decision.state)) {
       try {
         if (decision.state === null) await kv.delete(key, entry ? { previousSeq: entry.revision } : undefined)
-        else if (entry) revision = await kv.update(key, JSON.stringify(decision.state), entry.revision)
-        else revision = await kv.create(key, JSON.stringify(decision.state))
+        else if (entry) revision = await kv.update(key, toKv(decision.state), entry.revision)
+        else revision = await kv.create(key, toKv(decision.state))
       } catch (err) {
         if (isCasConflict(err)) continue
         throw err
@@ -291,6 +320,27 @@ async function apply(
         }
         break
       }
+      case 'takeClaims': {
+        if (!b) break
+        const claim: Claim = {
+          namespace: b.metadata.namespace,
+          backfill: b.metadata.name,
+          attempt: action.attempt,
+          jobName: action.jobName,
+          claimedAt: new Date(deps.now()).toISOString(),
+          idleSince: d.state?.idleSince,
+        }
+        const held = await takeClaimKeys(deps, claimKeys(claim.namespace, b.spec.modelRef, action.node), claim)
+        if (held.contender) {
+          // Two live attempts on one model or node, both left by a previous controller: keep ours running (the
+          // other's cancel path still works) and say so; a foreground request cancels both.
+          log.warn(
+            { namespace: claim.namespace, backfill: claim.backfill, job: claim.jobName, held: held.contender },
+            'adopted Job shares its model or node with another live attempt',
+          )
+        }
+        break
+      }
       case 'armTimer':
         await bus.armTimer(b?.metadata.namespace ?? '', b?.metadata.name ?? '', action.at)
         armed = true
@@ -311,6 +361,7 @@ async function apply(
     }
   }
   if (b && d.status) await writeStatus(deps, b, d, revision)
+  await ensureClaims(deps, b, d)
   // decide() re-arms lazily: a future timerAt in the state means "armed". But the state is committed before the
   // actions run, so an action that failed (a 409 on the finalizer, say) or a crash in between can leave a timerAt
   // whose schedule was never stored, and nothing would wake the backfill again. Each decision makes sure it is.
@@ -325,11 +376,34 @@ async function apply(
   return {}
 }
 
+/**
+ * A live attempt holds its claims; if they are gone (the claims bucket lost or purged), demand could no longer find
+ * it to cancel and admit could no longer see it: retake them. One KV read per decision on a live attempt.
+ */
+async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decision) {
+  const s = d.state
+  if (!b || !s?.jobName || !s.nodeName || (s.phase !== 'Starting' && s.phase !== 'Running')) return
+  if (d.actions.some((a) => a.type === 'createJob' || a.type === 'takeClaims')) return
+  const keys = claimKeys(s.namespace, b.spec.modelRef, s.nodeName)
+  const held = await deps.bus.kv.claims.get(keys.model)
+  if (held?.operation === 'PUT') return
+  deps.log.warn(
+    { namespace: s.namespace, backfill: s.name, job: s.jobName },
+    'live attempt without its claims; retaking them',
+  )
+  await takeClaimKeys(deps, keys, {
+    namespace: s.namespace,
+    backfill: s.name,
+    attempt: s.attempts,
+    jobName: s.jobName,
+    claimedAt: new Date(deps.now()).toISOString(),
+    idleSince: s.idleSince,
+  })
+}
+
 /** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */
 async function isCurrentAttempt(deps: Deps, b: ModelBackfill, jobName: string): Promise<boolean> {
-  const fresh = readJson<BackfillState>(
-    await deps.bus.kv.backfills.get(backfillKey(b.metadata.namespace, b.metadata.name)),
-  )
+  const fresh = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(b.metadata.namespace, b.metadata.name)))
   return fresh?.jobName === jobName
 }
 
@@ -363,7 +437,7 @@ async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Clai
   if (create?.type !== 'createJob' || !b) return {}
   const namespace = b.metadata.namespace
   const keys = claimKeys(namespace, b.spec.modelRef, create.node)
-  const claim: Claim & { idleSince?: string } = {
+  const claim: Claim = {
     namespace,
     backfill: b.metadata.name,
     attempt: create.attempt,
@@ -371,11 +445,16 @@ async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Clai
     claimedAt: new Date(deps.now()).toISOString(),
     idleSince: d.state?.idleSince,
   }
+  return takeClaimKeys(deps, keys, claim)
+}
+
+/** Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. */
+async function takeClaimKeys(deps: Deps, keys: { model: string; node: string }, claim: Claim): Promise<Claimed> {
   const taken: string[] = []
   for (const [on, key] of Object.entries(keys) as ['model' | 'node', string][]) {
     const holder = await takeClaim(deps, key, claim)
     if (holder) {
-      for (const k of taken) await releaseClaimKeys(deps, { model: k, node: k }, create.jobName)
+      for (const k of taken) await releaseClaimKeys(deps, { model: k, node: k }, claim.jobName)
       return { contender: { namespace: holder.namespace, backfill: holder.backfill, jobName: holder.jobName, on } }
     }
     taken.push(key)
@@ -386,7 +465,7 @@ async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Clai
 /** Takes `key` for `claim`; returns the live holder when someone else has it. */
 async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim | null> {
   const kv = deps.bus.kv.claims
-  const body = JSON.stringify(claim)
+  const body = toKv(claim)
   for (let i = 0; i < 4; i++) {
     try {
       await kv.create(key, body)
@@ -395,8 +474,18 @@ async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim |
       if (!isCasConflict(err)) throw err
     }
     const entry = await kv.get(key)
-    const holder = readJson<Claim>(entry)
-    if (!entry || !holder) continue // released meanwhile (a delete marker): try create again
+    if (entry?.operation !== 'PUT') continue // released meanwhile (a delete marker): try create again
+    const holder = readClaim(deps.log, entry)
+    if (!holder) {
+      // Unreadable: nobody can prove a hold with it, so it is replaced (compare-and-set on what was read).
+      try {
+        await kv.update(key, body, entry.revision)
+        return null
+      } catch (err) {
+        if (!isCasConflict(err)) throw err
+        continue
+      }
+    }
     if (holder.jobName === claim.jobName) return null // ours already (a retry or a second replica)
     if (!(await isStale(deps, holder))) return holder
     try {
@@ -406,13 +495,15 @@ async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim |
       if (!isCasConflict(err)) throw err
     }
   }
-  return readJson<Claim>(await kv.get(key)) ?? null
+  // Still contended after the retries: report whoever holds it now; an unreadable holder counts as held (safe).
+  const last = await kv.get(key)
+  return readClaim(deps.log, last) ?? (last?.operation === 'PUT' ? { ...claim, jobName: '(unreadable claim)' } : null)
 }
 
 /** A claim is stale when its holder's state has moved on from that Job and the grace period is over. */
 async function isStale(deps: Deps, holder: Claim): Promise<boolean> {
   if (deps.now() - Date.parse(holder.claimedAt) < CLAIM_GRACE_MS) return false
-  const state = readJson<BackfillState>(await deps.bus.kv.backfills.get(backfillKey(holder.namespace, holder.backfill)))
+  const state = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(holder.namespace, holder.backfill)))
   return state?.jobName !== holder.jobName
 }
 
@@ -420,7 +511,7 @@ async function releaseClaimKeys(deps: Deps, keys: { model: string; node: string 
   const kv = deps.bus.kv.claims
   for (const key of new Set([keys.model, keys.node])) {
     const entry = await kv.get(key)
-    const holder = readJson<Claim>(entry)
+    const holder = readClaim(deps.log, entry)
     if (!entry || holder?.jobName !== jobName) continue
     try {
       await kv.delete(key, { previousSeq: entry.revision })

@@ -4,12 +4,12 @@
 // immediately (leading edge) — while a cancel is never delayed by any of it.
 import type { KV } from '@nats-io/kv'
 import { modelKey } from '../../core/names.js'
-import type { Claim, ModelIdleState } from '../../core/state.js'
+import { type Claim, type ModelIdleState, parseClaim, toKv } from '../../core/state.js'
 import { catalog, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
 import type { EventFunction } from '../../runtime/function.js'
 import { KvMirror } from '../../runtime/nats.js'
-import type { Deps } from '../../runtime/reconcile.js'
+import { type Deps, readClaim, readIdle } from '../../runtime/reconcile.js'
 
 export const COALESCE_MS = 250
 const DONE = Promise.resolve()
@@ -20,8 +20,6 @@ const CANCEL_DEDUPE_MS = 60_000
  */
 export const MAX_TRACKED_MODELS = 20_000
 const REQUEST_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
-
-type LiveClaim = Claim & { idleSince?: string }
 
 interface Waiter {
   upTo: number
@@ -46,7 +44,13 @@ interface ModelEntry {
 export class Demand {
   private readonly models = new Map<string, ModelEntry>()
   /** Who holds which model (`model.<namespace>.<model>`), from a watch of the claims bucket. */
-  private readonly claims = new KvMirror<LiveClaim>()
+  private readonly claims = new KvMirror<Claim>((raw, key) => {
+    const r = parseClaim(raw)
+    if (r.ok) return r.value
+    // Left out: the fresh read after each idle write (flush) still cancels whatever holds the model.
+    this.deps.log.error({ key, error: r.error }, 'unreadable claim in the claims bucket ignored by the watch')
+    return null
+  })
   private readonly cancelled = new Map<string, number>()
   /** Counters for logs and the benchmark. */
   readonly stats = { requests: 0, background: 0, kvWrites: 0, cancels: 0 }
@@ -139,7 +143,7 @@ export class Demand {
   }
 
   /** Cancels the attempt holding the model if this request breaks the window it was admitted on. */
-  private async cancelIfClaimed(at: number, claim: LiveClaim) {
+  private async cancelIfClaimed(at: number, claim: Claim) {
     const windowStart = Date.parse(claim.idleSince ?? claim.claimedAt)
     if (!(at > windowStart)) return
     // One cancel per admission: Job names repeat across namespaces (and when a backfill is re-created), so the
@@ -190,7 +194,8 @@ export class Demand {
       // having written idleness, look at the claim itself (not the watched copy, which may lag) so an admission
       // racing these requests is cancelled either way. A failure here fails the requests, which are redelivered.
       const fresh = await this.deps.bus.kv.claims.get(`model.${key}`)
-      if (fresh?.operation === 'PUT') await this.cancelIfClaimed(target, fresh.json<LiveClaim>())
+      const claim = readClaim(this.deps.log, fresh)
+      if (claim) await this.cancelIfClaimed(target, claim)
       // Only now: a request at or before `persisted` is answered without a write or a claim check.
       entry.persisted = Math.max(entry.persisted, target)
       const done = entry.waiters.filter((w) => w.upTo <= entry.persisted)
@@ -221,15 +226,16 @@ export class Demand {
         updatedAt: new Date(this.deps.now()).toISOString(),
       }
       try {
-        if (entry.revision > 0) entry.revision = await this.idle.update(key, JSON.stringify(value), entry.revision)
-        else entry.revision = await this.idle.create(key, JSON.stringify(value))
+        if (entry.revision > 0) entry.revision = await this.idle.update(key, toKv(value), entry.revision)
+        else entry.revision = await this.idle.create(key, toKv(value))
         return
       } catch (err) {
         if (!/wrong last sequence|key exists/i.test(String((err as Error).message))) throw err
         const current = await this.idle.get(key)
         entry.revision = current?.revision ?? 0
-        if (current?.operation === 'PUT') {
-          const stored = current.json<ModelIdleState>()
+        // An unreadable value is overwritten (compare-and-set on its revision): it proves no newer request.
+        const stored = readIdle(this.deps.log, current)
+        if (stored) {
           const storedAt = Date.parse(stored.lastForegroundAt)
           entry.requests = Math.max(entry.requests, stored.requests ?? 0)
           if (storedAt >= at) return // another replica already has a newer time

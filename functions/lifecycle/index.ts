@@ -4,15 +4,13 @@
 // It also runs the resync sweep (./resync.ts): every RESYNC_MS it re-decides whatever backfill may be stuck, so
 // a lost event (a timer dead-lettered during an apiserver outage, a lost gaming session) is caught within a period.
 import { backfillKey } from '../../core/names.js'
-import type { BackfillState } from '../../core/state.js'
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
 import type { EventFunction } from '../../runtime/function.js'
-import { type Deps, reconcile } from '../../runtime/reconcile.js'
+import { type Deps, readState, reconcile } from '../../runtime/reconcile.js'
 import { ensureResyncSchedule, sweep } from './resync.js'
 
-async function currentState(deps: Deps, namespace: string, backfill: string): Promise<BackfillState | null> {
-  const entry = await deps.bus.kv.backfills.get(backfillKey(namespace, backfill))
-  return entry?.operation === 'PUT' ? entry.json<BackfillState>() : null
+async function currentState(deps: Deps, namespace: string, backfill: string) {
+  return readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(namespace, backfill)))
 }
 
 /** Re-decides at most this many backfills at once when a cluster-wide change (session, lease, model) arrives. */

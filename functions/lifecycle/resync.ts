@@ -12,7 +12,7 @@ import type { BackfillState } from '../../core/state.js'
 import { type JobView, jobView, type ModelView, modelView } from '../../core/world.js'
 import { BACKFILL_SCHEDULES_FILTER, BUCKET_BACKFILLS, STREAM_TIMERS } from '../../events/catalog.js'
 import { PLURALS } from '../../runtime/kube.js'
-import type { Deps } from '../../runtime/reconcile.js'
+import { type Deps, readState } from '../../runtime/reconcile.js'
 
 /** The sweep period: env RESYNC_MS (milliseconds, at least 1000); 0 turns the schedule off (not recommended). */
 export function resyncIntervalMs(env: NodeJS.ProcessEnv = process.env): number {
@@ -149,7 +149,9 @@ async function readStates(deps: Deps, scopes: (string | undefined)[]): Promise<M
   let complete = false
   try {
     for await (const e of watch) {
-      if (e.operation === 'PUT') states.set(e.key, e.json<BackfillState>())
+      // An unreadable state is left out: the sweep then sees no state (NoState) and the decision takes it over.
+      const state = readState(deps.log, e)
+      if (state) states.set(e.key, state)
       else states.delete(e.key)
       // The replay is over at its last entry (nats.js marks it isUpdate; nothing is pending after it).
       if (e.isUpdate || !e.delta) {

@@ -899,7 +899,7 @@ describe('after a cancel the next attempt needs a fresh full idle window', () =>
       windowStart: iso(gone),
       idleSince: iso(gone),
       jobName: undefined,
-      nodeName: undefined,
+      nodeName: NODE, // the model's node, no longer the attempt's (status.nodeName whenever resolved)
       startedAt: undefined,
       attempts: 1,
     })
@@ -1265,12 +1265,13 @@ describe('status projection', () => {
     expect(FIXTURES.WaitingForIdle.world.backfill?.status).not.toHaveProperty('jobName')
   })
 
-  it('observedGeneration follows the generation a decision was made for', () => {
+  it('observedGeneration is the generation the decision read, also during a SpecChanged cancel', () => {
     expect(FIXTURES.Suspended.world.backfill?.status?.observedGeneration).toBe(2)
     const f = FIXTURES.Running
     const d = decide({ ...f.world, backfill: withSpec(aBackfill(), { idleFor: '5m' }) }, { type: 'timer' }, f.now)
-    // Still cancelling the generation-1 attempt.
-    expect(d.status?.observedGeneration).toBe(1)
+    // Cancelling the generation-1 attempt, having seen generation 2 (the reference reports the new one too).
+    expect(d.status).toMatchObject({ phase: 'Cancelling', reason: 'SpecChanged', observedGeneration: 2 })
+    expect(d.state?.generation).toBe(1)
     const t = new Timeline({ ...f.world, backfill: withSpec(aBackfill(), { idleFor: '5m' }) })
     t.step(f.now)
     expect(t.change(() => ({ job: null })).step(f.now + MINUTE).status?.observedGeneration).toBe(2)
@@ -1443,7 +1444,8 @@ describe('a Job the apiserver refuses (quota, webhook, invalid) releases the att
     expect(d.state).toMatchObject({ phase: 'Blocked', reason: 'JobRejected', attempts: 0, rejections: 1 })
     expect(d.state?.counters.starts).toBe(0)
     expect(d.state?.jobName).toBeUndefined()
-    expect(d.state?.nodeName).toBeUndefined()
+    // No attempt holds the node; it shows as the model's node (status.nodeName whenever resolved).
+    expect(d.state?.nodeName).toBe(NODE)
     expect(d.state?.windowStart).toBe(f.state.windowStart) // no foreground request: the window still holds
     expect(d.status?.message).toMatch(
       /^Job .* was refused by the apiserver: jobs.batch "x" is forbidden: exceeded quota/,
