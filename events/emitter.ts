@@ -15,8 +15,9 @@ import { type JetStreamClient, jetstream } from '@nats-io/jetstream'
 import { type ConnectionOptions, connect, type NatsConnection, type Status } from '@nats-io/transport-node'
 import { Counter, Gauge, type Registry } from 'prom-client'
 import { natsServerOptions } from '../runtime/nats.js'
+import { eventTraceContext } from '../runtime/tracing.js'
 import { subjectFor } from './catalog.js'
-import { encode } from './codec.js'
+import { type Extensions, encode } from './codec.js'
 
 export interface ForegroundRequest {
   namespace: string
@@ -200,7 +201,8 @@ function countersFor(registry: Registry | undefined): Counters | undefined {
   }
 }
 
-type Stamped = ForegroundRequest & { time: Date }
+/** A request as sent: its time, event id and trace context fixed when it was made (not when it is flushed). */
+type Stamped = ForegroundRequest & { time: Date; id: string; extensions: Extensions }
 
 export function createForegroundEmitter(
   connection: NatsConnection | Promise<NatsConnection>,
@@ -210,6 +212,7 @@ export function createForegroundEmitter(
   const acknowledged = options.acknowledged ?? true
   const publishTimeoutMs = options.publishTimeoutMs ?? DEFAULT_PUBLISH_TIMEOUT_MS
   const maxBuffered = Math.max(1, options.maxBuffered ?? DEFAULT_MAX_BUFFERED)
+  const source = options.source ?? 'gateway'
   const counters = countersFor(options.registry)
   const stats: EmitterStats = {
     emitted: 0,
@@ -277,11 +280,12 @@ export function createForegroundEmitter(
   const publish = async (request: Stamped) => {
     if (!nc || !js) throw new Error('not connected')
     const data = { namespace: request.namespace, model: request.model, workloadClass: 'foreground' as const }
-    const id = randomUUID()
+    const id = request.id
     const body = encode('ai.flexinfer.foreground.request', data, {
       id,
       time: request.time.toISOString(),
-      source: options.source ?? 'gateway',
+      source,
+      extensions: request.extensions,
     })
     // The per-model subject: admission reads the model's newest request from it directly (events/README.md).
     const subject = subjectFor('ai.flexinfer.foreground.request', data)
@@ -414,7 +418,10 @@ export function createForegroundEmitter(
         stats.background++
         return outcome('background')
       }
-      const stamped: Stamped = { ...request, time: request.time ?? new Date() }
+      const id = randomUUID()
+      // The gateway's active trace (its request span), if any, goes with the event: CloudEvents distributed tracing.
+      const extensions = eventTraceContext({ type: 'ai.flexinfer.foreground.request', id, source }) ?? {}
+      const stamped: Stamped = { ...request, time: request.time ?? new Date(), id, extensions }
       if (throttleMs <= 0) return outcome(await send(stamped))
       const key = keyOf(request)
       const now = Date.now()

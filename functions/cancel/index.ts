@@ -14,6 +14,7 @@ import { STREAM_EVENTS } from '../../events/catalog.js'
 import { type EventFunction, PermanentError } from '../../runtime/function.js'
 import { backfillJobsCache, type WatchCache } from '../../runtime/kube.js'
 import { reconcile } from '../../runtime/reconcile.js'
+import { traced } from '../../runtime/tracing.js'
 
 const isCancelReason = (r: string): r is CancelReason => (REASONS.Cancelling as readonly string[]).includes(r)
 
@@ -67,7 +68,9 @@ export function cancelFunction(): EventFunction {
           deps.log.warn({ namespace, backfill, job: jobName, reason, why }, 'cancel: refused')
           throw new PermanentError(`refusing to delete Job ${namespace}/${jobName} for backfill ${backfill}: ${why}`)
         }
-        result = await deps.kube.deleteJob(namespace, jobName, job.metadata?.uid)
+        result = await traced('DELETE Job', { 'k8s.namespace.name': namespace, 'k8s.job.name': jobName }, () =>
+          deps.kube.deleteJob(namespace, jobName, job.metadata?.uid),
+        )
       }
       deps.log.info({ namespace, backfill, job: jobName, reason, result }, 'cancel: job delete accepted')
       await reconcile(deps, 'cancel', namespace, backfill, { type: 'cancel', reason, at })
