@@ -104,7 +104,7 @@ class AsyncContextManager implements ContextManager {
 export interface TracingOptions {
   /** Default: the OTLP/HTTP exporter configured by the OTEL_EXPORTER_OTLP_* variables. */
   exporter?: SpanExporter
-  /** service.name; default OTEL_SERVICE_NAME or `model-backfill`. */
+  /** service.name; default OTEL_SERVICE_NAME, else `model-backfill-<FUNCTION>` (or `model-backfill`). */
   serviceName?: string
   /** Export each span as it ends (tests); default batched. */
   simple?: boolean
@@ -117,7 +117,10 @@ export function startTracing(opts: TracingOptions = {}): void {
   const exporter = opts.exporter ?? new OTLPTraceExporter()
   provider = new TracerProvider({
     resource: resourceFromAttributes({
-      'service.name': opts.serviceName ?? process.env.OTEL_SERVICE_NAME ?? 'model-backfill',
+      'service.name':
+        opts.serviceName ??
+        process.env.OTEL_SERVICE_NAME ??
+        (process.env.FUNCTION ? `model-backfill-${process.env.FUNCTION}` : 'model-backfill'),
     }),
     spanProcessors: [
       opts.simple
@@ -143,7 +146,7 @@ export async function stopTracing(): Promise<void> {
 export function tracingEnabled(): boolean {
   if (!envChecked) {
     envChecked = true
-    if (tracingConfigured()) startTracing({ serviceName: process.env.OTEL_SERVICE_NAME })
+    if (tracingConfigured()) startTracing()
   }
   return enabled
 }
