@@ -301,12 +301,19 @@ export function createForegroundEmitter(
       drop(request, 'closed')
       return 'dropped'
     }
-    // Buffered requests go first: publishing this one now would let an older one for the model land after it.
-    if (!connected || buffer.size > 0) {
+    if (!connected) {
       stats.buffered++
       store(request)
-      scheduleFlush(0)
       return 'buffered'
+    }
+    // Connected: published at once even while the buffer is being flushed (a preemption must not wait behind a
+    // flush backing off); an older buffered request for the same model is superseded by this one.
+    const held = buffer.get(keyOf(request))
+    if (held && held.time <= request.time) {
+      buffer.delete(keyOf(request))
+      stats.coalesced++
+      counters?.coalesced.inc()
+      setPending()
     }
     try {
       await publish(request)
