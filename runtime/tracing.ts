@@ -8,7 +8,8 @@
 // calls wrapped in traced() (cancel's DELETE, the status write) join the same trace.
 //
 // Off by default: nothing is set up and the hooks cost a boolean test. On when OTEL_EXPORTER_OTLP_ENDPOINT or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set or OTEL_TRACES_EXPORTER=otlp (and OTEL_SDK_DISABLED is not true): spans
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set or OTEL_TRACES_EXPORTER=otlp (not when OTEL_TRACES_EXPORTER=none or
+// OTEL_SDK_DISABLED=true): spans
 // go to the OTLP/HTTP exporter (the standard OTEL_EXPORTER_OTLP_* variables configure it), batched; the sampler is
 // parent-based, so a gateway that does not sample a request is not overruled here. Tests call startTracing() with an
 // in-memory exporter.
@@ -67,7 +68,11 @@ let provider: TracerProvider | undefined
 
 export function tracingConfigured(env: NodeJS.ProcessEnv = process.env): boolean {
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false
-  if (env.OTEL_TRACES_EXPORTER?.split(',').some((e) => e.trim() === 'otlp')) return true
+  // An exporter list, when given, decides (`none`: off even with an endpoint set).
+  const exporters = env.OTEL_TRACES_EXPORTER?.split(',')
+    .map((e) => e.trim())
+    .filter(Boolean)
+  if (exporters?.length) return exporters.includes('otlp')
   return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim())
 }
 

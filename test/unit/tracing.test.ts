@@ -88,6 +88,9 @@ describe('without tracing set up', () => {
     expect(tracingConfigured({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://127.0.0.1:4318/v1/traces' })).toBe(true)
     expect(tracingConfigured({ OTEL_TRACES_EXPORTER: 'otlp' })).toBe(true)
     expect(tracingConfigured({ OTEL_TRACES_EXPORTER: 'otlp', OTEL_SDK_DISABLED: 'true' })).toBe(false)
+    expect(
+      tracingConfigured({ OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' }),
+    ).toBe(false)
   })
 })
 
