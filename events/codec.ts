@@ -3,6 +3,7 @@
 import { randomUUID } from 'node:crypto'
 import { CloudEvent } from 'cloudevents'
 import { z } from 'zod'
+import { eventTraceContext } from '../runtime/tracing.js'
 import { APISERVER_TYPES, catalog, type EventData, type EventType, isCatalogType, SOURCE } from './catalog.js'
 
 export type ApiServerType = (typeof APISERVER_TYPES)[number]
@@ -18,6 +19,8 @@ export type InboundEvent =
         subject?: string
         /** When the transport accepted it (JetStream's store time, ms): a clock the sender cannot skew. */
         storedAt?: number
+        /** Extension attributes (e.g. traceparent/tracestate), when the event has any. */
+        extensions?: Extensions
         data: EventData<T>
       }
     }[EventType]
@@ -28,8 +31,12 @@ export type InboundEvent =
       time: string
       subject?: string
       storedAt?: number
+      extensions?: Extensions
       data: KubeObject
     }
+
+/** CloudEvents extension attributes, by lower-case alphanumeric name. */
+export type Extensions = Record<string, string | number | boolean>
 
 export interface KubeObject {
   apiVersion?: string
@@ -40,19 +47,27 @@ export interface KubeObject {
 
 export type DecodeResult = { ok: true; event: InboundEvent } | { ok: false; reason: string }
 
+/**
+ * A structured-mode event. Made inside a traced context (a handler's span, a gateway's request span), it carries
+ * that trace in the distributed-tracing extension (runtime/tracing.ts); `extensions` given: exactly those.
+ */
 export function encode<T extends EventType>(
   type: T,
   data: EventData<T>,
-  options: { time?: string; id?: string; source?: string } = {},
+  options: { time?: string; id?: string; source?: string; extensions?: Extensions } = {},
 ): string {
+  const id = options.id ?? randomUUID()
+  const source = options.source ?? SOURCE
+  const extensions = options.extensions ?? eventTraceContext({ type, id, source })
   const event = new CloudEvent({
     specversion: '1.0',
-    id: options.id ?? randomUUID(),
-    source: options.source ?? SOURCE,
+    id,
+    source,
     type,
     time: options.time ?? new Date().toISOString(),
     datacontenttype: 'application/json',
     data,
+    ...extensions,
   })
   return JSON.stringify(event)
 }
@@ -92,18 +107,28 @@ export function validate(raw: unknown): DecodeResult {
     return { ok: false, reason: `invalid CloudEvent envelope: ${issues}` }
   }
   const event = checked.data
+  let extensions: Extensions | undefined
   for (const key in event) {
-    if (!CONTEXT_ATTRIBUTES.has(key) && !EXTENSION_NAME.test(key))
+    if (CONTEXT_ATTRIBUTES.has(key)) continue
+    if (!EXTENSION_NAME.test(key))
       return {
         ok: false,
         reason: `invalid CloudEvent envelope: extension attribute "${key}" is not lower-case alphanumeric`,
       }
+    // Kept (traceparent/tracestate above all) so they travel on with the event; values of no CloudEvents type
+    // (objects, arrays, null) are left out.
+    const value = event[key]
+    if (typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean') {
+      extensions ??= {}
+      extensions[key] = value
+    }
   }
   const base = {
     id: event.id,
     source: event.source,
     time: event.time ?? new Date().toISOString(),
     subject: event.subject,
+    ...(extensions ? { extensions } : {}),
   }
   let data: unknown = event.data
   if (typeof data === 'string' && event.datacontenttype?.includes('json')) {

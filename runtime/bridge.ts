@@ -55,9 +55,14 @@ export interface BridgeOptions {
   instance?: string
 }
 
-/** The event as a structured-mode CloudEvent: the attributes every producer here sets, the data as validated. */
+/**
+ * The event as a structured-mode CloudEvent: the attributes every producer here sets, its extension attributes
+ * (traceparent/tracestate: the trace goes on through the Broker, unchanged as the tracing extension asks of
+ * intermediaries), the data as validated.
+ */
 export function toStructured(event: InboundEvent): string {
   return JSON.stringify({
+    ...event.extensions,
     specversion: '1.0',
     id: event.id,
     source: event.source,

@@ -12,6 +12,7 @@ import { kubeRequestTimeoutMs } from './kube.js'
 import { createLogger } from './log.js'
 import { CONSUMER_OWNERS, DEFAULT_CONSUMER_OWNERS, provision } from './provision.js'
 import { startRunner } from './runner.js'
+import { stopTracing } from './tracing.js'
 
 const USAGE = `model-backfill: event functions for opportunistic model backfill
 
@@ -143,6 +144,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     stopping = true
     log.info({ signal }, 'draining in-flight events, then stopping')
     stop()
+      .then(stopTracing) // export the spans still batched (no-op when tracing is off)
       .then(() => process.exit(0))
       .catch((err) => {
         log.error({ err }, 'shutdown failed')

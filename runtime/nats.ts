@@ -32,7 +32,7 @@ import {
   scheduleSubject,
   subjectFor,
 } from '../events/catalog.js'
-import { encode } from '../events/codec.js'
+import { type Extensions, encode } from '../events/codec.js'
 import type { Logger } from './log.js'
 
 const FOREGROUND_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
@@ -336,13 +336,17 @@ export class Bus {
     return new Bus(nc, jsm, await ensureBuckets(nc, jsm), topology)
   }
 
-  /** Publishes a catalog event and waits for JetStream to store it (id/source: when relaying someone's event). */
+  /**
+   * Publishes a catalog event and waits for JetStream to store it (id/source/extensions: when relaying someone's
+   * event; without extensions, the active trace context, if any, is carried: events/codec.ts).
+   */
   async publish<T extends EventType>(
     type: T,
     data: EventData<T>,
-    options: { time?: string; msgID?: string; id?: string; source?: string } = {},
+    options: { time?: string; msgID?: string; id?: string; source?: string; extensions?: Extensions } = {},
   ) {
-    const body = encode(type, data, { time: options.time, id: options.id, source: options.source })
+    const { time, id, source, extensions } = options
+    const body = encode(type, data, { time, id, source, extensions })
     return this.js.publish(subjectFor(type, data), body, options.msgID ? { msgID: options.msgID } : undefined)
   }
 

@@ -5,6 +5,7 @@ import { type DecodeResult, decode, type InboundEvent } from '../events/codec.js
 import { type EventFunction, PermanentError } from './function.js'
 import { describeError } from './log.js'
 import type { Deps } from './reconcile.js'
+import { inEventSpan } from './tracing.js'
 
 export type Outcome =
   /** Handled: its effect is durable. */
@@ -21,7 +22,8 @@ export async function processDecoded(fn: EventFunction, deps: Deps, decoded: Dec
   if (!decoded.ok) return { kind: 'malformed', reason: decoded.reason }
   const event = decoded.event
   try {
-    await fn.handle(event, deps)
+    // Tracing on: in a `CloudEvents Process <type>` span, a child of the event's traceparent (runtime/tracing.ts).
+    await inEventSpan(event, fn.name, () => fn.handle(event, deps))
     return { kind: 'handled', event }
   } catch (err) {
     const reason = `${event.type} ${event.id}: ${describeError(err)}`

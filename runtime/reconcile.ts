@@ -25,6 +25,7 @@ import type { AdmissionCaches, Kube } from './kube.js'
 import { JobRejectedError, PLURALS } from './kube.js'
 import type { Logger } from './log.js'
 import type { Bus } from './nats.js'
+import { traced } from './tracing.js'
 
 export type Role = 'admit' | 'cancel' | 'lifecycle'
 
@@ -360,7 +361,10 @@ async function apply(
         break
     }
   }
-  if (b && d.status) await writeStatus(deps, b, d, revision)
+  if (b && d.status) {
+    const where = { 'k8s.namespace.name': b.metadata.namespace, 'flexinfer.backfill': b.metadata.name }
+    await traced('write ModelBackfill status', where, () => writeStatus(deps, b, d, revision))
+  }
   await ensureClaims(deps, b, d)
   // decide() re-arms lazily: a future timerAt in the state means "armed". But the state is committed before the
   // actions run, so an action that failed (a 409 on the finalizer, say) or a crash in between can leave a timerAt

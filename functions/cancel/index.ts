@@ -15,6 +15,7 @@ import { type EventFunction, PermanentError } from '../../runtime/function.js'
 import { backfillJobsCache, type WatchCache } from '../../runtime/kube.js'
 import { preemptionLatency } from '../../runtime/ops-metrics.js'
 import { reconcile } from '../../runtime/reconcile.js'
+import { traced } from '../../runtime/tracing.js'
 
 const isCancelReason = (r: string): r is CancelReason => (REASONS.Cancelling as readonly string[]).includes(r)
 
@@ -68,7 +69,9 @@ export function cancelFunction(): EventFunction {
           deps.log.warn({ namespace, backfill, job: jobName, reason, why }, 'cancel: refused')
           throw new PermanentError(`refusing to delete Job ${namespace}/${jobName} for backfill ${backfill}: ${why}`)
         }
-        result = await deps.kube.deleteJob(namespace, jobName, job.metadata?.uid)
+        result = await traced('DELETE Job', { 'k8s.namespace.name': namespace, 'k8s.job.name': jobName }, () =>
+          deps.kube.deleteJob(namespace, jobName, job.metadata?.uid),
+        )
         // The signal's time (`at`, capped at now) to the DELETE accepted: what the latency alert watches.
         if (result === 'deleted') preemptionLatency.observe({ reason }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
       }

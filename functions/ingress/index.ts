@@ -15,8 +15,9 @@ export const ingress: EventFunction = {
   async handle(event, deps) {
     if (event.type !== 'ai.flexinfer.foreground.request') throw new PermanentError(`ingress takes ${INGRESS_TYPES}`)
     // The event id (per source) de-duplicates a gateway's retry within the stream's duplicate window.
-    const { id, source, time } = event
-    await deps.bus.publish(event.type, event.data, { id, source, time, msgID: `ingress:${source}:${id}` })
+    // A relay: the gateway's trace context (traceparent/tracestate) goes on unchanged.
+    const { id, source, time, extensions } = event
+    await deps.bus.publish(event.type, event.data, { id, source, time, extensions, msgID: `ingress:${source}:${id}` })
   },
 }
 

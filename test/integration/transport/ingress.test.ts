@@ -136,6 +136,24 @@ it('takes binary mode and a batch; a retried POST is stored once', async () => {
   expect(await published(id)).toHaveLength(1)
 })
 
+it('relays the gateway trace context (traceparent/tracestate) unchanged, structured and binary', async () => {
+  const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'
+  const s = structured({ namespace: env.namespace, model: 'm-traced' }, { traceparent, tracestate: 'gw=1' })
+  expect((await post(s.body, CE)).status).toBe(202)
+  const id = randomUUID()
+  const binary = {
+    'content-type': 'application/json',
+    'ce-specversion': '1.0',
+    'ce-id': id,
+    'ce-source': 'edge-gateway',
+    'ce-type': 'ai.flexinfer.foreground.request',
+    'ce-traceparent': traceparent,
+  }
+  expect((await post(JSON.stringify({ namespace: env.namespace, model: 'm-traced-bin' }), binary)).status).toBe(202)
+  expect((await published(s.id))[0]?.event.extensions).toEqual({ traceparent, tracestate: 'gw=1' })
+  expect((await published(id))[0]?.event.extensions).toEqual({ traceparent })
+})
+
 it('rejects what it must not publish: no or wrong token 401, other types and invalid data 400', async () => {
   const ok = structured({ namespace: env.namespace, model: 'm-reject' })
   expect((await post(ok.body, CE, null)).status).toBe(401)
