@@ -20,6 +20,7 @@ import Fastify, {
   LogController,
 } from 'fastify'
 import { type DecodeResult, type InboundEvent, validate } from '../events/codec.js'
+import type { RequestAuthenticator } from './auth/kubernetes.js'
 import { assertUsableToken, bearerMatches, type TokenProvider } from './auth/token.js'
 import { openDeps, type ProcessOptions } from './deps.js'
 import type { EventFunction } from './function.js'
@@ -39,6 +40,11 @@ export interface HttpAdapterOptions {
    * authentication. Checked when the request's headers arrive, before any of the body is read.
    */
   token?: string | TokenProvider
+  /**
+   * Instead of a shared token: verify each request's bearer token another way (Knative's OIDC sender identity,
+   * runtime/auth/kubernetes.ts). Also checked before the body is read.
+   */
+  authenticator?: RequestAuthenticator
   /** CloudEvent types taken here; any other is answered 400 (and dead-lettered). Default: every catalog type. */
   acceptTypes?: readonly string[]
   /** Accept application/cloudevents-batch+json (default true). */
@@ -234,11 +240,17 @@ export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOpt
   // The token is checked as soon as the headers are in (onRequest runs before the body is read): an
   // unauthenticated sender gets 401 and the connection is closed without its body being read or parsed.
   const token = opts.token
-  if (token !== undefined) {
-    const expected = typeof token === 'string' ? () => token : () => token.current()
+  const authenticated: ((header: string | undefined) => boolean | Promise<boolean>) | undefined = opts.authenticator
+    ? (header) => (opts.authenticator as RequestAuthenticator).verify(header)
+    : token === undefined
+      ? undefined
+      : typeof token === 'string'
+        ? (header) => bearerMatches(header, token)
+        : (header) => bearerMatches(header, token.current())
+  if (authenticated) {
     app.addHook('onRequest', async (req, reply) => {
       if (req.method !== 'POST') return
-      if (bearerMatches(req.headers.authorization, expected())) return
+      if (await authenticated(req.headers.authorization)) return
       log.warn({ remote: req.ip, hasAuthorization: req.headers.authorization !== undefined }, 'unauthenticated request')
       return reply.code(401).header('www-authenticate', 'Bearer').header('connection', 'close').send({
         error: 'unauthorized',
@@ -334,7 +346,8 @@ export async function startHttpFunction(fn: EventFunction, opts: HttpFunctionOpt
   await fn.start?.(deps)
   const app = buildHttpApp(fn, deps, opts)
   const url = await app.listen({ port: opts.port ?? 8080, host: opts.host ?? '127.0.0.1' })
-  log.info({ function: fn.name, url, authenticated: opts.token !== undefined }, 'serving CloudEvents over HTTP')
+  const authenticated = opts.authenticator ? 'kubernetes' : opts.token !== undefined ? 'token' : 'none'
+  log.info({ function: fn.name, url, authenticated }, 'serving CloudEvents over HTTP')
   return {
     url,
     deps,

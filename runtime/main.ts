@@ -6,8 +6,10 @@
 
 import { functionFactories } from '../functions/index.js'
 import { INGRESS_TYPES, ingress } from '../functions/ingress/index.js'
+import { TokenReviewAuth } from './auth/kubernetes.js'
 import { tokenFromEnv } from './auth/token.js'
 import { startBridge } from './bridge.js'
+import { loadKubeConfig } from './deps.js'
 import { DEFAULT_REQUEST_TIMEOUT_MS, startHttpFunction } from './http-adapter.js'
 import { kubeRequestTimeoutMs } from './kube.js'
 import { createLogger } from './log.js'
@@ -36,6 +38,9 @@ environment:
                       re-read when it changes). Empty, short (< 16) or placeholder values stop the process.
   HTTP_AUTH_TOKEN[_FILE]  bearer token TRANSPORT=http requires on POST / (required; HTTP_TOKEN[_FILE] is the old
                       name). HTTP_AUTH=none serves without one: development only, never deployed.
+  HTTP_AUTH           token (default) | kubernetes: verify Knative's OIDC sender tokens (feature authentication-oidc)
+                      by TokenReview, for HTTP_AUTH_AUDIENCE, from the identities in HTTP_AUTH_ALLOWED (comma-
+                      separated usernames, or prefixes ending in *) | none (development only)
   HTTP_BODY_LIMIT_BYTES   largest request body (413 above; default 1 MiB, ingress 256 KiB)
   HTTP_REQUEST_TIMEOUT_MS time to receive a whole request (408 after; default ${DEFAULT_REQUEST_TIMEOUT_MS})
   KUBE_REQUEST_TIMEOUT_MS  deadline of every Kubernetes API request, answer included (default 10000); one that
@@ -148,15 +153,29 @@ if (only === 'provision') {
       )
       process.exit(2)
     }
-    if (!token && process.env.HTTP_AUTH !== 'none') {
+    const authenticator =
+      process.env.HTTP_AUTH === 'kubernetes'
+        ? (() => {
+            try {
+              return new TokenReviewAuth(loadKubeConfig(), {
+                audience: process.env.HTTP_AUTH_AUDIENCE ?? '',
+                allowed: (process.env.HTTP_AUTH_ALLOWED ?? '').split(',').map((a) => a.trim()),
+              })
+            } catch (err) {
+              log.error((err as Error).message)
+              process.exit(2)
+            }
+          })()
+        : undefined
+    if (!token && !authenticator && process.env.HTTP_AUTH !== 'none') {
       log.error(
         'TRANSPORT=http needs a bearer token: set HTTP_AUTH_TOKEN_FILE (a mounted Secret) or HTTP_AUTH_TOKEN ' +
           '(HTTP_AUTH=none serves unauthenticated: development only)',
       )
       process.exit(2)
     }
-    if (!token) log.warn('HTTP_AUTH=none: POST / is unauthenticated (development only)')
-    const served = await startHttpFunction(factory(), { ...common, ...limits, port, host, token })
+    if (!token && !authenticator) log.warn('HTTP_AUTH=none: POST / is unauthenticated (development only)')
+    const served = await startHttpFunction(factory(), { ...common, ...limits, port, host, token, authenticator })
     stop = served.stop
   }
 } else {

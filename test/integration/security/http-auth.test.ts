@@ -11,11 +11,13 @@ import { mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import { connect as tcpConnect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { CoreV1Api } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
 import { encode } from '../../../events/codec.js'
 import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
 import { lifecycle } from '../../../functions/lifecycle/index.js'
+import { TokenReviewAuth } from '../../../runtime/auth/kubernetes.js'
 import { type FileToken, tokenFromEnv, tokenProblem } from '../../../runtime/auth/token.js'
 import type { EventFunction } from '../../../runtime/function.js'
 import { type HttpFunction, startHttpFunction } from '../../../runtime/http-adapter.js'
@@ -273,4 +275,64 @@ describe('placeholder secrets are refused at start', () => {
     expect(ingressRun.output).toMatch(/INGRESS_TOKEN is a placeholder/)
     expect(ingressRun.output).not.toContain('change-me-ingress-token')
   }, 60_000)
+})
+
+describe("Knative's own sender identity (HTTP_AUTH=kubernetes): OIDC tokens verified by TokenReview", () => {
+  const AUDIENCE = `model-backfill-lifecycle-${randomBytes(3).toString('hex')}`
+  let served: HttpFunction
+  let auth: TokenReviewAuth
+  const tokenFor = async (namespace: string, serviceAccount: string, audience: string) => {
+    const core = env.kc.makeApiClient(CoreV1Api)
+    await core
+      .createNamespacedServiceAccount({ namespace, body: { metadata: { name: serviceAccount } } })
+      .catch(() => {})
+    const tr = await core.createNamespacedServiceAccountToken({
+      name: serviceAccount,
+      namespace,
+      body: { spec: { audiences: [audience], expirationSeconds: 600 } },
+    })
+    return tr.status?.token as string
+  }
+  beforeAll(async () => {
+    auth = new TokenReviewAuth(env.kc, { audience: AUDIENCE, allowed: [`system:serviceaccount:${env.namespace}:*`] })
+    const counted: EventFunction = {
+      ...lifecycle,
+      handle(event, deps) {
+        handled.push(event.id)
+        return lifecycle.handle(event, deps)
+      },
+    }
+    served = await startHttpFunction(counted, {
+      natsUrl: env.natsUrl,
+      kubeconfig: env.kc,
+      namespaces: [env.namespace],
+      port: 0,
+      authenticator: auth,
+    })
+  })
+  afterAll(async () => {
+    await served?.stop()
+  })
+
+  it('processes a delivery carrying a token of an allowed ServiceAccount for our audience, reviewed once', async () => {
+    const token = await tokenFor(env.namespace, 'trigger-oidc', AUDIENCE)
+    const first = forgedLease()
+    expect((await post(served.url, first.body, token)).status).toBe(202)
+    const second = forgedLease()
+    expect((await post(served.url, second.body, token)).status).toBe(202)
+    expect(handled).toContain(first.id)
+    expect(handled).toContain(second.id)
+    expect(auth.reviews).toBe(1)
+  })
+
+  it('refuses another audience, an identity outside the allowed ones, a forged JWT and none: 401, no work', async () => {
+    const before = handled.length
+    const otherAudience = await tokenFor(env.namespace, 'trigger-oidc', 'some-other-service')
+    const otherNamespace = await tokenFor('default', 'default', AUDIENCE)
+    const [h, p] = otherAudience.split('.')
+    const forgedJwt = `${h}.${p}.${'A'.repeat(40)}`
+    for (const token of [otherAudience, otherNamespace, forgedJwt, undefined])
+      expect((await post(served.url, forgedLease().body, token)).status).toBe(401)
+    expect(handled.length).toBe(before)
+  })
 })
