@@ -4,6 +4,7 @@
 // `FUNCTION=bridge` forwards JetStream's events to the Knative Broker at K_SINK (runtime/bridge.ts);
 // `FUNCTION=provision` creates the NATS topology and exits (runtime/provision.ts).
 
+import { readFileSync } from 'node:fs'
 import { functionFactories } from '../functions/index.js'
 import { INGRESS_TYPES, ingress } from '../functions/ingress/index.js'
 import { TokenReviewAuth } from './auth/kubernetes.js'
@@ -40,7 +41,8 @@ environment:
                       name). HTTP_AUTH=none serves without one: development only, never deployed.
   HTTP_AUTH           token (default) | kubernetes: verify Knative's OIDC sender tokens (feature authentication-oidc)
                       by TokenReview, for HTTP_AUTH_AUDIENCE, from the identities in HTTP_AUTH_ALLOWED (comma-
-                      separated usernames, or prefixes ending in *) | none (development only)
+                      separated usernames, or prefixes ending in *; default: this namespace's ServiceAccounts)
+                      | none (development only)
   HTTP_BODY_LIMIT_BYTES   largest request body (413 above; default 1 MiB, ingress 256 KiB)
   HTTP_REQUEST_TIMEOUT_MS time to receive a whole request (408 after; default ${DEFAULT_REQUEST_TIMEOUT_MS})
   KUBE_REQUEST_TIMEOUT_MS  deadline of every Kubernetes API request, answer included (default 10000); one that
@@ -69,6 +71,15 @@ try {
 const only = process.env.FUNCTION ?? process.argv[2]
 /** The ingress takes small foreground requests only: a quarter of the functions' limit. */
 const INGRESS_BODY_LIMIT = 256 * 1024
+/** Default of HTTP_AUTH_ALLOWED: the ServiceAccounts of this pod's namespace (where Knative makes the Triggers'). */
+function ownNamespaceServiceAccounts(): string {
+  try {
+    const ns = readFileSync('/var/run/secrets/kubernetes.io/serviceaccount/namespace', 'utf8').trim()
+    return ns ? `system:serviceaccount:${ns}:*` : ''
+  } catch {
+    return ''
+  }
+}
 function positive(name: string): number | undefined {
   const raw = process.env[name]
   if (raw === undefined || raw === '') return undefined
@@ -159,7 +170,9 @@ if (only === 'provision') {
             try {
               return new TokenReviewAuth(loadKubeConfig(), {
                 audience: process.env.HTTP_AUTH_AUDIENCE ?? '',
-                allowed: (process.env.HTTP_AUTH_ALLOWED ?? '').split(',').map((a) => a.trim()),
+                allowed: (process.env.HTTP_AUTH_ALLOWED ?? ownNamespaceServiceAccounts())
+                  .split(',')
+                  .map((a) => a.trim()),
               })
             } catch (err) {
               log.error((err as Error).message)
