@@ -11,8 +11,6 @@
 //   503  transient handler failure, or the dead letter could not be stored: retry later (nothing is lost)
 //
 // The handler logic is shared with the JetStream adapter (runtime/process-event.ts); functions are unaware of it.
-import { createHash, timingSafeEqual } from 'node:crypto'
-import { readFileSync } from 'node:fs'
 import { HTTP } from 'cloudevents'
 import Fastify, {
   type FastifyBaseLogger,
@@ -22,47 +20,45 @@ import Fastify, {
   LogController,
 } from 'fastify'
 import { type DecodeResult, type InboundEvent, validate } from '../events/codec.js'
+import type { RequestAuthenticator } from './auth/kubernetes.js'
+import { assertUsableToken, bearerMatches, type TokenProvider } from './auth/token.js'
 import { openDeps, type ProcessOptions } from './deps.js'
 import type { EventFunction } from './function.js'
 import { type Outcome, processDecoded } from './process-event.js'
 import type { Deps } from './reconcile.js'
 
+export { bearerMatches, readToken } from './auth/token.js'
+
+/** Largest request body taken (413 above it, before it is read when Content-Length says so). */
+export const DEFAULT_BODY_LIMIT = 1024 * 1024
+/** Time to receive a whole request, headers and body (408 after it): a slow sender cannot hold a socket. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 10_000
+
 export interface HttpAdapterOptions {
-  /** Bearer token required on POST / ; undefined: no authentication (inside the mesh, behind the Broker). */
-  token?: string
+  /**
+   * Bearer token required on POST / (a fixed value, or one re-read from its mounted Secret file); undefined: no
+   * authentication. Checked when the request's headers arrive, before any of the body is read.
+   */
+  token?: string | TokenProvider
+  /**
+   * Instead of a shared token: verify each request's bearer token another way (Knative's OIDC sender identity,
+   * runtime/auth/kubernetes.ts). Also checked before the body is read.
+   */
+  authenticator?: RequestAuthenticator
   /** CloudEvent types taken here; any other is answered 400 (and dead-lettered). Default: every catalog type. */
   acceptTypes?: readonly string[]
   /** Accept application/cloudevents-batch+json (default true). */
   batch?: boolean
+  /** Bytes; default DEFAULT_BODY_LIMIT. */
+  bodyLimit?: number
+  /** Default DEFAULT_REQUEST_TIMEOUT_MS. */
+  requestTimeoutMs?: number
 }
 
 const MIME_CE = 'application/cloudevents+json'
 const MIME_CE_BATCH = 'application/cloudevents-batch+json'
 const isJsonType = (t: string) =>
   t === 'application/json' || t === 'text/json' || /^application\/[\w.+-]*\+json$/.test(t)
-
-/** Constant-time comparison of the Authorization header with `Bearer <token>` (hashes equalise the lengths). */
-export function bearerMatches(header: string | undefined, token: string): boolean {
-  const presented = /^Bearer\s+(.+)$/i.exec(header?.trim() ?? '')?.[1] ?? ''
-  const a = createHash('sha256').update(presented).digest()
-  const b = createHash('sha256').update(token).digest()
-  return timingSafeEqual(a, b) && presented.length > 0
-}
-
-/**
- * A token from the environment: `<NAME>` itself, or the file named by `<NAME>_FILE` (a mounted Secret), trimmed.
- * Undefined when neither is set; throws when the file cannot be read or is empty.
- */
-export function readToken(name: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
-  const file = env[`${name}_FILE`]
-  if (file) {
-    const token = readFileSync(file, 'utf8').trim()
-    if (!token) throw new Error(`${name}_FILE (${file}) is empty`)
-    return token
-  }
-  const value = env[name]?.trim()
-  return value ? value : undefined
-}
 
 interface Decoded {
   results: DecodeResult[]
@@ -193,10 +189,20 @@ function semaphore(limit: number) {
 export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOptions = {}): FastifyInstance {
   const log = deps.log.child({ function: fn.name, transport: 'http' })
   // Fastify's own request logging is off: our lines carry what matters and never a header.
+  const requestTimeout = opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS
   const app = Fastify({
     loggerInstance: log as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
+    bodyLimit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT,
+    requestTimeout,
+    // Node enforces the deadline only with headersTimeout no longer than it, checked on this interval (default
+    // 30 s, far too coarse for a 10 s deadline).
+    http: {
+      requestTimeout,
+      headersTimeout: requestTimeout,
+      connectionsCheckingInterval: Math.max(100, Math.min(1_000, requestTimeout / 4)),
+    },
   }) as unknown as FastifyInstance
   app.removeAllContentTypeParsers()
   app.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => done(null, body))
@@ -231,12 +237,33 @@ export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOpt
     }
   }
 
-  const handler = async (req: FastifyRequest, reply: FastifyReply) => {
-    if (opts.token !== undefined && !bearerMatches(req.headers.authorization, opts.token)) {
+  // The token is checked as soon as the headers are in (onRequest runs before the body is read): an
+  // unauthenticated sender gets 401 and the connection is closed without its body being read or parsed.
+  const token = opts.token
+  const authenticated: ((header: string | undefined) => boolean | Promise<boolean>) | undefined = opts.authenticator
+    ? (header) => (opts.authenticator as RequestAuthenticator).verify(header)
+    : token === undefined
+      ? undefined
+      : typeof token === 'string'
+        ? (header) => bearerMatches(header, token)
+        : (header) => bearerMatches(header, token.current())
+  if (authenticated) {
+    app.addHook('onRequest', async (req, reply) => {
+      if (req.method !== 'POST') return
+      if (await authenticated(req.headers.authorization)) return
       log.warn({ remote: req.ip, hasAuthorization: req.headers.authorization !== undefined }, 'unauthenticated request')
-      reply.code(401).header('www-authenticate', 'Bearer')
-      return { error: 'unauthorized' }
-    }
+      return reply.code(401).header('www-authenticate', 'Bearer').header('connection', 'close').send({
+        error: 'unauthorized',
+      })
+    })
+  }
+  app.addHook('onError', async (req, _reply, err) => {
+    const code = (err as { code?: string }).code
+    if (code === 'FST_ERR_CTP_BODY_TOO_LARGE' || code === 'FST_ERR_CTP_INVALID_CONTENT_LENGTH')
+      log.warn({ remote: req.ip, limit: opts.bodyLimit ?? DEFAULT_BODY_LIMIT }, 'request body too large: 413')
+  })
+
+  const handler = async (req: FastifyRequest, reply: FastifyReply) => {
     const parsed = parseRequest(req, opts)
     if (!parsed.ok) {
       reply.code(parsed.status)
@@ -311,18 +338,23 @@ export interface HttpFunction {
 
 /** A process serving one function over HTTP (a Knative Service, or the ingress). */
 export async function startHttpFunction(fn: EventFunction, opts: HttpFunctionOptions): Promise<HttpFunction> {
+  // A placeholder or empty token is refused before anything starts (the shipped examples' values included).
+  if (typeof opts.token === 'string') assertUsableToken(opts.token, `the bearer token of ${fn.name}`)
+  else if (opts.token) assertUsableToken(opts.token.current(), `the bearer token of ${fn.name}`)
   const deps = await openDeps({ ...opts, name: `model-backfill:${fn.name}:http`, functions: [fn.name] })
   const { log } = deps
   await fn.start?.(deps)
   const app = buildHttpApp(fn, deps, opts)
   const url = await app.listen({ port: opts.port ?? 8080, host: opts.host ?? '127.0.0.1' })
-  log.info({ function: fn.name, url, authenticated: opts.token !== undefined }, 'serving CloudEvents over HTTP')
+  const authenticated = opts.authenticator ? 'kubernetes' : opts.token !== undefined ? 'token' : 'none'
+  log.info({ function: fn.name, url, authenticated }, 'serving CloudEvents over HTTP')
   return {
     url,
     deps,
     app,
     async stop() {
       await app.close()
+      if (opts.token && typeof opts.token !== 'string') (opts.token as { close?: () => void }).close?.()
       await fn.stop?.()
       await deps.close()
     },

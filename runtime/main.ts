@@ -4,10 +4,14 @@
 // `FUNCTION=bridge` forwards JetStream's events to the Knative Broker at K_SINK (runtime/bridge.ts);
 // `FUNCTION=provision` creates the NATS topology and exits (runtime/provision.ts).
 
+import { readFileSync } from 'node:fs'
 import { functionFactories } from '../functions/index.js'
 import { INGRESS_TYPES, ingress } from '../functions/ingress/index.js'
+import { TokenReviewAuth } from './auth/kubernetes.js'
+import { tokenFromEnv } from './auth/token.js'
 import { startBridge } from './bridge.js'
-import { readToken, startHttpFunction } from './http-adapter.js'
+import { loadKubeConfig } from './deps.js'
+import { DEFAULT_REQUEST_TIMEOUT_MS, startHttpFunction } from './http-adapter.js'
 import { kubeRequestTimeoutMs } from './kube.js'
 import { createLogger } from './log.js'
 import { CONSUMER_OWNERS, DEFAULT_CONSUMER_OWNERS, provision } from './provision.js'
@@ -32,8 +36,16 @@ environment:
   PORT, HOST          HTTP port and address (metrics/health; with TRANSPORT=http or ingress: CloudEvents on POST /)
   WATCH               run the local ApiServerSource stand-in (default: only when running all functions)
   WATCH_NAMESPACES    comma-separated namespaces to manage (default: the whole cluster)
-  INGRESS_TOKEN[_FILE]  bearer token of the ingress (required for FUNCTION=ingress; _FILE: a mounted Secret)
-  HTTP_TOKEN[_FILE]     optional bearer token for TRANSPORT=http
+  INGRESS_TOKEN[_FILE]  bearer token of the ingress (required for FUNCTION=ingress; _FILE: a mounted Secret,
+                      re-read when it changes). Empty, short (< 16) or placeholder values stop the process.
+  HTTP_AUTH_TOKEN[_FILE]  bearer token TRANSPORT=http requires on POST / (required; HTTP_TOKEN[_FILE] is the old
+                      name). HTTP_AUTH=none serves without one: development only, never deployed.
+  HTTP_AUTH           token (default) | kubernetes: verify Knative's OIDC sender tokens (feature authentication-oidc)
+                      by TokenReview, for HTTP_AUTH_AUDIENCE, from the identities in HTTP_AUTH_ALLOWED (comma-
+                      separated usernames, or prefixes ending in *; default: this namespace's ServiceAccounts)
+                      | none (development only)
+  HTTP_BODY_LIMIT_BYTES   largest request body (413 above; default 1 MiB, ingress 256 KiB)
+  HTTP_REQUEST_TIMEOUT_MS time to receive a whole request (408 after; default ${DEFAULT_REQUEST_TIMEOUT_MS})
   KUBE_REQUEST_TIMEOUT_MS  deadline of every Kubernetes API request, answer included (default 10000); one that
                       runs out fails as a transient error and its event is retried (watches are exempt)
   LOG_LEVEL           pino level (default info)
@@ -58,6 +70,27 @@ try {
   process.exit(2)
 }
 const only = process.env.FUNCTION ?? process.argv[2]
+/** The ingress takes small foreground requests only: a quarter of the functions' limit. */
+const INGRESS_BODY_LIMIT = 256 * 1024
+/** Default of HTTP_AUTH_ALLOWED: the ServiceAccounts of this pod's namespace (where Knative makes the Triggers'). */
+function ownNamespaceServiceAccounts(): string {
+  try {
+    const ns = readFileSync('/var/run/secrets/kubernetes.io/serviceaccount/namespace', 'utf8').trim()
+    return ns ? `system:serviceaccount:${ns}:*` : ''
+  } catch {
+    return ''
+  }
+}
+function positive(name: string): number | undefined {
+  const raw = process.env[name]
+  if (raw === undefined || raw === '') return undefined
+  const n = Number(raw)
+  if (!Number.isInteger(n) || n <= 0) {
+    log.error(`${name} must be a positive integer, not "${raw}"`)
+    process.exit(2)
+  }
+  return n
+}
 const http = only === 'ingress' || process.env.TRANSPORT === 'http'
 const namespaces = process.env.WATCH_NAMESPACES?.split(',').map((n) => n.trim())
 // What every long-running process below starts with.
@@ -94,14 +127,30 @@ if (only === 'provision') {
 } else if (http) {
   const port = Number(process.env.PORT ?? 8080)
   const host = process.env.HOST ?? '0.0.0.0'
+  const limits = {
+    bodyLimit: positive('HTTP_BODY_LIMIT_BYTES') ?? (only === 'ingress' ? INGRESS_BODY_LIMIT : undefined),
+    requestTimeoutMs: positive('HTTP_REQUEST_TIMEOUT_MS'),
+  }
+  // Placeholder, empty or unreadable tokens stop the process here with the reason (never the value).
+  const token = await (async () => {
+    try {
+      if (only === 'ingress') return await tokenFromEnv('INGRESS_TOKEN', process.env, { log })
+      const env = process.env
+      const name = env.HTTP_AUTH_TOKEN !== undefined || env.HTTP_AUTH_TOKEN_FILE ? 'HTTP_AUTH_TOKEN' : 'HTTP_TOKEN'
+      return await tokenFromEnv(name, env, { log })
+    } catch (err) {
+      log.error((err as Error).message)
+      process.exit(2)
+    }
+  })()
   if (only === 'ingress') {
-    const token = readToken('INGRESS_TOKEN')
     if (!token) {
-      log.error('the ingress needs a bearer token: set INGRESS_TOKEN or INGRESS_TOKEN_FILE')
+      log.error('the ingress needs a bearer token: set INGRESS_TOKEN_FILE (a mounted Secret) or INGRESS_TOKEN')
       process.exit(2)
     }
     const served = await startHttpFunction(ingress, {
       ...common,
+      ...limits,
       port,
       host,
       token,
@@ -116,12 +165,31 @@ if (only === 'provision') {
       )
       process.exit(2)
     }
-    const served = await startHttpFunction(factory(), {
-      ...common,
-      port,
-      host,
-      token: readToken('HTTP_TOKEN'),
-    })
+    const authenticator =
+      process.env.HTTP_AUTH === 'kubernetes'
+        ? (() => {
+            try {
+              return new TokenReviewAuth(loadKubeConfig(), {
+                audience: process.env.HTTP_AUTH_AUDIENCE ?? '',
+                allowed: (process.env.HTTP_AUTH_ALLOWED ?? ownNamespaceServiceAccounts())
+                  .split(',')
+                  .map((a) => a.trim()),
+              })
+            } catch (err) {
+              log.error((err as Error).message)
+              process.exit(2)
+            }
+          })()
+        : undefined
+    if (!token && !authenticator && process.env.HTTP_AUTH !== 'none') {
+      log.error(
+        'TRANSPORT=http needs a bearer token: set HTTP_AUTH_TOKEN_FILE (a mounted Secret) or HTTP_AUTH_TOKEN ' +
+          '(HTTP_AUTH=none serves unauthenticated: development only)',
+      )
+      process.exit(2)
+    }
+    if (!token && !authenticator) log.warn('HTTP_AUTH=none: POST / is unauthenticated (development only)')
+    const served = await startHttpFunction(factory(), { ...common, ...limits, port, host, token, authenticator })
     stop = served.stop
   }
 } else {

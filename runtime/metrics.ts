@@ -1,6 +1,11 @@
 // The four metric families of contract.md, with their exact names and labels. The counts live in each
 // backfill's KV state and change atomically with the transition that causes them, so an instance scaling to
 // zero right after counting loses nothing; the exporter only reads them (a KV watch keeps its copy current).
+//
+// Labels, and nothing else: backfill, namespace, model (names a tenant already gave its own objects), result
+// (success|failure), reason (the bounded PREEMPTION_REASONS). No message, node, Job, image or user-supplied text.
+// A deployment scoped by WATCH_NAMESPACES exports only the backfills of those namespaces: a tenant allowed to
+// scrape it learns nothing about another namespace's backfills or models (the bucket holds every namespace's).
 import { Counter, Registry } from 'prom-client'
 import { type BackfillState, PREEMPTION_REASONS, parseBackfillState } from '../core/state.js'
 import { type Bus, KvMirror } from './nats.js'
@@ -15,10 +20,15 @@ export class BackfillMetrics {
   })
   private bus?: Bus
 
-  constructor() {
+  /** namespaces: export only these (WATCH_NAMESPACES); undefined: every backfill in the bucket. */
+  constructor(namespaces?: readonly string[]) {
     const states = this.mirror.values
+    const scope = namespaces?.length ? new Set(namespaces) : undefined
     const each = (fn: (s: BackfillState, labels: { backfill: string; namespace: string; model: string }) => void) => {
-      for (const s of states.values()) fn(s, { backfill: s.name, namespace: s.namespace, model: s.model })
+      for (const s of states.values()) {
+        if (scope && !scope.has(s.namespace)) continue
+        fn(s, { backfill: s.name, namespace: s.namespace, model: s.model })
+      }
     }
     new Counter({
       name: 'flexinfer_model_backfill_starts_total',

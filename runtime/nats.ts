@@ -3,6 +3,7 @@
 // the topology at start; deployed, one provision step does (`FUNCTION=provision`, runtime/provision.ts) and the
 // functions only bind to it (NATS_PROVISION=false), so their NATS users need no right to create or change streams.
 
+import { readFileSync } from 'node:fs'
 import {
   DiscardPolicy,
   type JetStreamClient,
@@ -15,7 +16,14 @@ import {
   type StreamConfig,
 } from '@nats-io/jetstream'
 import { type KV, Kvm } from '@nats-io/kv'
-import { connect, headers, type NatsConnection } from '@nats-io/transport-node'
+import {
+  type Authenticator,
+  connect,
+  credsAuthenticator,
+  headers,
+  type NatsConnection,
+  nkeyAuthenticator,
+} from '@nats-io/transport-node'
 import {
   BUCKET_BACKFILLS,
   BUCKET_CLAIMS,
@@ -223,27 +231,67 @@ export async function bindTopology(jsm: JetStreamManager, nc: NatsConnection, op
 }
 
 /**
- * `nats://user:password@host:4222[,…]` → servers and user/pass: nats.js ignores credentials in a URL, and each
- * function authenticates as its own NATS user (nats/README.md). Percent-encoded parts are decoded. Never logged.
- * With a user, replies come to the inbox prefix `_INBOX_<user>`, the only one nats/auth.conf lets that user
- * subscribe to (no user can read another's replies).
+ * Connection options from `NATS_URL` and the credential files of a mounted Secret (nats/README.md):
+ * - `NATS_CREDS_FILE` (a JWT `.creds` file) or `NATS_NKEY_SEED_FILE` (an NKey seed, `SU…`): the deployed form. The
+ *   file is read at every (re)connect, so a rotated Secret is picked up without a restart. A URL may carry them
+ *   instead as `?creds_file=` / `?nkey_seed_file=` (several identities in one process: tests).
+ * - `nats://user:password@host:4222`: passwords in the URL, for a local nats-server only (development).
+ * The user in the URL (`nats://demand@host:4222`) names the reply inbox prefix, `_INBOX_<user>`, the only one
+ * nats/auth.conf lets that user subscribe to (no user can read another's replies). Never logged.
  */
-export function natsServerOptions(servers: string): {
+export function natsServerOptions(
+  servers: string,
+  env: NodeJS.ProcessEnv = process.env,
+): {
   servers: string[]
   user?: string
   pass?: string
   inboxPrefix?: string
+  authenticator?: Authenticator
 } {
   let user: string | undefined
   let pass: string | undefined
-  const list = servers.split(',').map((s) => {
-    const m = /^([a-z]+:\/\/)?([^:@/]+)(?::([^@/]*))?@(.+)$/i.exec(s.trim())
-    if (!m) return s.trim()
+  const files: { creds?: string; seed?: string } = {}
+  const list = servers.split(',').map((entry) => {
+    let s = entry.trim()
+    const query = s.indexOf('?')
+    if (query >= 0) {
+      const params = new URLSearchParams(s.slice(query + 1))
+      files.creds = params.get('creds_file') ?? files.creds
+      files.seed = params.get('nkey_seed_file') ?? files.seed
+      s = s.slice(0, query)
+    }
+    const m = /^([a-z]+:\/\/)?([^:@/]+)(?::([^@/]*))?@(.+)$/i.exec(s)
+    if (!m) return s
     user = decodeURIComponent(m[2] as string)
     pass = m[3] === undefined ? undefined : decodeURIComponent(m[3])
     return `${m[1] ?? ''}${m[4]}`
   })
-  return { servers: list, ...(user === undefined ? {} : { user, pass, inboxPrefix: `_INBOX_${user}` }) }
+  const creds = files.creds ?? (files.seed ? undefined : env.NATS_CREDS_FILE)
+  const seed = files.seed ?? (creds ? undefined : env.NATS_NKEY_SEED_FILE)
+  const inbox = user === undefined ? {} : { inboxPrefix: `_INBOX_${user}` }
+  if (creds) return { servers: list, ...inbox, authenticator: credsAuthenticator(() => readCredential(creds)) }
+  if (seed) {
+    readNkeySeed(seed) // a missing, unreadable or placeholder seed stops the process here, with the file named
+    return { servers: list, ...inbox, authenticator: nkeyAuthenticator(() => readNkeySeed(seed)) }
+  }
+  return { servers: list, ...(user === undefined ? {} : { user, pass }), ...inbox }
+}
+
+function readCredential(file: string): Uint8Array {
+  const bytes = readFileSync(file)
+  if (bytes.length === 0) throw new Error(`NATS credentials file ${file} is empty`)
+  return new Uint8Array(bytes)
+}
+
+/** The seed, trimmed; a value that is not a user seed (a placeholder left in the Secret) is refused by name. */
+function readNkeySeed(file: string): Uint8Array {
+  const seed = readFileSync(file, 'utf8').trim()
+  if (!/^SU[A-Z2-7]{56}$/.test(seed))
+    throw new Error(
+      `NKey seed file ${file} holds no user seed (SU…, 58 characters): generate one with \`nsc\` or \`nk -gen user\``,
+    )
+  return new TextEncoder().encode(seed)
 }
 
 /** A bucket's current values (or the keys under a filter) in memory, kept current by a KV watch. */

@@ -41,7 +41,7 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
   const deps = await openDeps({ ...opts, name: `model-backfill:${names.join(',')}`, functions: names })
   deps.instance = opts.instance
   const { bus, kube, log } = deps
-  const metrics = new BackfillMetrics()
+  const metrics = new BackfillMetrics(opts.namespaces)
   await metrics.start(bus)
   const running: RunningFunction[] = []
   for (const name of names) {

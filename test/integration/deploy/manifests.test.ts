@@ -205,36 +205,48 @@ describe('both overlays: NATS identities, the provision Job, the ingress', () =>
     value?: string
     valueFrom?: { secretKeyRef?: { name: string; key: string } }
   }
+  interface PodSpec {
+    containers: { env: EnvVar[]; volumeMounts?: { name: string; mountPath: string }[] }[]
+    volumes?: { name: string; secret?: { secretName: string } }[]
+  }
   /** Every pod template of a build (Deployments, Knative Services, Jobs) with its first container's env. */
   const workloads = (build: Build) =>
     build.manifests
       .filter((m) => ['Deployment', 'Job'].includes(m.kind) || m.apiVersion === 'serving.knative.dev/v1')
       .map((m) => {
-        const env = m.spec.template.spec.containers[0].env as EnvVar[]
+        const pod = m.spec.template.spec as PodSpec
+        const env = pod.containers[0]?.env ?? []
         const get = (name: string) => env.find((e) => e.name === name)
-        return { kind: m.kind as string, name: m.metadata.name as string, get }
+        return { kind: m.kind as string, name: m.metadata.name as string, get, pod }
       })
 
   it.each(['knative', 'keda'] as const)(
-    '%s: only the provision Job may create the NATS topology; every workload is its own NATS user with a password',
+    '%s: only the provision Job may create the NATS topology; every workload is its own NATS user with its own NKey Secret',
     (overlay) => {
       const build = builds.find((b) => b.overlay === overlay) as Build
       expect(build, `${overlay} built by the test above`).toBeDefined()
-      const secret = of(build.manifests, 'Secret').find((m) => m.metadata.name === build.name('model-backfill-nats'))
       const loads = workloads(build)
       expect(loads.length).toBeGreaterThan(FUNCTIONS.length)
+      const secretsUsed = new Set<string>()
       for (const w of loads) {
         const fn = w.get('FUNCTION')?.value as string
-        // NATS_URL=nats://<user>:$(NATS_PASSWORD)@…, the password from the Secret key named after the user.
-        const user = /^nats:\/\/([^:]+):\$\(NATS_PASSWORD\)@/.exec(w.get('NATS_URL')?.value ?? '')?.[1]
+        // NATS_URL=nats://<user>@… (no password anywhere), the seed file from a Secret of this function alone.
+        const user = /^nats:\/\/([^:@]+)@/.exec(w.get('NATS_URL')?.value ?? '')?.[1]
         expect(user, `${w.name} NATS user`).toBe(fn)
-        const ref = w.get('NATS_PASSWORD')?.valueFrom?.secretKeyRef
-        expect(ref, w.name).toEqual({ name: build.name('model-backfill-nats'), key: fn })
-        expect(Object.keys(secret?.stringData ?? {}), w.name).toContain(fn)
+        expect(w.get('NATS_PASSWORD'), w.name).toBeUndefined()
+        const seedFile = w.get('NATS_NKEY_SEED_FILE')?.value ?? ''
+        const mount = w.pod.containers[0]?.volumeMounts?.find((v) => seedFile.startsWith(`${v.mountPath}/`))
+        const secretName = w.pod.volumes?.find((v) => v.name === mount?.name)?.secret?.secretName
+        expect(secretName, w.name).toBe(build.name(`model-backfill-nats-${fn}`))
+        const secret = of(build.manifests, 'Secret').find((m) => m.metadata.name === secretName)
+        expect(Object.keys(secret?.stringData ?? {}), w.name).toEqual(['seed'])
+        secretsUsed.add(secretName as string)
         expect(w.get('NATS_PROVISION')?.value, `${w.name} NATS_PROVISION`).toBe(
           fn === 'provision' ? undefined : 'false',
         )
       }
+      // Each identity's Secret is mounted by that identity's workloads only.
+      expect(secretsUsed.size).toBe(new Set(loads.map((w) => w.get('FUNCTION')?.value)).size)
       const job = loads.find((w) => w.kind === 'Job')
       expect(job?.get('FUNCTION')?.value).toBe('provision')
       // It makes exactly the durable consumers this overlay's workloads pull from.

@@ -7,6 +7,7 @@ import { createWriteStream, existsSync } from 'node:fs'
 import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
+import { createUser } from '@nats-io/nkeys'
 import { parseAllDocuments, stringify } from 'yaml'
 import { repoRoot } from '../../env/binaries.js'
 import { waitFor } from '../../env/exec.js'
@@ -141,23 +142,33 @@ export const NATS_USERS = [...FUNCTIONS, 'ingress', 'gateway', 'bridge', 'provis
 export type NatsUser = (typeof NATS_USERS)[number]
 
 export interface AuthNats {
-  /** nats://<user>:<password>@host:port for a user of nats/auth.conf. */
+  /**
+   * The URL a user of nats/auth.conf connects with: `nats://<user>@host:port?nkey_seed_file=<its seed>` (the user
+   * names the inbox prefix, the seed file authenticates; runtime/nats.ts natsServerOptions).
+   */
   url(user: NatsUser): string
+  /** Path of a user's NKey seed file (what its mounted Secret holds when deployed). */
+  seedFile(user: NatsUser): string
+  /** Public NKey of a user (what nats-server is given). */
+  publicKey(user: NatsUser): string
   hostPort: string
   monitorUrl: string
   log(): Promise<string>
   stop(): Promise<void>
 }
 
-/** A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf. */
+/** A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf with fresh NKeys. */
 export async function startAuthNats(natsServer: string): Promise<AuthNats> {
   const dir = await mkdtemp(join(tmpdir(), 'nats-auth-'))
   const [port, monitorPort] = (await freePorts(2)) as [number, number]
-  const passwords: Record<string, string> = {}
+  const publicKeys: Record<string, string> = {}
   const envVars: Record<string, string> = {}
+  await mkdir(join(dir, 'seeds'), { mode: 0o700 })
   for (const user of NATS_USERS) {
-    passwords[user] = randomBytes(12).toString('hex')
-    envVars[`FLEXINFER_${user.toUpperCase()}_PASSWORD`] = passwords[user] as string
+    const pair = createUser()
+    publicKeys[user] = pair.getPublicKey()
+    envVars[`FLEXINFER_${user.toUpperCase()}_NKEY`] = publicKeys[user] as string
+    await writeFile(join(dir, 'seeds', `${user}.nk`), new TextDecoder().decode(pair.getSeed()), { mode: 0o600 })
   }
   await mkdir(join(dir, 'js'))
   await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'auth.conf'))
@@ -199,7 +210,9 @@ export async function startAuthNats(natsServer: string): Promise<AuthNats> {
   }
   const hostPort = `${LOOPBACK}:${port}`
   return {
-    url: (user) => `nats://${user}:${passwords[user]}@${hostPort}`,
+    url: (user) => `nats://${user}@${hostPort}?nkey_seed_file=${encodeURIComponent(join(dir, 'seeds', `${user}.nk`))}`,
+    seedFile: (user) => join(dir, 'seeds', `${user}.nk`),
+    publicKey: (user) => publicKeys[user] as string,
     hostPort,
     monitorUrl,
     log,
