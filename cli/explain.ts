@@ -6,6 +6,7 @@
 import { checkSpec } from '../core/api.js'
 import { decide, type Observed } from '../core/decide.js'
 import type { BackfillState, Claim } from '../core/state.js'
+import { firstWindowStart } from '../core/takeover.js'
 import { blockingGamingSession, blockingLease } from '../core/world.js'
 import { human, isoMs, relative } from './format.js'
 
@@ -304,12 +305,20 @@ function idleGate(input: ExplainInput, idleForMs: number | undefined, inFlight: 
       verdict: 'wait',
       evidence: `${lastText}; the window starts when the model turns Ready`,
     }
-  // No state yet: the functions have not decided it, and their first decision starts the window then (decide's
-  // initialState), so it runs a full idleFor from now at the earliest.
-  const windowStart = s?.windowStart ?? new Date(now).toISOString()
+  // No state yet: the functions have not decided it; their first decision (core/takeover.ts) starts the window at
+  // the last known foreground activity, or now when nothing is known.
+  const idleSinceLeft = o.backfill?.status?.idleSince
+  const windowStart =
+    s?.windowStart ??
+    new Date(
+      firstWindowStart(
+        [o.idle?.lastForegroundAt, o.lastRequestAt, o.model?.lastActiveTime, idleSinceLeft ?? undefined],
+        now,
+      ),
+    ).toISOString()
   const idleSince = latest(windowStart, o.idle?.lastForegroundAt, o.lastRequestAt, o.model?.lastActiveTime)
   const startText = !s
-    ? '; no state yet (the functions have not seen this backfill): its first window starts when they do'
+    ? '; no state yet (the functions have not seen this backfill): its first window starts at the last known foreground activity'
     : last && last.at >= idleSince
       ? ''
       : `; window started ${relative(idleSince, now)} (after creation, a cancel or the model turning Ready)`

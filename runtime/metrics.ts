@@ -81,7 +81,13 @@ export class BackfillMetrics {
       },
     })
     // Phase, preemption latency, dead letters: what the PrometheusRule alerts on (runtime/ops-metrics.ts).
-    registerOpsMetrics(this.registry, states, () => this.bus)
+    registerOpsMetrics(
+      this.registry,
+      function* () {
+        for (const s of states.values()) if (!scope || scope.has(s.namespace)) yield s
+      },
+      () => this.bus,
+    )
   }
 
   start(bus: Bus) {

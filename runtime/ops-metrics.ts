@@ -22,7 +22,12 @@ export const preemptionLatency = new Histogram({
 })
 
 /** Adds the operational metrics to a registry that mirrors the backfill states. */
-export function registerOpsMetrics(registry: Registry, states: Map<string, BackfillState>, bus: () => Bus | undefined) {
+export function registerOpsMetrics(
+  registry: Registry,
+  /** The backfills this exporter may show (a namespace-scoped deployment: only its namespaces). */
+  states: () => Iterable<BackfillState>,
+  bus: () => Bus | undefined,
+) {
   registry.registerMetric(preemptionLatency)
   new Gauge({
     name: 'flexinfer_model_backfill_phase',
@@ -31,7 +36,7 @@ export function registerOpsMetrics(registry: Registry, states: Map<string, Backf
     registers: [registry],
     collect() {
       this.reset()
-      for (const s of states.values()) {
+      for (const s of states()) {
         for (const phase of PHASES) {
           this.set({ backfill: s.name, namespace: s.namespace, model: s.model, phase }, s.phase === phase ? 1 : 0)
         }

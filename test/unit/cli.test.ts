@@ -196,11 +196,14 @@ describe('explain', () => {
     expect(e.counters?.preemptions.foreground).toBe(1)
   })
 
-  it('no state yet: the window starts with the first decision, whatever the last request', () => {
+  it('no state yet: the first window starts at the last known foreground request (takeover), as decide does', () => {
     const e = explain(input(aWorld({ state: null, idle: anIdleState(T0) }), T0 + 30 * MINUTE))
-    expect(gate(e, 'idle window')?.verdict).toBe('wait')
-    expect(gate(e, 'idle window')?.evidence).toContain('no state yet')
-    expect(e.decideNow).toMatchObject({ phase: 'WaitingForIdle', wouldCreateJob: false })
+    expect(gate(e, 'idle window')?.verdict).toBe('pass')
+    expect(e.decideNow).toMatchObject({ phase: 'Starting', wouldCreateJob: true })
+    const soon = explain(input(aWorld({ state: null, idle: anIdleState(T0) }), T0 + MINUTE))
+    expect(gate(soon, 'idle window')?.verdict).toBe('wait')
+    expect(gate(soon, 'idle window')?.evidence).toContain('no state yet')
+    expect(soon.decideNow).toMatchObject({ phase: 'WaitingForIdle', wouldCreateJob: false })
   })
 
   it('a missing backfill is reported, not crashed on', () => {

@@ -36,9 +36,9 @@ it('a scoped exporter shows only its namespaces', async () => {
   expect(all).toContain('namespace="team-b"')
 })
 
-it('labels are exactly backfill, namespace, model, result, reason: no message or free text', async () => {
+it('labels are exactly backfill, namespace, model, phase, result, reason: no message or free text', async () => {
   const text = await scrape()
   const labels = new Set([...text.matchAll(/[{,]([a-z_]+)="/g)].map((m) => m[1]))
-  expect([...labels].sort()).toEqual(['backfill', 'model', 'namespace', 'reason', 'result'])
+  expect([...labels].sort()).toEqual(['backfill', 'model', 'namespace', 'phase', 'reason', 'result'])
   expect(text).not.toContain('secret detail')
 })
