@@ -151,12 +151,29 @@ export async function ensureStreams(jsm: JetStreamManager, replicas = natsReplic
   for (const base of streamConfigs) {
     const config = { ...base, num_replicas: replicas }
     try {
-      await jsm.streams.info(config.name)
+      const before = await jsm.streams.info(config.name)
       await jsm.streams.update(config.name, config)
+      if (before.config.num_replicas !== replicas) await awaitReplicas(jsm, config.name, replicas)
     } catch (err) {
       if (!isNotFound(err)) throw err
       await jsm.streams.add(config)
     }
+  }
+}
+
+/**
+ * After a change of replicas, waits (bounded) until the stream's new peers have caught up: until then the server
+ * is moving the stream and its consumers, and consumer requests right after time out.
+ */
+export async function awaitReplicas(jsm: JetStreamManager, stream: string, replicas: number, timeoutMs = 60_000) {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const info = await jsm.streams.info(stream).catch(() => undefined)
+    const peers = info?.cluster?.replicas ?? []
+    if (info?.cluster?.leader && peers.length === replicas - 1 && peers.every((p) => p.current)) return
+    if (replicas === 1 && info && !info.cluster?.replicas?.length) return
+    if (Date.now() > deadline) throw new Error(`stream ${stream} did not reach ${replicas} current replicas`)
+    await new Promise((r) => setTimeout(r, 200))
   }
 }
 
@@ -246,6 +263,7 @@ export async function ensureBuckets(
     const current = info.config
     if (current.max_age === ttl && current.num_replicas === replicas && !current.allow_direct) continue
     await jsm.streams.update(current.name, { ...current, max_age: ttl, num_replicas: replicas, allow_direct: false })
+    if (current.num_replicas !== replicas) await awaitReplicas(jsm, current.name, replicas)
   }
   return { idle, backfills, claims } as Buckets
 }
