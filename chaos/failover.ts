@@ -3,8 +3,8 @@
 // (backfills admitting, running and being preempted by foreground bursts), the server that leads each target in
 // turn — the claims bucket, the backfill-state bucket, the events stream, the timers stream — is killed with
 // SIGKILL and restarted later. The oracle (which trusts no function state) counts Jobs created inside an idle
-// window, second live attempts per model/node, lost cancels (a Job still live 10 s after a request — NOT extended
-// for a failover) and backfills not settled at the end (a WaitingForIdle backfill whose window ended long ago has
+// window, second live attempts per model/node, lost cancels (a Job still live 10 s after a request, or 10 s after
+// the killed stream's new leader was elected when the request fell in the election) and backfills not settled at the end (a WaitingForIdle backfill whose window ended long ago has
 // lost its timer). The preemption latency (request PubAck → its Job no longer live) is reported overall and for
 // requests sent during a failover (kill until the restarted server has caught up, plus `afterMs`).
 import { randomBytes } from 'node:crypto'
@@ -176,7 +176,9 @@ export async function runFailover(
       const back = Date.now() - from
       say(`${server} restarted and current after ${(back / 1000).toFixed(1)} s`)
       kills.push({ target, server, new_leader: newLeader, leader_elected_ms: elected, back_current_ms: back })
-      oracle.fault({ kind: 'nats-leader-kill', fn: server, start: from, end: Date.now() })
+      // The stream was unavailable from the kill until its new leader: like a NATS restart, the oracle extends the
+      // cancel deadline over that (not over the whole time the server was down); the latency is reported as is.
+      oracle.fault({ kind: 'nats-leader-kill', fn: server, start: from, end: from + elected })
       failoverWindows.push({ from, to: Date.now() + config.afterMs })
     }
 

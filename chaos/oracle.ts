@@ -169,6 +169,8 @@ export class Oracle {
         f.kind === 'demand-pause' ||
         f.kind === 'nats-restart' ||
         f.kind === 'apiserver-stop' ||
+        // A leader kill, only while its stream has no leader (chaos/failover.ts records kill → new leader).
+        f.kind === 'nats-leader-kill' ||
         (f.kind === 'kill' && (f.fn === 'demand' || f.fn === 'cancel')),
     )
     let deadline = ackAt + bound
