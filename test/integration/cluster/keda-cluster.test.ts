@@ -145,9 +145,8 @@ const triggerValue = (samples: MetricSample[], fn: string, consumer: string) => 
   const so = build.manifests.find(
     (m) => m.kind === 'ScaledObject' && m.metadata.name === build.name(`model-backfill-${fn}`),
   )
-  const i = (so?.spec.triggers as { metadata: { consumer: string } }[]).findIndex(
-    (t) => t.metadata.consumer === consumer,
-  )
+  const triggers = (so?.spec.triggers ?? []) as { metadata: { consumer: string } }[]
+  const i = triggers.findIndex((t) => t.metadata.consumer === consumer)
   return samples.find(
     (s) =>
       s.name === 'keda_scaler_metrics_value' &&
