@@ -88,7 +88,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
       for (const namespace of NAMESPACES) await core.readNamespacedServiceAccount({ name: 'default', namespace })
       return true
     })
-    const nc = await connect({ servers: env.natsUrl, name: 'chaos', maxReconnectAttempts: -1 })
+    const nc = await connect({ servers: env.natsUrl.split(','), name: 'chaos', maxReconnectAttempts: -1 })
     cleanup.push(() => nc.close())
     const jsm = await jetstreamManager(nc)
 

@@ -74,6 +74,10 @@ export interface FleetOptions {
   buildDir: string
   natsUrl: string
   natsMonitorUrl: string
+  /** Every server's monitoring URL in a NATS cluster (a process may be connected to any of them). */
+  natsMonitorUrls?: string[]
+  /** More environment for every process (e.g. NATS_REPLICAS for the provision step). */
+  env?: NodeJS.ProcessEnv
   jsm: JetStreamManager
   kubeconfigPath: string
   logDir: string
@@ -185,9 +189,13 @@ export class Fleet {
   /** Pulling from each of its consumers (the watcher: connected to NATS). */
   private async ready(fn: FunctionName): Promise<boolean> {
     if (fn === 'watcher') {
-      const connz = await httpGet(`${this.opts.natsMonitorUrl}/connz?limit=1024`)
-      const names = (JSON.parse(connz.body).connections ?? []).map((c: { name?: string }) => c.name)
-      return names.includes('model-backfill:')
+      for (const url of this.opts.natsMonitorUrls ?? [this.opts.natsMonitorUrl]) {
+        const connz = await httpGet(`${url}/connz?limit=1024`).catch(() => undefined)
+        if (connz?.status !== 200) continue
+        const names = (JSON.parse(connz.body).connections ?? []).map((c: { name?: string }) => c.name)
+        if (names.includes('model-backfill:')) return true
+      }
+      return false
     }
     const subscriptions = (functionFactories[fn] as () => { subscriptions: { stream: string }[] })().subscriptions
     for (const sub of subscriptions) {
@@ -214,6 +222,7 @@ export class Fleet {
   private env(fn: string): NodeJS.ProcessEnv {
     return {
       ...process.env,
+      ...this.opts.env,
       NATS_URL: this.opts.natsUrl,
       KUBECONFIG: this.opts.kubeconfigPath,
       FUNCTION: fn,

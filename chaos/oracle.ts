@@ -27,7 +27,8 @@ import type { ChaosConfig } from './config.js'
 import { type DeclaredBackfill, type ForegroundRequest, modelKey, type Workload } from './workload.js'
 
 export interface FaultWindow {
-  kind: 'kill' | 'demand-pause' | 'quota' | 'nats-restart' | 'apiserver-stop' | 'hostile-events'
+  /** nats-leader-kill: kill -9 of the nats-server leading a stream or bucket (chaos/failover.ts), `fn` names it. */
+  kind: 'kill' | 'demand-pause' | 'quota' | 'nats-restart' | 'apiserver-stop' | 'hostile-events' | 'nats-leader-kill'
   fn?: string
   start: number
   end: number
@@ -168,6 +169,8 @@ export class Oracle {
         f.kind === 'demand-pause' ||
         f.kind === 'nats-restart' ||
         f.kind === 'apiserver-stop' ||
+        // A leader kill, only while its stream has no leader (chaos/failover.ts records kill → new leader).
+        f.kind === 'nats-leader-kill' ||
         (f.kind === 'kill' && (f.fn === 'demand' || f.fn === 'cancel')),
     )
     let deadline = ackAt + bound
@@ -281,6 +284,34 @@ export class Oracle {
       }
     }
     return { inWindow, twoLive, foreignDeleted, lost }
+  }
+
+  /**
+   * Preemptions: for each workload Job, the first non-background request for its model sent while it was live, and
+   * how long after that request's PubAck the Job stopped being live (undefined: it never did).
+   */
+  preemptions(requests: ForegroundRequest[]): { job: string; ackAt: number; latencyMs?: number }[] {
+    const byModel = new Map<string, ForegroundRequest[]>()
+    for (const r of requests) {
+      if (r.background) continue
+      const list = byModel.get(r.model) ?? []
+      list.push(r)
+      byModel.set(r.model, list)
+    }
+    for (const list of byModel.values()) list.sort((a, b) => a.ackAt - b.ackAt)
+    const out: { job: string; ackAt: number; latencyMs?: number }[] = []
+    for (const { job, model } of this.workloadJobs()) {
+      const first = (byModel.get(model) ?? []).find(
+        (r) => r.sentAt > job.addedAt && r.ackAt < (job.endAt ?? Number.POSITIVE_INFINITY),
+      )
+      if (!first) continue
+      out.push({
+        job: `${job.namespace}/${job.name}`,
+        ackAt: first.ackAt,
+        latencyMs: job.endAt === undefined ? undefined : Math.max(0, job.endAt - first.ackAt),
+      })
+    }
+    return out
   }
 
   /**

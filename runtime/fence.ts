@@ -22,7 +22,12 @@ const POLL_MS = 25
 
 export type FenceResult = { ready: true } | { ready: false; why: string }
 
-/** The time NATS stored the model's newest request on its per-model subject, or null when there is none. */
+/**
+ * The time NATS stored the model's newest request on its per-model subject, or null when there is none. A
+ * STREAM.MSG.GET on purpose, never a direct get: on a JetStream cluster any replica answers a direct get, and a
+ * follower that has not applied the newest request would hide it; the stream leader answers this one and has
+ * every request that got a PubAck (nats/CLUSTER.md; test/integration/cluster/linearizable-reads.test.ts).
+ */
 export async function lastRequestAt(jsm: JetStreamManager, namespace: string, model: string): Promise<string | null> {
   try {
     const msg = await jsm.streams.getMessage(STREAM_FOREGROUND_LAST, {

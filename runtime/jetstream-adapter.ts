@@ -17,6 +17,15 @@ const envInt = (name: string, fallback: number) => {
  * The retry budget of a failing event, ~62 s by default: MAX_DELIVER deliveries, naked with a doubling backoff from
  * RETRY_BACKOFF_MS up to RETRY_BACKOFF_MAX_MS, then dead-lettered (env overrides: tests shorten it).
  */
+/**
+ * Lifetime of each pull request. A pull waits on the consumer's leader; when that nats-server dies (kill -9 on a
+ * cluster) the new leader knows nothing of it and the client notices only after two missed idle heartbeats (half
+ * the lifetime each): with the default 30 s, demand and cancel pulled nothing for 30 s after a failover and Jobs
+ * outlived their preemption (chaos/failover.ts). At 4 s a lost pull is replaced within ~4 s; a pull every 4 s per
+ * consumer is nothing for the server.
+ */
+export const PULL_EXPIRES_MS = 4_000
+
 export const MAX_DELIVER = envInt('MAX_DELIVER', 8)
 /**
  * The server's delivery limit on every durable consumer, a little above MAX_DELIVER: an event that can never be
@@ -183,7 +192,10 @@ export async function runOnJetStream(
     const { config } = await consumer.info(true)
     maxDeliverOf.set(sub.stream, config.max_deliver ?? -1)
     if (config.ack_wait) ackWaitMs = Math.min(ackWaitMs, config.ack_wait / 1_000_000)
-    const messages = await consumer.consume({ max_messages: Math.min(Math.max(100, fn.concurrency), 4096) })
+    const messages = await consumer.consume({
+      max_messages: Math.min(Math.max(100, fn.concurrency), 4096),
+      expires: PULL_EXPIRES_MS,
+    })
     const done = (async () => {
       for await (const msg of messages) {
         // One settled callback per message (not .catch().finally(): two more promises each, at 30k+ events/s).

@@ -14,6 +14,7 @@ import { loadKubeConfig } from './deps.js'
 import { DEFAULT_REQUEST_TIMEOUT_MS, startHttpFunction } from './http-adapter.js'
 import { kubeRequestTimeoutMs } from './kube.js'
 import { createLogger } from './log.js'
+import { natsReplicas } from './nats.js'
 import { CONSUMER_OWNERS, DEFAULT_CONSUMER_OWNERS, provision } from './provision.js'
 import { startRunner } from './runner.js'
 import { stopTracing } from './tracing.js'
@@ -29,6 +30,8 @@ environment:
                       (comma-separated: several functions in one process)
   NATS_PROVISION      true (default): create the streams, buckets and consumers at start; false: only bind to what
                       FUNCTION=provision made (deployed: the functions' NATS users may not create them)
+  NATS_REPLICAS       replicas of the streams, KV buckets and consumers that provisioning creates or updates
+                      (default 1: one nats-server; 3 on a JetStream cluster)
   PROVISION_CONSUMERS FUNCTION=provision: whose durable consumers to create (default ${DEFAULT_CONSUMER_OWNERS.join(',')};
                       known: ${CONSUMER_OWNERS.join(',')})
   K_SINK              FUNCTION=bridge: where JetStream's events are POSTed (the Broker; Knative's SinkBinding sets it)
@@ -65,6 +68,7 @@ if (!natsUrl) {
 try {
   // Read where each Kube is made; checked here so a bad value stops the process at once, with the reason.
   kubeRequestTimeoutMs()
+  natsReplicas()
 } catch (err) {
   log.error((err as Error).message)
   process.exit(2)

@@ -133,15 +133,55 @@ export const streamConfigs: (Partial<StreamConfig> & { name: string })[] = [
   },
 ]
 
-export async function ensureStreams(jsm: JetStreamManager) {
-  for (const config of streamConfigs) {
+/** Most replicas a JetStream stream may have (nats-server's limit). */
+export const MAX_REPLICAS = 5
+
+/**
+ * How many servers keep a copy of every stream, KV bucket and durable consumer: NATS_REPLICAS, default 1 (one
+ * nats-server). On a JetStream cluster set 3 (the deployment manifests do): a server can then die without losing
+ * a timer, a claim or an event. Read where the topology is ensured; a bad value throws (main.ts checks at start).
+ */
+export function natsReplicas(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.NATS_REPLICAS?.trim()
+  if (!raw) return 1
+  const n = Number(raw)
+  if (!Number.isInteger(n) || n < 1 || n > MAX_REPLICAS) {
+    throw new Error(`NATS_REPLICAS=${raw} is not a whole number from 1 to ${MAX_REPLICAS}`)
+  }
+  return n
+}
+
+/**
+ * Creates the streams, or updates them in place (idempotent): an existing stream gets the configured replicas too,
+ * and the server moves its durable consumers (which inherit the stream's replicas) along with it.
+ */
+export async function ensureStreams(jsm: JetStreamManager, replicas = natsReplicas()) {
+  for (const base of streamConfigs) {
+    const config = { ...base, num_replicas: replicas }
     try {
-      await jsm.streams.info(config.name as string)
-      await jsm.streams.update(config.name as string, config)
+      const before = await jsm.streams.info(config.name)
+      await jsm.streams.update(config.name, config)
+      if (before.config.num_replicas !== replicas) await awaitReplicas(jsm, config.name, replicas)
     } catch (err) {
       if (!isNotFound(err)) throw err
       await jsm.streams.add(config)
     }
+  }
+}
+
+/**
+ * After a change of replicas, waits (bounded) until the stream's new peers have caught up: until then the server
+ * is moving the stream and its consumers, and consumer requests right after time out.
+ */
+export async function awaitReplicas(jsm: JetStreamManager, stream: string, replicas: number, timeoutMs = 60_000) {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const info = await jsm.streams.info(stream).catch(() => undefined)
+    const peers = info?.cluster?.replicas ?? []
+    if (info?.cluster?.leader && peers.length === replicas - 1 && peers.every((p) => p.current)) return
+    if (replicas === 1 && info && !info.cluster?.replicas?.length) return
+    if (Date.now() > deadline) throw new Error(`stream ${stream} did not reach ${replicas} current replicas`)
+    await new Promise((r) => setTimeout(r, 200))
   }
 }
 
@@ -157,6 +197,8 @@ export interface TopologyOptions {
   /** Default 120 s. */
   waitMs?: number
   log?: Logger
+  /** Replicas of what provisioning creates or updates; default natsReplicas() (NATS_REPLICAS, else 1). */
+  replicas?: number
 }
 
 /**
@@ -201,17 +243,35 @@ const bucketConfigs = [
   { name: BUCKET_CLAIMS, history: 1, description: 'Exclusive model/node claims of active attempts' },
 ] as const
 
-export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager): Promise<Buckets> {
+/**
+ * Safety reads never use direct gets. With `allow_direct` any replica of a bucket answers `kv.get`, and a follower
+ * may not have applied the newest write yet: admit could read an idle state older than demand's last write, and
+ * demand a claims entry older than admit's claim, each missing the other (a Job inside an idle window). A plain
+ * STREAM.MSG.GET is answered by the stream leader, which acknowledged every write it knows of, so a read that starts
+ * after a write's PubAck sees it. So the buckets are created and kept without allow_direct, and every client opens
+ * them with allow_direct false (a bucket someone changed by hand still reads through its leader).
+ */
+const LEADER_READS = { allow_direct: false } as const
+
+export async function ensureBuckets(
+  nc: NatsConnection,
+  jsm?: JetStreamManager,
+  replicas = natsReplicas(),
+): Promise<Buckets> {
   const kvm = new Kvm(nc)
   const [idle, backfills, claims] = await Promise.all(
-    bucketConfigs.map(({ name, ...options }) => kvm.create(name, options)),
+    bucketConfigs.map(({ name, ...options }) => kvm.create(name, { ...options, replicas, ...LEADER_READS })),
   )
-  // Kvm.create binds to an existing bucket as it is: a bucket made by an older release gets its TTL here.
+  // Kvm.create binds to an existing bucket as it is: a bucket made by an older release (or with other replicas, or
+  // direct gets) is brought to this configuration here.
   for (const config of bucketConfigs) {
+    if (!jsm) continue
     const ttl = 'ttl' in config ? ns(config.ttl) : 0
-    if (!jsm || !ttl) continue
     const info = await jsm.streams.info(`KV_${config.name}`)
-    if (info.config.max_age !== ttl) await jsm.streams.update(info.config.name, { ...info.config, max_age: ttl })
+    const current = info.config
+    if (current.max_age === ttl && current.num_replicas === replicas && !current.allow_direct) continue
+    await jsm.streams.update(current.name, { ...current, max_age: ttl, num_replicas: replicas, allow_direct: false })
+    if (current.num_replicas !== replicas) await awaitReplicas(jsm, current.name, replicas)
   }
   return { idle, backfills, claims } as Buckets
 }
@@ -222,9 +282,8 @@ export async function bindTopology(jsm: JetStreamManager, nc: NatsConnection, op
   const kvm = new Kvm(nc)
   const [idle, backfills, claims] = await Promise.all(
     bucketConfigs.map(async ({ name }) => {
-      const info = await awaitProvisioned(`KV bucket ${name}`, () => jsm.streams.info(`KV_${name}`), opts)
-      // Bind reads no stream info itself: tell it whether the bucket serves direct gets (it does when created here).
-      return kvm.open(name, { allow_direct: info.config.allow_direct })
+      await awaitProvisioned(`KV bucket ${name}`, () => jsm.streams.info(`KV_${name}`), opts)
+      return kvm.open(name, LEADER_READS)
     }),
   )
   return { idle, backfills, claims } as Buckets
@@ -380,8 +439,9 @@ export class Bus {
   static async open(nc: NatsConnection, topology: TopologyOptions = {}): Promise<Bus> {
     const jsm = await jetstreamManager(nc)
     if (topology.provision === false) return new Bus(nc, jsm, await bindTopology(jsm, nc, topology), topology)
-    await ensureStreams(jsm)
-    return new Bus(nc, jsm, await ensureBuckets(nc, jsm), topology)
+    const replicas = topology.replicas ?? natsReplicas()
+    await ensureStreams(jsm, replicas)
+    return new Bus(nc, jsm, await ensureBuckets(nc, jsm, replicas), topology)
   }
 
   /**

@@ -11,7 +11,7 @@ import { createBridge } from './bridge.js'
 import { consumerName, type EventFunction } from './function.js'
 import { ensureConsumers } from './jetstream-adapter.js'
 import type { Logger } from './log.js'
-import { Bus, isNotFound, streamConfigs } from './nats.js'
+import { Bus, isNotFound, natsReplicas, streamConfigs } from './nats.js'
 
 /** Durable consumers an older release made that nothing reads any more (they would hold messages forever). */
 const OBSOLETE_CONSUMERS = [[STREAM_EVENTS, 'demand']] as const
@@ -37,9 +37,15 @@ export interface ProvisionOptions {
   log?: Logger
   /** Period of the resync schedule; default env RESYNC_MS, else 30 s. */
   resyncMs?: number
+  /**
+   * Replicas of every stream, KV bucket and durable consumer (consumers inherit their stream's); default
+   * NATS_REPLICAS, else 1. Existing ones are changed to it in place, so re-running provision scales a topology.
+   */
+  replicas?: number
 }
 
 export interface Provisioned {
+  replicas: number
   streams: string[]
   buckets: string[]
   consumers: string[]
@@ -47,7 +53,8 @@ export interface Provisioned {
 
 export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
   const owners = (opts.consumers ?? DEFAULT_CONSUMER_OWNERS).map(consumerOwner)
-  const bus = await Bus.connect(opts.natsUrl, 'model-backfill:provision')
+  const replicas = opts.replicas ?? natsReplicas()
+  const bus = await Bus.connect(opts.natsUrl, 'model-backfill:provision', { replicas })
   try {
     // Consumers of older releases: foreground requests moved from FLEXINFER_EVENTS to their own streams.
     for (const [stream, name] of OBSOLETE_CONSUMERS) {
@@ -67,6 +74,7 @@ export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
     // before lifecycle has ever been scaled up (keda: its lifecycle-timers consumer; knative: the bridge's).
     await ensureResyncSchedule({ bus, log: opts.log }, opts.resyncMs)
     const done: Provisioned = {
+      replicas,
       streams: streamConfigs.map((c) => c.name),
       buckets: [BUCKET_MODEL_IDLE, BUCKET_BACKFILLS, BUCKET_CLAIMS],
       consumers,

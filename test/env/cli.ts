@@ -11,6 +11,7 @@ import {
   stopEnvironment,
 } from './environment.js'
 import { processesMentioning } from './exec.js'
+import { natsClusterFromEnv } from './nats.js'
 
 const dir = join(repoRoot, '.testenv')
 const rel = relative(process.cwd(), dir) || '.'
@@ -19,21 +20,25 @@ function running(info: EnvironmentInfo): EnvironmentInfo['processes'] {
   return info.processes.filter((p) => belongsTo(p.pid, info.dir))
 }
 
-async function up(): Promise<void> {
+async function up(natsCluster: boolean): Promise<void> {
   const info = await readEnvironmentInfo(dir)
   if (info) {
     const alive = running(info)
-    if (alive.length === info.processes.length) {
+    if (alive.length === info.processes.length && Boolean(info.natsCluster) === natsCluster) {
       console.log(`The environment is already up (${alive.map((p) => `${p.name} ${p.pid}`).join(', ')}).`)
       printUsage(info)
       return
     }
-    console.log(`A previous environment in ${rel} is partly gone; stopping what is left and starting fresh.`)
+    console.log(
+      alive.length === info.processes.length
+        ? `The environment in ${rel} runs the other NATS mode; stopping it and starting fresh.`
+        : `A previous environment in ${rel} is partly gone; stopping what is left and starting fresh.`,
+    )
     await stopEnvironment(info)
   }
   await stopStragglers()
   if (existsSync(dir)) await rm(dir, { recursive: true, force: true })
-  const env = await startEnvironment({ dir, detached: true })
+  const env = await startEnvironment({ dir, detached: true, natsCluster })
   console.log(
     `Environment up in ${(env.startupMs / 1000).toFixed(1)}s: Kubernetes ${env.kubernetesVersion}, nats-server ${env.natsServerVersion}`,
   )
@@ -43,7 +48,7 @@ async function up(): Promise<void> {
 function printUsage(info: EnvironmentInfo): void {
   console.log(`
   apiserver   ${info.apiserverUrl}
-  NATS        ${info.natsUrl}  (monitoring ${info.natsMonitorUrl})
+  NATS        ${natsLines(info)}
   CRDs        ${info.crds.length > 0 ? info.crds.join(', ') : '(none in crds/)'}
   logs        ${relative(process.cwd(), join(info.dir, 'logs'))}/
 
@@ -53,6 +58,15 @@ Use it from a shell:
   nats stream ls
 
 Stop it: npm run env:down`)
+}
+
+function natsLines(info: EnvironmentInfo): string {
+  const servers = info.natsServers ?? []
+  if (!info.natsCluster) return `${info.natsUrl}  (monitoring ${info.natsMonitorUrl})`
+  return [
+    `${servers.length}-server JetStream cluster (NATS_REPLICAS=${servers.length} for npm start)`,
+    ...servers.map((s) => `    ${s.name}  ${s.url}  (monitoring ${s.monitorUrl})`),
+  ].join('\n')
 }
 
 async function down(): Promise<void> {
@@ -77,11 +91,13 @@ async function stopStragglers(): Promise<void> {
 }
 
 const command = process.argv[2]
+// --nats-cluster (or MBF_NATS_CLUSTER=1): three nats-servers with routes instead of one.
+const natsCluster = process.argv.includes('--nats-cluster') || natsClusterFromEnv()
 try {
-  if (command === 'up') await up()
+  if (command === 'up') await up(natsCluster)
   else if (command === 'down') await down()
   else {
-    console.error('usage: tsx test/env/cli.ts up|down')
+    console.error('usage: tsx test/env/cli.ts up [--nats-cluster]|down')
     process.exitCode = 2
   }
 } catch (err) {

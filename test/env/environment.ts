@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { type Binaries, ensureBinaries, repoRoot } from './binaries.js'
 import { cmdline, isAlive, run, runOk, waitFor } from './exec.js'
+import { type NatsServerInfo, natsClusterFromEnv, natsServerReady, natsUrlOf, writeNatsConfigs } from './nats.js'
 import { freePorts, httpGet, LOOPBACK } from './net.js'
 import { createPki, type Pki, writeKubeconfig } from './pki.js'
 import {
@@ -42,8 +43,14 @@ export interface EnvironmentInfo {
   apiserverUrl: string
   caCertPath: string
   etcdUrl: string
+  /** Every server's client URL, comma-separated in a cluster (what NATS_URL carries). */
   natsUrl: string
+  /** The first server's monitoring URL. */
   natsMonitorUrl: string
+  /** Whether NATS runs as a 3-server JetStream cluster (StartOptions.natsCluster). */
+  natsCluster: boolean
+  /** Each nats-server: name (`nats-server`, or `nats-0`…`nats-2` in a cluster), URLs, store directory. */
+  natsServers: NatsServerInfo[]
   envShPath: string
   kubernetesVersion: string
   natsServerVersion: string
@@ -54,8 +61,11 @@ export interface EnvironmentInfo {
   startupMs: number
 }
 
-/** Servers of a running environment that can be stopped and started again (chaos testing). */
-export type RestartableServer = 'nats-server' | 'kube-apiserver'
+/**
+ * Servers of a running environment that can be stopped and started again (chaos testing). In a NATS cluster,
+ * `nats-0`…`nats-2` name one server and `nats-server` all three together.
+ */
+export type RestartableServer = 'nats-server' | 'kube-apiserver' | `nats-${number}`
 
 export interface Environment extends EnvironmentInfo {
   stop(): Promise<void>
@@ -80,6 +90,8 @@ export interface StartOptions {
   crdsDir?: string
   /** Progress lines; default to stderr. */
   log?: (line: string) => void
+  /** A 3-server JetStream cluster instead of one nats-server. Default: MBF_NATS_CLUSTER=1 in the environment. */
+  natsCluster?: boolean
 }
 
 const owned = new WeakMap<object, Reaper>()
@@ -131,19 +143,14 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
     await mkdir(dir, { recursive: true, mode: 0o700 })
     const logs = join(dir, 'logs')
     await mkdir(logs)
-    const [pki, ports, natsServerVersion] = await Promise.all([
+    const natsCluster = opts.natsCluster ?? natsClusterFromEnv()
+    const [pki, ports, natsServerVersion, natsServers] = await Promise.all([
       createPki(join(dir, 'pki')),
-      freePorts(6),
+      freePorts(4),
       checkNatsServerVersion(binaries.natsServer),
+      writeNatsConfigs(dir, natsCluster),
     ])
-    const [etcdPort, etcdPeerPort, apiserverPort, kcmPort, natsPort, natsMonitorPort] = ports as [
-      number,
-      number,
-      number,
-      number,
-      number,
-      number,
-    ]
+    const [etcdPort, etcdPeerPort, apiserverPort, kcmPort] = ports as [number, number, number, number]
     // Command lines (`commands`, above) and readiness probes by name, so a run can stop one server and start it again.
     const readiness = new Map<string, (p: ServerProcess) => Promise<unknown>>()
     const start = (name: string, command: string, args: string[]) => {
@@ -153,33 +160,23 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       return p
     }
 
-    // NATS first: it is ready long before the apiserver.
-    const natsUrl = `nats://${LOOPBACK}:${natsPort}`
-    const natsMonitorUrl = `http://${LOOPBACK}:${natsMonitorPort}`
-    const natsConf = join(dir, 'nats-server.conf')
-    await writeFile(
-      natsConf,
-      [
-        'server_name: modelbackfill-test',
-        `listen: "${LOOPBACK}:${natsPort}"`,
-        `http: "${LOOPBACK}:${natsMonitorPort}"`,
-        'jetstream {',
-        `  store_dir: ${JSON.stringify(join(dir, 'nats'))}`,
-        '  max_memory_store: 256MB',
-        '  max_file_store: 2GB',
-        '}',
-        '',
-      ].join('\n'),
-    )
-    const nats = start('nats-server', binaries.natsServer, ['-c', natsConf])
-    readiness.set('nats-server', (p) =>
-      whileRunning(
-        p,
-        waitFor('nats-server /healthz', async () => (await httpGet(`${natsMonitorUrl}/healthz`)).status === 200),
+    // NATS first: it is ready long before the apiserver. A cluster is ready once every server knows the meta leader.
+    const natsUrl = natsUrlOf(natsServers)
+    const natsMonitorUrl = (natsServers[0] as NatsServerInfo).monitorUrl
+    const natsReady = Promise.all(
+      natsServers.map((server) => {
+        const ready = (p: ServerProcess) =>
+          whileRunning(
+            p,
+            waitFor(`${server.name} ready`, () => natsServerReady(server, natsCluster), { timeoutMs: 60_000 }),
+          )
+        readiness.set(server.name, ready)
+        return ready(start(server.name, binaries.natsServer, ['-c', server.configPath]))
+      }),
+    ).then(() =>
+      log(
+        `${natsCluster ? `${natsServers.length}-server JetStream cluster` : 'nats-server'} ${natsServerVersion} ready at ${natsUrl} (${elapsed()})`,
       ),
-    )
-    const natsReady = (readiness.get('nats-server') as (p: ServerProcess) => Promise<unknown>)(nats).then(() =>
-      log(`nats-server ${natsServerVersion} ready at ${natsUrl} (${elapsed()})`),
     )
     natsReady.catch(() => {})
 
@@ -305,6 +302,9 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
         `export KUBECONFIG=${shellQuote(kubeconfigPath)}`,
         `export NATS_URL=${shellQuote(natsUrl)}`,
         `export NATS_MONITOR_URL=${shellQuote(natsMonitorUrl)}`,
+        `export NATS_MONITOR_URLS=${shellQuote(natsServers.map((n) => n.monitorUrl).join(','))}`,
+        // What the provision step gives streams, buckets and consumers (runtime/provision.ts): 3 on a cluster.
+        `export NATS_REPLICAS=${natsCluster ? natsServers.length : 1}`,
         `export PATH=${shellQuote(bin)}:"$PATH"`,
         '',
       ].join('\n'),
@@ -319,6 +319,8 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       etcdUrl,
       natsUrl,
       natsMonitorUrl,
+      natsCluster,
+      natsServers,
       envShPath,
       kubernetesVersion: binaries.kubernetesVersion,
       natsServerVersion,
@@ -329,10 +331,18 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
     }
     await writeFile(join(dir, 'env.json'), `${JSON.stringify(info, null, 2)}\n`)
     const current = (name: string) => processes.findLast((p) => p.name === name)
+    // In a cluster, `nats-server` is every NATS server at once (what a single-server chaos fault means).
+    const natsGroup = (name: string) =>
+      natsCluster && name === 'nats-server' ? natsServers.map((n) => n.name) : undefined
     const env: Environment = {
       ...info,
       stop: () => stopEnvironment(env),
       async stopServer(name, signal = 'SIGTERM') {
+        const group = natsGroup(name)
+        if (group) {
+          await Promise.all(group.map((n) => env.stopServer(n as RestartableServer, signal)))
+          return
+        }
         const p = current(name)
         if (!p || p.hasExited()) return
         process.kill(-p.pid, signal)
@@ -344,6 +354,11 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
         if (!opts.detached) reaper.forgetGroup(p.pid)
       },
       async startServer(name) {
+        const group = natsGroup(name)
+        if (group) {
+          await Promise.all(group.map((n) => env.startServer(n as RestartableServer)))
+          return
+        }
         const spec = commands.get(name)
         const ready = readiness.get(name)
         if (!spec || !ready || opts.detached) throw new Error(`${name} cannot be restarted here`)

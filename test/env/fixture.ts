@@ -14,8 +14,11 @@ export interface TestEnv {
   apiserverUrl: string
   /** A fresh namespace per test file (created in beforeAll, deleted in afterAll). */
   namespace: string
+  /** Comma-separated when the shared environment is a NATS cluster (MBF_NATS_CLUSTER=1). */
   natsUrl: string
   natsMonitorUrl: string
+  /** Each nats-server (one, or three in a cluster): find a stream's leader with test/env/nats.ts streamLeader. */
+  natsServers: TestEnvInfo['natsServers']
   nc: NatsConnection
   binaries: { kubectl: string; nats: string; [k: string]: string }
   /** kubectl with the admin kubeconfig preset; the namespace is NOT preset. */
@@ -60,7 +63,8 @@ export function useTestEnv(): TestEnv {
       await core.readNamespacedServiceAccount({ name: 'default', namespace: name })
       return true
     })
-    nc = await connect({ servers: info.natsUrl, name: `test ${basename(file)}` })
+    // Every server of a cluster (MBF_NATS_CLUSTER=1): natsUrl is comma-separated then.
+    nc = await connect({ servers: info.natsUrl.split(','), name: `test ${basename(file)}` })
   })
 
   afterAll(async () => {
@@ -79,6 +83,7 @@ export function useTestEnv(): TestEnv {
     apiserverUrl: info.apiserverUrl,
     natsUrl: info.natsUrl,
     natsMonitorUrl: info.natsMonitorUrl,
+    natsServers: info.natsServers,
     binaries: info.binaries,
     get kc() {
       return ready(kc, 'kc')

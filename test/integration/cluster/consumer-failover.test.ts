@@ -1,0 +1,126 @@
+// A function on the JetStream transport keeps pulling through the loss of a nats-server (kill -9) on a 3-server
+// cluster: (1) the server leading its durable consumer dies while the function stays connected elsewhere — its
+// waiting pull died with that leader and nothing tells the client; (2) the server it is connected to dies — it
+// reconnects to another (every URL given, as NATS_URL carries them). Either way an event published after the kill
+// is handled within a bound well below the preemption bound of the chaos oracle (10 s from the request).
+import { randomBytes, randomUUID } from 'node:crypto'
+import { jetstream } from '@nats-io/jetstream'
+import { connect } from '@nats-io/transport-node'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { STREAM_EVENTS } from '../../../events/catalog.js'
+import type { InboundEvent } from '../../../events/codec.js'
+import { consumerName, type EventFunction } from '../../../runtime/function.js'
+import { ensureConsumers, type RunningFunction, runOnJetStream } from '../../../runtime/jetstream-adapter.js'
+import type { Kube } from '../../../runtime/kube.js'
+import { createLogger } from '../../../runtime/log.js'
+import { awaitReplicas, Bus } from '../../../runtime/nats.js'
+import type { Deps } from '../../../runtime/reconcile.js'
+import { waitFor } from '../../env/exec.js'
+import { type NatsOnly, startNats } from '../../env/nats.js'
+
+/** From the kill to the first event published after it being handled (measured ~2–10 s; 30 s+ without the fix). */
+const BOUND_MS = 20_000
+
+let nats: NatsOnly
+const closers: (() => Promise<unknown>)[] = []
+
+beforeAll(async () => {
+  nats = await startNats({ cluster: true })
+  const setup = await Bus.connect(nats.natsUrl, 'setup', { replicas: 3 })
+  await setup.close()
+}, 120_000)
+
+afterEach(async () => {
+  for (const close of closers.splice(0).reverse()) await close().catch(() => {})
+  // The killed server comes back for the next test, and every stream is whole again.
+  for (const s of nats.servers) if (!nats.live().includes(s)) await nats.restart(s.name)
+  const bus = await Bus.connect(nats.natsUrl, 'check', { provision: false })
+  await awaitReplicas(bus.jsm, STREAM_EVENTS, 3).finally(() => bus.close())
+}, 90_000)
+
+afterAll(async () => {
+  await nats?.stop()
+})
+
+/** A probe function on a subject of its own; it records when each event arrived. */
+function probeFunction() {
+  const name = `failover-${randomBytes(4).toString('hex')}`
+  const handled = new Map<string, number>()
+  const fn: EventFunction = {
+    name,
+    subscriptions: [{ stream: STREAM_EVENTS, subjects: [`flexinfer.events.k8s.${name}.>`], deliverNew: true }],
+    concurrency: 4,
+    handle: async (event: InboundEvent) => {
+      handled.set((event.data as { metadata: { name: string } }).metadata.name, Date.now())
+    },
+  }
+  return { fn, name, base: `flexinfer.events.k8s.${name}`, handled }
+}
+
+/** Runs the probe on the JetStream transport, connected to `servers` (comma-separated, as NATS_URL). */
+async function startProbe(probe: ReturnType<typeof probeFunction>, servers: string) {
+  const bus = await Bus.connect(servers, probe.name, { replicas: 3 })
+  closers.push(() => bus.close())
+  // Kubernetes is never reached: the probe's handler only records.
+  const deps: Deps = { kube: undefined as unknown as Kube, bus, log: createLogger('failover-test'), now: Date.now }
+  const running: RunningFunction = await runOnJetStream(deps, probe.fn)
+  closers.push(() => running.stop())
+  return { ...probe, bus }
+}
+
+const event = (name: string) =>
+  JSON.stringify({
+    specversion: '1.0',
+    id: randomUUID(),
+    source: 'test',
+    type: 'dev.knative.apiserver.resource.add',
+    time: new Date().toISOString(),
+    data: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: 'failover' } },
+  })
+
+/** Publishes through the live servers until JetStream stores it (the stream may be electing a leader). */
+async function publishStored(subject: string, body: string) {
+  const nc = await connect({ servers: nats.live().map((s) => s.url) })
+  try {
+    const js = jetstream(nc, { timeout: 2_000 })
+    return await waitFor(`${subject} stored`, () => js.publish(subject, body), { timeoutMs: 30_000, intervalMs: 200 })
+  } finally {
+    await nc.close()
+  }
+}
+
+async function handledAfterKill(probe: Awaited<ReturnType<typeof startProbe>>, kill: () => Promise<void>) {
+  await publishStored(`${probe.base}.before`, event('before'))
+  await waitFor('the probe pulling', () => probe.handled.has('before'), { timeoutMs: 15_000 })
+  const killedAt = Date.now()
+  await kill()
+  await publishStored(`${probe.base}.after`, event('after'))
+  await waitFor('the event after the kill handled', () => probe.handled.has('after'), { timeoutMs: 45_000 })
+  return (probe.handled.get('after') as number) - killedAt
+}
+
+describe('the JetStream transport through a nats-server kill', () => {
+  it("keeps pulling when its consumer's leader dies (connected elsewhere)", async () => {
+    // The consumer first, to learn its leader; then the probe connects to the two other servers only.
+    const probe = probeFunction()
+    const setup = await Bus.connect(nats.natsUrl, 'setup', { provision: false })
+    await ensureConsumers({ bus: setup }, probe.fn)
+    const info = await setup.jsm.consumers.info(STREAM_EVENTS, consumerName(probe.name, STREAM_EVENTS))
+    await setup.close()
+    const target = info.cluster?.leader as string
+    const others = nats.servers.filter((s) => s.name !== target).map((s) => s.url)
+    const running = await startProbe(probe, others.join(','))
+    const ms = await handledAfterKill(running, () => nats.kill(target))
+    process.stderr.write(`[consumer-failover] consumer leader ${target} killed: next event handled after ${ms} ms\n`)
+    expect(ms).toBeLessThan(BOUND_MS)
+  }, 120_000)
+
+  it('reconnects and keeps pulling when the server it is connected to dies', async () => {
+    const probe = await startProbe(probeFunction(), nats.natsUrl)
+    const connectedTo = probe.bus.nc.info?.server_name as string
+    const ms = await handledAfterKill(probe, () => nats.kill(connectedTo))
+    process.stderr.write(`[consumer-failover] connected server ${connectedTo} killed: next event after ${ms} ms\n`)
+    expect(probe.bus.nc.info?.server_name).not.toBe(connectedTo)
+    expect(ms).toBeLessThan(BOUND_MS)
+  }, 120_000)
+})
