@@ -31,7 +31,7 @@ const DELETE_WIDTH = 32
 /** Reconciles at once (the old slot count: what the apiserver and KV took well under load). */
 const BOOKKEEPING_WIDTH = 16
 /** Longest a reconcile waits for the DELETE lane to drain (a steady trickle of cancels must not starve it). */
-const BOOKKEEPING_YIELD_MAX_MS = 2_000
+const BOOKKEEPING_YIELD_MAX_MS = 10_000
 
 const isCancelReason = (r: string): r is CancelReason => (REASONS.Cancelling as readonly string[]).includes(r)
 
@@ -78,7 +78,12 @@ export function cancelFunction(): EventFunction {
       // The signal's time counts as foreground activity: one from the future (a bad clock, a forged event) must
       // not hold the window open past now.
       const at = new Date(Math.min(Date.parse(event.data.at), deps.now())).toISOString()
+      // Timings in the log line: where a slow preemption spent its time (queued in NATS and the transport, waiting
+      // for a DELETE place, the apiserver's answers).
+      const handledAt = deps.now()
+      let deleteFrom = handledAt
       const result = await deletes.run(async () => {
+        deleteFrom = deps.now()
         // The watched copy first; a Job created a moment ago may not be in it yet: one GET then.
         const job = jobs?.get(namespace, jobName) ?? (await deps.kube.getJob(namespace, jobName))
         if (!job) return 'absent'
@@ -102,7 +107,12 @@ export function cancelFunction(): EventFunction {
         ])
         return deleted
       })
-      deps.log.info({ namespace, backfill, job: jobName, reason, result }, 'cancel: job delete accepted')
+      const ms = {
+        queued: event.storedAt === undefined ? undefined : Math.round(handledAt - event.storedAt),
+        lane: deleteFrom - handledAt,
+        delete: deps.now() - deleteFrom,
+      }
+      deps.log.info({ namespace, backfill, job: jobName, reason, result, ms }, 'cancel: job delete accepted')
       await bookkeeping.run(async () => {
         // DELETEs first: the bookkeeping's apiserver reads and writes wait while a burst of them is in flight.
         await deletes.idle(BOOKKEEPING_YIELD_MAX_MS)
