@@ -68,12 +68,7 @@ export const CONTROLLER_UID_LABEL = 'batch.kubernetes.io/controller-uid'
  */
 export async function deleteAttemptPods(kube: Kube, namespace: string, jobUid: string): Promise<void> {
   kube.requests.write++
-  // resourceVersion 0: the apiserver selects the pods from its watch cache, not with a quorum read of etcd (the
-  // read made this DELETE ~2× a Job DELETE on a loaded apiserver). The attempt's pods were made long before; one
-  // made in the last milliseconds and missed is the garbage collector's.
-  await kube.core.deleteCollectionNamespacedPod({
-    namespace,
-    labelSelector: `${CONTROLLER_UID_LABEL}=${jobUid}`,
-    resourceVersion: '0',
-  })
+  // No resourceVersion: the apiserver applies it to each pod's delete as a precondition too (409 for every pod),
+  // so the selection is a consistent read.
+  await kube.core.deleteCollectionNamespacedPod({ namespace, labelSelector: `${CONTROLLER_UID_LABEL}=${jobUid}` })
 }

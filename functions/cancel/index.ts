@@ -18,6 +18,7 @@ import { backfillLabelValue, LABEL_BACKFILL } from '../../core/names.js'
 import { STREAM_EVENTS } from '../../events/catalog.js'
 import { type EventFunction, PermanentError } from '../../runtime/function.js'
 import { backfillJobsCache, type WatchCache } from '../../runtime/kube.js'
+import { describeError } from '../../runtime/log.js'
 import { reconcile } from '../../runtime/reconcile.js'
 import { deleteAttemptPods, Lane } from './fast-path.js'
 
@@ -101,7 +102,10 @@ export function cancelFunction(): EventFunction {
           // Best effort: the garbage collector deletes them anyway (foreground propagation), just later.
           uid
             ? deleteAttemptPods(deps.kube, namespace, uid).catch((err) =>
-                deps.log.warn({ namespace, job: jobName, err }, 'cancel: deleting the pods failed; the GC will'),
+                deps.log.warn(
+                  { namespace, job: jobName, error: describeError(err) },
+                  'cancel: deleting the pods failed; the GC will',
+                ),
               )
             : undefined,
         ])
