@@ -72,3 +72,24 @@ export async function deleteAttemptPods(kube: Kube, namespace: string, jobUid: s
   // so the selection is a consistent read.
   await kube.core.deleteCollectionNamespacedPod({ namespace, labelSelector: `${CONTROLLER_UID_LABEL}=${jobUid}` })
 }
+
+/**
+ * UIDs of Jobs this instance DELETEd lately (bounded, oldest forgotten first). In a burst, the same attempt is
+ * often cancelled twice (demand's request, then lifecycle seeing the Model or Job change): the second needs no
+ * second DELETE pair, which would only slow the apiserver's answers to the DELETEs still waiting.
+ */
+export class RecentlyDeleted {
+  private readonly uids = new Set<string>()
+
+  constructor(private readonly max = 4096) {}
+
+  has(uid: string | undefined): boolean {
+    return uid !== undefined && this.uids.has(uid)
+  }
+
+  add(uid: string | undefined) {
+    if (uid === undefined) return
+    this.uids.add(uid)
+    if (this.uids.size > this.max) this.uids.delete(this.uids.values().next().value as string)
+  }
+}

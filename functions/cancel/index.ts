@@ -20,7 +20,7 @@ import { type EventFunction, PermanentError } from '../../runtime/function.js'
 import { backfillJobsCache, type WatchCache } from '../../runtime/kube.js'
 import { describeError } from '../../runtime/log.js'
 import { reconcile } from '../../runtime/reconcile.js'
-import { deleteAttemptPods, Lane } from './fast-path.js'
+import { deleteAttemptPods, Lane, RecentlyDeleted } from './fast-path.js'
 
 /**
  * Cancels in flight in one instance: the bound of the bookkeeping queue (the transport holds no more). Wide, as
@@ -55,6 +55,7 @@ export function cancelFunction(): EventFunction {
   let own = false
   const deletes = new Lane(DELETE_WIDTH)
   const bookkeeping = new Lane(BOOKKEEPING_WIDTH)
+  const deleted = new RecentlyDeleted()
   return {
     name: 'cancel',
     concurrency: IN_FLIGHT,
@@ -94,10 +95,13 @@ export function cancelFunction(): EventFunction {
           throw new PermanentError(`refusing to delete Job ${namespace}/${jobName} for backfill ${backfill}: ${why}`)
         }
         const uid = job.metadata?.uid
+        // DELETEd by this instance a moment ago, pods included: nothing to send again. (Not skipped for a Job that
+        // merely shows a deletionTimestamp: someone may have deleted it orphaning its pods.)
+        if (deleted.has(uid)) return 'deleting'
         // The Job's DELETE is sent first (its deletionTimestamp stops the Job controller making new pods); the
         // pods' follows without waiting for its answer. A pod the Job controller still made in between is the
         // garbage collector's (foreground propagation).
-        const [deleted] = await Promise.all([
+        const [result] = await Promise.all([
           deps.kube.deleteJob(namespace, jobName, uid),
           // Best effort: the garbage collector deletes them anyway (foreground propagation), just later.
           uid
@@ -109,7 +113,8 @@ export function cancelFunction(): EventFunction {
               )
             : undefined,
         ])
-        return deleted
+        if (result === 'deleted') deleted.add(uid)
+        return result
       })
       const ms = {
         queued: event.storedAt === undefined ? undefined : Math.round(handledAt - event.storedAt),
