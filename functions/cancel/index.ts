@@ -5,7 +5,12 @@
 // Job. Only a Job that belongs to the named backfill is deleted — same namespace, our label with that backfill's
 // value, and a controller ownerReference to a ModelBackfill of that name — checked against a watched copy of the
 // backfill Jobs (one GET only for a Job too new to be in it), and deleted with a precondition on the UID checked,
-// so a same-named replacement is never the one deleted.
+// so a same-named replacement is never the one deleted. The attempt's pods are deleted in the same instant, by the
+// Job's UID (fast-path.ts): the garbage collector would get to them later, and the pods are where the work runs.
+//
+// The DELETEs and the bookkeeping run in lanes of their own (fast-path.ts): a burst of cancels never queues a
+// DELETE behind earlier cancels' reconciles. The event is acked only after both, so a crash in between redelivers
+// it (the DELETEs are idempotent: 'absent').
 import type { V1Job } from '@kubernetes/client-node'
 import type { CancelReason } from '../../core/api.js'
 import { GROUP, REASONS } from '../../core/api.js'
@@ -13,9 +18,23 @@ import { backfillLabelValue, LABEL_BACKFILL } from '../../core/names.js'
 import { STREAM_EVENTS } from '../../events/catalog.js'
 import { type EventFunction, PermanentError } from '../../runtime/function.js'
 import { backfillJobsCache, type WatchCache } from '../../runtime/kube.js'
+import { describeError } from '../../runtime/log.js'
 import { preemptionLatency } from '../../runtime/ops-metrics.js'
 import { reconcile } from '../../runtime/reconcile.js'
 import { traced } from '../../runtime/tracing.js'
+import { deleteAttemptPods, Lane, RecentlyDeleted } from './fast-path.js'
+
+/**
+ * Cancels in flight in one instance: the bound of the bookkeeping queue (the transport holds no more). Wide, as
+ * each one waiting costs a few hundred bytes; the work itself is limited by the lanes below.
+ */
+const IN_FLIGHT = 1024
+/** DELETEs (Job + pods) at once: enough for a burst, few enough to reuse the pooled keep-alive connections. */
+const DELETE_WIDTH = 32
+/** Reconciles at once (the old slot count: what the apiserver and KV took well under load). */
+const BOOKKEEPING_WIDTH = 16
+/** Longest a reconcile waits for the DELETE lane to drain (a steady trickle of cancels must not starve it). */
+const BOOKKEEPING_YIELD_MAX_MS = 10_000
 
 const isCancelReason = (r: string): r is CancelReason => (REASONS.Cancelling as readonly string[]).includes(r)
 
@@ -36,9 +55,12 @@ export function refusal(job: V1Job, backfill: string): string | undefined {
 export function cancelFunction(): EventFunction {
   let jobs: WatchCache<V1Job> | undefined
   let own = false
+  const deletes = new Lane(DELETE_WIDTH)
+  const bookkeeping = new Lane(BOOKKEEPING_WIDTH)
+  const deleted = new RecentlyDeleted()
   return {
     name: 'cancel',
-    concurrency: 16,
+    concurrency: IN_FLIGHT,
     subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.cancel'] }],
     async start(deps) {
       // Shares admit's watched Jobs when both run in one process.
@@ -60,23 +82,57 @@ export function cancelFunction(): EventFunction {
       // The signal's time counts as foreground activity: one from the future (a bad clock, a forged event) must
       // not hold the window open past now.
       const at = new Date(Math.min(Date.parse(event.data.at), deps.now())).toISOString()
-      // The watched copy first; a Job created a moment ago may not be in it yet: one GET then.
-      const job = jobs?.get(namespace, jobName) ?? (await deps.kube.getJob(namespace, jobName))
-      let result = 'absent'
-      if (job) {
+      // Timings in the log line: where a slow preemption spent its time (queued in NATS and the transport, waiting
+      // for a DELETE place, the apiserver's answers).
+      const handledAt = deps.now()
+      let deleteFrom = handledAt
+      const result = await deletes.run(async () => {
+        deleteFrom = deps.now()
+        // The watched copy first; a Job created a moment ago may not be in it yet: one GET then.
+        const job = jobs?.get(namespace, jobName) ?? (await deps.kube.getJob(namespace, jobName))
+        if (!job) return 'absent'
         const why = refusal(job, backfill)
         if (why) {
           deps.log.warn({ namespace, backfill, job: jobName, reason, why }, 'cancel: refused')
           throw new PermanentError(`refusing to delete Job ${namespace}/${jobName} for backfill ${backfill}: ${why}`)
         }
-        result = await traced('DELETE Job', { 'k8s.namespace.name': namespace, 'k8s.job.name': jobName }, () =>
-          deps.kube.deleteJob(namespace, jobName, job.metadata?.uid),
-        )
-        // The signal's time (`at`, capped at now) to the DELETE accepted: what the latency alert watches.
-        if (result === 'deleted') preemptionLatency.observe({ reason }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
+        const uid = job.metadata?.uid
+        // DELETEd by this instance a moment ago, pods included: nothing to send again. (Not skipped for a Job that
+        // merely shows a deletionTimestamp: someone may have deleted it orphaning its pods.)
+        if (deleted.has(uid)) return 'deleting'
+        // The Job's DELETE is sent first (its deletionTimestamp stops the Job controller making new pods); the
+        // pods' follows without waiting for its answer. A pod the Job controller still made in between is the
+        // garbage collector's (foreground propagation).
+        const [result] = await Promise.all([
+          traced('DELETE Job', { 'k8s.namespace.name': namespace, 'k8s.job.name': jobName }, () =>
+            deps.kube.deleteJob(namespace, jobName, uid),
+          ),
+          // Best effort: the garbage collector deletes them anyway (foreground propagation), just later.
+          uid
+            ? deleteAttemptPods(deps.kube, namespace, uid).catch((err) =>
+                deps.log.warn(
+                  { namespace, job: jobName, error: describeError(err) },
+                  'cancel: deleting the pods failed; the GC will',
+                ),
+              )
+            : undefined,
+        ])
+        if (result === 'deleted') deleted.add(uid)
+        return result
+      })
+      const ms = {
+        queued: event.storedAt === undefined ? undefined : Math.round(handledAt - event.storedAt),
+        lane: deleteFrom - handledAt,
+        delete: deps.now() - deleteFrom,
       }
-      deps.log.info({ namespace, backfill, job: jobName, reason, result }, 'cancel: job delete accepted')
-      await reconcile(deps, 'cancel', namespace, backfill, { type: 'cancel', reason, at })
+      // The signal's time (`at`, capped at now) to the DELETE accepted: what the latency alert watches.
+      if (result === 'deleted') preemptionLatency.observe({ reason }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
+      deps.log.info({ namespace, backfill, job: jobName, reason, result, ms }, 'cancel: job delete accepted')
+      await bookkeeping.run(async () => {
+        // DELETEs first: the bookkeeping's apiserver reads and writes wait while a burst of them is in flight.
+        await deletes.idle(BOOKKEEPING_YIELD_MAX_MS)
+        await reconcile(deps, 'cancel', namespace, backfill, { type: 'cancel', reason, at })
+      })
     },
   }
 }

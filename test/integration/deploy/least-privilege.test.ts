@@ -5,7 +5,14 @@
 // foreground request exactly as with admin rights, with no permission violation on either side; verbs outside a
 // role are Forbidden and subjects outside a user's permissions are refused; each ScaledObject's stream and
 // consumer exist in the configured account and /jsz reports their lag, as KEDA's nats-jetstream scaler reads it.
-import { BatchV1Api, CustomObjectsApi, type KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node'
+import {
+  BatchV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  type KubeConfig,
+  PatchStrategy,
+  setHeaderOptions,
+} from '@kubernetes/client-node'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import Fastify from 'fastify'
@@ -138,6 +145,17 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
       name: 'x-admit',
       propagationPolicy: 'Background',
     })
+  })
+
+  it('only cancel deletes pods, by collection only, and reads none', async () => {
+    const core = (fn: FunctionName) => kcs[fn].makeApiClient(CoreV1Api)
+    const selector = { namespace: env.namespace, labelSelector: 'batch.kubernetes.io/controller-uid=none' }
+    for (const fn of ['admit', 'lifecycle', 'demand', 'source'] as const) {
+      expect(await forbidden(core(fn).deleteCollectionNamespacedPod(selector)), fn).toBe(true)
+    }
+    await core('cancel').deleteCollectionNamespacedPod(selector)
+    expect(await forbidden(core('cancel').listNamespacedPod({ namespace: env.namespace }))).toBe(true)
+    expect(await forbidden(core('cancel').deleteNamespacedPod({ namespace: env.namespace, name: 'x' }))).toBe(true)
   })
 
   it('nobody writes a Model, a session or a lease; only lifecycle lists backfills; demand reads nothing, source only reads', async () => {
