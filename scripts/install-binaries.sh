@@ -3,6 +3,8 @@
 #   etcd, kube-apiserver, kube-controller-manager, kubectl  (built from the official Go modules, tools/k8s)
 #   nats-server, nats (CLI)                                 (built with `go install` at pinned versions)
 #   keda-operator                                           (built from the github.com/kedacore/keda/v2 module)
+#   Knative Eventing controllers, broker, InMemoryChannel,  (built from the knative.dev/eventing module)
+#   ApiServerSource adapter and webhook
 # Binaries are cached outside the repo, keyed by version, so later runs (and CI on the same machine) reuse them.
 # With KUBEBUILDER_ASSETS set (controller-runtime's envtest convention), the Kubernetes binaries come from there
 # instead and only kube-controller-manager is built if that folder lacks it.
@@ -15,11 +17,13 @@ K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print substr($2, 2);
 NATS_SERVER_VERSION=v2.14.10
 NATS_CLI_VERSION=v0.5.0
 KEDA_VERSION=v2.21.0
+KNATIVE_EVENTING_VERSION=v0.47.0
 cache=${MODELBACKFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelbackfill}
 k8s_dir="$cache/k8s-v$K8S_VERSION"
 nats_dir="$cache/nats-server-$NATS_SERVER_VERSION"
 natscli_dir="$cache/natscli-$NATS_CLI_VERSION"
 keda_dir="$cache/keda-$KEDA_VERSION"
+knative_dir="$cache/knative-eventing-$KNATIVE_EVENTING_VERSION"
 
 log() { printf '[install-binaries] %s\n' "$*" >&2; }
 [ -n "$K8S_VERSION" ] || { log "cannot read the k8s.io/kubernetes version from tools/k8s/go.mod"; exit 1; }
@@ -77,6 +81,39 @@ build_keda() { # <out-dir> <name>
   log "$name: built in $((SECONDS - start))s"
 }
 
+# Knative Eventing, built like KEDA inside its read-only module-cache copy (its go.mod pins its own dependencies).
+# One `go build` for all commands so they share one compile of the common packages; each is named after its role.
+# The same module copy also holds config/ (CRDs, ConfigMaps, RBAC) that the tests apply from there.
+KNATIVE_COMMANDS=(
+  controller:./cmd/controller                              # Channels, Subscriptions, ApiServerSources, …
+  mtchannel-broker:./cmd/mtchannel_broker                  # Brokers and Triggers of the MTChannelBasedBroker class
+  broker-ingress:./cmd/broker/ingress
+  broker-filter:./cmd/broker/filter
+  imc-controller:./cmd/in_memory/channel_controller
+  imc-dispatcher:./cmd/in_memory/channel_dispatcher
+  apiserver-receive-adapter:./cmd/apiserver_receive_adapter
+  webhook:./cmd/webhook
+)
+build_knative() { # <out-dir>
+  local out=$1 missing=() entry
+  for entry in "${KNATIVE_COMMANDS[@]}"; do [ -x "$out/${entry%%:*}" ] || missing+=("$entry"); done
+  if [ ${#missing[@]} -eq 0 ]; then log "knative eventing: cached at $out"; return; fi
+  mkdir -p "$out"
+  log "knative eventing: building knative.dev/eventing@$KNATIVE_EVENTING_VERSION ${#missing[@]} commands (first time only; several minutes on 2 cores)..."
+  local start=$SECONDS moddir tmp pkgs=()
+  moddir=$(cd / && GOFLAGS= go mod download -json "knative.dev/eventing@$KNATIVE_EVENTING_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  [ -f "$moddir/go.mod" ] || { log "knative eventing: go mod download gave no module directory"; exit 1; }
+  tmp=$(mktemp -d "$out/.build.XXXXXX")
+  for entry in "${missing[@]}"; do pkgs+=("${entry#*:}"); done
+  # `go build -o dir/ pkg…` names each binary after its package's last path element.
+  (cd "$moddir" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -ldflags="-s -w" -o "$tmp/" "${pkgs[@]}")
+  for entry in "${missing[@]}"; do mv "$tmp/$(basename "${entry#*:}")" "$out/${entry%%:*}"; done
+  rm -rf "$tmp"
+  printf '%s\n' "$moddir" > "$out/module-dir"
+  log "knative eventing: built in $((SECONDS - start))s"
+}
+
 command -v go >/dev/null || { log "a Go toolchain is required to build the test servers (or set KUBEBUILDER_ASSETS)"; exit 1; }
 
 # One build at a time per cache (two test runs starting together must not race on the same outputs).
@@ -104,6 +141,7 @@ fi
 install_go "$nats_dir" nats-server "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION"
 install_go "$natscli_dir" nats "github.com/nats-io/natscli/nats@$NATS_CLI_VERSION"
 build_keda "$keda_dir" keda-operator
+build_knative "$knative_dir"
 
 # One manifest the TypeScript harness reads, so both agree on where everything is.
 manifest="$cache/binaries.json"
@@ -122,7 +160,8 @@ cat > "$manifest.tmp" <<JSON
   "kubectl": "$kdir/kubectl",
   "natsServer": "$nats_dir/nats-server",
   "nats": "$natscli_dir/nats",
-  "kedaOperator": "$keda_dir/keda-operator"
+  "kedaOperator": "$keda_dir/keda-operator",
+  "knativeEventing": "$knative_dir"
 }
 JSON
 mv "$manifest.tmp" "$manifest"
