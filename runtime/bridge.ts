@@ -13,6 +13,7 @@
 import Fastify from 'fastify'
 import { catalog, STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
 import type { InboundEvent } from '../events/codec.js'
+import { registerBrokerDeadLetter } from './broker-deadletter.js'
 import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from './deps.js'
 import { type EventFunction, PermanentError } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
@@ -117,7 +118,7 @@ export function createBridge(opts: BridgeOptions): EventFunction {
 }
 
 export interface BridgeProcessOptions extends BridgeOptions, ProcessOptions {
-  /** Port for /healthz and /readyz; undefined: no HTTP server. 0: any free port. */
+  /** Port for /healthz, /readyz and the Broker's dead-letter sink POST /deadletter; undefined: no HTTP server. 0: any free port. */
   httpPort?: number
   httpHost?: string
 }
@@ -147,6 +148,7 @@ export async function startBridge(opts: BridgeProcessOptions): Promise<RunningBr
       reply.code(ok ? 200 : 503)
       return { ok, ...running.stats }
     })
+    registerBrokerDeadLetter(app, bus, log)
     httpUrl = await app.listen({ port: opts.httpPort, host: opts.httpHost ?? '127.0.0.1' })
   }
   log.info({ function: fn.name, sink: new URL(opts.sink).origin, httpUrl }, 'bridging JetStream to the sink')

@@ -3,7 +3,7 @@
 // (application/cloudevents+json); batch mode (application/cloudevents-batch+json, a JSON array) too. The status
 // code is what the Broker acts on — it retries 5xx (and 404/408/409/429) and never retries other 4xx:
 //
-//   202  handled: the event's effect is durable (for a batch: every event)
+//   202  handled: the event's effect is durable (for a batch: every event); empty body (no reply event)
 //   400  malformed or invalid CloudEvent, or a type this endpoint does not take — dead-lettered here, never retried
 //   401  missing or wrong bearer token (when a token is configured) — not kept: it is not ours
 //   415  not a CloudEvent (no ce-* headers and not application/cloudevents+json), or binary mode with non-JSON data
@@ -315,8 +315,10 @@ export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOpt
       reply.code(422)
       return { error: 'event can never succeed', reason: permanent.map((o) => o.reason).join('; '), deadLettered: true }
     }
-    reply.code(202)
-    return { ok: true, accepted: outcomes.length }
+    // An empty body: a Broker's filter reads a 2xx body as the subscriber's reply event, and one that is not a
+    // CloudEvent fails the delivery (502, retried, then dead-lettered) although it was handled. The count is a header.
+    reply.code(202).header('x-accepted-events', String(outcomes.length))
+    return reply.send()
   }
   app.post('/', handler)
   return app

@@ -4,6 +4,8 @@
 #   nats-server, nats (CLI)                                 (built with `go install` at pinned versions)
 #   keda-operator                                           (built from the github.com/kedacore/keda/v2 module)
 #   helm                                                    (`go install` at a pinned version: the chart tests)
+#   Knative Eventing controllers, broker, InMemoryChannel,  (built from the knative.dev/eventing module)
+#   ApiServerSource adapter and webhook
 # Binaries are cached outside the repo, keyed by version, so later runs (and CI on the same machine) reuse them.
 # With KUBEBUILDER_ASSETS set (controller-runtime's envtest convention), the Kubernetes binaries come from there
 # instead and only kube-controller-manager is built if that folder lacks it.
@@ -21,12 +23,25 @@ NATS_SERVER_VERSION=v2.14.10
 NATS_CLI_VERSION=v0.5.0
 KEDA_VERSION=v2.21.0
 HELM_VERSION=v3.22.0
+KNATIVE_EVENTING_VERSION=v0.47.0
 cache=${MODELBACKFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelbackfill}
 k8s_dir="$cache/k8s-v$K8S_VERSION"
 nats_dir="$cache/nats-server-$NATS_SERVER_VERSION"
 natscli_dir="$cache/natscli-$NATS_CLI_VERSION"
 keda_dir="$cache/keda-$KEDA_VERSION"
 helm_dir="$cache/helm-$HELM_VERSION"
+knative_dir="$cache/knative-eventing-$KNATIVE_EVENTING_VERSION"
+# Knative Eventing's commands, each named after its role (test/env/binaries.ts KNATIVE_COMMANDS lists the same).
+KNATIVE_COMMANDS=(
+  controller:./cmd/controller                              # Channels, Subscriptions, ApiServerSources, …
+  mtchannel-broker:./cmd/mtchannel_broker                  # Brokers and Triggers of the MTChannelBasedBroker class
+  broker-ingress:./cmd/broker/ingress
+  broker-filter:./cmd/broker/filter
+  imc-controller:./cmd/in_memory/channel_controller
+  imc-dispatcher:./cmd/in_memory/channel_dispatcher
+  apiserver-receive-adapter:./cmd/apiserver_receive_adapter
+  webhook:./cmd/webhook
+)
 
 log() { printf '[install-binaries] %s\n' "$*" >&2; }
 
@@ -34,7 +49,7 @@ log() { printf '[install-binaries] %s\n' "$*" >&2; }
 estimate() { # <name> → seconds
   case $1 in
     kube-apiserver) echo 180 ;; keda-operator) echo 360 ;; kube-controller-manager) echo 50 ;;
-    etcd | kubectl) echo 40 ;; nats-server | nats) echo 25 ;; helm) echo 150 ;; *) echo 60 ;;
+    etcd | kubectl) echo 40 ;; nats-server | nats) echo 25 ;; helm) echo 150 ;; knative-eventing) echo 600 ;; *) echo 60 ;;
   esac
 }
 human() { [ "$1" -ge 90 ] && echo "$(( ($1 + 30) / 60 )) min" || echo "$1 s"; }
@@ -130,6 +145,9 @@ plan "$nats_dir" nats-server
 plan "$natscli_dir" nats
 plan "$keda_dir" keda-operator
 plan "$helm_dir" helm
+for entry in "${KNATIVE_COMMANDS[@]}"; do
+  [ -x "$knative_dir/${entry%%:*}" ] || { planned+=(knative-eventing); break; }
+done
 if [ ${#planned[@]} -eq 0 ]; then
   log "every binary is cached in $cache"
 else
@@ -141,6 +159,28 @@ else
   log "about $(human "$total") in all on 2 cores from empty Go caches (less on more cores or warm caches); cached in $cache"
 fi
 $dry_run && exit 0
+# Knative Eventing, built like KEDA inside its read-only module-cache copy (its go.mod pins its own dependencies).
+# One `go build` for all commands so they share one compile of the common packages; each is named after its role.
+# The same module copy also holds config/ (CRDs, ConfigMaps, RBAC) that the tests apply from there.
+build_knative() { # <out-dir>
+  local out=$1 missing=() entry
+  for entry in "${KNATIVE_COMMANDS[@]}"; do [ -x "$out/${entry%%:*}" ] || missing+=("$entry"); done
+  if [ ${#missing[@]} -eq 0 ]; then log "knative eventing: cached at $out"; return; fi
+  mkdir -p "$out"
+  log "knative eventing: building knative.dev/eventing@$KNATIVE_EVENTING_VERSION ${#missing[@]} commands (first time only; several minutes on 2 cores)..."
+  local start=$SECONDS moddir tmp pkgs=()
+  moddir=$(cd / && GOFLAGS= go mod download -json "knative.dev/eventing@$KNATIVE_EVENTING_VERSION" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  [ -f "$moddir/go.mod" ] || { log "knative eventing: go mod download gave no module directory"; exit 1; }
+  tmp=$(mktemp -d "$out/.build.XXXXXX")
+  for entry in "${missing[@]}"; do pkgs+=("${entry#*:}"); done
+  # `go build -o dir/ pkg…` names each binary after its package's last path element.
+  (cd "$moddir" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -ldflags="-s -w" -o "$tmp/" "${pkgs[@]}")
+  for entry in "${missing[@]}"; do mv "$tmp/$(basename "${entry#*:}")" "$out/${entry%%:*}"; done
+  rm -rf "$tmp"
+  printf '%s\n' "$moddir" > "$out/module-dir"
+  log "knative eventing: built in $((SECONDS - start))s"
+}
 
 command -v go >/dev/null || { log "a Go toolchain is required to build the test servers (or set KUBEBUILDER_ASSETS)"; exit 1; }
 
@@ -169,6 +209,7 @@ fi
 install_go "$nats_dir" nats-server "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION"
 install_go "$natscli_dir" nats "github.com/nats-io/natscli/nats@$NATS_CLI_VERSION"
 build_keda "$keda_dir" keda-operator
+build_knative "$knative_dir"
 
 # helm, for the chart tests (charts/model-backfill rendered with `helm template`, applied to the test apiserver).
 install_go "$helm_dir" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
@@ -191,7 +232,8 @@ cat > "$manifest.tmp" <<JSON
   "natsServer": "$nats_dir/nats-server",
   "nats": "$natscli_dir/nats",
   "kedaOperator": "$keda_dir/keda-operator",
-  "helm": "$helm_dir/helm"
+  "helm": "$helm_dir/helm",
+  "knativeEventing": "$knative_dir"
 }
 JSON
 mv "$manifest.tmp" "$manifest"

@@ -21,7 +21,21 @@ const Manifest = z.object({
   kedaOperator: z.string(),
   /** helm (the chart tests render charts/model-backfill with `helm template`). */
   helm: z.string(),
+  /** Knative Eventing's commands (a directory: controller, broker-ingress, …; `module-dir` names its config/). */
+  knativeEventing: z.string(),
 })
+
+/** The commands scripts/install-binaries.sh builds into `knativeEventing` (KNATIVE_COMMANDS). */
+export const KNATIVE_COMMANDS = [
+  'controller',
+  'mtchannel-broker',
+  'broker-ingress',
+  'broker-filter',
+  'imc-controller',
+  'imc-dispatcher',
+  'apiserver-receive-adapter',
+  'webhook',
+] as const
 
 export type Binaries = z.infer<typeof Manifest>
 
@@ -39,6 +53,14 @@ export function pinnedKubernetesVersion(): string {
   const gomod = readFileSync(join(repoRoot, 'tools/k8s/go.mod'), 'utf8')
   const m = /^\s*(?:require\s+)?k8s\.io\/kubernetes\s+(v\S+)/m.exec(gomod)
   if (!m?.[1]) throw new Error('tools/k8s/go.mod does not require k8s.io/kubernetes')
+  return m[1]
+}
+
+/** The knative.dev/eventing release scripts/install-binaries.sh pins (KNATIVE_EVENTING_VERSION=…), e.g. "v0.47.0". */
+export function pinnedKnativeEventingVersion(): string {
+  const script = readFileSync(join(repoRoot, 'scripts/install-binaries.sh'), 'utf8')
+  const m = /^KNATIVE_EVENTING_VERSION=(v\S+)$/m.exec(script)
+  if (!m?.[1]) throw new Error('scripts/install-binaries.sh sets no KNATIVE_EVENTING_VERSION')
   return m[1]
 }
 
@@ -79,13 +101,22 @@ export function staleReason(): string | undefined {
         : (err as Error).message.split('\n')[0]
     return `no usable manifest at ${manifestPath()} (${why})`
   }
-  const missing = Object.entries(manifest).filter(([key, path]) => key !== 'kubernetesVersion' && !isExecutable(path))
+  const missing = Object.entries(manifest).filter(
+    ([key, path]) => key !== 'kubernetesVersion' && key !== 'knativeEventing' && !isExecutable(path),
+  )
+  for (const cmd of KNATIVE_COMMANDS) {
+    const path = join(manifest.knativeEventing, cmd)
+    if (!isExecutable(path)) missing.push([`knativeEventing/${cmd}`, path])
+  }
   if (missing.length > 0) return `missing binaries: ${missing.map(([k, p]) => `${k}=${p}`).join(', ')}`
   if (!manifest.kedaOperator.includes(`/keda-${pinnedKedaVersion()}/`)) {
     return `manifest has ${manifest.kedaOperator}, scripts/install-binaries.sh pins KEDA ${pinnedKedaVersion()}`
   }
   if (!manifest.helm.includes(`/helm-${pinnedHelmVersion()}/`)) {
     return `manifest has ${manifest.helm}, scripts/install-binaries.sh pins helm ${pinnedHelmVersion()}`
+  }
+  if (!manifest.knativeEventing.endsWith(`/knative-eventing-${pinnedKnativeEventingVersion()}`)) {
+    return `manifest has ${manifest.knativeEventing}, scripts/install-binaries.sh pins Knative Eventing ${pinnedKnativeEventingVersion()}`
   }
   const assets = process.env.KUBEBUILDER_ASSETS
   if (assets) {
