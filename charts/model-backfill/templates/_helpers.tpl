@@ -38,23 +38,37 @@ app.kubernetes.io/component: {{ .component }}
 {{- join " " $users -}}
 {{- end -}}
 
-{{/* secretKeyRef of a NATS user's password: (dict "root" . "user" "demand") */}}
-{{- define "mbf.natsSecretRef" -}}
+{{/*
+A NATS user's credential: (dict "root" . "user" "demand") → dict secret, key, file (the env var naming the mounted
+file), items (whether to mount only that key). Each user has a Secret of its own holding one NKey seed (or a JWT
+.creds file): the chart's `<fullname>-nats-<user>` made from `seed`, or `existingSecret`. Passwords are refused.
+*/}}
+{{- define "mbf.natsCredential" -}}
 {{- $c := index .root.Values.nats.credentials .user | default dict -}}
-{{- if $c.existingSecret -}}
-name: {{ $c.existingSecret }}
-key: {{ $c.key | default .user }}
-{{- else -}}
-{{- if not $c.password -}}
-{{- fail (printf "nats.credentials.%s: set existingSecret (and key) or password" .user) -}}
+{{- if $c.password -}}
+{{- fail (printf "nats.credentials.%s.password: NATS users are NKey-only now (nats/auth.conf); give seed or existingSecret (nats/README.md)" .user) -}}
 {{- end -}}
-name: {{ include "mbf.fullname" .root }}-nats
-key: {{ .user }}
+{{- $format := $c.format | default "nkey" -}}
+{{- if not (has $format (list "nkey" "creds")) -}}
+{{- fail (printf "nats.credentials.%s.format must be nkey or creds, not %q" .user $format) -}}
+{{- end -}}
+{{- $file := ternary "NATS_CREDS_FILE" "NATS_NKEY_SEED_FILE" (eq $format "creds") -}}
+{{- if $c.existingSecret -}}
+{{- toJson (dict "secret" $c.existingSecret "key" ($c.key | default "seed") "file" $file "items" true) -}}
+{{- else -}}
+{{- if not $c.seed -}}
+{{- fail (printf "nats.credentials.%s: set seed (an NKey seed, SU...) or existingSecret (and key)" .user) -}}
+{{- end -}}
+{{- if not (hasPrefix "SU" $c.seed) -}}
+{{- fail (printf "nats.credentials.%s.seed is not an NKey user seed (SU...): nk -gen user -pubout" .user) -}}
+{{- end -}}
+{{- toJson (dict "secret" (printf "%s-nats-%s" (include "mbf.fullname" .root) .user) "key" "seed" "file" "NATS_NKEY_SEED_FILE" "items" false) -}}
 {{- end -}}
 {{- end -}}
 
 {{/* The env every NATS client shares: (dict "root" . "user" "demand") */}}
 {{- define "mbf.natsEnv" -}}
+{{- $cred := include "mbf.natsCredential" . | fromJson -}}
 - name: LOG_LEVEL
   valueFrom:
     configMapKeyRef:
@@ -65,16 +79,34 @@ key: {{ .user }}
     configMapKeyRef:
       name: {{ include "mbf.fullname" .root }}-config
       key: NATS_HOST
-- name: NATS_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      {{- include "mbf.natsSecretRef" . | nindent 6 }}
+# This function's own NATS identity, from its own Secret; the user in NATS_URL only names its reply inbox prefix.
+- name: {{ $cred.file }}
+  value: /var/run/secrets/model-backfill-nats/seed
 - name: NATS_URL
-  value: nats://{{ .user }}:$(NATS_PASSWORD)@$(NATS_HOST)
+  value: nats://{{ .user }}@$(NATS_HOST)
 {{- with .root.Values.watchNamespaces }}
 - name: WATCH_NAMESPACES
   value: {{ join "," . | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* The volumeMount and volume of a NATS user's Secret: (dict "root" . "user" "demand") */}}
+{{- define "mbf.natsVolumeMount" -}}
+- name: nats-seed
+  mountPath: /var/run/secrets/model-backfill-nats
+  readOnly: true
+{{- end -}}
+{{- define "mbf.natsVolume" -}}
+{{- $cred := include "mbf.natsCredential" . | fromJson -}}
+- name: nats-seed
+  secret:
+    secretName: {{ $cred.secret }}
+    {{- if $cred.items }}
+    # Only this user's key, whatever else the Secret holds.
+    items:
+      - key: {{ $cred.key }}
+        path: seed
+    {{- end }}
 {{- end -}}
 
 {{- define "mbf.podSecurityContext" -}}
@@ -167,5 +199,109 @@ Kubernetes event source (the ApiServerSource in mode knative, source's watcher i
   verbs: [get, list, watch]
 - apiGroups: [batch]
   resources: [jobs]
+  verbs: [get, list, watch]
+{{- end -}}
+
+{{/*
+With watchNamespaces: the same grants split as tools/rbac/generate.ts GRANTS splits them (chart.test.ts compares the
+two): what a function does in a managed namespace (a Role per namespace), and what it reads across the cluster (one
+read-only ClusterRole: GamingSessions and GPULeases target nodes; admit's watched copies and the contender gate list
+backfill Jobs and Models cluster-wide).
+*/}}
+{{- define "mbf.scoped.admit.namespaced" -}}
+- apiGroups: [ai.flexinfer]
+  resources: [modelbackfills]
+  verbs: [get, patch]
+- apiGroups: [ai.flexinfer]
+  resources: [modelbackfills/status]
+  verbs: [update]
+- apiGroups: [ai.flexinfer]
+  resources: [models]
+  verbs: [get]
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, create, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}
+{{- define "mbf.scoped.admit.cluster" -}}
+- apiGroups: [ai.flexinfer]
+  resources: [models, gamingsessions, gpuleases]
+  verbs: [get, list, watch]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, watch]
+{{- end -}}
+{{- define "mbf.scoped.cancel.namespaced" -}}
+- apiGroups: [ai.flexinfer]
+  resources: [modelbackfills]
+  verbs: [get, patch]
+- apiGroups: [ai.flexinfer]
+  resources: [modelbackfills/status]
+  verbs: [update]
+- apiGroups: [ai.flexinfer]
+  resources: [models]
+  verbs: [get]
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}
+{{- define "mbf.scoped.cancel.cluster" -}}
+- apiGroups: [ai.flexinfer]
+  resources: [gamingsessions, gpuleases]
+  verbs: [list]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list]
+{{- end -}}
+{{- define "mbf.scoped.lifecycle.namespaced" -}}
+- apiGroups: [ai.flexinfer]
+  resources: [modelbackfills]
+  verbs: [get, list, patch]
+- apiGroups: [ai.flexinfer]
+  resources: [modelbackfills/status]
+  verbs: [update]
+- apiGroups: [ai.flexinfer]
+  resources: [models]
+  verbs: [get, list]
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}
+{{- define "mbf.scoped.lifecycle.cluster" -}}
+- apiGroups: [ai.flexinfer]
+  resources: [gamingsessions, gpuleases]
+  verbs: [list]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list]
+{{- end -}}
+{{- define "mbf.scoped.watch.namespaced" -}}
+- apiGroups: [ai.flexinfer]
+  resources: [modelbackfills, models]
+  verbs: [get, list, watch]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch]
+{{- end -}}
+{{- define "mbf.scoped.watch.cluster" -}}
+- apiGroups: [ai.flexinfer]
+  resources: [gamingsessions, gpuleases]
   verbs: [get, list, watch]
 {{- end -}}

@@ -7,8 +7,10 @@ import { randomBytes } from 'node:crypto'
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createUser } from '@nats-io/nkeys'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAllDocuments, stringify } from 'yaml'
+import { generateRbac } from '../../../tools/rbac/generate.js'
 import { repoRoot } from '../../env/binaries.js'
 import { run } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -25,9 +27,10 @@ import {
 const env = useTestEnv()
 const CHART = join(repoRoot, 'charts/model-backfill')
 const USERS = [...FUNCTIONS, 'ingress', 'bridge', 'provision']
-/** Every credential as a password, and the ingress token: what a minimal install gives. */
+const seed = () => new TextDecoder().decode(createUser().getSeed())
+/** Every NATS identity as an NKey seed (the chart makes a Secret per user), and the ingress token: a minimal install. */
 const BASE_VALUES = {
-  nats: { credentials: Object.fromEntries(USERS.map((u) => [u, { password: `pw-${u}` }])) },
+  nats: { credentials: Object.fromEntries(USERS.map((u) => [u, { seed: seed() }])) },
   ingress: { token: { value: 'test-token' } },
 }
 const releases: { name: string; manifests: Manifest[] }[] = []
@@ -193,17 +196,18 @@ describe.each(['keda', 'knative'] as const)('helm template --set mode=%s', (mode
     const fromChart = chart
       .filter((m) => !isCrd(m) && !['PodMonitor', 'PrometheusRule'].includes(m.kind))
       .map((m) => comparable(m, (s) => s.replaceAll(release, 'model-backfill')))
+    // The overlays' base holds every NATS identity's Secret; the chart only those of the users this mode runs.
+    const unused = mode === 'keda' ? ['model-backfill-nats-bridge'] : []
     const fromOverlay = overlay.manifests
       .filter((m) => !isCrd(m))
       .map((m) => comparable(m, (s) => s.replaceAll(overlay.suffix, '')))
+      .filter((m) => !(m.kind === 'Secret' && unused.includes(m.metadata.name)))
     const key = (m: Manifest) => `${m.kind}/${m.metadata.name}`
     expect(fromChart.map(key).sort()).toEqual(fromOverlay.map(key).sort())
     const byKey = new Map(fromOverlay.map((m) => [key(m), m]))
     for (const m of fromChart) {
       const o = byKey.get(key(m)) as Manifest
-      // The chart's Secret holds only the users this mode runs (the overlays' base holds every user).
-      if (m.kind === 'Secret') expect(o.stringData, key(m)).toEqual(expect.arrayContaining(m.stringData))
-      else expect(m, key(m)).toEqual(o)
+      expect(m, key(m)).toEqual(o)
     }
     // The overlays' own PDBs select the preemption path's pods too.
     const pdbs = of(overlay.manifests, 'PodDisruptionBudget')
@@ -242,7 +246,7 @@ describe.each(['keda', 'knative'] as const)('helm template --set mode=%s', (mode
 })
 
 describe('chart values', () => {
-  it('watchNamespaces: Roles and RoleBindings in each namespace instead of ClusterRoles, WATCH_NAMESPACES everywhere', async () => {
+  it('watchNamespaces: exactly the RBAC tools/rbac/generate.ts emits, WATCH_NAMESPACES everywhere, enforced', async () => {
     const watched = [`${env.namespace}-a`, `${env.namespace}-b`]
     for (const ns of watched) {
       await env.kubectl(['create', 'namespace', ns])
@@ -251,15 +255,35 @@ describe('chart values', () => {
     for (const mode of ['keda', 'knative'] as const) {
       const release = `model-backfill-ns-${mode}`
       const ms = await render(release, { mode, watchNamespaces: watched })
-      expect(of(ms, 'ClusterRole')).toEqual([])
-      expect(of(ms, 'ClusterRoleBinding')).toEqual([])
-      expect(
-        of(ms, 'Role')
-          .map((r) => `${r.metadata.namespace}/${r.metadata.name}`)
-          .sort(),
-      ).toEqual(
-        watched.flatMap((ns) => ['admit', 'cancel', 'lifecycle', 'watch'].map((r) => `${ns}/${release}-${r}`)).sort(),
-      )
+      // The one list of verbs is the generator's; the chart must emit the same objects (labels are Helm's own; the
+      // event source is the ApiServerSource's ServiceAccount in mode knative, source's in mode keda).
+      const rbacKinds = ['ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding']
+      const strip = (m: Manifest) => {
+        const o = JSON.parse(JSON.stringify(m).replaceAll(release, 'model-backfill')) as Manifest
+        o.metadata = { name: o.metadata.name, ...(o.metadata.namespace ? { namespace: o.metadata.namespace } : {}) }
+        return o
+      }
+      const watcherSa = mode === 'keda' ? 'model-backfill-source' : 'model-backfill-apiserversource'
+      const generated = generateRbac({ namespaces: watched, serviceAccountNamespace: env.namespace }).map((m) => {
+        const o = strip(m as Manifest)
+        if (o.subjects && o.metadata.name.startsWith('model-backfill-watch')) o.subjects[0].name = watcherSa
+        return o
+      })
+      const chartRbac = ms
+        .filter((m) => rbacKinds.includes(m.kind) && !m.metadata.name.endsWith('-tokenreview'))
+        .map(strip)
+      const rbacKey = (m: Manifest) => `${m.kind}/${m.metadata.namespace ?? ''}/${m.metadata.name}`
+      const byKey = (list: Manifest[]) => new Map(list.map((m) => [rbacKey(m), m]))
+      expect([...byKey(chartRbac).keys()].sort()).toEqual([...byKey(generated).keys()].sort())
+      for (const [k, m] of byKey(chartRbac)) expect(m, k).toEqual(byKey(generated).get(k))
+      // Nothing cluster-wide can write.
+      for (const r of of(ms, 'ClusterRole').filter((r) => !r.metadata.name.endsWith('-tokenreview'))) {
+        const verbs = (r.rules as { verbs: string[] }[]).flatMap((x) => x.verbs)
+        expect(
+          verbs.filter((v) => !['get', 'list', 'watch'].includes(v)),
+          r.metadata.name,
+        ).toEqual([])
+      }
       for (const w of ms.filter((m) => m.kind === 'Deployment' || m.apiVersion === 'serving.knative.dev/v1')) {
         expect(w.spec.template.spec.containers[0].env, w.metadata.name).toContainEqual({
           name: 'WATCH_NAMESPACES',
@@ -279,46 +303,100 @@ describe('chart values', () => {
       expect(await can('create', 'jobs.batch', '-n', watched[0] as string, '--as', sa('admit'))).toBe('yes')
       expect(await can('delete', 'jobs.batch', '-n', watched[1] as string, '--as', sa('cancel'))).toBe('yes')
       expect(await can('create', 'jobs.batch', '-n', env.namespace, '--as', sa('admit'))).toBe('no')
-      expect(await can('list', 'jobs.batch', '-A', '--as', sa('cancel'))).toBe('no')
+      expect(await can('delete', 'jobs.batch', '-A', '--as', sa('cancel'))).toBe('no')
+      expect(await can('patch', 'modelbackfills.ai.flexinfer', '-n', env.namespace, '--as', sa('lifecycle'))).toBe('no')
       const watcher = mode === 'keda' ? sa('source') : sa('apiserversource')
       expect(await can('watch', 'modelbackfills.ai.flexinfer', '-n', watched[1] as string, '--as', watcher)).toBe('yes')
       expect(await can('watch', 'modelbackfills.ai.flexinfer', '-A', '--as', watcher)).toBe('no')
     }
   })
 
-  it('credentials from existing Secrets: the workload reads that Secret, the chart makes no password for it', async () => {
+  it('credentials from existing Secrets: each workload mounts only its own Secret (only its key), the chart makes none for it', async () => {
     const release = 'model-backfill-existing'
     const ms = await render(release, {
       nats: {
         credentials: {
-          demand: { existingSecret: 'nats-demand', key: 'password' },
-          cancel: { existingSecret: 'nats-cancel' },
+          demand: { existingSecret: 'nats-demand', key: 'nkey' },
+          cancel: { existingSecret: 'nats-all', key: 'cancel.creds', format: 'creds' },
         },
       },
       ingress: { token: { existingSecret: 'gateway-token', key: 'bearer' } },
     })
-    const envOf = (fn: string) =>
-      (of(ms, 'Deployment').find((d) => d.metadata.name === `${release}-${fn}`)?.spec.template.spec.containers[0].env ??
-        []) as { name: string; value?: string; valueFrom?: { secretKeyRef?: object } }[]
-    const password = (fn: string) => envOf(fn).find((e) => e.name === 'NATS_PASSWORD')?.valueFrom?.secretKeyRef
-    expect(password('demand')).toEqual({ name: 'nats-demand', key: 'password' })
-    expect(password('cancel')).toEqual({ name: 'nats-cancel', key: 'cancel' })
-    expect(password('admit')).toEqual({ name: `${release}-nats`, key: 'admit' })
-    const secret = of(ms, 'Secret').find((s) => s.metadata.name === `${release}-nats`)
-    expect(Object.keys(secret?.stringData ?? {})).not.toContain('demand')
-    expect(of(ms, 'Secret').map((s) => s.metadata.name)).not.toContain(`${release}-ingress-token`)
-    const ingress = of(ms, 'Deployment').find((d) => d.metadata.name === `${release}-ingress`)
-    expect(ingress?.spec.template.spec.volumes).toEqual([{ name: 'token', secret: { secretName: 'gateway-token' } }])
+    const spec = (fn: string) =>
+      of(ms, 'Deployment').find((d) => d.metadata.name === `${release}-${fn}`)?.spec.template.spec
+    const envOf = (fn: string) => (spec(fn)?.containers[0].env ?? []) as { name: string; value?: string }[]
+    const seedVolume = (fn: string) =>
+      ((spec(fn)?.volumes ?? []) as { name: string; secret?: object }[]).find((v) => v.name === 'nats-seed')
+    expect(seedVolume('demand')).toEqual({
+      name: 'nats-seed',
+      secret: { secretName: 'nats-demand', items: [{ key: 'nkey', path: 'seed' }] },
+    })
+    expect(envOf('demand')).toContainEqual({
+      name: 'NATS_NKEY_SEED_FILE',
+      value: '/var/run/secrets/model-backfill-nats/seed',
+    })
+    expect(seedVolume('cancel')?.secret).toEqual({
+      secretName: 'nats-all',
+      items: [{ key: 'cancel.creds', path: 'seed' }],
+    })
+    expect(envOf('cancel')).toContainEqual({
+      name: 'NATS_CREDS_FILE',
+      value: '/var/run/secrets/model-backfill-nats/seed',
+    })
+    expect(envOf('cancel').map((e) => e.name)).not.toContain('NATS_NKEY_SEED_FILE')
+    expect(seedVolume('admit')).toEqual({ name: 'nats-seed', secret: { secretName: `${release}-nats-admit` } })
+    // No password anywhere, and no credential in NATS_URL.
+    for (const fn of ['source', 'demand', 'admit', 'cancel', 'lifecycle', 'ingress']) {
+      expect(envOf(fn).map((e) => e.name)).not.toContain('NATS_PASSWORD')
+      expect(envOf(fn).find((e) => e.name === 'NATS_URL')?.value).toBe(`nats://${fn}@$(NATS_HOST)`)
+    }
+    const secrets = of(ms, 'Secret').map((s) => s.metadata.name)
+    expect(secrets).not.toContain(`${release}-nats-demand`)
+    expect(secrets).not.toContain(`${release}-nats-cancel`)
+    expect(secrets).not.toContain(`${release}-ingress-token`)
+    expect(secrets).not.toContain(`${release}-nats-bridge`)
+    expect(of(ms, 'Secret').find((s) => s.metadata.name === `${release}-nats-admit`)?.stringData).toEqual({
+      seed: (BASE_VALUES.nats.credentials as Record<string, { seed: string }>).admit?.seed,
+    })
+    expect(spec('ingress')?.volumes).toContainEqual({ name: 'token', secret: { secretName: 'gateway-token' } })
     expect(envOf('ingress')).toContainEqual({
       name: 'INGRESS_TOKEN_FILE',
       value: '/var/run/secrets/model-backfill-ingress/bearer',
     })
   })
 
+  it('knative.httpAuth token: a bearer-token file instead of TokenReview (no audiences, no tokenreview role)', async () => {
+    const release = 'model-backfill-token'
+    const ms = await render(release, {
+      mode: 'knative',
+      knative: { httpAuth: { mode: 'token', token: { existingSecret: 'front-token', key: 'bearer' } } },
+    })
+    const services = ms.filter((m) => m.apiVersion === 'serving.knative.dev/v1')
+    for (const fn of ['source', 'admit', 'lifecycle']) {
+      const spec = services.find((m) => m.metadata.name === `${release}-${fn}`)?.spec.template.spec
+      const env = spec.containers[0].env as { name: string; value?: string }[]
+      expect(env).toContainEqual({ name: 'HTTP_AUTH_TOKEN_FILE', value: '/var/run/secrets/model-backfill-http/bearer' })
+      expect(env.map((e) => e.name)).not.toContain('HTTP_AUTH')
+      expect(spec.volumes).toContainEqual({ name: 'http-token', secret: { secretName: 'front-token' } })
+    }
+    for (const fn of ['demand', 'cancel']) {
+      const env = services.find((m) => m.metadata.name === `${release}-${fn}`)?.spec.template.spec.containers[0].env
+      expect((env as { name: string }[]).map((e) => e.name)).not.toContain('HTTP_AUTH_TOKEN_FILE')
+    }
+    for (const t of of(ms, 'Trigger')) expect(t.spec.subscriber.audience).toBeUndefined()
+    expect(ms.filter((m) => m.metadata.name.endsWith('-tokenreview'))).toEqual([])
+    const source = of(ms, 'ServiceAccount').find((m) => m.metadata.name === `${release}-source`)
+    expect(source?.automountServiceAccountToken).toBe(false)
+  })
+
   it('refuses what cannot work: a missing credential, a preemption path allowed to scale to zero, an unknown mode', async () => {
     const missing = await helmTemplate('model-backfill-bad', { ingress: { token: { value: 't' } } }, { bare: true })
     expect(missing.code).not.toBe(0)
     expect(missing.stderr).toContain('nats.credentials.')
+    const password = await helmTemplate('model-backfill-bad', { nats: { credentials: { demand: { password: 'pw' } } } })
+    expect(password.stderr).toContain('nats.credentials.demand.password: NATS users are NKey-only')
+    const notSeed = await helmTemplate('model-backfill-bad', { nats: { credentials: { admit: { seed: 'UABC' } } } })
+    expect(notSeed.stderr).toContain('nats.credentials.admit.seed is not an NKey user seed')
     expect((await helmTemplate('model-backfill-bad', { functions: { demand: { minReplicas: 0 } } })).stderr).toContain(
       'functions.demand.minReplicas must be at least 1',
     )
