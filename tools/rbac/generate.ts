@@ -47,6 +47,8 @@ export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grants> 
       r(FLEX, ['models'], ['get']),
       r('batch', ['cronjobs'], ['get']),
       r('batch', ['jobs'], ['get', 'delete']),
+      // The preempted attempt's pods, by the Job's UID label, in the same instant as the Job (functions/cancel).
+      r('', ['pods'], ['deletecollection']),
       r('', ['events'], ['create']),
     ],
     cluster: [r(FLEX, ['gamingsessions', 'gpuleases'], ['list']), r('batch', ['jobs'], ['list'])],
