@@ -8,6 +8,7 @@ import {
   DiscardPolicy,
   type JetStreamClient,
   type JetStreamManager,
+  JsHeaders,
   jetstream,
   jetstreamManager,
   PubHeaders,
@@ -118,7 +119,10 @@ export const streamConfigs: (Partial<StreamConfig> & { name: string })[] = [
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
     max_msgs_per_subject: 1,
+    // A timer is disarmed by a roll-up tombstone on its schedule subject (Bus.cancelTimer), which expires by its
+    // own TTL: no function user needs the purge right, whose filter would be in the body (it purged everything).
     allow_rollup_hdrs: true,
+    allow_msg_ttl: true,
     allow_msg_schedules: true,
   },
   {
@@ -353,6 +357,8 @@ export function headerSafe(value: string, max = 1024): string {
 
 /** nats-server (2.12–2.14) evaluates message schedules on a ~250 ms tick; measured, see bench/README.md. */
 export const SCHEDULER_TICK_MS = 250
+/** How long a disarmed timer's tombstone stays stored (Nats-TTL; the server's minimum is 1 s). */
+export const TIMER_TOMBSTONE_TTL = '1s'
 
 export class Bus {
   readonly js: JetStreamClient
@@ -413,12 +419,13 @@ export class Bus {
     })
   }
 
-  /** Whether the backfill's timer schedule is stored (armed and not yet fired). */
+  /** Whether the backfill's timer schedule is stored (armed and not yet fired); a tombstone is no timer. */
   async timerArmed(namespace: string, backfill: string): Promise<boolean> {
     try {
-      return Boolean(
-        await this.jsm.streams.getMessage(STREAM_TIMERS, { last_by_subj: scheduleSubject(namespace, backfill) }),
-      )
+      const stored = await this.jsm.streams.getMessage(STREAM_TIMERS, {
+        last_by_subj: scheduleSubject(namespace, backfill),
+      })
+      return Boolean(stored?.header.get(PubHeaders.Schedule))
     } catch (err) {
       if (isNotFound(err)) return false
       throw err
@@ -446,8 +453,16 @@ export class Bus {
     return true
   }
 
+  /**
+   * Disarms the backfill's timer without a purge: a tombstone (no Nats-Schedule header, so the server stores it and
+   * never fires it) rolls up the schedule on its subject, then expires by its TTL so the sweep's listing of stored
+   * schedules (functions/lifecycle/resync.ts) stops showing it. Arming again simply replaces the tombstone.
+   */
   async cancelTimer(namespace: string, backfill: string) {
-    await this.jsm.streams.purge(STREAM_TIMERS, { filter: scheduleSubject(namespace, backfill) })
+    const h = headers()
+    h.set(JsHeaders.RollupHdr, JsHeaders.RollupValueSubject)
+    h.set(PubHeaders.MessageTTL, TIMER_TOMBSTONE_TTL)
+    await this.js.publish(scheduleSubject(namespace, backfill), new Uint8Array(), { headers: h })
   }
 
   /**

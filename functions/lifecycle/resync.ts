@@ -167,7 +167,11 @@ async function readStates(deps: Deps, scopes: (string | undefined)[]): Promise<M
   return states
 }
 
-/** Keys (`<namespace>.<backfill>`) of the backfills whose timer schedule is stored: one stream info per scope. */
+/**
+ * Keys (`<namespace>.<backfill>`) of the backfills whose timer schedule is stored: one stream info per scope. A
+ * disarmed timer's tombstone is listed too until its 1 s TTL ends; only backfills whose state was deleted with it
+ * (or that re-armed, replacing it) have one, so it never hides a timer that should be stored.
+ */
 async function storedTimers(deps: Deps, scopes: (string | undefined)[]): Promise<Set<string>> {
   const prefix = 'flexinfer.schedules.'
   const stored = new Set<string>()
