@@ -42,6 +42,7 @@ import {
   subjectFor,
 } from '../events/catalog.js'
 import { type Extensions, encode } from '../events/codec.js'
+import { republishPrefix } from './kv-mirror.js'
 import type { Logger } from './log.js'
 
 const FOREGROUND_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
@@ -194,6 +195,14 @@ export interface Buckets {
   claims: KV
 }
 
+/**
+ * The buckets functions follow (the metrics exporter: backfills; demand: claims) republish every change to
+ * flexinfer.kv.<bucket>.<key>: functions subscribe to that instead of creating watch consumers (runtime/kv-mirror.ts).
+ */
+function republishOf(bucket: string) {
+  return { src: `$KV.${bucket}.>`, dest: `${republishPrefix(bucket)}>` }
+}
+
 const bucketConfigs = [
   {
     name: BUCKET_MODEL_IDLE,
@@ -201,8 +210,18 @@ const bucketConfigs = [
     ttl: IDLE_STATE_TTL_MS,
     description: 'Per-model foreground idle state (demand function)',
   },
-  { name: BUCKET_BACKFILLS, history: 5, description: 'Per-backfill attempt state, written by CAS' },
-  { name: BUCKET_CLAIMS, history: 1, description: 'Exclusive model/node claims of active attempts' },
+  {
+    name: BUCKET_BACKFILLS,
+    history: 5,
+    description: 'Per-backfill attempt state, written by CAS',
+    republish: republishOf(BUCKET_BACKFILLS),
+  },
+  {
+    name: BUCKET_CLAIMS,
+    history: 1,
+    description: 'Exclusive model/node claims of active attempts',
+    republish: republishOf(BUCKET_CLAIMS),
+  },
 ] as const
 
 export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager): Promise<Buckets> {
@@ -211,11 +230,17 @@ export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager):
     bucketConfigs.map(({ name, ...options }) => kvm.create(name, options)),
   )
   // Kvm.create binds to an existing bucket as it is: a bucket made by an older release gets its TTL here.
+  // Same for the republish of the followed buckets.
   for (const config of bucketConfigs) {
     const ttl = 'ttl' in config ? ns(config.ttl) : 0
-    if (!jsm || !ttl) continue
+    const republish = 'republish' in config ? config.republish : undefined
+    if (!jsm || (!ttl && !republish)) continue
     const info = await jsm.streams.info(`KV_${config.name}`)
-    if (info.config.max_age !== ttl) await jsm.streams.update(info.config.name, { ...info.config, max_age: ttl })
+    const stale =
+      (ttl && info.config.max_age !== ttl) ||
+      (republish && (info.config.republish?.src !== republish.src || info.config.republish?.dest !== republish.dest))
+    if (stale)
+      await jsm.streams.update(info.config.name, { ...info.config, ...(ttl ? { max_age: ttl } : {}), republish })
   }
   return { idle, backfills, claims } as Buckets
 }
@@ -298,41 +323,7 @@ function readNkeySeed(file: string): Uint8Array {
   return new TextEncoder().encode(seed)
 }
 
-/** A bucket's current values (or the keys under a filter) in memory, kept current by a KV watch. */
-export class KvMirror<T> {
-  readonly values = new Map<string, T>()
-  /** parse: turns a stored value into T, or null for one that cannot be read (then it is left out). */
-  constructor(private readonly parse: (raw: unknown, key: string) => T | null = (raw) => raw as T) {}
-
-  private watch?: Awaited<ReturnType<KV['watch']>>
-  private done?: Promise<void>
-
-  /** The watch replays the current values first, then follows changes. */
-  async start(kv: KV, key?: string) {
-    const watch = await kv.watch(key ? { key } : undefined)
-    this.watch = watch
-    this.done = (async () => {
-      for await (const e of watch) {
-        const value = e.operation === 'PUT' ? this.read(e.key, e.string()) : null
-        if (value !== null) this.values.set(e.key, value)
-        else this.values.delete(e.key)
-      }
-    })()
-  }
-
-  async stop() {
-    this.watch?.stop()
-    await this.done
-  }
-
-  private read(key: string, text: string): T | null {
-    try {
-      return this.parse(JSON.parse(text), key)
-    } catch {
-      return null
-    }
-  }
-}
+export { KvMirror } from './kv-mirror.js'
 
 export const DEAD_LETTER_REASON = 'Flexinfer-Dead-Letter-Reason'
 /** Set when the dead-lettered payload was cut to DEAD_LETTER_MAX_PAYLOAD: the original size in bytes. */

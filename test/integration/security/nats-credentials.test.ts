@@ -1,9 +1,10 @@
 // NATS identities and permissions with a real nats-server running nats/auth.conf (NKey users only):
 // - each function connects with its own seed file (a mounted Secret: NATS_NKEY_SEED_FILE); a wrong seed, a password
 //   or no credential is refused; a placeholder seed stops the process before it connects;
-// - no function user may create a consumer on any stream (durable, ephemeral or ordered, the KV_* streams included)
-//   other than the KV watches it really runs, nor purge or delete a stream or bucket, nor publish an event type it
-//   does not own; the gateway publishes foreground requests and nothing else. What they do use still works.
+// - no function user may create or delete a consumer on any stream (durable, ephemeral or ordered, the KV_* streams
+//   included, no exception: buckets are followed through their republished subjects), nor purge or delete a stream
+//   or bucket (timers are disarmed by a tombstone), nor publish an event type it does not own or on the republished
+//   KV subjects; the gateway publishes foreground requests and nothing else. What they do use still works.
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream'
@@ -120,16 +121,20 @@ describe('least privilege on JetStream', () => {
           `$JS.API.CONSUMER.CREATE.${stream}`,
           `$JS.API.CONSUMER.CREATE.${stream}.intruder`,
           `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.intruder`,
-          // another subject than the watch the code runs, in the filtered form
+          // the filtered form, on another subject and on the KV watch subjects an ordered watch uses
           `$JS.API.CONSUMER.CREATE.${stream}.intruder.flexinfer.events.>`,
+          `$JS.API.CONSUMER.CREATE.${stream}.intruder.$KV.flexinfer-backfills.>`,
+          `$JS.API.CONSUMER.CREATE.${stream}.intruder.$KV.flexinfer-claims.model.>`,
+          `$JS.API.CONSUMER.DELETE.${stream}.intruder`,
         ]) {
           const outcome = await attempt(user, subject)
           if (outcome !== 'refused') results.push(`${user} ${subject}: ${outcome}`)
         }
       }
     }
-    // The one exception: lifecycle's resync sweep over several namespaces (multi-filter watch of its bucket).
-    expect(results).toEqual(['lifecycle $JS.API.CONSUMER.CREATE.KV_flexinfer-backfills.intruder: answered'])
+    // No exception: the KV watches follow the buckets' republished subjects instead (runtime/kv-mirror.ts), so no
+    // function can name a deliver subject the server would not check.
+    expect(results).toEqual([])
   }, 120_000)
 
   it('no function user purges or deletes a stream or a bucket, the timers stream included', async () => {
@@ -245,22 +250,69 @@ describe('least privilege on JetStream', () => {
     expect(await attempt('gateway', '$JS.API.INFO')).toBe('refused')
   }, 120_000)
 
-  it('what the functions do use still works: every metrics watch of flexinfer-backfills, demand’s claims watch', async () => {
+  it('the functions follow the buckets without a consumer: every metrics mirror of flexinfer-backfills, demand’s claims', async () => {
+    // Written by admit (it may write both buckets), followed by every function user from the republished subjects.
+    const admit = await Bus.open(await as('admit'), { provision: false, waitMs: 5_000 })
+    await admit.kv.backfills.put('follow.before', JSON.stringify({ n: 1 }))
+    await admit.kv.claims.put('model.follow.before', JSON.stringify({ n: 1 }))
+    const mirrors: { user: string; mirror: KvMirror<unknown>; prefix: string }[] = []
     for (const user of FUNCTIONS) {
-      const bus = await Bus.open(await as(user), { provision: false, waitMs: 5_000 })
+      const nc = await as(user)
+      const bus = await Bus.open(nc, { provision: false, waitMs: 5_000 })
       const mirror = new KvMirror<unknown>()
-      await mirror.start(bus.kv.backfills)
-      await mirror.stop()
+      await mirror.start(nc, bus.kv.backfills)
+      mirrors.push({ user, mirror, prefix: 'follow.' })
       if (user === 'demand') {
         const claims = new KvMirror<unknown>()
-        await claims.start(bus.kv.claims, 'model.>')
-        await claims.stop()
+        await claims.start(nc, bus.kv.claims, 'model.>')
+        mirrors.push({ user: 'demand claims', mirror: claims, prefix: 'model.follow.' })
       }
     }
+    // The snapshot (stream info + direct gets) has what was there before the start.
+    for (const { user, mirror, prefix } of mirrors) expect(mirror.values.get(`${prefix}before`), user).toEqual({ n: 1 })
+    // Changes after the start arrive on the republished subjects: a put, an update, a delete.
+    await admit.kv.backfills.put('follow.after', JSON.stringify({ n: 2 }))
+    await admit.kv.claims.put('model.follow.after', JSON.stringify({ n: 2 }))
+    await admit.kv.backfills.delete('follow.before')
+    await admit.kv.claims.delete('model.follow.before')
+    const deadline = Date.now() + 10_000
+    const caughtUp = () =>
+      mirrors.every(
+        ({ mirror, prefix }) => mirror.values.has(`${prefix}after`) && !mirror.values.has(`${prefix}before`),
+      )
+    while (!caughtUp() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
+    for (const { user, mirror, prefix } of mirrors) {
+      expect(mirror.values.get(`${prefix}after`), user).toEqual({ n: 2 })
+      expect(mirror.values.has(`${prefix}before`), user).toBe(false)
+    }
+    for (const { mirror } of mirrors) await mirror.stop()
     const log = await nats.log()
     expect(
-      log.split('\n').filter((l) => /violation/i.test(l) && /KV_WATCHER|KV_flexinfer-backfills\.KV/.test(l)),
+      log
+        .split('\n')
+        .filter((l) => /violation/i.test(l) && /flexinfer\.kv\.|KV_flexinfer-(backfills|claims)\.\$KV/.test(l)),
     ).toEqual([])
+  })
+
+  it('nobody may publish on the republished KV subjects (a forged claim or state would reach the mirrors)', async () => {
+    const results: string[] = []
+    for (const user of [...USERS, 'provision'] as const) {
+      for (const subject of ['flexinfer.kv.flexinfer-claims.model.ns.m', 'flexinfer.kv.flexinfer-backfills.ns.b']) {
+        const nc = await as(user)
+        nc.publish(subject, '{}')
+        await nc.flush()
+      }
+    }
+    await new Promise((r) => setTimeout(r, 500)) // the server's log is written asynchronously
+    const log = await nats.log()
+    for (const user of [...USERS, 'provision'])
+      for (const subject of ['flexinfer.kv.flexinfer-claims.model.ns.m', 'flexinfer.kv.flexinfer-backfills.ns.b'])
+        if (
+          !log.includes(`security-${user}" - `) ||
+          !new RegExp(`security-${user}".*Publish Violation - Subject "${subject.replace(/\./g, '\\.')}"`).test(log)
+        )
+          results.push(`${user} ${subject}`)
+    expect(results).toEqual([])
   })
 })
 
