@@ -307,8 +307,10 @@ export async function stateHistory(s: Session, namespace: string, name: string):
 export async function timerSchedule(s: Session, namespace: string, name: string) {
   try {
     const msg = await s.jsm.streams.getMessage(STREAM_TIMERS, { last_by_subj: scheduleSubject(namespace, name) })
-    if (!msg) return { stored: false }
-    return { stored: true, schedule: msg.header?.get(PubHeaders.Schedule) || undefined }
+    // A disarmed timer leaves a tombstone (no schedule header) for a second: no timer.
+    const schedule = msg?.header?.get(PubHeaders.Schedule)
+    if (!schedule) return { stored: false }
+    return { stored: true, schedule }
   } catch (err) {
     if (isNotFound(err)) return { stored: false }
     throw err

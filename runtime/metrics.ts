@@ -1,6 +1,6 @@
 // The four metric families of contract.md, with their exact names and labels. The counts live in each
 // backfill's KV state and change atomically with the transition that causes them, so an instance scaling to
-// zero right after counting loses nothing; the exporter only reads them (a KV watch keeps its copy current).
+// zero right after counting loses nothing; the exporter only reads them (runtime/kv-mirror.ts keeps its copy current from the republished changes).
 //
 // Labels, and nothing else: backfill, namespace, model (names a tenant already gave its own objects), result
 // (success|failure), reason (the bounded PREEMPTION_REASONS). No message, node, Job, image or user-supplied text.
@@ -92,7 +92,7 @@ export class BackfillMetrics {
 
   start(bus: Bus) {
     this.bus = bus
-    return this.mirror.start(bus.kv.backfills)
+    return this.mirror.start(bus.nc, bus.kv.backfills)
   }
 
   stop() {

@@ -8,6 +8,7 @@ import {
   DiscardPolicy,
   type JetStreamClient,
   type JetStreamManager,
+  JsHeaders,
   jetstream,
   jetstreamManager,
   PubHeaders,
@@ -41,6 +42,7 @@ import {
   subjectFor,
 } from '../events/catalog.js'
 import { type Extensions, encode } from '../events/codec.js'
+import { republishPrefix } from './kv-mirror.js'
 import type { Logger } from './log.js'
 
 const FOREGROUND_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
@@ -118,7 +120,10 @@ export const streamConfigs: (Partial<StreamConfig> & { name: string })[] = [
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
     max_msgs_per_subject: 1,
+    // A timer is disarmed by a roll-up tombstone on its schedule subject (Bus.cancelTimer), which expires by its
+    // own TTL: no function user needs the purge right, whose filter would be in the body (it purged everything).
     allow_rollup_hdrs: true,
+    allow_msg_ttl: true,
     allow_msg_schedules: true,
   },
   {
@@ -232,6 +237,14 @@ export interface Buckets {
   claims: KV
 }
 
+/**
+ * The buckets functions follow (the metrics exporter: backfills; demand: claims) republish every change to
+ * flexinfer.kv.<bucket>.<key>: functions subscribe to that instead of creating watch consumers (runtime/kv-mirror.ts).
+ */
+function republishOf(bucket: string) {
+  return { src: `$KV.${bucket}.>`, dest: `${republishPrefix(bucket)}>` }
+}
+
 const bucketConfigs = [
   {
     name: BUCKET_MODEL_IDLE,
@@ -239,8 +252,18 @@ const bucketConfigs = [
     ttl: IDLE_STATE_TTL_MS,
     description: 'Per-model foreground idle state (demand function)',
   },
-  { name: BUCKET_BACKFILLS, history: 5, description: 'Per-backfill attempt state, written by CAS' },
-  { name: BUCKET_CLAIMS, history: 1, description: 'Exclusive model/node claims of active attempts' },
+  {
+    name: BUCKET_BACKFILLS,
+    history: 5,
+    description: 'Per-backfill attempt state, written by CAS',
+    republish: republishOf(BUCKET_BACKFILLS),
+  },
+  {
+    name: BUCKET_CLAIMS,
+    history: 1,
+    description: 'Exclusive model/node claims of active attempts',
+    republish: republishOf(BUCKET_CLAIMS),
+  },
 ] as const
 
 /**
@@ -263,14 +286,24 @@ export async function ensureBuckets(
     bucketConfigs.map(({ name, ...options }) => kvm.create(name, { ...options, replicas, ...LEADER_READS })),
   )
   // Kvm.create binds to an existing bucket as it is: a bucket made by an older release (or with other replicas, or
-  // direct gets) is brought to this configuration here.
+  // direct gets, or without the republish of the followed buckets) is brought to this configuration here.
   for (const config of bucketConfigs) {
     if (!jsm) continue
     const ttl = 'ttl' in config ? ns(config.ttl) : 0
+    const republish = 'republish' in config ? config.republish : undefined
     const info = await jsm.streams.info(`KV_${config.name}`)
     const current = info.config
-    if (current.max_age === ttl && current.num_replicas === replicas && !current.allow_direct) continue
-    await jsm.streams.update(current.name, { ...current, max_age: ttl, num_replicas: replicas, allow_direct: false })
+    const republishStale =
+      republish && (current.republish?.src !== republish.src || current.republish?.dest !== republish.dest)
+    if (current.max_age === ttl && current.num_replicas === replicas && !current.allow_direct && !republishStale)
+      continue
+    await jsm.streams.update(current.name, {
+      ...current,
+      max_age: ttl,
+      num_replicas: replicas,
+      allow_direct: false,
+      ...(republish ? { republish } : {}),
+    })
     if (current.num_replicas !== replicas) await awaitReplicas(jsm, current.name, replicas)
   }
   return { idle, backfills, claims } as Buckets
@@ -353,41 +386,7 @@ function readNkeySeed(file: string): Uint8Array {
   return new TextEncoder().encode(seed)
 }
 
-/** A bucket's current values (or the keys under a filter) in memory, kept current by a KV watch. */
-export class KvMirror<T> {
-  readonly values = new Map<string, T>()
-  /** parse: turns a stored value into T, or null for one that cannot be read (then it is left out). */
-  constructor(private readonly parse: (raw: unknown, key: string) => T | null = (raw) => raw as T) {}
-
-  private watch?: Awaited<ReturnType<KV['watch']>>
-  private done?: Promise<void>
-
-  /** The watch replays the current values first, then follows changes. */
-  async start(kv: KV, key?: string) {
-    const watch = await kv.watch(key ? { key } : undefined)
-    this.watch = watch
-    this.done = (async () => {
-      for await (const e of watch) {
-        const value = e.operation === 'PUT' ? this.read(e.key, e.string()) : null
-        if (value !== null) this.values.set(e.key, value)
-        else this.values.delete(e.key)
-      }
-    })()
-  }
-
-  async stop() {
-    this.watch?.stop()
-    await this.done
-  }
-
-  private read(key: string, text: string): T | null {
-    try {
-      return this.parse(JSON.parse(text), key)
-    } catch {
-      return null
-    }
-  }
-}
+export { KvMirror } from './kv-mirror.js'
 
 export const DEAD_LETTER_REASON = 'Flexinfer-Dead-Letter-Reason'
 /** Set when the dead-lettered payload was cut to DEAD_LETTER_MAX_PAYLOAD: the original size in bytes. */
@@ -412,6 +411,8 @@ export function headerSafe(value: string, max = 1024): string {
 
 /** nats-server (2.12–2.14) evaluates message schedules on a ~250 ms tick; measured, see bench/README.md. */
 export const SCHEDULER_TICK_MS = 250
+/** How long a disarmed timer's tombstone stays stored (Nats-TTL; the server's minimum is 1 s). */
+export const TIMER_TOMBSTONE_TTL = '1s'
 
 export class Bus {
   readonly js: JetStreamClient
@@ -473,12 +474,13 @@ export class Bus {
     })
   }
 
-  /** Whether the backfill's timer schedule is stored (armed and not yet fired). */
+  /** Whether the backfill's timer schedule is stored (armed and not yet fired); a tombstone is no timer. */
   async timerArmed(namespace: string, backfill: string): Promise<boolean> {
     try {
-      return Boolean(
-        await this.jsm.streams.getMessage(STREAM_TIMERS, { last_by_subj: scheduleSubject(namespace, backfill) }),
-      )
+      const stored = await this.jsm.streams.getMessage(STREAM_TIMERS, {
+        last_by_subj: scheduleSubject(namespace, backfill),
+      })
+      return Boolean(stored?.header.get(PubHeaders.Schedule))
     } catch (err) {
       if (isNotFound(err)) return false
       throw err
@@ -506,8 +508,16 @@ export class Bus {
     return true
   }
 
+  /**
+   * Disarms the backfill's timer without a purge: a tombstone (no Nats-Schedule header, so the server stores it and
+   * never fires it) rolls up the schedule on its subject, then expires by its TTL so the sweep's listing of stored
+   * schedules (functions/lifecycle/resync.ts) stops showing it. Arming again simply replaces the tombstone.
+   */
   async cancelTimer(namespace: string, backfill: string) {
-    await this.jsm.streams.purge(STREAM_TIMERS, { filter: scheduleSubject(namespace, backfill) })
+    const h = headers()
+    h.set(JsHeaders.RollupHdr, JsHeaders.RollupValueSubject)
+    h.set(PubHeaders.MessageTTL, TIMER_TOMBSTONE_TTL)
+    await this.js.publish(scheduleSubject(namespace, backfill), new Uint8Array(), { headers: h })
   }
 
   /**

@@ -43,7 +43,7 @@ interface ModelEntry {
 
 export class Demand {
   private readonly models = new Map<string, ModelEntry>()
-  /** Who holds which model (`model.<namespace>.<model>`), from a watch of the claims bucket. */
+  /** Who holds which model (`model.<namespace>.<model>`), mirrored from the claims bucket's republished changes. */
   private readonly claims = new KvMirror<Claim>((raw, key) => {
     const r = parseClaim(raw)
     if (r.ok) return r.value
@@ -65,7 +65,7 @@ export class Demand {
   }
 
   start() {
-    return this.claims.start(this.deps.bus.kv.claims, 'model.>')
+    return this.claims.start(this.deps.bus.nc, this.deps.bus.kv.claims, 'model.>')
   }
 
   async stop() {

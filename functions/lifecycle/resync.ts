@@ -4,14 +4,14 @@
 // pure needsResync() (core/resync.ts) about each, and publishes one `ai.flexinfer.backfill.resync` per backfill
 // that may be wrong. Each of those is reconciled on its own (its own retries, its own dead letter), so one odd
 // object never holds up the others, and the sweep itself stays a few list calls long at 10,000 backfills.
-import type { KV } from '@nats-io/kv'
 import { GROUP, VERSION } from '../../core/api.js'
 import { backfillKey, LABEL_BACKFILL } from '../../core/names.js'
 import { needsResync, RESYNC_MS, type ResyncReason } from '../../core/resync.js'
 import type { BackfillState } from '../../core/state.js'
 import { type JobView, jobView, type ModelView, modelView } from '../../core/world.js'
-import { BACKFILL_SCHEDULES_FILTER, BUCKET_BACKFILLS, STREAM_TIMERS } from '../../events/catalog.js'
+import { BACKFILL_SCHEDULES_FILTER, STREAM_TIMERS } from '../../events/catalog.js'
 import { PLURALS } from '../../runtime/kube.js'
+import { kvSnapshot } from '../../runtime/kv-mirror.js'
 import { type Deps, readState } from '../../runtime/reconcile.js'
 
 /** The sweep period: env RESYNC_MS (milliseconds, at least 1000); 0 turns the schedule off (not recommended). */
@@ -129,45 +129,38 @@ async function listModels(deps: Deps, namespace?: string): Promise<ModelView[]> 
 }
 
 /**
- * The backfill states in scope, read by one KV watch that replays the current values (not one get per backfill).
- * The stream's per-subject counts (one stream info) say whether there is anything to replay at all.
+ * The backfill states in scope, read without a consumer (functions may create none: nats/README.md): one stream
+ * info per scope lists the keys, then bounded direct gets (runtime/kv-mirror.ts kvSnapshot).
  */
 async function readStates(deps: Deps, scopes: (string | undefined)[]): Promise<Map<string, BackfillState>> {
-  const kv: KV = deps.bus.kv.backfills
   const states = new Map<string, BackfillState>()
-  const keys = scopes.map((ns) => (ns ? `${ns}.>` : '>'))
-  let expected = 0
-  for (const key of keys) {
-    const info = await deps.bus.jsm.streams.info(`KV_${BUCKET_BACKFILLS}`, {
-      subjects_filter: `$KV.${BUCKET_BACKFILLS}.${key}`,
-    })
-    expected += Object.keys(info.state.subjects ?? {}).length
-  }
-  if (expected === 0) return states
-  const watch = await kv.watch({ key: keys.length === 1 ? keys[0] : keys })
-  const timer = setTimeout(() => watch.stop(), STATE_READ_TIMEOUT_MS)
-  let complete = false
+  const filters = scopes.map((ns) => (ns ? `${ns}.>` : '>'))
+  const read = kvSnapshot(deps.bus.kv.backfills, filters)
+  let timer: NodeJS.Timeout | undefined
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`resync: reading the backfill states took longer than ${STATE_READ_TIMEOUT_MS} ms`)),
+      STATE_READ_TIMEOUT_MS,
+    )
+  })
   try {
-    for await (const e of watch) {
-      // An unreadable state is left out: the sweep then sees no state (NoState) and the decision takes it over.
+    const { entries } = await Promise.race([read, deadline])
+    // An unreadable state is left out: the sweep then sees no state (NoState) and the decision takes it over.
+    for (const e of entries) {
       const state = readState(deps.log, e)
       if (state) states.set(e.key, state)
-      else states.delete(e.key)
-      // The replay is over at its last entry (nats.js marks it isUpdate; nothing is pending after it).
-      if (e.isUpdate || !e.delta) {
-        complete = true
-        break
-      }
     }
   } finally {
     clearTimeout(timer)
-    watch.stop()
   }
-  if (!complete) throw new Error(`resync: reading the backfill states took longer than ${STATE_READ_TIMEOUT_MS} ms`)
   return states
 }
 
-/** Keys (`<namespace>.<backfill>`) of the backfills whose timer schedule is stored: one stream info per scope. */
+/**
+ * Keys (`<namespace>.<backfill>`) of the backfills whose timer schedule is stored: one stream info per scope. A
+ * disarmed timer's tombstone is listed too until its 1 s TTL ends; only backfills whose state was deleted with it
+ * (or that re-armed, replacing it) have one, so it never hides a timer that should be stored.
+ */
 async function storedTimers(deps: Deps, scopes: (string | undefined)[]): Promise<Set<string>> {
   const prefix = 'flexinfer.schedules.'
   const stored = new Set<string>()

@@ -1,9 +1,10 @@
 // NATS identities and permissions with a real nats-server running nats/auth.conf (NKey users only):
 // - each function connects with its own seed file (a mounted Secret: NATS_NKEY_SEED_FILE); a wrong seed, a password
 //   or no credential is refused; a placeholder seed stops the process before it connects;
-// - no function user may create a consumer on any stream (durable, ephemeral or ordered, the KV_* streams included)
-//   other than the KV watches it really runs, nor purge or delete a stream or bucket, nor publish an event type it
-//   does not own; the gateway publishes foreground requests and nothing else. What they do use still works.
+// - no function user may create or delete a consumer on any stream (durable, ephemeral or ordered, the KV_* streams
+//   included, no exception: buckets are followed through their republished subjects), nor purge or delete a stream
+//   or bucket (timers are disarmed by a tombstone), nor publish an event type it does not own or on the republished
+//   KV subjects; the gateway publishes foreground requests and nothing else. What they do use still works.
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream'
@@ -120,19 +121,23 @@ describe('least privilege on JetStream', () => {
           `$JS.API.CONSUMER.CREATE.${stream}`,
           `$JS.API.CONSUMER.CREATE.${stream}.intruder`,
           `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.intruder`,
-          // another subject than the watch the code runs, in the filtered form
+          // the filtered form, on another subject and on the KV watch subjects an ordered watch uses
           `$JS.API.CONSUMER.CREATE.${stream}.intruder.flexinfer.events.>`,
+          `$JS.API.CONSUMER.CREATE.${stream}.intruder.$KV.flexinfer-backfills.>`,
+          `$JS.API.CONSUMER.CREATE.${stream}.intruder.$KV.flexinfer-claims.model.>`,
+          `$JS.API.CONSUMER.DELETE.${stream}.intruder`,
         ]) {
           const outcome = await attempt(user, subject)
           if (outcome !== 'refused') results.push(`${user} ${subject}: ${outcome}`)
         }
       }
     }
-    // The one exception: lifecycle's resync sweep over several namespaces (multi-filter watch of its bucket).
-    expect(results).toEqual(['lifecycle $JS.API.CONSUMER.CREATE.KV_flexinfer-backfills.intruder: answered'])
+    // No exception: the KV watches follow the buckets' republished subjects instead (runtime/kv-mirror.ts), so no
+    // function can name a deliver subject the server would not check.
+    expect(results).toEqual([])
   }, 120_000)
 
-  it('no function user purges or deletes a stream or a bucket (only the timers subject purge of admit/cancel/lifecycle)', async () => {
+  it('no function user purges or deletes a stream or a bucket, the timers stream included', async () => {
     const results: string[] = []
     for (const user of [...USERS, 'provision'] as const) {
       for (const stream of STREAMS) {
@@ -147,7 +152,53 @@ describe('least privilege on JetStream', () => {
         }
       }
     }
-    expect(results.sort()).toEqual(['admit', 'cancel', 'lifecycle'].map((u) => `${u} PURGE FLEXINFER_TIMERS`).sort())
+    // admit/cancel/lifecycle once had PURGE on FLEXINFER_TIMERS (a filtered purge cancelled a timer): its filter is
+    // in the body, so the same right purged every timer. They disarm with a tombstone now (next test).
+    expect(results).toEqual([])
+  }, 120_000)
+
+  it('a timer is disarmed without a purge: the tombstone never fires, expires, and the timer can be re-armed', async () => {
+    const ns = 'disarm'
+    const firedCount = async (jsm: Awaited<ReturnType<typeof jetstreamManager>>, name: string) => {
+      const info = await jsm.streams.info('FLEXINFER_TIMERS', {
+        subjects_filter: `flexinfer.events.timer.${ns}.${name}`,
+      })
+      return Object.values(info.state.subjects ?? {}).reduce((a, b) => a + b, 0)
+    }
+    const waitFired = async (jsm: Awaited<ReturnType<typeof jetstreamManager>>, name: string) => {
+      const deadline = Date.now() + 10_000
+      while ((await firedCount(jsm, name)) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200))
+      return firedCount(jsm, name)
+    }
+    // The three users that arm timers, side by side (bounded: ~6 s each on an idle machine).
+    await Promise.all(
+      (['admit', 'cancel', 'lifecycle'] as const).map(async (user) => {
+        const bus = await Bus.open(await as(user), { provision: false, waitMs: 5_000 })
+        const name = `t-${user}`
+        const due = new Date(Date.now() + 2_500).toISOString()
+        // A control timer with the same due time, left armed: it must fire in the same wait.
+        await bus.armTimer(ns, `${name}-control`, due)
+        await bus.armTimer(ns, name, due)
+        expect(await bus.timerArmed(ns, name), user).toBe(true)
+        await bus.cancelTimer(ns, name)
+        expect(await bus.timerArmed(ns, name), user).toBe(false)
+        expect(await waitFired(bus.jsm, `${name}-control`), `${user}: the control timer did not fire`).toBe(1)
+        // Past the due time and a few scheduler ticks more (~250 ms each; the machine is loaded).
+        await new Promise((r) => setTimeout(r, 2_000))
+        expect(await firedCount(bus.jsm, name), `${user}: a disarmed timer fired`).toBe(0)
+        // The tombstone carries a 1 s TTL: gone, so the sweep's listing of stored schedules no longer shows it.
+        const left = await bus.jsm.streams.info('FLEXINFER_TIMERS', {
+          subjects_filter: `flexinfer.schedules.${ns}.${name}`,
+        })
+        expect(left.state.subjects ?? {}, user).toEqual({})
+        // Re-armed after the tombstone: fires once, bounded.
+        await bus.armTimer(ns, name, new Date(Date.now() + 1_000).toISOString())
+        expect(await bus.timerArmed(ns, name), user).toBe(true)
+        expect(await waitFired(bus.jsm, name), `${user}: the re-armed timer did not fire`).toBe(1)
+      }),
+    )
+    const log = await nats.log()
+    expect(log.split('\n').filter((l) => /violation/i.test(l) && /\.disarm\./.test(l))).toEqual([])
   }, 120_000)
 
   it('the client libraries fail the same way: an ordered consumer, a new bucket, a bucket destroyed', async () => {
@@ -199,22 +250,69 @@ describe('least privilege on JetStream', () => {
     expect(await attempt('gateway', '$JS.API.INFO')).toBe('refused')
   }, 120_000)
 
-  it('what the functions do use still works: every metrics watch of flexinfer-backfills, demand’s claims watch', async () => {
+  it('the functions follow the buckets without a consumer: every metrics mirror of flexinfer-backfills, demand’s claims', async () => {
+    // Written by admit (it may write both buckets), followed by every function user from the republished subjects.
+    const admit = await Bus.open(await as('admit'), { provision: false, waitMs: 5_000 })
+    await admit.kv.backfills.put('follow.before', JSON.stringify({ n: 1 }))
+    await admit.kv.claims.put('model.follow.before', JSON.stringify({ n: 1 }))
+    const mirrors: { user: string; mirror: KvMirror<unknown>; prefix: string }[] = []
     for (const user of FUNCTIONS) {
-      const bus = await Bus.open(await as(user), { provision: false, waitMs: 5_000 })
+      const nc = await as(user)
+      const bus = await Bus.open(nc, { provision: false, waitMs: 5_000 })
       const mirror = new KvMirror<unknown>()
-      await mirror.start(bus.kv.backfills)
-      await mirror.stop()
+      await mirror.start(nc, bus.kv.backfills)
+      mirrors.push({ user, mirror, prefix: 'follow.' })
       if (user === 'demand') {
         const claims = new KvMirror<unknown>()
-        await claims.start(bus.kv.claims, 'model.>')
-        await claims.stop()
+        await claims.start(nc, bus.kv.claims, 'model.>')
+        mirrors.push({ user: 'demand claims', mirror: claims, prefix: 'model.follow.' })
       }
     }
+    // The snapshot (stream info + direct gets) has what was there before the start.
+    for (const { user, mirror, prefix } of mirrors) expect(mirror.values.get(`${prefix}before`), user).toEqual({ n: 1 })
+    // Changes after the start arrive on the republished subjects: a put, an update, a delete.
+    await admit.kv.backfills.put('follow.after', JSON.stringify({ n: 2 }))
+    await admit.kv.claims.put('model.follow.after', JSON.stringify({ n: 2 }))
+    await admit.kv.backfills.delete('follow.before')
+    await admit.kv.claims.delete('model.follow.before')
+    const deadline = Date.now() + 10_000
+    const caughtUp = () =>
+      mirrors.every(
+        ({ mirror, prefix }) => mirror.values.has(`${prefix}after`) && !mirror.values.has(`${prefix}before`),
+      )
+    while (!caughtUp() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
+    for (const { user, mirror, prefix } of mirrors) {
+      expect(mirror.values.get(`${prefix}after`), user).toEqual({ n: 2 })
+      expect(mirror.values.has(`${prefix}before`), user).toBe(false)
+    }
+    for (const { mirror } of mirrors) await mirror.stop()
     const log = await nats.log()
     expect(
-      log.split('\n').filter((l) => /violation/i.test(l) && /KV_WATCHER|KV_flexinfer-backfills\.KV/.test(l)),
+      log
+        .split('\n')
+        .filter((l) => /violation/i.test(l) && /flexinfer\.kv\.|KV_flexinfer-(backfills|claims)\.\$KV/.test(l)),
     ).toEqual([])
+  })
+
+  it('nobody may publish on the republished KV subjects (a forged claim or state would reach the mirrors)', async () => {
+    const results: string[] = []
+    for (const user of [...USERS, 'provision'] as const) {
+      for (const subject of ['flexinfer.kv.flexinfer-claims.model.ns.m', 'flexinfer.kv.flexinfer-backfills.ns.b']) {
+        const nc = await as(user)
+        nc.publish(subject, '{}')
+        await nc.flush()
+      }
+    }
+    await new Promise((r) => setTimeout(r, 500)) // the server's log is written asynchronously
+    const log = await nats.log()
+    for (const user of [...USERS, 'provision'])
+      for (const subject of ['flexinfer.kv.flexinfer-claims.model.ns.m', 'flexinfer.kv.flexinfer-backfills.ns.b'])
+        if (
+          !log.includes(`security-${user}" - `) ||
+          !new RegExp(`security-${user}".*Publish Violation - Subject "${subject.replace(/\./g, '\\.')}"`).test(log)
+        )
+          results.push(`${user} ${subject}`)
+    expect(results).toEqual([])
   })
 })
 
