@@ -6,7 +6,7 @@
 // points at the first. Shown: every trigger reads its consumer without an error ("leader node not found" when the
 // scaler cannot reach a leader), consumers are led by more than one server, and every trigger's value is its
 // consumer's lag at the leader (7 requests make demand's lag; where it is led varies from run to run).
-import { copyFile, mkdir } from 'node:fs/promises'
+import { copyFile, mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -27,8 +27,9 @@ import {
   deleteClusterScoped,
   FUNCTIONS,
   installUpstreamCrds,
+  makeNatsNkeys,
   NATS_ACCOUNT,
-  NATS_USERS,
+  type NatsNkeys,
   type NatsUser,
 } from '../support/deploy.js'
 import { type KedaOperator, type MetricSample, startKedaOperator } from '../support/keda.js'
@@ -37,14 +38,17 @@ const env = useTestEnv()
 const HOSTS = ['127.0.0.1', '127.0.0.2', '127.0.0.3']
 const reaper = new Reaper()
 let ports: { client: number; route: number; monitor: number }
-const passwords: Record<string, string> = {}
+let nkeys: NatsNkeys
 let build: Build
 let keda: KedaOperator
 let gateway: NatsConnection
 
+// auth.conf's users are NKeys only: the first server's entry names the user (its inbox prefix) and its seed file.
 const urlOf = (user: NatsUser) =>
   HOSTS.map((h, i) =>
-    i === 0 ? `nats://${user}:${passwords[user]}@${h}:${ports.client}` : `${h}:${ports.client}`,
+    i === 0
+      ? `nats://${user}@${h}:${ports.client}?nkey_seed_file=${encodeURIComponent(nkeys.seedFile(user))}`
+      : `${h}:${ports.client}`,
   ).join(',')
 
 beforeAll(async () => {
@@ -54,12 +58,7 @@ beforeAll(async () => {
   await mkdir(dir, { recursive: true })
   reaper.removeDir(dir)
   await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'auth.conf'))
-  const vars: Record<string, string> = {}
-  for (const user of NATS_USERS) {
-    passwords[user] = Math.random().toString(16).slice(2)
-    vars[`FLEXINFER_${user.toUpperCase()}_PASSWORD`] = passwords[user] as string
-  }
-  const { writeFile } = await import('node:fs/promises')
+  nkeys = await makeNatsNkeys(dir)
   await Promise.all(
     HOSTS.map(async (host, i) => {
       const conf = join(dir, `nats-${i}.conf`)
@@ -78,7 +77,7 @@ beforeAll(async () => {
       const p = startServer(reaper, `nats-${i}`, env.binaries.natsServer as string, ['-c', conf], {
         cwd: dir,
         logPath: join(dir, `nats-${i}.log`),
-        env: { ...process.env, ...vars },
+        env: { ...process.env, ...nkeys.serverEnv },
       })
       await whileRunning(
         p,

@@ -157,19 +157,38 @@ export interface AuthNats {
   stop(): Promise<void>
 }
 
-/** A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf with fresh NKeys. */
-export async function startAuthNats(natsServer: string): Promise<AuthNats> {
-  const dir = await mkdtemp(join(tmpdir(), 'nats-auth-'))
-  const [port, monitorPort] = (await freePorts(2)) as [number, number]
+/** Fresh NKeys for every user of nats/auth.conf: what nats-server is given, and each user's seed file. */
+export interface NatsNkeys {
+  /** FLEXINFER_<USER>_NKEY = public key, for nats-server's environment (auth.conf reads them). */
+  serverEnv: Record<string, string>
+  /** Path of a user's seed file (mode 0600, what its mounted Secret holds when deployed). */
+  seedFile(user: NatsUser): string
+  publicKey(user: NatsUser): string
+}
+
+/** Makes an NKey pair per user of nats/auth.conf and writes the seeds under `<dir>/seeds`. */
+export async function makeNatsNkeys(dir: string): Promise<NatsNkeys> {
   const publicKeys: Record<string, string> = {}
-  const envVars: Record<string, string> = {}
+  const serverEnv: Record<string, string> = {}
   await mkdir(join(dir, 'seeds'), { mode: 0o700 })
   for (const user of NATS_USERS) {
     const pair = createUser()
     publicKeys[user] = pair.getPublicKey()
-    envVars[`FLEXINFER_${user.toUpperCase()}_NKEY`] = publicKeys[user] as string
+    serverEnv[`FLEXINFER_${user.toUpperCase()}_NKEY`] = publicKeys[user] as string
     await writeFile(join(dir, 'seeds', `${user}.nk`), new TextDecoder().decode(pair.getSeed()), { mode: 0o600 })
   }
+  return {
+    serverEnv,
+    seedFile: (user) => join(dir, 'seeds', `${user}.nk`),
+    publicKey: (user) => publicKeys[user] as string,
+  }
+}
+
+/** A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf with fresh NKeys. */
+export async function startAuthNats(natsServer: string): Promise<AuthNats> {
+  const dir = await mkdtemp(join(tmpdir(), 'nats-auth-'))
+  const [port, monitorPort] = (await freePorts(2)) as [number, number]
+  const nkeys = await makeNatsNkeys(dir)
   await mkdir(join(dir, 'js'))
   await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'auth.conf'))
   const conf = join(dir, 'nats-server.conf')
@@ -188,7 +207,7 @@ export async function startAuthNats(natsServer: string): Promise<AuthNats> {
   const logPath = join(dir, 'nats-server.log')
   const out = createWriteStream(logPath)
   const child: ChildProcess = spawn(natsServer, ['-c', conf], {
-    env: { ...process.env, ...envVars },
+    env: { ...process.env, ...nkeys.serverEnv },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   child.stdout?.pipe(out)
@@ -210,9 +229,9 @@ export async function startAuthNats(natsServer: string): Promise<AuthNats> {
   }
   const hostPort = `${LOOPBACK}:${port}`
   return {
-    url: (user) => `nats://${user}@${hostPort}?nkey_seed_file=${encodeURIComponent(join(dir, 'seeds', `${user}.nk`))}`,
-    seedFile: (user) => join(dir, 'seeds', `${user}.nk`),
-    publicKey: (user) => publicKeys[user] as string,
+    url: (user) => `nats://${user}@${hostPort}?nkey_seed_file=${encodeURIComponent(nkeys.seedFile(user))}`,
+    seedFile: nkeys.seedFile,
+    publicKey: nkeys.publicKey,
     hostPort,
     monitorUrl,
     log,
