@@ -32,7 +32,11 @@ const capture = new Writable({
 
 const handled: InboundEvent[] = []
 let gate: Promise<void> | undefined
-/** Behaviour by model name: `transient` throws, `permanent` throws PermanentError, `slow` waits for `gate`. */
+let slowEntered: (() => void) | undefined
+/**
+ * Behaviour by model name: `transient` throws, `permanent` throws PermanentError, `slow` calls `slowEntered` and
+ * waits for `gate`.
+ */
 const probe: EventFunction = {
   name: fnName,
   subscriptions: [],
@@ -41,7 +45,10 @@ const probe: EventFunction = {
     const model = (event.data as { model?: string }).model
     if (model === 'transient') throw new Error('backend unavailable')
     if (model === 'permanent') throw new PermanentError('can never work')
-    if (model === 'slow') await gate
+    if (model === 'slow') {
+      slowEntered?.()
+      await gate
+    }
     handled.push(event)
   },
 }
@@ -241,20 +248,35 @@ it('closing drains in-flight requests: the slow one still gets its 202', async (
   gate = new Promise<void>((resolve) => {
     release = resolve
   })
-  const id = randomUUID()
-  const inFlight = fetch(url, { method: 'POST', headers: binaryHeaders(id), body: JSON.stringify(data('slow')) })
-  await new Promise((r) => setTimeout(r, 200))
+  // Close only once the request is really in the handler: a fixed sleep was not enough under load (the first
+  // fetch had not reached the server yet, so close() found nothing in flight and finished at once).
+  let entered = false
+  slowEntered = () => {
+    entered = true
+  }
   let closed = false
-  const closing = app.close().then(() => {
-    closed = true
-  })
-  await new Promise((r) => setTimeout(r, 200))
-  expect(closed).toBe(false)
-  release()
-  const res = await inFlight
-  expect(res.status).toBe(202)
-  await closing
-  expect(handled.find((e) => e.id === id)).toBeDefined()
+  let closing: Promise<void> | undefined
+  try {
+    const id = randomUUID()
+    const inFlight = fetch(url, { method: 'POST', headers: binaryHeaders(id), body: JSON.stringify(data('slow')) })
+    inFlight.catch(() => {}) // awaited below; never an unhandled rejection if an assertion fails first
+    await waitFor('the slow request in the handler', () => entered, { timeoutMs: 20_000 })
+    closing = app.close().then(() => {
+      closed = true
+    })
+    // The handler is held by the gate, so close() cannot finish however long we wait.
+    await new Promise((r) => setTimeout(r, 200))
+    expect(closed).toBe(false)
+    release()
+    const res = await inFlight
+    expect(res.status).toBe(202)
+    await closing
+    expect(handled.find((e) => e.id === id)).toBeDefined()
+  } finally {
+    slowEntered = undefined
+    release()
+    await (closing ?? app.close())
+  }
 })
 
 it('at most fn.concurrency events in the handler at once; the others wait their turn', async () => {
