@@ -383,14 +383,25 @@ async function apply(
 /**
  * A live attempt holds its claims; if they are gone (the claims bucket lost or purged), demand could no longer find
  * it to cancel and admit could no longer see it: retake them. One KV read per decision on a live attempt.
+ *
+ * The decision may be stale by now (this runs after its actions and status write, and a decision that changed
+ * nothing committed nothing): a preemption committed since has released the claims. Retaking them for the ended
+ * attempt would hold the model and node for a dead Job for CLAIM_GRACE_MS, and no next attempt could be admitted.
+ * So the state is read fresh before taking and again after (the preempter commits its state before it releases,
+ * so one of the two reads sees it): the claims are retaken only for the attempt the state still calls live.
  */
-async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decision) {
+export async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decision) {
   const s = d.state
   if (!b || !s?.jobName || !s.nodeName || (s.phase !== 'Starting' && s.phase !== 'Running')) return
   if (d.actions.some((a) => a.type === 'createJob' || a.type === 'takeClaims')) return
   const keys = claimKeys(s.namespace, b.spec.modelRef, s.nodeName)
   const held = await deps.bus.kv.claims.get(keys.model)
   if (held?.operation === 'PUT') return
+  const stillLive = async () => {
+    const fresh = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(s.namespace, s.name)))
+    return fresh?.jobName === s.jobName && (fresh?.phase === 'Starting' || fresh?.phase === 'Running')
+  }
+  if (!(await stillLive())) return
   deps.log.warn(
     { namespace: s.namespace, backfill: s.name, job: s.jobName },
     'live attempt without its claims; retaking them',
@@ -403,6 +414,8 @@ async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decision) {
     claimedAt: new Date(deps.now()).toISOString(),
     idleSince: s.idleSince,
   })
+  // Ended between the read and the take (its release may have come before our take): give them back.
+  if (!(await stillLive())) await releaseClaimKeys(deps, keys, s.jobName)
 }
 
 /** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */

@@ -99,8 +99,23 @@ it('a 30 s NATS outage under emitter load: bounded emits, newest request per mod
     45_000,
   )
   const cancelledAfterMs = Date.now() - up
-  const cancelling = await world.waitForStatus(n.backfill, 'cancelled', (s) => s.phase !== 'Running', 30_000)
-  expect(cancelling.status?.reason).toBe('ForegroundDemand')
+  // Recorded as a foreground preemption. Not read from status.reason: cancel deletes the Job's pods with it, so the
+  // Job is often gone before the bookkeeping runs, and the status goes Running → WaitingForIdle with no Cancelling
+  // in between (decide's preempted(): the counter and the Event carry the reason).
+  const preemptions = await waitUntil(
+    'the preemption to be recorded',
+    async () => {
+      const counted = (await world.state(n.backfill))?.counters.preemptions
+      return counted && Object.keys(counted).length > 0 ? counted : undefined
+    },
+    30_000,
+  )
+  expect(preemptions).toEqual({ foreground: 1 })
+  expect(await world.events(n.backfill)).toContainEqual({
+    type: 'Normal',
+    reason: 'BackfillCancelled',
+    message: `Cancelled Job ${job}: ForegroundDemand`,
+  })
   await waitUntil('the buffer to be flushed', async () => (emitter.stats.pending === 0 ? true : undefined), 20_000)
   expect(emitter.stats.flushed).toBeGreaterThanOrEqual(MAX_BUFFERED)
   expect(await emitter.emit({ namespace: env.namespace, model: 'hot-0' })).toBe('published')
