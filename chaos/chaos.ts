@@ -1,7 +1,6 @@
 // One chaos run: its own environment (etcd, kube-apiserver, kube-controller-manager, nats-server), the functions
 // as separate processes, the workload and its traffic, the faults on a schedule, then the oracle's verdict.
 // Everything is bounded in time; every process and server is stopped however the run ends.
-import { STREAM_EVENTS } from '../events/catalog.js'
 import { sleep, waitFor } from '../test/env/exec.js'
 import { type ChaosConfig, rng } from './config.js'
 import { createForeignJobs, publishHostile, removeQuota, setQuota } from './faults.js'
@@ -222,7 +221,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
         const ready = fleet.readyAfter(f.fn as FunctionName, f.start)
         f.end = ready ?? f.start + config.restartDelayMaxMs + config.processStartAllowanceMs
       }
-      const verdict = await verdictOf(oracle, jsm, STREAM_EVENTS, traffic.requests)
+      const verdict = await verdictOf(oracle, jsm, traffic.requests)
       const limit = opts.evidence ?? 20
       const crashes = fleet.crashes.filter((c) => !c.duringStartup)
       const startupFailures = fleet.crashes.filter((c) => c.duringStartup)

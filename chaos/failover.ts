@@ -7,7 +7,7 @@
 // the killed stream's new leader was elected when the request fell in the election) and backfills not settled at the end (a WaitingForIdle backfill whose window ended long ago has
 // lost its timer). The preemption latency (request PubAck → its Job no longer live) is reported overall and for
 // requests sent during a failover (kill until the restarted server has caught up, plus `afterMs`).
-import { BUCKET_BACKFILLS, BUCKET_CLAIMS, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_TIMERS } from '../events/catalog.js'
+import { BUCKET_BACKFILLS, BUCKET_CLAIMS, STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
 import { awaitReplicas } from '../runtime/nats.js'
 import type { RestartableServer } from '../test/env/environment.js'
 import { sleep } from '../test/env/exec.js'
@@ -153,8 +153,7 @@ export async function runFailover(
       const { problems, settledAt } = await awaitSettled(oracle, traffic.requests, lastFaultEnd, config.settleWithinMs)
       await awaitCancelDeadlines(traffic.requests, config.cancelBoundMs)
 
-      // Foreground requests are stored in FLEXINFER_FOREGROUND: their store time is read back from there.
-      const verdict = await verdictOf(oracle, jsm, STREAM_FOREGROUND, traffic.requests)
+      const verdict = await verdictOf(oracle, jsm, traffic.requests)
       const preemptions = oracle.preemptions(traffic.requests)
       const during = (t: number) => failoverWindows.some((w) => t >= w.from && t <= w.to)
       const latencies = preemptions.flatMap((p) => (p.latencyMs === undefined ? [] : [p.latencyMs]))

@@ -9,6 +9,7 @@ import { join } from 'node:path'
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node'
 import { type JetStreamManager, jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
+import { STREAM_FOREGROUND } from '../events/catalog.js'
 import { type Environment, startEnvironment } from '../test/env/environment.js'
 import { sleep, waitFor } from '../test/env/exec.js'
 import { buildFunctions, Fleet, type FleetOptions } from './fleet.js'
@@ -110,10 +111,13 @@ export async function withRig<R extends { ok: boolean; logs?: string }>(
   }
 }
 
-/** The oracle's verdict now, each request judged by its JetStream store time, read back from `stream` by its seq. */
-export function verdictOf(oracle: Oracle, jsm: JetStreamManager, stream: string, requests: ForegroundRequest[]) {
+/**
+ * The oracle's verdict now, each request judged by its JetStream store time, read back by its seq from
+ * FLEXINFER_FOREGROUND — the stream the documented subject is stored in (a seq of another stream is another message).
+ */
+export function verdictOf(oracle: Oracle, jsm: JetStreamManager, requests: ForegroundRequest[]) {
   return oracle.evaluate(requests, Date.now(), async (seq) => {
-    const stored = await jsm.streams.getMessage(stream, { seq })
+    const stored = await jsm.streams.getMessage(STREAM_FOREGROUND, { seq })
     return stored ? Date.parse(stored.timestamp) : undefined
   })
 }
