@@ -7,22 +7,16 @@
 // the killed stream's new leader was elected when the request fell in the election) and backfills not settled at the end (a WaitingForIdle backfill whose window ended long ago has
 // lost its timer). The preemption latency (request PubAck → its Job no longer live) is reported overall and for
 // requests sent during a failover (kill until the restarted server has caught up, plus `afterMs`).
-import { randomBytes } from 'node:crypto'
-import { mkdir, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node'
-import { jetstreamManager } from '@nats-io/jetstream'
-import { connect } from '@nats-io/transport-node'
-import { BUCKET_BACKFILLS, BUCKET_CLAIMS, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_TIMERS } from '../events/catalog.js'
+import { BUCKET_BACKFILLS, BUCKET_CLAIMS, STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
 import { awaitReplicas } from '../runtime/nats.js'
-import { type Environment, type RestartableServer, startEnvironment } from '../test/env/environment.js'
-import { sleep, waitFor } from '../test/env/exec.js'
+import type { RestartableServer } from '../test/env/environment.js'
+import { sleep } from '../test/env/exec.js'
 import { waitForStreamLeader } from '../test/env/nats.js'
 import { type ChaosConfig, rng, short } from './config.js'
-import { buildFunctions, Fleet, FUNCTIONS } from './fleet.js'
+import { FUNCTIONS } from './fleet.js'
 import { type Counts, Oracle } from './oracle.js'
-import { declareWorkload, emptyWorkload, NAMESPACES, startTraffic } from './workload.js'
+import { awaitCancelDeadlines, awaitSettled, countsOf, sayEvidence, verdictOf, withRig } from './setup.js'
+import { declareWorkload, emptyWorkload, startTraffic } from './workload.js'
 
 export const FAILOVER_TARGETS = [`KV_${BUCKET_CLAIMS}`, `KV_${BUCKET_BACKFILLS}`, STREAM_EVENTS, STREAM_TIMERS] as const
 
@@ -99,166 +93,104 @@ export async function runFailover(
   config: FailoverConfig,
   opts: { log?: (line: string) => void; keepLogs?: boolean; evidence?: number } = {},
 ): Promise<FailoverResult> {
-  const started = Date.now()
-  const log = opts.log ?? ((line: string) => process.stderr.write(`[failover] ${line}\n`))
-  const say = (line: string) =>
-    log(`${new Date().toISOString().slice(11, 23)} ${((Date.now() - started) / 1000).toFixed(0).padStart(4)}s ${line}`)
   const random = rng(config.seed)
-  const logDir = join(tmpdir(), `modelbackfill-failover-${randomBytes(4).toString('hex')}`)
-  await mkdir(logDir, { recursive: true })
-  const buildDir = `${logDir}-build`
-  const cleanup: (() => Promise<unknown>)[] = [() => rm(buildDir, { recursive: true, force: true })]
-  let environment: Environment | undefined
-  let keepLogs = true
-  try {
-    const built = buildFunctions(buildDir).then(() => say('functions compiled'))
-    built.catch(() => {})
-    environment = await startEnvironment({ natsCluster: true, log: (l) => say(`env: ${l}`) })
-    const env = environment
-    await built
-    const replicas = env.natsServers.length
-    const kc = new KubeConfig()
-    kc.loadFromFile(env.kubeconfigPath)
-    const core = kc.makeApiClient(CoreV1Api)
-    for (const name of NAMESPACES) await core.createNamespace({ body: { metadata: { name } } })
-    await waitFor('default ServiceAccounts', async () => {
-      for (const namespace of NAMESPACES) await core.readNamespacedServiceAccount({ name: 'default', namespace })
-      return true
-    })
-    // The harness's own connection knows every server, like the functions'.
-    const nc = await connect({ servers: env.natsUrl.split(','), name: 'failover', maxReconnectAttempts: -1 })
-    cleanup.push(() => nc.close())
-    const jsm = await jetstreamManager(nc)
-
-    const fleet = new Fleet({
-      buildDir,
-      natsUrl: env.natsUrl,
-      natsMonitorUrl: env.natsMonitorUrl,
-      natsMonitorUrls: env.natsServers.map((s) => s.monitorUrl),
-      env: { NATS_REPLICAS: String(replicas) },
-      jsm,
-      kubeconfigPath: env.kubeconfigPath,
-      logDir,
-      restartDelayMs: () => random.between(config.restartDelayMinMs, config.restartDelayMaxMs),
-      log: say,
-    })
-    cleanup.push(() => fleet.stop())
-    await fleet.provision()
-    await fleet.startAll()
-    say(`functions running (${FUNCTIONS.join(', ')}); streams and buckets at ${replicas} replicas`)
-
-    const workload = emptyWorkload()
-    const oracle = new Oracle(kc, workload, config, say)
-    await oracle.start()
-    cleanup.push(() => oracle.stop())
-    await declareWorkload(kc, nc, config, random, say, workload)
-    const traffic = startTraffic(nc, workload, config, random)
-    cleanup.push(() => traffic.stop())
-    say(`warm-up ${config.warmupMs / 1000} s`)
-    await sleep(config.warmupMs)
-
-    const kills: FailoverResult['kills'] = []
-    const failoverWindows: { from: number; to: number }[] = []
-    for (const [i, target] of config.targets.entries()) {
-      if (i > 0) await sleep(config.gapMs)
-      const server = await waitForStreamLeader(env.natsServers, target)
-      const from = Date.now()
-      await env.stopServer(server as RestartableServer, 'SIGKILL')
-      say(`killed ${server} (kill -9), leader of ${target}`)
-      const live = env.natsServers.filter((s) => s.name !== server)
-      const newLeader = await waitForStreamLeader(live, target, { not: server, timeoutMs: 60_000 })
-      const elected = Date.now() - from
-      say(`${target}: new leader ${newLeader} after ${elected} ms`)
-      await sleep(Math.max(0, from + config.downMs - Date.now()))
-      await env.startServer(server as RestartableServer)
-      // Back and current: every target stream has all its replicas caught up again.
-      for (const stream of config.targets) await awaitReplicas(jsm, stream, replicas, 60_000)
-      const back = Date.now() - from
-      say(`${server} restarted and current after ${(back / 1000).toFixed(1)} s`)
-      kills.push({ target, server, new_leader: newLeader, leader_elected_ms: elected, back_current_ms: back })
-      // The stream was unavailable from the kill until its new leader: like a NATS restart, the oracle extends the
-      // cancel deadline over that (not over the whole time the server was down); the latency is reported as is.
-      oracle.fault({ kind: 'nats-leader-kill', fn: server, start: from, end: from + elected })
-      failoverWindows.push({ from, to: Date.now() + config.afterMs })
-    }
-
-    await sleep(config.trafficTailMs)
-    await traffic.stop()
-    const lastFaultEnd = Math.max(...oracle.faults.map((f) => f.end), Date.now())
-    say(`traffic stopped; waiting up to ${config.settleWithinMs / 1000} s for every backfill to settle`)
-    let problems: Record<string, string> = {}
-    let settledAt: number | null = null
-    for (;;) {
-      problems = await oracle.settledProblems(traffic.requests, Date.now()).catch((err) => ({
-        '*': `cannot list ModelBackfills: ${(err as Error).message}`,
-      }))
-      if (Object.keys(problems).length === 0) {
-        settledAt = Date.now()
-        break
-      }
-      if (Date.now() > lastFaultEnd + config.settleWithinMs) break
-      await sleep(2_000)
-    }
-    const lastAck = Math.max(0, ...traffic.requests.map((r) => r.ackAt))
-    await sleep(Math.max(0, lastAck + config.cancelBoundMs + 500 - Date.now()))
-
-    // Foreground requests are stored in FLEXINFER_FOREGROUND: their store time is read back from there.
-    const verdict = await oracle.evaluate(traffic.requests, Date.now(), async (seq) => {
-      const stored = await jsm.streams.getMessage(STREAM_FOREGROUND, { seq })
-      return stored ? Date.parse(stored.timestamp) : undefined
-    })
-    const preemptions = oracle.preemptions(traffic.requests)
-    const during = (t: number) => failoverWindows.some((w) => t >= w.from && t <= w.to)
-    const latencies = preemptions.flatMap((p) => (p.latencyMs === undefined ? [] : [p.latencyMs]))
-    const latenciesDuring = preemptions.flatMap((p) =>
-      p.latencyMs === undefined || !during(p.ackAt) ? [] : [p.latencyMs],
-    )
-    const timersLost = Object.values(problems).filter((p) => p.startsWith('WaitingForIdle')).length
-    const crashes = fleet.crashes.filter((c) => !c.duringStartup)
-    const counts: Counts = {
-      jobs_created_in_idle_window: verdict.inWindow.length,
-      two_live_attempts_same_model_or_node: verdict.twoLive.length,
-      foreign_jobs_deleted: verdict.foreignDeleted.length,
-      lost_cancels: verdict.lost.length,
-      backfills_not_settled: Object.keys(problems).length,
-      processes_crashed: crashes.length,
-      rss_over_limit: 0,
-    }
-    const ok = Object.values(counts).every((n) => n === 0)
-    const limit = opts.evidence ?? 20
-    const result: FailoverResult = {
-      ...counts,
-      ok,
+  return withRig(
+    {
+      name: 'failover',
       seed: config.seed,
-      duration_s: Math.round((Date.now() - started) / 1000),
-      replicas,
-      kills,
-      timers_lost: timersLost,
-      foreground_requests: traffic.requests.length,
-      foreground_requests_refused: traffic.failed(),
-      jobs_created: [...oracle.jobs.values()].filter((j) => j.owner).length,
-      preemption_latency: percentiles(latencies),
-      preemption_latency_during_failover: percentiles(latenciesDuring),
-      settled_after_last_fault_s: settledAt ? Math.round((settledAt - lastFaultEnd) / 100) / 10 : null,
-      evidence: {
-        jobs_created_in_idle_window: verdict.inWindow.slice(0, limit),
-        two_live_attempts_same_model_or_node: verdict.twoLive.slice(0, limit),
-        lost_cancels: verdict.lost.slice(0, limit),
-        backfills_not_settled: Object.entries(problems)
-          .slice(0, limit)
-          .map(([k, v]) => `${k}: ${v}`),
-        processes_crashed: crashes.slice(0, limit).map((c) => ({ ...c, logTail: c.logTail.split('\n').slice(-6) })),
-      },
-    }
-    for (const [name, items] of Object.entries(result.evidence)) {
-      if (items.length) say(`${name}: ${JSON.stringify(items.slice(0, 3))}${items.length > 3 ? ' …' : ''}`)
-    }
-    keepLogs = !ok || Boolean(opts.keepLogs)
-    if (keepLogs) result.logs = logDir
-    return result
-  } finally {
-    for (const step of cleanup.reverse()) await step().catch(() => {})
-    await environment?.stop().catch(() => {})
-    if (!keepLogs) await rm(logDir, { recursive: true, force: true }).catch(() => {})
-  }
+      natsCluster: true,
+      log: opts.log ?? ((line: string) => process.stderr.write(`[failover] ${line}\n`)),
+      keepLogs: opts.keepLogs,
+      restartDelayMs: () => random.between(config.restartDelayMinMs, config.restartDelayMaxMs),
+      fleet: (env) => ({
+        natsMonitorUrls: env.natsServers.map((s) => s.monitorUrl),
+        env: { NATS_REPLICAS: String(env.natsServers.length) },
+      }),
+    },
+    async ({ say, started, env, kc, nc, jsm, fleet, defer }) => {
+      const replicas = env.natsServers.length
+      say(`functions running (${FUNCTIONS.join(', ')}); streams and buckets at ${replicas} replicas`)
+
+      const workload = emptyWorkload()
+      const oracle = new Oracle(kc, workload, config, say)
+      await oracle.start()
+      defer(() => oracle.stop())
+      await declareWorkload(kc, nc, config, random, say, workload)
+      const traffic = startTraffic(nc, workload, config, random)
+      defer(() => traffic.stop())
+      say(`warm-up ${config.warmupMs / 1000} s`)
+      await sleep(config.warmupMs)
+
+      const kills: FailoverResult['kills'] = []
+      const failoverWindows: { from: number; to: number }[] = []
+      for (const [i, target] of config.targets.entries()) {
+        if (i > 0) await sleep(config.gapMs)
+        const server = await waitForStreamLeader(env.natsServers, target)
+        const from = Date.now()
+        await env.stopServer(server as RestartableServer, 'SIGKILL')
+        say(`killed ${server} (kill -9), leader of ${target}`)
+        const live = env.natsServers.filter((s) => s.name !== server)
+        const newLeader = await waitForStreamLeader(live, target, { not: server, timeoutMs: 60_000 })
+        const elected = Date.now() - from
+        say(`${target}: new leader ${newLeader} after ${elected} ms`)
+        await sleep(Math.max(0, from + config.downMs - Date.now()))
+        await env.startServer(server as RestartableServer)
+        // Back and current: every target stream has all its replicas caught up again.
+        for (const stream of config.targets) await awaitReplicas(jsm, stream, replicas, 60_000)
+        const back = Date.now() - from
+        say(`${server} restarted and current after ${(back / 1000).toFixed(1)} s`)
+        kills.push({ target, server, new_leader: newLeader, leader_elected_ms: elected, back_current_ms: back })
+        // The stream was unavailable from the kill until its new leader: like a NATS restart, the oracle extends the
+        // cancel deadline over that (not over the whole time the server was down); the latency is reported as is.
+        oracle.fault({ kind: 'nats-leader-kill', fn: server, start: from, end: from + elected })
+        failoverWindows.push({ from, to: Date.now() + config.afterMs })
+      }
+
+      await sleep(config.trafficTailMs)
+      await traffic.stop()
+      const lastFaultEnd = Math.max(...oracle.faults.map((f) => f.end), Date.now())
+      say(`traffic stopped; waiting up to ${config.settleWithinMs / 1000} s for every backfill to settle`)
+      const { problems, settledAt } = await awaitSettled(oracle, traffic.requests, lastFaultEnd, config.settleWithinMs)
+      await awaitCancelDeadlines(traffic.requests, config.cancelBoundMs)
+
+      const verdict = await verdictOf(oracle, jsm, traffic.requests)
+      const preemptions = oracle.preemptions(traffic.requests)
+      const during = (t: number) => failoverWindows.some((w) => t >= w.from && t <= w.to)
+      const latencies = preemptions.flatMap((p) => (p.latencyMs === undefined ? [] : [p.latencyMs]))
+      const latenciesDuring = preemptions.flatMap((p) =>
+        p.latencyMs === undefined || !during(p.ackAt) ? [] : [p.latencyMs],
+      )
+      const timersLost = Object.values(problems).filter((p) => p.startsWith('WaitingForIdle')).length
+      const crashes = fleet.crashes.filter((c) => !c.duringStartup)
+      const counts = countsOf(verdict, problems, crashes.length, 0)
+      const ok = Object.values(counts).every((n) => n === 0)
+      const limit = opts.evidence ?? 20
+      const result: FailoverResult = {
+        ...counts,
+        ok,
+        seed: config.seed,
+        duration_s: Math.round((Date.now() - started) / 1000),
+        replicas,
+        kills,
+        timers_lost: timersLost,
+        foreground_requests: traffic.requests.length,
+        foreground_requests_refused: traffic.failed(),
+        jobs_created: [...oracle.jobs.values()].filter((j) => j.owner).length,
+        preemption_latency: percentiles(latencies),
+        preemption_latency_during_failover: percentiles(latenciesDuring),
+        settled_after_last_fault_s: settledAt ? Math.round((settledAt - lastFaultEnd) / 100) / 10 : null,
+        evidence: {
+          jobs_created_in_idle_window: verdict.inWindow.slice(0, limit),
+          two_live_attempts_same_model_or_node: verdict.twoLive.slice(0, limit),
+          lost_cancels: verdict.lost.slice(0, limit),
+          backfills_not_settled: Object.entries(problems)
+            .slice(0, limit)
+            .map(([k, v]) => `${k}: ${v}`),
+          processes_crashed: crashes.slice(0, limit).map((c) => ({ ...c, logTail: c.logTail.split('\n').slice(-6) })),
+        },
+      }
+      sayEvidence(say, result.evidence)
+      return result
+    },
+  )
 }

@@ -9,6 +9,7 @@
 //              random choice among `--models` models (model-0 … model-N-1), the same for the same trace and seed.
 // Rows whose timestamp cannot be read are skipped and counted. Times are relative to the first request.
 import { createHash } from 'node:crypto'
+import { rng as mulberry32 } from '../chaos/config.js'
 import { isObjectName } from '../core/names.js'
 
 export interface TraceRequest {
@@ -30,16 +31,9 @@ export interface Trace {
 /** Rows read at most: a bounded replay whatever file is given. */
 export const MAX_ROWS = 1_000_000
 
-/** mulberry32: small, seeded, good enough to assign models and shape a synthetic trace. */
+/** The chaos harness's seeded mulberry32 with what a trace needs: assigning models and shaping a synthetic trace. */
 export function rng(seed: number) {
-  let a = seed >>> 0
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
+  const { next } = mulberry32(seed)
   return {
     next,
     int: (n: number) => Math.floor(next() * n),

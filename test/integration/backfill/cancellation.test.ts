@@ -2,28 +2,17 @@
 // leases, suspension, spec changes, the Model going away, turning not Ready or moving, and deleting the
 // ModelBackfill itself. The cancel function deletes the Job; the status walks Cancelling → the next phase, the
 // preemption is counted by reason in the KV state, and `kubectl describe` tells the story.
-import { afterAll, beforeAll, describe, it } from 'vitest'
+import { describe, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import type { Runner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, ms, STARTED, waitUntil } from '../support/backfill-world.js'
-import { startTestRunner } from '../support/runner.js'
+import { useBackfillSystem } from '../support/backfill-system.js'
+import { ms, STARTED, waitUntil } from '../support/backfill-world.js'
 
 const env = useTestEnv()
-let runner: Runner
-let world: BackfillWorld
-
-beforeAll(async () => {
-  runner = await startTestRunner(env, { httpPort: 0 })
-  world = new BackfillWorld(env.kc, env.namespace, env.nc)
-})
-afterAll(async () => {
-  world?.close()
-  await runner?.stop()
-})
+const sys = useBackfillSystem(env, { httpPort: 0 })
 
 const gone = (job: string) =>
-  waitUntil(`Job ${job} to be deleted`, async () => ((await world.job(job)) === null ? true : undefined), 15_000)
+  waitUntil(`Job ${job} to be deleted`, async () => ((await sys.world.job(job)) === null ? true : undefined), 15_000)
 
 /**
  * A declaration under names(id) that is Running its first attempt, with its status history recorded. Its pods are
@@ -31,22 +20,22 @@ const gone = (job: string) =>
  * Cancelling can be seen; cancelled() lets them go. `hold: false` keeps the environment's instant pod deletion.
  */
 async function runningBackfill(id: string, opts: { group?: string; hold?: boolean } = {}) {
-  const n = world.names(id)
-  const history = await world.history(id)
-  await world.declare(id, {}, { group: opts.group })
-  await world.waitFor(id, 'Running', 'JobRunning')
+  const n = sys.world.names(id)
+  const history = await sys.world.history(id)
+  await sys.world.declare(id, {}, { group: opts.group })
+  await sys.world.waitFor(id, 'Running', 'JobRunning')
   const job = jobName(id, 1)
-  if (opts.hold !== false) await world.holdPods(job)
+  if (opts.hold !== false) await sys.world.holdPods(job)
   return { ...n, history, job }
 }
 
 /** Waits for Cancelling with `reason` while the Job is being deleted, then lets its pods (and so the Job) go. */
 async function cancelled(r: { backfill: string; job: string }, reason: string) {
-  const cancelling = await world.waitFor(r.backfill, 'Cancelling', reason)
+  const cancelling = await sys.world.waitFor(r.backfill, 'Cancelling', reason)
   await waitUntil(`Job ${r.job} to be deleting`, async () =>
-    (await world.job(r.job))?.metadata?.deletionTimestamp ? true : undefined,
+    (await sys.world.job(r.job))?.metadata?.deletionTimestamp ? true : undefined,
   )
-  await world.releasePods(r.job)
+  await sys.world.releasePods(r.job)
   await gone(r.job)
   return cancelling
 }
@@ -54,28 +43,28 @@ async function cancelled(r: { backfill: string; job: string }, reason: string) {
 describe.concurrent('foreground demand', () => {
   it('Cancelling while the Job is being deleted, then WaitingForIdle with a fresh window', async ({ expect }) => {
     const r = await runningBackfill('cancelling')
-    const requestAt = await world.foreground(r.model)
-    const cancelling = await world.waitFor(r.backfill, 'Cancelling', 'ForegroundDemand')
+    const requestAt = await sys.world.foreground(r.model)
+    const cancelling = await sys.world.waitFor(r.backfill, 'Cancelling', 'ForegroundDemand')
     expect(cancelling.status?.jobName).toBe(r.job)
     expect(cancelling.status?.message).toBe(`foreground request for the model; deleting Job ${r.job}`)
     expect(cancelling.status?.conditions?.[0]).toMatchObject({ status: 'False', reason: 'ForegroundDemand' })
-    const deleting = await world.job(r.job)
+    const deleting = await sys.world.job(r.job)
     expect(deleting?.metadata?.deletionTimestamp).toBeTruthy()
     await new Promise((resolve) => setTimeout(resolve, 1000))
-    expect((await world.getBackfill(r.backfill))?.status?.phase).toBe('Cancelling')
+    expect((await sys.world.getBackfill(r.backfill))?.status?.phase).toBe('Cancelling')
 
-    await world.releasePods(r.job)
+    await sys.world.releasePods(r.job)
     await gone(r.job)
-    const waiting = await world.waitFor(r.backfill, 'WaitingForIdle', 'IdleWindow')
+    const waiting = await sys.world.waitFor(r.backfill, 'WaitingForIdle', 'IdleWindow')
     expect(waiting.status?.jobName).toBeUndefined()
     expect(waiting.status?.attempts).toBe(1)
     expect(ms(waiting.status?.idleSince)).toBeGreaterThanOrEqual(requestAt)
     expect(await r.history.first(5)).toEqual([...STARTED, 'Cancelling/ForegroundDemand', 'WaitingForIdle/IdleWindow'])
     r.history.stop()
-    const state = await world.state(r.backfill)
+    const state = await sys.world.state(r.backfill)
     expect(state?.counters.preemptions).toEqual({ foreground: 1 })
     expect(state?.counters.usefulSeconds).toBeGreaterThan(0)
-    expect(await world.events(r.backfill)).toContainEqual({
+    expect(await sys.world.events(r.backfill)).toContainEqual({
       type: 'Normal',
       reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: ForegroundDemand`,
@@ -84,15 +73,15 @@ describe.concurrent('foreground demand', () => {
 
   it('repeatedly preempted: two foreground cancels → attempts 3, preemptions foreground 2', async ({ expect }) => {
     const r = await runningBackfill('preempted', { hold: false })
-    const first = await world.foreground(r.model)
-    const second = await world.waitForStatus(
+    const first = await sys.world.foreground(r.model)
+    const second = await sys.world.waitForStatus(
       r.backfill,
       'Running attempt 2',
       (s) => s.phase === 'Running' && s.attempts === 2,
     )
     expect(ms(second.status?.startedAt)).toBeGreaterThanOrEqual(first + 2000)
-    const again = await world.foreground(r.model)
-    const third = await world.waitForStatus(
+    const again = await sys.world.foreground(r.model)
+    const third = await sys.world.waitForStatus(
       r.backfill,
       'Running attempt 3',
       (s) => s.phase === 'Running' && s.attempts === 3,
@@ -100,11 +89,11 @@ describe.concurrent('foreground demand', () => {
     r.history.stop()
     expect(ms(third.status?.startedAt)).toBeGreaterThanOrEqual(again + 2000)
     expect(third.status?.jobName).toBe(jobName(r.backfill, 3))
-    expect((await world.jobsOf(r.backfill)).map((j) => j.metadata?.name)).toEqual([jobName(r.backfill, 3)])
+    expect((await sys.world.jobsOf(r.backfill)).map((j) => j.metadata?.name)).toEqual([jobName(r.backfill, 3)])
 
-    const state = await world.state(r.backfill)
+    const state = await sys.world.state(r.backfill)
     expect(state?.counters).toMatchObject({ starts: 3, success: 0, failed: 0, preemptions: { foreground: 2 } })
-    const events = await world.events(r.backfill)
+    const events = await sys.world.events(r.backfill)
     expect(events.filter((e) => e.reason === 'BackfillStarted').map((e) => e.message)).toEqual(
       [1, 2, 3].map((i) => `Started attempt ${i} as Job ${jobName(r.backfill, i)} on node ${r.node}`),
     )
@@ -117,7 +106,7 @@ describe.concurrent('foreground demand', () => {
     expect(described.stdout).toMatch(/Normal\s+BackfillCancelled\s+.*Cancelled Job .*: ForegroundDemand/)
     expect(described.stdout).toMatch(/Normal\s+BackfillStarted\s+.*Started attempt 3 as Job/)
 
-    const metrics = await (await fetch(`${runner.httpUrl}/metrics`)).text()
+    const metrics = await (await fetch(`${sys.runner.httpUrl}/metrics`)).text()
     const labels = `backfill="${r.backfill}",namespace="${env.namespace}",model="${r.model}"`
     expect(metrics).toContain(`flexinfer_model_backfill_preemptions_total{${labels},reason="foreground"} 2`)
     expect(metrics).toContain(`flexinfer_model_backfill_starts_total{${labels}} 3`)
@@ -132,10 +121,10 @@ describe.concurrent('foreground demand', () => {
 describe.concurrent('gaming intent and GPU leases', () => {
   it('a gaming session on the node cancels the attempt (preemption gaming) and then blocks it', async ({ expect }) => {
     const r = await runningBackfill('gaming-cancels')
-    await world.gamingSession(`${r.backfill}-session`, r.node)
+    await sys.world.gamingSession(`${r.backfill}-session`, r.node)
     const cancelling = await cancelled(r, 'GamingIntent')
     expect(cancelling.status?.message).toBe(`a gaming session targets the model node; deleting Job ${r.job}`)
-    const blocked = await world.waitFor(r.backfill, 'Blocked', 'GamingIntent')
+    const blocked = await sys.world.waitFor(r.backfill, 'Blocked', 'GamingIntent')
     expect(blocked.status?.message).toBe(`GamingSession ${r.backfill}-session targets node ${r.node}`)
     // After a cancellation the gates run in order again: a fresh idle window first, then the session blocks.
     expect(await r.history.first(6)).toEqual([
@@ -145,10 +134,10 @@ describe.concurrent('gaming intent and GPU leases', () => {
       'Blocked/GamingIntent',
     ])
     r.history.stop()
-    const state = await world.state(r.backfill)
+    const state = await sys.world.state(r.backfill)
     expect(state?.attempts).toBe(1)
     expect(state?.counters.preemptions).toEqual({ gaming: 1 })
-    const events = await world.events(r.backfill)
+    const events = await sys.world.events(r.backfill)
     expect(events).toContainEqual({
       type: 'Normal',
       reason: 'BackfillCancelled',
@@ -163,9 +152,9 @@ describe.concurrent('gaming intent and GPU leases', () => {
 
   it('a GPU lease on the model node cancels the attempt (GPULeaseActive, preemption gpu_lease)', async ({ expect }) => {
     const r = await runningBackfill('lease-node')
-    await world.gpuLease(`${r.backfill}-lease`, { node: r.node })
+    await sys.world.gpuLease(`${r.backfill}-lease`, { node: r.node })
     await cancelled(r, 'GPULeaseActive')
-    const blocked = await world.waitFor(r.backfill, 'Blocked', 'GPULeaseActive')
+    const blocked = await sys.world.waitFor(r.backfill, 'Blocked', 'GPULeaseActive')
     expect(blocked.status?.message).toBe(`GPULease ${env.namespace}/${r.backfill}-lease holds the model's GPU`)
     expect(await r.history.first(6)).toEqual([
       ...STARTED,
@@ -174,8 +163,8 @@ describe.concurrent('gaming intent and GPU leases', () => {
       'Blocked/GPULeaseActive',
     ])
     r.history.stop()
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ gpu_lease: 1 })
-    expect(await world.events(r.backfill)).toContainEqual({
+    expect((await sys.world.state(r.backfill))?.counters.preemptions).toEqual({ gpu_lease: 1 })
+    expect(await sys.world.events(r.backfill)).toContainEqual({
       type: 'Normal',
       reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: GPULeaseActive`,
@@ -185,12 +174,12 @@ describe.concurrent('gaming intent and GPU leases', () => {
   it("a GPU lease on the model's GPU group (another node) cancels the attempt too", async ({ expect }) => {
     const group = `grp-${env.namespace}`
     const r = await runningBackfill('lease-group', { group })
-    await world.gpuLease(`${r.backfill}-lease`, { group, node: `elsewhere-${env.namespace}` })
+    await sys.world.gpuLease(`${r.backfill}-lease`, { group, node: `elsewhere-${env.namespace}` })
     const cancelling = await cancelled(r, 'GPULeaseActive')
     expect(cancelling.status?.message).toBe(`a GPU lease holds the model node or GPU group; deleting Job ${r.job}`)
-    await world.waitFor(r.backfill, 'Blocked', 'GPULeaseActive')
+    await sys.world.waitFor(r.backfill, 'Blocked', 'GPULeaseActive')
     r.history.stop()
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ gpu_lease: 1 })
+    expect((await sys.world.state(r.backfill))?.counters.preemptions).toEqual({ gpu_lease: 1 })
   })
 })
 
@@ -199,22 +188,22 @@ describe.concurrent('suspension and spec changes', () => {
     expect,
   }) => {
     const r = await runningBackfill('suspend')
-    await world.patchBackfillSpec(r.backfill, { suspend: true })
+    await sys.world.patchBackfillSpec(r.backfill, { suspend: true })
     const cancelling = await cancelled(r, 'Suspended')
     expect(cancelling.status?.message).toBe(`spec.suspend is true; deleting Job ${r.job}`)
-    const suspended = await world.waitFor(r.backfill, 'Suspended', 'Suspended')
+    const suspended = await sys.world.waitFor(r.backfill, 'Suspended', 'Suspended')
     expect(suspended.status).toMatchObject({ observedGeneration: 2, attempts: 1 })
     expect(suspended.status?.jobName).toBeUndefined()
     expect(await r.history.first(5)).toEqual([...STARTED, 'Cancelling/Suspended', 'Suspended/Suspended'])
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ suspended: 1 })
-    expect(await world.events(r.backfill)).toContainEqual({
+    expect((await sys.world.state(r.backfill))?.counters.preemptions).toEqual({ suspended: 1 })
+    expect(await sys.world.events(r.backfill)).toContainEqual({
       type: 'Normal',
       reason: 'BackfillCancelled',
       message: `Cancelled Job ${r.job}: Suspended`,
     })
 
-    await world.patchBackfillSpec(r.backfill, { suspend: false })
-    const resumed = await world.waitForStatus(
+    await sys.world.patchBackfillSpec(r.backfill, { suspend: false })
+    const resumed = await sys.world.waitForStatus(
       r.backfill,
       'Running attempt 2',
       (s) => s.phase === 'Running' && s.attempts === 2,
@@ -229,10 +218,10 @@ describe.concurrent('suspension and spec changes', () => {
   }) => {
     const r = await runningBackfill('respec')
     const changedAt = Date.now()
-    await world.patchBackfillSpec(r.backfill, { env: { EXTRA: 'new' } })
+    await sys.world.patchBackfillSpec(r.backfill, { env: { EXTRA: 'new' } })
     const cancelling = await cancelled(r, 'SpecChanged')
     expect(cancelling.status?.message).toBe(`the spec changed; deleting Job ${r.job}`)
-    const second = await world.waitForStatus(
+    const second = await sys.world.waitForStatus(
       r.backfill,
       'Running attempt 2',
       (s) => s.phase === 'Running' && s.attempts === 2,
@@ -242,42 +231,42 @@ describe.concurrent('suspension and spec changes', () => {
     expect(ms(second.status?.startedAt)).toBeGreaterThanOrEqual(changedAt + 2000)
     expect(await r.history.first(7)).toEqual([...STARTED, 'Cancelling/SpecChanged', ...STARTED])
     r.history.stop()
-    const job = await world.job(jobName(r.backfill, 2))
+    const job = await sys.world.job(jobName(r.backfill, 2))
     expect(job?.spec?.template.spec?.containers[0]?.env).toEqual([
       { name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' },
       { name: 'EXTRA', value: 'new' },
     ])
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ spec_changed: 1 })
+    expect((await sys.world.state(r.backfill))?.counters.preemptions).toEqual({ spec_changed: 1 })
   })
 })
 
 describe.concurrent('the Model changes under a running attempt', () => {
   it('Model deleted → Cancelling/ModelNotFound → Blocked/ModelNotFound', async ({ expect }) => {
     const r = await runningBackfill('model-deleted')
-    await world.deleteModel(r.model)
+    await sys.world.deleteModel(r.model)
     const cancelling = await cancelled(r, 'ModelNotFound')
     expect(cancelling.status?.message).toBe(`the Model no longer exists; deleting Job ${r.job}`)
-    await world.waitFor(r.backfill, 'Blocked', 'ModelNotFound')
+    await sys.world.waitFor(r.backfill, 'Blocked', 'ModelNotFound')
     expect(await r.history.first(5)).toEqual([...STARTED, 'Cancelling/ModelNotFound', 'Blocked/ModelNotFound'])
     r.history.stop()
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ model_unavailable: 1 })
+    expect((await sys.world.state(r.backfill))?.counters.preemptions).toEqual({ model_unavailable: 1 })
   })
 
   it('Model not Ready → Cancelling/ModelNotReady → WaitingForIdle/ModelNotReady; Ready again starts over', async ({
     expect,
   }) => {
     const r = await runningBackfill('model-unready')
-    await world.modelStatus(r.model, { phase: 'Loading', node: r.node })
+    await sys.world.modelStatus(r.model, { phase: 'Loading', node: r.node })
     const cancelling = await cancelled(r, 'ModelNotReady')
     expect(cancelling.status?.message).toBe(`the Model is no longer Ready; deleting Job ${r.job}`)
-    const waiting = await world.waitFor(r.backfill, 'WaitingForIdle', 'ModelNotReady')
+    const waiting = await sys.world.waitFor(r.backfill, 'WaitingForIdle', 'ModelNotReady')
     expect(waiting.status?.message).toBe(`Model ${r.model} is Loading`)
     expect(await r.history.first(5)).toEqual([...STARTED, 'Cancelling/ModelNotReady', 'WaitingForIdle/ModelNotReady'])
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
+    expect((await sys.world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
 
     const readyAt = Date.now()
-    await world.modelStatus(r.model, { phase: 'Ready', node: r.node })
-    const second = await world.waitForStatus(
+    await sys.world.modelStatus(r.model, { phase: 'Ready', node: r.node })
+    const second = await sys.world.waitForStatus(
       r.backfill,
       'Running attempt 2',
       (s) => s.phase === 'Running' && s.attempts === 2,
@@ -291,10 +280,10 @@ describe.concurrent('the Model changes under a running attempt', () => {
   }) => {
     const r = await runningBackfill('model-moved')
     const newNode = `${r.node}-b`
-    await world.modelStatus(r.model, { phase: 'Ready', node: newNode })
+    await sys.world.modelStatus(r.model, { phase: 'Ready', node: newNode })
     const cancelling = await cancelled(r, 'NodeChanged')
     expect(cancelling.status?.message).toBe(`the Model moved to another node; deleting Job ${r.job}`)
-    const second = await world.waitForStatus(
+    const second = await sys.world.waitForStatus(
       r.backfill,
       'Running attempt 2',
       (s) => s.phase === 'Running' && s.attempts === 2,
@@ -302,21 +291,21 @@ describe.concurrent('the Model changes under a running attempt', () => {
     expect(await r.history.first(7)).toEqual([...STARTED, 'Cancelling/NodeChanged', ...STARTED])
     r.history.stop()
     expect(second.status?.nodeName).toBe(newNode)
-    const job = await world.job(jobName(r.backfill, 2))
+    const job = await sys.world.job(jobName(r.backfill, 2))
     expect(job?.metadata?.annotations?.['ai.flexinfer/backfill-node']).toBe(newNode)
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
+    expect((await sys.world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
   })
 
   it('Model loses its node → Cancelling/NodeUnresolved → WaitingForIdle/NodeUnresolved', async ({ expect }) => {
     const r = await runningBackfill('model-nodeless')
-    await world.modelStatus(r.model, { phase: 'Ready' })
+    await sys.world.modelStatus(r.model, { phase: 'Ready' })
     const cancelling = await cancelled(r, 'NodeUnresolved')
     expect(cancelling.status?.message).toBe(`the Model node cannot be resolved; deleting Job ${r.job}`)
-    const waiting = await world.waitFor(r.backfill, 'WaitingForIdle', 'NodeUnresolved')
+    const waiting = await sys.world.waitFor(r.backfill, 'WaitingForIdle', 'NodeUnresolved')
     expect(waiting.status?.nodeName).toBeUndefined()
     expect(await r.history.first(5)).toEqual([...STARTED, 'Cancelling/NodeUnresolved', 'WaitingForIdle/NodeUnresolved'])
     r.history.stop()
-    expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
+    expect((await sys.world.state(r.backfill))?.counters.preemptions).toEqual({ other: 1 })
   })
 })
 
@@ -324,38 +313,38 @@ describe.concurrent('deleting the ModelBackfill', () => {
   it('deletes the Job first, then lets the finalizer go: object, Job and KV state are all gone', async ({ expect }) => {
     const r = await runningBackfill('deleted')
     r.history.stop()
-    await world.deleteBackfill(r.backfill)
+    await sys.world.deleteBackfill(r.backfill)
     // The Job is being deleted, and the declaration waits for it with its finalizer in place.
     await waitUntil('the Job to be deleting', async () =>
-      (await world.job(r.job))?.metadata?.deletionTimestamp ? true : undefined,
+      (await sys.world.job(r.job))?.metadata?.deletionTimestamp ? true : undefined,
     )
     const waiting = await waitUntil('the deletion message', async () => {
-      const b = await world.getBackfill(r.backfill)
+      const b = await sys.world.getBackfill(r.backfill)
       return b?.status?.message?.includes('being deleted') ? b : undefined
     })
     expect(waiting.metadata.deletionTimestamp).toBeTruthy()
     expect(waiting.metadata.finalizers).toContain('ai.flexinfer/modelbackfill')
     expect(waiting.status?.message).toBe(`ModelBackfill is being deleted; waiting for Job ${r.job} to be removed`)
     // A deletion counts no preemption (as the reference); the time run until then is still useful time.
-    const deleting = await world.state(r.backfill)
+    const deleting = await sys.world.state(r.backfill)
     expect(deleting?.counters.preemptions).toEqual({})
     expect(deleting?.counters.usefulSeconds).toBeGreaterThan(0)
-    expect(await world.events(r.backfill)).toContainEqual({
+    expect(await sys.world.events(r.backfill)).toContainEqual({
       type: 'Normal',
       reason: 'BackfillCancelled',
       message: `ModelBackfill is being deleted; deleting Job ${r.job}`,
     })
     await new Promise((resolve) => setTimeout(resolve, 1000))
-    expect(await world.getBackfill(r.backfill)).not.toBeNull()
+    expect(await sys.world.getBackfill(r.backfill)).not.toBeNull()
 
-    await world.releasePods(r.job)
+    await sys.world.releasePods(r.job)
     await gone(r.job)
     await waitUntil('the ModelBackfill to be gone', async () =>
-      (await world.getBackfill(r.backfill)) === null ? true : undefined,
+      (await sys.world.getBackfill(r.backfill)) === null ? true : undefined,
     )
     await waitUntil('its KV state to be gone', async () =>
-      (await world.state(r.backfill)) === null ? true : undefined,
+      (await sys.world.state(r.backfill)) === null ? true : undefined,
     )
-    expect(await world.jobsOf(r.backfill)).toEqual([])
+    expect(await sys.world.jobsOf(r.backfill)).toEqual([])
   })
 })

@@ -2,48 +2,37 @@
 // resetting the window, no node), how it gets from the idle window to a running Job, and why it becomes Blocked
 // (model or template missing, GPU in the template, invalid spec) or stays Suspended. Rows of the guide's phase and
 // troubleshooting tables. Tests run concurrently: each one has its own model, node, template and backfill.
-import { afterAll, beforeAll, describe, inject, it } from 'vitest'
+import { describe, inject, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
-import type { Runner } from '../../../runtime/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, ms, ready } from '../support/backfill-world.js'
-import { startTestRunner } from '../support/runner.js'
+import { useBackfillSystem } from '../support/backfill-system.js'
+import { ms, ready } from '../support/backfill-world.js'
 
 const env = useTestEnv()
-let runner: Runner
-let world: BackfillWorld
-
-beforeAll(async () => {
-  runner = await startTestRunner(env)
-  world = new BackfillWorld(env.kc, env.namespace, env.nc)
-})
-afterAll(async () => {
-  world?.close()
-  await runner?.stop()
-})
+const sys = useBackfillSystem(env)
 
 describe.concurrent('WaitingForIdle', () => {
   it('ModelNotReady while the model is not Ready; the idle window starts only when it turns Ready', async ({
     expect,
   }) => {
-    const n = await world.declare('notready', {}, { phase: 'Loading' })
-    const waiting = await world.waitFor(n.backfill, 'WaitingForIdle', 'ModelNotReady')
+    const n = await sys.world.declare('notready', {}, { phase: 'Loading' })
+    const waiting = await sys.world.waitFor(n.backfill, 'WaitingForIdle', 'ModelNotReady')
     expect(waiting.status?.message).toBe(`Model ${n.model} is Loading`)
     expect(waiting.status?.idleSince).toBeUndefined()
     expect(ready(waiting)).toBe('False')
 
     await sleep(3000) // longer than idleFor: a model that is not warm gets no backfill
-    const still = await world.getBackfill(n.backfill)
+    const still = await sys.world.getBackfill(n.backfill)
     expect(`${still?.status?.phase}/${still?.status?.reason}`).toBe('WaitingForIdle/ModelNotReady')
-    expect(await world.jobsOf(n.backfill)).toEqual([])
+    expect(await sys.world.jobsOf(n.backfill)).toEqual([])
 
     const readyAt = Date.now()
-    await world.modelStatus(n.model, { phase: 'Ready', node: n.node })
-    const idle = await world.waitFor(n.backfill, 'WaitingForIdle', 'IdleWindow')
+    await sys.world.modelStatus(n.model, { phase: 'Ready', node: n.node })
+    const idle = await sys.world.waitFor(n.backfill, 'WaitingForIdle', 'IdleWindow')
     expect(ms(idle.status?.idleSince)).toBeGreaterThanOrEqual(readyAt)
-    const running = await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     expect(ms(running.status?.startedAt)).toBeGreaterThanOrEqual(readyAt + 2000)
     expect(running.status?.attempts).toBe(1)
   })
@@ -52,8 +41,8 @@ describe.concurrent('WaitingForIdle', () => {
     expect,
   }) => {
     const before = Date.now()
-    const n = await world.declare('window', { idleFor: '3s' })
-    const waiting = await world.waitFor(n.backfill, 'WaitingForIdle', 'IdleWindow')
+    const n = await sys.world.declare('window', { idleFor: '3s' })
+    const waiting = await sys.world.waitFor(n.backfill, 'WaitingForIdle', 'IdleWindow')
     const idleSince = ms(waiting.status?.idleSince)
     expect(idleSince).toBeGreaterThanOrEqual(before)
     expect(idleSince).toBeLessThanOrEqual(Date.now())
@@ -63,9 +52,9 @@ describe.concurrent('WaitingForIdle', () => {
     expect(waiting.status?.attempts).toBe(0)
     expect(waiting.status?.jobName).toBeUndefined()
     expect(ready(waiting)).toBe('False')
-    expect(await world.jobsOf(n.backfill)).toEqual([])
+    expect(await sys.world.jobsOf(n.backfill)).toEqual([])
 
-    const running = await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     expect(running.status?.idleSince).toBe(waiting.status?.idleSince)
     expect(ms(running.status?.startedAt)).toBeGreaterThanOrEqual(idleSince + 3000)
   })
@@ -73,9 +62,9 @@ describe.concurrent('WaitingForIdle', () => {
   it('stays WaitingForIdle while foreground requests keep resetting the window (status.idleSince moves)', async ({
     expect,
   }) => {
-    const n = await world.declare('resets')
-    await world.waitFor(n.backfill, 'WaitingForIdle', 'IdleWindow')
-    const history = await world.history(n.backfill)
+    const n = await sys.world.declare('resets')
+    await sys.world.waitFor(n.backfill, 'WaitingForIdle', 'IdleWindow')
+    const history = await sys.world.history(n.backfill)
     const emitter = createForegroundEmitter(env.nc)
     let last = 0
     const until = Date.now() + 6000 // three windows' worth of requests, 400 ms apart
@@ -86,11 +75,11 @@ describe.concurrent('WaitingForIdle', () => {
     }
     await emitter.close()
     expect(history.phases()).toEqual(['WaitingForIdle/IdleWindow'])
-    expect(await world.jobsOf(n.backfill)).toEqual([])
+    expect(await sys.world.jobsOf(n.backfill)).toEqual([])
     // The window was re-armed to the newest request more than once while the requests kept coming.
     expect(new Set(history.statuses.map((s) => s.idleSince)).size).toBeGreaterThanOrEqual(2)
 
-    const running = await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     history.stop()
     expect(ms(running.status?.idleSince)).toBeGreaterThanOrEqual(last)
     expect(ms(running.status?.startedAt)).toBeGreaterThanOrEqual(last + 2000)
@@ -100,29 +89,29 @@ describe.concurrent('WaitingForIdle', () => {
   it('NodeUnresolved while the model has no node; admitted on the node once the model reports one', async ({
     expect,
   }) => {
-    const n = world.names('nonode')
-    await world.model(n.model) // Ready, but neither status.gpu.node nor a hostname selector
-    await world.template(n.template)
-    await world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
-    const waiting = await world.waitFor(n.backfill, 'WaitingForIdle', 'NodeUnresolved')
+    const n = sys.world.names('nonode')
+    await sys.world.model(n.model) // Ready, but neither status.gpu.node nor a hostname selector
+    await sys.world.template(n.template)
+    await sys.world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
+    const waiting = await sys.world.waitFor(n.backfill, 'WaitingForIdle', 'NodeUnresolved')
     expect(waiting.status?.message).toBe(`Model ${n.model} has no status.gpu.node or hostname selector`)
     await sleep(2500)
-    expect((await world.getBackfill(n.backfill))?.status?.reason).toBe('NodeUnresolved')
-    expect(await world.jobsOf(n.backfill)).toEqual([])
+    expect((await sys.world.getBackfill(n.backfill))?.status?.reason).toBe('NodeUnresolved')
+    expect(await sys.world.jobsOf(n.backfill)).toEqual([])
 
-    await world.modelStatus(n.model, { phase: 'Ready', node: n.node })
-    const running = await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    await sys.world.modelStatus(n.model, { phase: 'Ready', node: n.node })
+    const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     expect(running.status?.nodeName).toBe(n.node)
   })
 
   it('the node may come from the hostname node selector when status.gpu.node is unset', async ({ expect }) => {
-    const n = world.names('hostname')
-    await world.model(n.model, { hostname: n.node })
-    await world.template(n.template)
-    await world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
-    const running = await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    const n = sys.world.names('hostname')
+    await sys.world.model(n.model, { hostname: n.node })
+    await sys.world.template(n.template)
+    await sys.world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
+    const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     expect(running.status?.nodeName).toBe(n.node)
-    const job = await world.job(jobName(n.backfill, 1))
+    const job = await sys.world.job(jobName(n.backfill, 1))
     expect(job?.metadata?.annotations?.['ai.flexinfer/backfill-node']).toBe(n.node)
   })
 })
@@ -131,10 +120,10 @@ describe.concurrent('Starting and Running', () => {
   it('WaitingForIdle → Starting (Job created) → Running (Job active), with Started and Running events', async ({
     expect,
   }) => {
-    const n = world.names('admitted')
-    const history = await world.history(n.backfill)
-    await world.declare(n.backfill)
-    const running = await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    const n = sys.world.names('admitted')
+    const history = await sys.world.history(n.backfill)
+    await sys.world.declare(n.backfill)
+    const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     const job = jobName(n.backfill, 1)
     expect(await history.first(3)).toEqual(['WaitingForIdle/IdleWindow', 'Starting/JobCreated', 'Running/JobRunning'])
     history.stop()
@@ -146,11 +135,11 @@ describe.concurrent('Starting and Running', () => {
     expect(running.status?.message).toBe(`Job ${job} is running on node ${n.node}`)
     expect(running.status?.conditions?.[0]).toMatchObject({ type: 'Ready', status: 'True', reason: 'JobRunning' })
     expect(running.status?.startedAt).toBe(starting?.startedAt)
-    expect(await world.job(job)).not.toBeNull()
+    expect(await sys.world.job(job)).not.toBeNull()
 
     // Admit records Started right after creating the Job, lifecycle records Running when the Job controller starts
     // it: either may be written first (and describe orders events by second-granular timestamps anyway).
-    const events = await world.events(n.backfill)
+    const events = await sys.world.events(n.backfill)
     expect(events).toHaveLength(2)
     expect(events).toEqual(
       expect.arrayContaining([
@@ -158,7 +147,7 @@ describe.concurrent('Starting and Running', () => {
         { type: 'Normal', reason: 'Running', message: `Job ${job} is running` },
       ]),
     )
-    const state = await world.state(n.backfill)
+    const state = await sys.world.state(n.backfill)
     expect(state).toMatchObject({ phase: 'Running', attempts: 1, jobName: job })
     expect(state?.counters).toMatchObject({ starts: 1, success: 0, failed: 0, preemptions: {} })
   })
@@ -166,14 +155,14 @@ describe.concurrent('Starting and Running', () => {
 
 describe.concurrent('Blocked', () => {
   it('ModelNotFound while the Model does not exist; runs once it appears', async ({ expect }) => {
-    const n = world.names('nomodel')
-    await world.template(n.template)
-    await world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
-    const blocked = await world.waitFor(n.backfill, 'Blocked', 'ModelNotFound')
+    const n = sys.world.names('nomodel')
+    await sys.world.template(n.template)
+    await sys.world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
+    const blocked = await sys.world.waitFor(n.backfill, 'Blocked', 'ModelNotFound')
     const message = `Model ${env.namespace}/${n.model} not found`
     expect(blocked.status?.message).toBe(message)
     expect(ready(blocked)).toBe('False')
-    expect(await world.events(n.backfill)).toContainEqual({
+    expect(await sys.world.events(n.backfill)).toContainEqual({
       type: 'Warning',
       reason: 'Blocked',
       message: `ModelNotFound: ${message}`,
@@ -181,8 +170,8 @@ describe.concurrent('Blocked', () => {
 
     await sleep(2500) // longer than idleFor while the Model is missing: that time is not an idle window
     const createdAt = Date.now()
-    await world.model(n.model, { node: n.node })
-    const running = await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    await sys.world.model(n.model, { node: n.node })
+    const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     expect(running.status?.attempts).toBe(1)
     // Like a Model turning Ready, one that appears starts its idle window then.
     expect(ms(running.status?.idleSince)).toBeGreaterThanOrEqual(createdAt)
@@ -192,38 +181,38 @@ describe.concurrent('Blocked', () => {
   it('TemplateNotFound while the CronJob is missing; admitted once it exists (re-checked: nothing watches CronJobs)', async ({
     expect,
   }) => {
-    const n = world.names('notemplate')
-    await world.model(n.model, { node: n.node })
-    await world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
-    const blocked = await world.waitFor(n.backfill, 'Blocked', 'TemplateNotFound')
+    const n = sys.world.names('notemplate')
+    await sys.world.model(n.model, { node: n.node })
+    await sys.world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
+    const blocked = await sys.world.waitFor(n.backfill, 'Blocked', 'TemplateNotFound')
     const message = `CronJob ${env.namespace}/${n.template} not found`
     expect(blocked.status?.message).toBe(message)
-    expect(await world.events(n.backfill)).toContainEqual({
+    expect(await sys.world.events(n.backfill)).toContainEqual({
       type: 'Warning',
       reason: 'Blocked',
       message: `TemplateNotFound: ${message}`,
     })
-    expect(await world.jobsOf(n.backfill)).toEqual([])
+    expect(await sys.world.jobsOf(n.backfill)).toEqual([])
 
     // Nothing watches CronJobs: the next re-check admits it (at the latest its RECHECK_MS timer, 15s).
-    await world.template(n.template)
-    const running = await world.waitFor(n.backfill, 'Running', 'JobRunning', 30_000)
+    await sys.world.template(n.template)
+    const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning', 30_000)
     expect(running.status?.attempts).toBe(1)
   })
 
   it('GPURequestForbidden when the template limits a GPU; no Job even after the idle window', async ({ expect }) => {
-    const n = world.names('gputpl')
-    await world.model(n.model, { node: n.node })
-    await world.template(n.template, { gpu: true })
-    await world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
-    const blocked = await world.waitFor(n.backfill, 'Blocked', 'GPURequestForbidden')
+    const n = sys.world.names('gputpl')
+    await sys.world.model(n.model, { node: n.node })
+    await sys.world.template(n.template, { gpu: true })
+    await sys.world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
+    const blocked = await sys.world.waitFor(n.backfill, 'Blocked', 'GPURequestForbidden')
     const message = `CronJob ${n.template} container eval sets limits.nvidia.com/gpu=1; backfill must not request a GPU`
     expect(blocked.status?.message).toBe(message)
     await sleep(3000)
-    expect((await world.getBackfill(n.backfill))?.status?.reason).toBe('GPURequestForbidden')
-    expect(await world.jobsOf(n.backfill)).toEqual([])
-    expect((await world.state(n.backfill))?.attempts).toBe(0)
-    const blockedEvents = (await world.events(n.backfill)).filter((e) => e.reason === 'Blocked')
+    expect((await sys.world.getBackfill(n.backfill))?.status?.reason).toBe('GPURequestForbidden')
+    expect(await sys.world.jobsOf(n.backfill)).toEqual([])
+    expect((await sys.world.state(n.backfill))?.attempts).toBe(0)
+    const blockedEvents = (await sys.world.events(n.backfill)).filter((e) => e.reason === 'Blocked')
     // Re-checks that find the same problem do not repeat the event.
     expect(blockedEvents).toEqual([{ type: 'Warning', reason: 'Blocked', message: `GPURequestForbidden: ${message}` }])
   })
@@ -231,9 +220,9 @@ describe.concurrent('Blocked', () => {
   it('InvalidEnvironment: kubectl apply refuses it, and an object that slipped past the CRD rules is Blocked', async ({
     expect,
   }) => {
-    const n = world.names('badenv')
-    await world.model(n.model, { node: n.node })
-    await world.template(n.template)
+    const n = sys.world.names('badenv')
+    await sys.world.model(n.model, { node: n.node })
+    await sys.world.template(n.template)
     const spec = { modelRef: n.model, templateRef: n.template, idleFor: '2s' }
     const apply = (name: string, env_: Record<string, string>) =>
       env.kubectl(['apply', '-n', env.namespace, '-f', '-'], {
@@ -250,24 +239,24 @@ describe.concurrent('Blocked', () => {
     const reserved = await apply(`${n.backfill}-b`, { FLEXINFER_WORKLOAD_CLASS: 'foreground' })
     expect(reserved.code).not.toBe(0)
     expect(reserved.stderr).toContain('FLEXINFER_WORKLOAD_CLASS is reserved')
-    expect(await world.getBackfill(`${n.backfill}-a`)).toBeNull()
+    expect(await sys.world.getBackfill(`${n.backfill}-a`)).toBeNull()
 
     // No object the API accepts can carry such an env: write one to etcd directly, as a declaration created
     // before the CRD carried its CEL rules would be. The functions must still block it.
     const { etcdUrl } = inject('testEnv')
-    await world.backfillBypassingAdmission(etcdUrl, `${n.backfill}-c`, { ...spec, env: { 'BAD-NAME': 'x' } })
-    await world.backfillBypassingAdmission(etcdUrl, `${n.backfill}-d`, {
+    await sys.world.backfillBypassingAdmission(etcdUrl, `${n.backfill}-c`, { ...spec, env: { 'BAD-NAME': 'x' } })
+    await sys.world.backfillBypassingAdmission(etcdUrl, `${n.backfill}-d`, {
       ...spec,
       env: { FLEXINFER_WORKLOAD_CLASS: 'foreground' },
     })
-    const c = await world.waitFor(`${n.backfill}-c`, 'Blocked', 'InvalidEnvironment')
+    const c = await sys.world.waitFor(`${n.backfill}-c`, 'Blocked', 'InvalidEnvironment')
     expect(c.status?.message).toBe('invalid environment variable name(s): BAD-NAME')
-    const d = await world.waitFor(`${n.backfill}-d`, 'Blocked', 'InvalidEnvironment')
+    const d = await sys.world.waitFor(`${n.backfill}-d`, 'Blocked', 'InvalidEnvironment')
     expect(d.status?.message).toBe('FLEXINFER_WORKLOAD_CLASS is reserved and cannot be overridden')
     await sleep(2500) // past idleFor
-    expect(await world.jobsOf(`${n.backfill}-c`)).toEqual([])
-    expect(await world.jobsOf(`${n.backfill}-d`)).toEqual([])
-    expect(await world.events(`${n.backfill}-c`)).toContainEqual({
+    expect(await sys.world.jobsOf(`${n.backfill}-c`)).toEqual([])
+    expect(await sys.world.jobsOf(`${n.backfill}-d`)).toEqual([])
+    expect(await sys.world.events(`${n.backfill}-c`)).toContainEqual({
       type: 'Warning',
       reason: 'Blocked',
       message: 'InvalidEnvironment: invalid environment variable name(s): BAD-NAME',
@@ -277,9 +266,9 @@ describe.concurrent('Blocked', () => {
   it('InvalidRepeatAfter: kubectl apply refuses 30s, and an object that slipped past the CRD rules is Blocked', async ({
     expect,
   }) => {
-    const n = world.names('badrepeat')
-    await world.model(n.model, { node: n.node })
-    await world.template(n.template)
+    const n = sys.world.names('badrepeat')
+    await sys.world.model(n.model, { node: n.node })
+    await sys.world.template(n.template)
     const spec = { modelRef: n.model, templateRef: n.template, idleFor: '2s', repeatAfter: '30s' }
     const refused = await env.kubectl(['apply', '-n', env.namespace, '-f', '-'], {
       input: JSON.stringify({
@@ -292,26 +281,26 @@ describe.concurrent('Blocked', () => {
     expect(refused.code).not.toBe(0)
     expect(refused.stderr).toContain('repeatAfter must be 0 (one-shot) or at least 1m')
 
-    await world.backfillBypassingAdmission(inject('testEnv').etcdUrl, n.backfill, spec)
-    const blocked = await world.waitFor(n.backfill, 'Blocked', 'InvalidRepeatAfter')
+    await sys.world.backfillBypassingAdmission(inject('testEnv').etcdUrl, n.backfill, spec)
+    const blocked = await sys.world.waitFor(n.backfill, 'Blocked', 'InvalidRepeatAfter')
     expect(blocked.status?.message).toBe('repeatAfter 30s must be 0 or at least 1m')
     await sleep(2500)
-    expect(await world.jobsOf(n.backfill)).toEqual([])
+    expect(await sys.world.jobsOf(n.backfill)).toEqual([])
   })
 })
 
 describe.concurrent('Suspended', () => {
   it('a declaration created suspended admits nothing; unsuspending it starts the first attempt', async ({ expect }) => {
-    const n = await world.declare('created-suspended', { suspend: true })
-    const suspended = await world.waitFor(n.backfill, 'Suspended', 'Suspended')
+    const n = await sys.world.declare('created-suspended', { suspend: true })
+    const suspended = await sys.world.waitFor(n.backfill, 'Suspended', 'Suspended')
     expect(suspended.status?.message).toBe('spec.suspend is true; no attempt may run')
     expect(ready(suspended)).toBe('False')
     await sleep(3000)
-    expect((await world.getBackfill(n.backfill))?.status?.phase).toBe('Suspended')
-    expect(await world.jobsOf(n.backfill)).toEqual([])
+    expect((await sys.world.getBackfill(n.backfill))?.status?.phase).toBe('Suspended')
+    expect(await sys.world.jobsOf(n.backfill)).toEqual([])
 
-    await world.patchBackfillSpec(n.backfill, { suspend: false })
-    const running = await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    await sys.world.patchBackfillSpec(n.backfill, { suspend: false })
+    const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     expect(running.status).toMatchObject({ attempts: 1, observedGeneration: 2 })
   })
 })

@@ -1,29 +1,19 @@
 // End to end against the real apiserver, Job controller and nats-server: every function runs in-process over
 // its JetStream consumer, fed by the local ApiServerSource stand-in, exactly as `npm start` runs them.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
-import type { Runner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
-import { startTestRunner } from '../support/runner.js'
+import { useBackfillSystem } from '../support/backfill-system.js'
+import { waitUntil } from '../support/backfill-world.js'
 
 const env = useTestEnv()
-let runner: Runner
-let world: BackfillWorld
-
-beforeAll(async () => {
-  runner = await startTestRunner(env, { httpPort: 0 })
-  world = new BackfillWorld(env.kc, env.namespace, env.nc)
-})
-afterAll(async () => {
-  await runner?.stop()
-})
+const sys = useBackfillSystem(env, { httpPort: 0 })
 
 describe('a quiet model gets its backfill', () => {
   it('waits for the idle window, copies the Job exactly, runs it and succeeds', async () => {
-    await world.model('m-happy', { node: 'node-happy' })
-    await world.template('tpl-happy', {
+    await sys.world.model('m-happy', { node: 'node-happy' })
+    await sys.world.template('tpl-happy', {
       initContainer: true,
       env: [
         { name: 'MODELS', value: 'old' },
@@ -32,17 +22,17 @@ describe('a quiet model gets its backfill', () => {
       ],
     })
     const created = Date.now()
-    await world.backfill('happy', {
+    await sys.world.backfill('happy', {
       modelRef: 'm-happy',
       templateRef: 'tpl-happy',
       idleFor: '3s',
       maxRunDuration: '15m',
       env: { MODELS: 'm-happy=vllm', SECRET_ONE: 'literal', ZED: 'z', ALPHA: 'a' },
     })
-    const waiting = await world.waitFor('happy', 'WaitingForIdle', 'IdleWindow')
+    const waiting = await sys.world.waitFor('happy', 'WaitingForIdle', 'IdleWindow')
     expect(waiting.metadata.finalizers).toContain('ai.flexinfer/modelbackfill')
 
-    const running = await world.waitFor('happy', 'Running', 'JobRunning')
+    const running = await sys.world.waitFor('happy', 'Running', 'JobRunning')
     expect(Date.parse(running.status?.startedAt ?? '')).toBeGreaterThanOrEqual(created + 3000 - 1000)
     expect(running.status?.attempts).toBe(1)
     expect(running.status?.nodeName).toBe('node-happy')
@@ -50,7 +40,7 @@ describe('a quiet model gets its backfill', () => {
     expect(running.status?.jobName).toBe(name)
     expect(running.status?.conditions?.find((c) => c.type === 'Ready')?.status).toBe('True')
 
-    const job = await world.job(name)
+    const job = await sys.world.job(name)
     expect(job?.metadata?.ownerReferences).toEqual([
       expect.objectContaining({ kind: 'ModelBackfill', name: 'happy', controller: true, blockOwnerDeletion: true }),
     ])
@@ -72,15 +62,15 @@ describe('a quiet model gets its backfill', () => {
       { name: 'ZED', value: 'z' },
     ])
 
-    await world.finishJob(name, 'Succeeded')
-    const done = await world.waitFor('happy', 'Succeeded', 'JobComplete')
+    await sys.world.finishJob(name, 'Succeeded')
+    const done = await sys.world.waitFor('happy', 'Succeeded', 'JobComplete')
     expect(done.status?.completionTime).toBeTruthy()
     expect(done.status?.attempts).toBe(1)
-    const state = await world.state('happy')
+    const state = await sys.world.state('happy')
     expect(state?.counters).toMatchObject({ starts: 1, success: 1, failed: 0 })
     expect(state?.counters.usefulSeconds).toBeGreaterThan(0)
 
-    const metrics = await (await fetch(`${runner.httpUrl}/metrics`)).text()
+    const metrics = await (await fetch(`${sys.runner.httpUrl}/metrics`)).text()
     expect(metrics).toContain(
       `flexinfer_model_backfill_starts_total{backfill="happy",namespace="${env.namespace}",model="m-happy"} 1`,
     )
@@ -92,23 +82,23 @@ describe('a quiet model gets its backfill', () => {
 
 describe('foreground always wins', () => {
   it('a foreground request cancels the running Job and the retry needs a new full window', async () => {
-    await world.model('m-fg', { node: 'node-fg' })
-    await world.template('tpl-fg')
-    await world.backfill('fg', { modelRef: 'm-fg', templateRef: 'tpl-fg', idleFor: '3s' })
-    await world.waitFor('fg', 'Running')
+    await sys.world.model('m-fg', { node: 'node-fg' })
+    await sys.world.template('tpl-fg')
+    await sys.world.backfill('fg', { modelRef: 'm-fg', templateRef: 'tpl-fg', idleFor: '3s' })
+    await sys.world.waitFor('fg', 'Running')
     const first = jobName('fg', 1)
 
     const emitter = createForegroundEmitter(env.nc)
     const requestAt = Date.now()
     await emitter.emit({ namespace: env.namespace, model: 'm-fg' })
-    await waitUntil('Job 1 deleted', async () => ((await world.job(first)) === null ? true : undefined), 10_000)
+    await waitUntil('Job 1 deleted', async () => ((await sys.world.job(first)) === null ? true : undefined), 10_000)
 
-    const waiting = await world.waitFor('fg', 'WaitingForIdle', 'IdleWindow')
+    const waiting = await sys.world.waitFor('fg', 'WaitingForIdle', 'IdleWindow')
     expect(waiting.status?.attempts).toBe(1)
-    const cancelled = await world.state('fg')
+    const cancelled = await sys.world.state('fg')
     expect(cancelled?.counters.preemptions.foreground).toBe(1)
 
-    const retry = await world.waitFor('fg', 'Running', 'JobRunning', 20_000)
+    const retry = await sys.world.waitFor('fg', 'Running', 'JobRunning', 20_000)
     expect(retry.status?.attempts).toBe(2)
     expect(retry.status?.jobName).toBe(jobName('fg', 2))
     // A fresh FULL window after the request, not the remainder of the old one.
@@ -117,17 +107,17 @@ describe('foreground always wins', () => {
   })
 
   it('background-class requests never reset the idle window', async () => {
-    await world.model('m-bg', { node: 'node-bg' })
-    await world.template('tpl-bg')
+    await sys.world.model('m-bg', { node: 'node-bg' })
+    await sys.world.template('tpl-bg')
     const emitter = createForegroundEmitter(env.nc)
-    await world.backfill('bg', { modelRef: 'm-bg', templateRef: 'tpl-bg', idleFor: '3s' })
+    await sys.world.backfill('bg', { modelRef: 'm-bg', templateRef: 'tpl-bg', idleFor: '3s' })
     const stop = Date.now() + 4000
     while (Date.now() < stop) {
       await emitter.emit({ namespace: env.namespace, model: 'm-bg', workloadClass: 'background' })
       await new Promise((r) => setTimeout(r, 200))
     }
     expect(emitter.stats.background).toBeGreaterThan(10)
-    const running = await world.waitFor('bg', 'Running', undefined, 10_000)
+    const running = await sys.world.waitFor('bg', 'Running', undefined, 10_000)
     expect(running.status?.attempts).toBe(1)
   })
 })

@@ -2,45 +2,34 @@
 // after a decision's actions and status write, and a decision that changed nothing committed nothing: by then the
 // attempt may have been cancelled and its claims released. Retaking them held the model for the dead Job for the
 // claim grace period (30 s), so the next attempt could not be admitted ("repeatedly preempted" timed out).
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import { claimKeys, ensureClaims, reconcile } from '../../../runtime/reconcile.js'
-import type { Runner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
-import { startTestRunner } from '../support/runner.js'
+import { useBackfillSystem } from '../support/backfill-system.js'
+import { waitUntil } from '../support/backfill-world.js'
 
 const env = useTestEnv()
-let runner: Runner
-let world: BackfillWorld
-
-beforeAll(async () => {
-  runner = await startTestRunner(env)
-  world = new BackfillWorld(env.kc, env.namespace, env.nc)
-})
-afterAll(async () => {
-  world?.close()
-  await runner?.stop()
-})
+const sys = useBackfillSystem(env)
 
 it('a stale decision on a cancelled attempt does not retake its released claims', { timeout: 90_000 }, async () => {
-  const n = await world.declare('stale-claims')
-  await world.waitFor(n.backfill, 'Running', 'JobRunning', 45_000)
+  const n = await sys.world.declare('stale-claims')
+  await sys.world.waitFor(n.backfill, 'Running', 'JobRunning', 45_000)
   const job = jobName(n.backfill, 1)
   // A decision taken while the attempt ran (nothing to change, so nothing committed): it calls the attempt live.
-  const stale = await reconcile(runner.deps, 'lifecycle', env.namespace, n.backfill, { type: 'resource' })
+  const stale = await reconcile(sys.runner.deps, 'lifecycle', env.namespace, n.backfill, { type: 'resource' })
   expect(stale?.state).toMatchObject({ phase: 'Running', jobName: job })
-  const backfill = await world.getBackfill(n.backfill)
+  const backfill = await sys.world.getBackfill(n.backfill)
 
   // Suspending cancels it: the state moves on and the claims are released (and nothing is admitted again).
-  await world.patchBackfillSpec(n.backfill, { suspend: true })
-  await world.waitFor(n.backfill, 'Suspended', 'Suspended', 45_000)
+  await sys.world.patchBackfillSpec(n.backfill, { suspend: true })
+  await sys.world.waitFor(n.backfill, 'Suspended', 'Suspended', 45_000)
   const keys = claimKeys(env.namespace, n.model, n.node)
-  const claimed = async () => (await runner.deps.bus.kv.claims.get(keys.model))?.operation === 'PUT'
+  const claimed = async () => (await sys.runner.deps.bus.kv.claims.get(keys.model))?.operation === 'PUT'
   await waitUntil('the claims to be released', async () => ((await claimed()) ? undefined : true), 30_000)
 
   // The stale decision's tail runs now, as it would after a slow status write.
-  await ensureClaims(runner.deps, backfill, stale as NonNullable<typeof stale>)
+  await ensureClaims(sys.runner.deps, backfill, stale as NonNullable<typeof stale>)
   expect(await claimed()).toBe(false)
-  expect((await runner.deps.bus.kv.claims.get(keys.node))?.operation === 'PUT').toBe(false)
+  expect((await sys.runner.deps.bus.kv.claims.get(keys.node))?.operation === 'PUT').toBe(false)
 })

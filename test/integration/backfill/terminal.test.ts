@@ -1,57 +1,46 @@
 // How attempts end, end to end: a one-shot success stays Succeeded, a failure (pod failed, or the real Job
 // controller's activeDeadlineSeconds from maxRunDuration) stays Failed until the spec changes, and repeatAfter
 // schedules the next run after a cooldown through every gate again (one ~70s test: repeatAfter cannot be under 1m).
-import { afterAll, beforeAll, describe, it } from 'vitest'
+import { describe, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import type { Runner } from '../../../runtime/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, ms, ready, STARTED, waitUntil } from '../support/backfill-world.js'
-import { startTestRunner } from '../support/runner.js'
+import { useBackfillSystem } from '../support/backfill-system.js'
+import { ms, ready, STARTED, waitUntil } from '../support/backfill-world.js'
 
 const env = useTestEnv()
-let runner: Runner
-let world: BackfillWorld
-
-beforeAll(async () => {
-  runner = await startTestRunner(env)
-  world = new BackfillWorld(env.kc, env.namespace, env.nc)
-})
-afterAll(async () => {
-  world?.close()
-  await runner?.stop()
-})
+const sys = useBackfillSystem(env)
 
 describe.concurrent('Succeeded', () => {
   it('one-shot: Succeeded/JobComplete, no nextRunTime, and it does not repeat', async ({ expect }) => {
-    const n = world.names('oneshot')
-    const history = await world.history(n.backfill)
-    await world.declare(n.backfill)
-    await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    const n = sys.world.names('oneshot')
+    const history = await sys.world.history(n.backfill)
+    await sys.world.declare(n.backfill)
+    await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     const job = jobName(n.backfill, 1)
-    await world.finishJob(job, 'Succeeded')
-    const done = await world.waitFor(n.backfill, 'Succeeded', 'JobComplete')
-    const completed = await world.waitForJobCondition(job, 'Complete')
+    await sys.world.finishJob(job, 'Succeeded')
+    const done = await sys.world.waitFor(n.backfill, 'Succeeded', 'JobComplete')
+    const completed = await sys.world.waitForJobCondition(job, 'Complete')
     expect(done.status?.message).toBe(`Job ${job} completed`)
     expect(done.status?.completionTime).toBe(new Date(completed.status?.completionTime as Date).toISOString())
     expect(done.status?.nextRunTime).toBeUndefined()
     expect(done.status).toMatchObject({ attempts: 1, jobName: job })
     expect(ready(done)).toBe('True')
-    expect(await world.events(n.backfill)).toContainEqual({
+    expect(await sys.world.events(n.backfill)).toContainEqual({
       type: 'Normal',
       reason: 'Completed',
       message: `Job ${job} completed`,
     })
 
     await sleep(3000) // past idleFor: a one-shot declaration is done
-    const later = await world.getBackfill(n.backfill)
+    const later = await sys.world.getBackfill(n.backfill)
     expect(`${later?.status?.phase}/${later?.status?.reason}`).toBe('Succeeded/JobComplete')
     expect(later?.status?.attempts).toBe(1)
-    expect((await world.jobsOf(n.backfill)).map((j) => j.metadata?.name)).toEqual([job])
+    expect((await sys.world.jobsOf(n.backfill)).map((j) => j.metadata?.name)).toEqual([job])
     expect(await history.first(4)).toEqual([...STARTED, 'Succeeded/JobComplete'])
     expect(history.phases()).toHaveLength(4)
     history.stop()
-    const state = await world.state(n.backfill)
+    const state = await sys.world.state(n.backfill)
     expect(state?.counters).toMatchObject({ starts: 1, success: 1, failed: 0, preemptions: {} })
     expect(state?.counters.usefulSeconds).toBeGreaterThan(0)
   })
@@ -59,14 +48,14 @@ describe.concurrent('Succeeded', () => {
 
 describe.concurrent('Failed', () => {
   it('a Job whose pod fails: Failed/JobFailed, terminal, never repeats', async ({ expect }) => {
-    const n = world.names('podfails')
-    const history = await world.history(n.backfill)
-    await world.declare(n.backfill)
-    await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    const n = sys.world.names('podfails')
+    const history = await sys.world.history(n.backfill)
+    await sys.world.declare(n.backfill)
+    await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     const job = jobName(n.backfill, 1)
-    await world.finishJob(job, 'Failed')
-    const failed = await world.waitFor(n.backfill, 'Failed', 'JobFailed')
-    const condition = (await world.waitForJobCondition(job, 'Failed')).status?.conditions?.find(
+    await sys.world.finishJob(job, 'Failed')
+    const failed = await sys.world.waitFor(n.backfill, 'Failed', 'JobFailed')
+    const condition = (await sys.world.waitForJobCondition(job, 'Failed')).status?.conditions?.find(
       (c) => c.type === 'Failed',
     )
     expect(condition?.reason).toBe('BackoffLimitExceeded')
@@ -74,34 +63,34 @@ describe.concurrent('Failed', () => {
     expect(failed.status?.completionTime).toBeTruthy()
     expect(failed.status?.nextRunTime).toBeUndefined()
     expect(ready(failed)).toBe('False')
-    expect(await world.events(n.backfill)).toContainEqual({
+    expect(await sys.world.events(n.backfill)).toContainEqual({
       type: 'Warning',
       reason: 'Failed',
       message: `Job ${job} failed: ${condition?.message}`,
     })
 
     await sleep(3000)
-    expect((await world.getBackfill(n.backfill))?.status?.phase).toBe('Failed')
-    expect((await world.jobsOf(n.backfill)).map((j) => j.metadata?.name)).toEqual([job])
+    expect((await sys.world.getBackfill(n.backfill))?.status?.phase).toBe('Failed')
+    expect((await sys.world.jobsOf(n.backfill)).map((j) => j.metadata?.name)).toEqual([job])
     expect(await history.first(4)).toEqual([...STARTED, 'Failed/JobFailed'])
     expect(history.phases()).toHaveLength(4)
     history.stop()
-    expect((await world.state(n.backfill))?.counters).toMatchObject({ starts: 1, success: 0, failed: 1 })
+    expect((await sys.world.state(n.backfill))?.counters).toMatchObject({ starts: 1, success: 0, failed: 1 })
   })
 
   it('maxRunDuration 2s: the Job controller ends it at its deadline → Failed/JobFailed, no repeat even with repeatAfter', async ({
     expect,
   }) => {
-    const n = world.names('deadline')
-    const history = await world.history(n.backfill)
-    await world.declare(n.backfill, { maxRunDuration: '2s', repeatAfter: '1m' })
+    const n = sys.world.names('deadline')
+    const history = await sys.world.history(n.backfill)
+    await sys.world.declare(n.backfill, { maxRunDuration: '2s', repeatAfter: '1m' })
     const job = jobName(n.backfill, 1)
     // Nobody finishes the pod: the real Job controller enforces activeDeadlineSeconds. Running lasts only the 2 s
     // from the Job's startTime; on a loaded machine the function may first observe the Job after it failed, and
     // status is level-based (it shows what it observes), so Running may be skipped. Proof that the Job did run
     // comes from the Job itself: startTime set and the DeadlineExceeded condition.
-    const failed = await world.waitFor(n.backfill, 'Failed', 'JobFailed', 40_000)
-    const ended = await world.waitForJobCondition(job, 'Failed')
+    const failed = await sys.world.waitFor(n.backfill, 'Failed', 'JobFailed', 40_000)
+    const ended = await sys.world.waitForJobCondition(job, 'Failed')
     expect(ended.spec?.activeDeadlineSeconds).toBe(2)
     expect(ended.status?.startTime).toBeTruthy()
     const condition = ended.status?.conditions?.find((c) => c.type === 'Failed')
@@ -118,37 +107,39 @@ describe.concurrent('Failed', () => {
     expect(failed.status?.message).toBe(`Job ${job} failed: ${condition?.message}; change the spec to retry`)
     expect(failed.status?.message).toContain('deadline')
     expect(failed.status?.nextRunTime).toBeUndefined()
-    const state = await world.state(n.backfill)
+    const state = await sys.world.state(n.backfill)
     expect(state?.counters).toMatchObject({ starts: 1, failed: 1, success: 0 })
     expect(state?.nextRunTime).toBeUndefined()
 
     await sleep(3000)
-    const later = await world.getBackfill(n.backfill)
+    const later = await sys.world.getBackfill(n.backfill)
     expect(`${later?.status?.phase}/${later?.status?.reason}`).toBe('Failed/JobFailed')
     expect(later?.status?.attempts).toBe(1)
   })
 
   it('a spec change clears a terminal Failed and starts over (old Job removed)', async ({ expect }) => {
-    const n = world.names('refail')
-    const history = await world.history(n.backfill)
-    await world.declare(n.backfill)
-    await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    const n = sys.world.names('refail')
+    const history = await sys.world.history(n.backfill)
+    await sys.world.declare(n.backfill)
+    await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     const first = jobName(n.backfill, 1)
-    await world.finishJob(first, 'Failed')
-    await world.waitFor(n.backfill, 'Failed', 'JobFailed')
+    await sys.world.finishJob(first, 'Failed')
+    await sys.world.waitFor(n.backfill, 'Failed', 'JobFailed')
 
-    await world.patchBackfillSpec(n.backfill, { env: { RETRY: 'yes' } })
-    const second = await world.waitForStatus(
+    await sys.world.patchBackfillSpec(n.backfill, { env: { RETRY: 'yes' } })
+    const second = await sys.world.waitForStatus(
       n.backfill,
       'Running attempt 2',
       (s) => s.phase === 'Running' && s.attempts === 2,
     )
     expect(second.status).toMatchObject({ observedGeneration: 2, jobName: jobName(n.backfill, 2) })
     expect(second.status?.completionTime).toBeUndefined()
-    await waitUntil(`Job ${first} to be removed`, async () => ((await world.job(first)) === null ? true : undefined))
+    await waitUntil(`Job ${first} to be removed`, async () =>
+      (await sys.world.job(first)) === null ? true : undefined,
+    )
     expect(await history.first(4)).toEqual([...STARTED, 'Failed/JobFailed'])
     history.stop()
-    expect((await world.state(n.backfill))?.counters).toMatchObject({ starts: 2, failed: 1, preemptions: {} })
+    expect((await sys.world.state(n.backfill))?.counters).toMatchObject({ starts: 2, failed: 1, preemptions: {} })
   })
 })
 
@@ -156,15 +147,15 @@ describe.concurrent('repeatAfter', () => {
   it('Succeeded/RepeatScheduled with nextRunTime = completionTime + 1m; then RepeatCleanup, RepeatDue and attempt 2', {
     timeout: 120_000,
   }, async ({ expect }) => {
-    const n = world.names('repeats')
-    const history = await world.history(n.backfill)
-    await world.declare(n.backfill, { idleFor: '3s', repeatAfter: '1m' })
-    await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    const n = sys.world.names('repeats')
+    const history = await sys.world.history(n.backfill)
+    await sys.world.declare(n.backfill, { idleFor: '3s', repeatAfter: '1m' })
+    await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
     const first = jobName(n.backfill, 1)
     // Held pods keep the old Job visible while the re-arm removes it, so RepeatCleanup can be seen.
-    await world.holdPods(first)
-    await world.finishJob(first, 'Succeeded')
-    const scheduled = await world.waitFor(n.backfill, 'Succeeded', 'RepeatScheduled')
+    await sys.world.holdPods(first)
+    await sys.world.finishJob(first, 'Succeeded')
+    const scheduled = await sys.world.waitFor(n.backfill, 'Succeeded', 'RepeatScheduled')
     const completion = ms(scheduled.status?.completionTime)
     const next = ms(scheduled.status?.nextRunTime)
     expect(next - completion).toBe(60_000)
@@ -172,32 +163,32 @@ describe.concurrent('repeatAfter', () => {
       `Job ${first} completed; next run may start after ${scheduled.status?.nextRunTime}`,
     )
     expect(ready(scheduled)).toBe('True')
-    expect(await world.events(n.backfill)).toContainEqual({
+    expect(await sys.world.events(n.backfill)).toContainEqual({
       type: 'Normal',
       reason: 'Completed',
       message: `Job ${first} completed`,
     })
-    expect((await world.state(n.backfill))?.counters).toMatchObject({ starts: 1, success: 1 })
+    expect((await sys.world.state(n.backfill))?.counters).toMatchObject({ starts: 1, success: 1 })
 
     // Cooldown over: the previous run's Job is removed first (RepeatCleanup) ...
-    const cleanup = await world.waitFor(n.backfill, 'Succeeded', 'RepeatCleanup', next - Date.now() + 15_000)
+    const cleanup = await sys.world.waitFor(n.backfill, 'Succeeded', 'RepeatCleanup', next - Date.now() + 15_000)
     expect(Date.now()).toBeGreaterThanOrEqual(next)
     expect(cleanup.status?.message).toBe(`cooldown over; removing Job ${first} of the previous run`)
-    expect((await world.job(first))?.metadata?.deletionTimestamp).toBeTruthy()
-    expect(await world.jobsOf(n.backfill)).toHaveLength(1)
+    expect((await sys.world.job(first))?.metadata?.deletionTimestamp).toBeTruthy()
+    expect(await sys.world.jobsOf(n.backfill)).toHaveLength(1)
 
     // ... then every gate runs again, the idle gate included: a foreground request now means a fresh window.
-    const requestAt = await world.foreground(n.model)
+    const requestAt = await sys.world.foreground(n.model)
     await waitUntil('the request in the idle state', async () =>
-      ms((await world.idle(n.model))?.lastForegroundAt) >= requestAt ? true : undefined,
+      ms((await sys.world.idle(n.model))?.lastForegroundAt) >= requestAt ? true : undefined,
     )
-    await world.releasePods(first)
-    const second = await world.waitForStatus(
+    await sys.world.releasePods(first)
+    const second = await sys.world.waitForStatus(
       n.backfill,
       'Running attempt 2',
       (s) => s.phase === 'Running' && s.attempts === 2,
     )
-    expect(await world.job(first)).toBeNull()
+    expect(await sys.world.job(first)).toBeNull()
     // RepeatDue lasts only until the fresh window completes: read it from the history, not by polling.
     expect(await history.first(8)).toEqual([
       ...STARTED,
@@ -216,6 +207,6 @@ describe.concurrent('repeatAfter', () => {
     expect(second.status?.nextRunTime).toBeUndefined()
     expect(second.status?.completionTime).toBeUndefined()
     history.stop()
-    expect((await world.state(n.backfill))?.counters).toMatchObject({ starts: 2, success: 1, preemptions: {} })
+    expect((await sys.world.state(n.backfill))?.counters).toMatchObject({ starts: 2, success: 1, preemptions: {} })
   })
 })

@@ -15,6 +15,7 @@ import { repoRoot } from '../../env/binaries.js'
 import { run } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import {
+  applyCrds,
   buildOverlay,
   FUNCTIONS,
   installUpstreamCrds,
@@ -89,23 +90,7 @@ async function installPrometheusOperatorCrds() {
   for (const f of (await readdir(dir)).filter((f) => f.endsWith('.yaml')).sort()) {
     docs.push(await readFile(join(dir, f), 'utf8'))
   }
-  const r = await env.kubectl(
-    [
-      'apply',
-      '--server-side',
-      '--force-conflicts',
-      '--field-manager=modelbackfill-deploy-tests',
-      '-o',
-      'name',
-      '-f',
-      '-',
-    ],
-    { input: docs.join('\n---\n') },
-  )
-  if (r.code !== 0) throw new Error(`Prometheus-operator CRDs refused:\n${r.stderr}`)
-  const names = r.stdout.split('\n').filter((l) => l.startsWith('customresourcedefinition'))
-  const wait = await env.kubectl(['wait', '--for=condition=Established', '--timeout=60s', ...names])
-  if (wait.code !== 0) throw new Error(`Prometheus-operator CRDs not established:\n${wait.stderr}`)
+  await applyCrds(env, docs.join('\n---\n'), 'Prometheus-operator CRDs')
 }
 
 beforeAll(async () => {

@@ -20,7 +20,7 @@ import { lifecycle } from '../../../functions/lifecycle/index.js'
 import { TokenReviewAuth } from '../../../runtime/auth/kubernetes.js'
 import { type FileToken, tokenFromEnv, tokenProblem } from '../../../runtime/auth/token.js'
 import type { EventFunction } from '../../../runtime/function.js'
-import { type HttpFunction, startHttpFunction } from '../../../runtime/http-adapter.js'
+import { type HttpFunction, type HttpFunctionOptions, startHttpFunction } from '../../../runtime/http-adapter.js'
 import { repoRoot } from '../../env/binaries.js'
 import { useTestEnv } from '../../env/fixture.js'
 
@@ -34,29 +34,31 @@ const handled: string[] = []
 let fn: HttpFunction
 let ing: HttpFunction
 
+/** `f` served over HTTP on a free port, with the shared environment's NATS and apiserver behind it. */
+const serve = (f: EventFunction, opts: Partial<HttpFunctionOptions> = {}) =>
+  startHttpFunction(f, { natsUrl: env.natsUrl, kubeconfig: env.kc, port: 0, ...opts })
+/** The lifecycle function (in the test's namespace) that records every event its handler is given into `handled`. */
+const serveCountedLifecycle = (auth: Pick<HttpFunctionOptions, 'token' | 'authenticator'>) =>
+  serve(
+    {
+      ...lifecycle,
+      handle(event, deps) {
+        handled.push(event.id)
+        return lifecycle.handle(event, deps)
+      },
+    },
+    { namespaces: [env.namespace], ...auth },
+  )
+
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'http-auth-'))
   tokenFile = join(dir, 'token')
   await writeFile(tokenFile, `${TOKEN}\n`)
-  const counted: EventFunction = {
-    ...lifecycle,
-    handle(event, deps) {
-      handled.push(event.id)
-      return lifecycle.handle(event, deps)
-    },
-  }
-  fn = await startHttpFunction(counted, {
-    natsUrl: env.natsUrl,
-    kubeconfig: env.kc,
-    namespaces: [env.namespace],
-    port: 0,
+  fn = await serveCountedLifecycle({
     token: (await tokenFromEnv('HTTP_AUTH_TOKEN', { HTTP_AUTH_TOKEN_FILE: tokenFile })) as FileToken,
   })
   fileToken = (await tokenFromEnv('INGRESS_TOKEN', { INGRESS_TOKEN_FILE: tokenFile }, { pollMs: 100 })) as FileToken
-  ing = await startHttpFunction(ingress, {
-    natsUrl: env.natsUrl,
-    kubeconfig: env.kc,
-    port: 0,
+  ing = await serve(ingress, {
     token: fileToken,
     acceptTypes: INGRESS_TYPES,
     bodyLimit: 64 * 1024,
@@ -86,12 +88,16 @@ const post = (url: string, body: string, token?: string, type = 'application/clo
     body,
   })
 
-/** Writes raw bytes and resolves with the first response the server sends (or '' when it closes without one). */
-function rawRequest(url: string, head: string, body: string, waitMs: number): Promise<string> {
-  const { hostname, port } = new URL(url)
+/**
+ * Writes a CloudEvent POST by hand — `headers` after Host and Content-Type, then `body`, whatever Content-Length
+ * says — and resolves with the first response the server sends (or '' when it closes without one).
+ */
+function rawPost(url: string, headers: string[], body: string, waitMs: number): Promise<string> {
+  const { host, hostname, port } = new URL(url)
+  const head = ['POST / HTTP/1.1', `Host: ${host}`, 'Content-Type: application/cloudevents+json', ...headers]
   return new Promise((resolve, reject) => {
     let got = ''
-    const socket = tcpConnect(Number(port), hostname, () => socket.write(`${head}\r\n\r\n${body}`))
+    const socket = tcpConnect(Number(port), hostname, () => socket.write(`${head.join('\r\n')}\r\n\r\n${body}`))
     const timer = setTimeout(() => {
       socket.destroy()
       resolve(got)
@@ -149,19 +155,8 @@ describe('a Knative-served function (lifecycle over HTTP)', () => {
 
 describe('the ingress', () => {
   it('checks the token before reading the body: 401 while the announced 10 MB are still unsent', async () => {
-    const { host } = new URL(ing.url)
     const started = Date.now()
-    const answer = await rawRequest(
-      ing.url,
-      [
-        'POST / HTTP/1.1',
-        `Host: ${host}`,
-        'Content-Type: application/cloudevents+json',
-        `Content-Length: ${10 * 1024 * 1024}`,
-      ].join('\r\n'),
-      '{"specversion":"1.0"',
-      10_000,
-    )
+    const answer = await rawPost(ing.url, [`Content-Length: ${10 * 1024 * 1024}`], '{"specversion":"1.0"', 10_000)
     expect(answer).toMatch(/^HTTP\/1\.1 401/)
     // Answered at once, not after the 1 s request deadline (the body never came).
     expect(Date.now() - started).toBeLessThan(900)
@@ -172,16 +167,9 @@ describe('the ingress', () => {
     const res = await post(ing.url, big, TOKEN)
     expect(res.status).toBe(413)
     // …and when only the header announces it, without reading it either.
-    const { host } = new URL(ing.url)
-    const answer = await rawRequest(
+    const answer = await rawPost(
       ing.url,
-      [
-        'POST / HTTP/1.1',
-        `Host: ${host}`,
-        `Authorization: Bearer ${TOKEN}`,
-        'Content-Type: application/cloudevents+json',
-        `Content-Length: ${10 * 1024 * 1024}`,
-      ].join('\r\n'),
+      [`Authorization: Bearer ${TOKEN}`, `Content-Length: ${10 * 1024 * 1024}`],
       '{',
       5_000,
     )
@@ -189,17 +177,10 @@ describe('the ingress', () => {
   })
 
   it('answers 408 to a sender that does not finish its request within the deadline', async () => {
-    const { host } = new URL(ing.url)
     const started = Date.now()
-    const answer = await rawRequest(
+    const answer = await rawPost(
       ing.url,
-      [
-        'POST / HTTP/1.1',
-        `Host: ${host}`,
-        `Authorization: Bearer ${TOKEN}`,
-        'Content-Type: application/cloudevents+json',
-        'Content-Length: 500',
-      ].join('\r\n'),
+      [`Authorization: Bearer ${TOKEN}`, 'Content-Length: 500'],
       '{"specversion":"1.0",',
       15_000,
     )
@@ -244,9 +225,7 @@ describe('placeholder secrets are refused at start', () => {
     )
     await writeFile(join(dir, 'empty'), '\n')
     await expect(tokenFromEnv('INGRESS_TOKEN', { INGRESS_TOKEN_FILE: join(dir, 'empty') })).rejects.toThrow(/empty/)
-    await expect(
-      startHttpFunction(ingress, { natsUrl: env.natsUrl, kubeconfig: env.kc, port: 0, token: 'change-me-token' }),
-    ).rejects.toThrow(/placeholder/)
+    await expect(serve(ingress, { token: 'change-me-token' })).rejects.toThrow(/placeholder/)
   })
 
   it('the ingress process exits 2 with the reason, and never prints the value', async () => {
@@ -295,20 +274,7 @@ describe("Knative's own sender identity (HTTP_AUTH=kubernetes): OIDC tokens veri
   }
   beforeAll(async () => {
     auth = new TokenReviewAuth(env.kc, { audience: AUDIENCE, allowed: [`system:serviceaccount:${env.namespace}:*`] })
-    const counted: EventFunction = {
-      ...lifecycle,
-      handle(event, deps) {
-        handled.push(event.id)
-        return lifecycle.handle(event, deps)
-      },
-    }
-    served = await startHttpFunction(counted, {
-      natsUrl: env.natsUrl,
-      kubeconfig: env.kc,
-      namespaces: [env.namespace],
-      port: 0,
-      authenticator: auth,
-    })
+    served = await serveCountedLifecycle({ authenticator: auth })
   })
   afterAll(async () => {
     await served?.stop()

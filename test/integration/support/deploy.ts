@@ -50,7 +50,14 @@ export async function upstreamCrds(): Promise<Manifest[]> {
 /** Installs the upstream CRDs (idempotent: server-side apply, one field manager) and waits until Established. */
 export async function installUpstreamCrds(env: TestEnv): Promise<string[]> {
   const crds = await upstreamCrds()
-  const input = crds.map((c) => stringify(c)).join('---\n')
+  return applyCrds(env, crds.map((c) => stringify(c)).join('---\n'), 'upstream CRDs')
+}
+
+/**
+ * Applies CRDs (a multi-document YAML) the way every deploy test does — server-side, one field manager, so it is
+ * idempotent across files — and waits until each is Established; `what` names them in an error.
+ */
+export async function applyCrds(env: TestEnv, input: string, what: string): Promise<string[]> {
   const applied = await env.kubectl(
     [
       'apply',
@@ -64,10 +71,10 @@ export async function installUpstreamCrds(env: TestEnv): Promise<string[]> {
     ],
     { input },
   )
-  if (applied.code !== 0) throw new Error(`applying upstream CRDs failed:\n${applied.stderr}`)
+  if (applied.code !== 0) throw new Error(`applying ${what} failed:\n${applied.stderr}`)
   const names = applied.stdout.split('\n').filter((l) => l.startsWith('customresourcedefinition'))
   const wait = await env.kubectl(['wait', '--for=condition=Established', '--timeout=60s', ...names])
-  if (wait.code !== 0) throw new Error(`upstream CRDs not established:\n${wait.stderr}`)
+  if (wait.code !== 0) throw new Error(`${what} not established:\n${wait.stderr}`)
   return names
 }
 
