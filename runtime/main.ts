@@ -17,6 +17,7 @@ import { createLogger } from './log.js'
 import { natsReplicas } from './nats.js'
 import { CONSUMER_OWNERS, DEFAULT_CONSUMER_OWNERS, provision } from './provision.js'
 import { startRunner } from './runner.js'
+import { parseWatchNamespaces } from './scope.js'
 import { stopTracing } from './tracing.js'
 
 const USAGE = `model-backfill: event functions for opportunistic model backfill
@@ -38,7 +39,8 @@ environment:
   TRANSPORT           jetstream (default: pull consumers, KEDA) | http (one function as a Knative Service)
   PORT, HOST          HTTP port and address (metrics/health; with TRANSPORT=http or ingress: CloudEvents on POST /)
   WATCH               run the local ApiServerSource stand-in (default: only when running all functions)
-  WATCH_NAMESPACES    comma-separated namespaces to manage (default: the whole cluster)
+  WATCH_NAMESPACES    comma-separated namespaces to manage, at most 64, each read per namespace (default: the
+                      whole cluster)
   INGRESS_TOKEN[_FILE]  bearer token of the ingress (required for FUNCTION=ingress; _FILE: a mounted Secret,
                       re-read when it changes). Empty, short (< 16) or placeholder values stop the process.
   HTTP_AUTH_TOKEN[_FILE]  bearer token TRANSPORT=http requires on POST / (required; HTTP_TOKEN[_FILE] is the old
@@ -96,7 +98,13 @@ function positive(name: string): number | undefined {
   return n
 }
 const http = only === 'ingress' || process.env.TRANSPORT === 'http'
-const namespaces = process.env.WATCH_NAMESPACES?.split(',').map((n) => n.trim())
+let namespaces: string[] | undefined
+try {
+  namespaces = parseWatchNamespaces(process.env.WATCH_NAMESPACES)
+} catch (err) {
+  log.error((err as Error).message)
+  process.exit(2)
+}
 // What every long-running process below starts with.
 const common = { natsUrl, provision: process.env.NATS_PROVISION !== 'false', logger: log }
 let stop: () => Promise<void>
