@@ -36,6 +36,8 @@ environment:
   PROVISION_CONSUMERS FUNCTION=provision: whose durable consumers to create (default ${DEFAULT_CONSUMER_OWNERS.join(',')};
                       known: ${CONSUMER_OWNERS.join(',')})
   K_SINK              FUNCTION=bridge: where JetStream's events are POSTed (the Broker; Knative's SinkBinding sets it)
+  BRIDGE_SINK_TOKEN_FILE  FUNCTION=bridge: a projected ServiceAccount token for the Broker's audience, sent as a
+                      bearer token and re-read when rotated (the Broker's authentication-oidc; docs/operations.md)
   TRANSPORT           jetstream (default: pull consumers, KEDA) | http (one function as a Knative Service)
   PORT, HOST          HTTP port and address (metrics/health; with TRANSPORT=http or ingress: CloudEvents on POST /)
   WATCH               run the local ApiServerSource stand-in (default: only when running all functions)
@@ -131,6 +133,7 @@ if (only === 'provision') {
   const bridge = await startBridge({
     ...common,
     sink,
+    tokenFile: process.env.BRIDGE_SINK_TOKEN_FILE || undefined,
     namespaces,
     httpPort: Number(process.env.PORT ?? 8080),
     httpHost: process.env.HOST ?? '0.0.0.0',
