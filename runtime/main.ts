@@ -10,7 +10,7 @@ import { INGRESS_TYPES, ingress } from '../functions/ingress/index.js'
 import { TokenReviewAuth } from './auth/kubernetes.js'
 import { tokenFromEnv } from './auth/token.js'
 import { startBridge } from './bridge.js'
-import { loadKubeConfig } from './deps.js'
+import { loadKubeConfig, scoped } from './deps.js'
 import { DEFAULT_REQUEST_TIMEOUT_MS, startHttpFunction } from './http-adapter.js'
 import { kubeRequestTimeoutMs } from './kube.js'
 import { createLogger } from './log.js'
@@ -204,7 +204,16 @@ if (only === 'provision') {
       process.exit(2)
     }
     if (!token && !authenticator) log.warn('HTTP_AUTH=none: POST / is unauthenticated (development only)')
-    const served = await startHttpFunction(factory(), { ...common, ...limits, port, host, token, authenticator })
+    // Scoped like the runner: events about other namespaces skipped, reads per managed namespace (WATCH_NAMESPACES).
+    const served = await startHttpFunction(scoped(factory(), namespaces), {
+      ...common,
+      ...limits,
+      namespaces,
+      port,
+      host,
+      token,
+      authenticator,
+    })
     stop = served.stop
   }
 } else {

@@ -121,6 +121,13 @@ it('admits and preempts in the watched namespace with only the namespaced Roles;
   await world.waitFor('sc', 'Blocked', 'GamingIntent', 20_000)
 })
 
+it('more than 64 namespaces is a start error, before any watch is opened', async () => {
+  const many = Array.from({ length: 65 }, (_, i) => `ns-${i}`)
+  await expect(
+    startTestRunner(env, { functions: ['admit'], kubeconfig: kcs.admit, watch: true, namespaces: many }),
+  ).rejects.toThrow(/at most 64/)
+})
+
 it('every ServiceAccount is refused listing Jobs and Models in another namespace and across the cluster', async () => {
   for (const role of ROLES) {
     const batch = kcs[role].makeApiClient(BatchV1Api)
