@@ -7,12 +7,16 @@
 //
 //   2xx                                   handled: acked
 //   5xx, 404, 408, 409, 429, network/timeout  transient: nak with backoff, redelivered (dead-lettered after MAX_DELIVER)
+//   401 with a sink token                 transient: the token file is re-read at once (rotated), then retried
 //   any other 4xx                         PermanentError: dead-lettered with the status and the sink's answer
 //
 // (the retryable 4xx are the ones Knative's own dispatcher retries). What is not forwarded, and why: below.
+// With the Broker's sender identity on (`authentication-oidc`), each POST carries `Authorization: Bearer` with an
+// audience-bound projected ServiceAccount token (BRIDGE_SINK_TOKEN_FILE, runtime/auth/sink-token.ts).
 import Fastify from 'fastify'
 import { catalog, STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
 import type { InboundEvent } from '../events/codec.js'
+import { SinkToken } from './auth/sink-token.js'
 import { registerBrokerDeadLetter } from './broker-deadletter.js'
 import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from './deps.js'
 import { type EventFunction, PermanentError } from './function.js'
@@ -54,6 +58,11 @@ export interface BridgeOptions {
   namespaces?: string[]
   /** Durable consumers `bridge-<instance>` from new messages on (tests; see RunnerOptions.instance). */
   instance?: string
+  /**
+   * The bearer token each POST presents (the Broker's sender identity): `current()` per request, `reload()` after a
+   * 401. startBridge makes it from `tokenFile`.
+   */
+  token?: { current(): string; reload(): Promise<void> }
 }
 
 /**
@@ -98,9 +107,11 @@ export function createBridge(opts: BridgeOptions): EventFunction {
     async handle(event) {
       let res: Response
       try {
+        const headers: Record<string, string> = { 'content-type': MIME_CE }
+        if (opts.token) headers.authorization = `Bearer ${opts.token.current()}`
         res = await fetch(sink, {
           method: 'POST',
-          headers: { 'content-type': MIME_CE },
+          headers,
           body: toStructured(asOccurrence(event)),
           signal: AbortSignal.timeout(timeoutMs),
         })
@@ -110,6 +121,11 @@ export function createBridge(opts: BridgeOptions): EventFunction {
       const answer = (await res.text().catch(() => '')).slice(0, 512)
       if (res.ok) return
       const reason = `sink answered ${res.status}${answer ? `: ${answer}` : ''}`
+      if (res.status === 401 && opts.token) {
+        // The token may have rotated (or expired) under us: read the file again and retry, never dead-letter.
+        await opts.token.reload()
+        throw new Error(`${reason} (sink token re-read; retried)`)
+      }
       if (res.status >= 400 && res.status < 500 && !RETRYABLE_4XX.has(res.status)) throw new PermanentError(reason)
       throw new Error(reason)
     },
@@ -118,6 +134,13 @@ export function createBridge(opts: BridgeOptions): EventFunction {
 }
 
 export interface BridgeProcessOptions extends BridgeOptions, ProcessOptions {
+  /**
+   * A projected ServiceAccount token bound to the Broker's audience (env BRIDGE_SINK_TOKEN_FILE), sent as a bearer
+   * token and re-read when the kubelet rotates it. Required when the Broker's `authentication-oidc` is enabled.
+   */
+  tokenFile?: string
+  /** How often the token file is checked for a rotation (default 5 s). */
+  tokenPollMs?: number
   /** Port for /healthz, /readyz and the Broker's dead-letter sink POST /deadletter; undefined: no HTTP server. 0: any free port. */
   httpPort?: number
   httpHost?: string
@@ -133,9 +156,16 @@ export interface RunningBridge {
 
 /** A bridge process: its own NATS connection, the bridge on JetStream, and health endpoints for the probes. */
 export async function startBridge(opts: BridgeProcessOptions): Promise<RunningBridge> {
-  const fn = createBridge(opts)
+  // Read before anything pulls: without its token the bridge could only dead-letter or retry every event.
+  const token = opts.tokenFile
+    ? await SinkToken.open(opts.tokenFile, { pollMs: opts.tokenPollMs, log: opts.logger })
+    : undefined
+  const fn = createBridge({ ...opts, token: opts.token ?? token })
   // The bridge never calls Kubernetes (its ServiceAccount has no RBAC); Deps just carries a client.
-  const deps = await openDeps({ ...opts, name: `model-backfill:${fn.name}` })
+  const deps = await openDeps({ ...opts, name: `model-backfill:${fn.name}` }).catch((err) => {
+    token?.close()
+    throw err
+  })
   const { bus, log } = deps
   const running = await runOnJetStream(deps, fn)
   let ready = true
@@ -151,7 +181,10 @@ export async function startBridge(opts: BridgeProcessOptions): Promise<RunningBr
     registerBrokerDeadLetter(app, bus, log)
     httpUrl = await app.listen({ port: opts.httpPort, host: opts.httpHost ?? '127.0.0.1' })
   }
-  log.info({ function: fn.name, sink: new URL(opts.sink).origin, httpUrl }, 'bridging JetStream to the sink')
+  log.info(
+    { function: fn.name, sink: new URL(opts.sink).origin, httpUrl, sinkToken: Boolean(opts.token ?? token) },
+    'bridging JetStream to the sink',
+  )
   return {
     running,
     deps,
@@ -161,6 +194,7 @@ export async function startBridge(opts: BridgeProcessOptions): Promise<RunningBr
       await running.stop()
       if (opts.instance) await deleteInstanceConsumers(bus, [fn.name])
       await app.close()
+      token?.close()
       await deps.close()
     },
   }

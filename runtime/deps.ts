@@ -9,6 +9,7 @@ import { AdmissionCaches, Kube } from './kube.js'
 import { createLogger, type Logger } from './log.js'
 import { Bus } from './nats.js'
 import type { Deps } from './reconcile.js'
+import { checkNamespaceCount } from './scope.js'
 
 /** What every process (runner, HTTP function, bridge) is started with. */
 export interface ProcessOptions {
@@ -16,7 +17,10 @@ export interface ProcessOptions {
   kubeconfig?: KubeConfig
   logger?: Logger
   now?: () => number
-  /** Manage only these namespaces (env WATCH_NAMESPACES); default: the whole cluster. */
+  /**
+   * Manage only these namespaces (env WATCH_NAMESPACES, runtime/scope.ts; at most MAX_WATCH_NAMESPACES): namespaced
+   * kinds are then read per namespace only. Default: the whole cluster.
+   */
   namespaces?: string[]
   /**
    * Create the NATS topology (streams, buckets, this process's durable consumers) at start: true by default (local
@@ -36,6 +40,7 @@ export interface DepsOptions extends ProcessOptions {
 
 export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Promise<void> }> {
   const log = opts.logger ?? createLogger('model-backfill')
+  checkNamespaceCount(opts.namespaces)
   const bus = await Bus.connect(opts.natsUrl, opts.name, {
     provision: opts.provision,
     waitMs: opts.topologyWaitMs,
@@ -50,7 +55,8 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
     namespaces: opts.namespaces,
   }
   if (opts.functions?.includes('admit')) {
-    deps.caches = new AdmissionCaches(kube)
+    // Scoped: Jobs and Models watched per managed namespace (a Role each), sessions and leases cluster-wide.
+    deps.caches = new AdmissionCaches(kube, opts.namespaces)
     await deps.caches.start()
   }
   return {

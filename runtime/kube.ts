@@ -27,6 +27,7 @@ import {
 } from '@kubernetes/client-node'
 import { FINALIZER, GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION } from '../core/api.js'
 import { backfillLabelValue, LABEL_BACKFILL } from '../core/names.js'
+import { checkNamespaceCount } from './scope.js'
 
 export const PLURALS = {
   backfills: 'modelbackfills',
@@ -289,8 +290,20 @@ export class Kube {
     return orNull(this.batch.readNamespacedJob({ namespace, name }))
   }
 
-  /** Every backfill Job in the cluster: the contender gate is per model and per node, across declarations. */
-  async listBackfillJobs(): Promise<V1Job[]> {
+  /**
+   * Every backfill Job in scope: the contender gate is per model and per node, across declarations. Scoped
+   * (`namespaces`), one list per managed namespace — the Roles grant nothing across the cluster.
+   */
+  async listBackfillJobs(namespaces?: readonly string[]): Promise<V1Job[]> {
+    if (namespaces) {
+      const lists = await Promise.all(
+        namespaces.map((namespace) => {
+          this.requests.list++
+          return this.batch.listNamespacedJob({ namespace, labelSelector: LABEL_BACKFILL })
+        }),
+      )
+      return lists.flatMap((l) => l.items)
+    }
     this.requests.list++
     return (await this.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL })).items
   }
@@ -569,12 +582,71 @@ export class WatchCache<T extends KubernetesObject> {
   }
 }
 
-/** Every backfill-labelled Job in the cluster, kept current by a watch (admit's contender gate, cancel's check). */
-export const backfillJobsCache = (kube: Kube) =>
-  new WatchCache<V1Job>(
+/** What a watched copy offers its readers, whether it is one watch or one per managed namespace. */
+export interface ObjectCache<T extends KubernetesObject> {
+  start(): Promise<void>
+  stop(): Promise<void>
+  list(): T[]
+  get(namespace: string, name: string): T | null
+}
+
+/**
+ * One namespaced kind kept current in scope: one watch across the cluster, or — with `namespaces` (a scoped
+ * deployment) — one per managed namespace, so that a Role per namespace is all the RBAC it needs. `path` and
+ * `list` receive the namespace (undefined: the whole cluster).
+ */
+export class ScopedWatchCache<T extends KubernetesObject> implements ObjectCache<T> {
+  private readonly caches = new Map<string | undefined, WatchCache<T>>()
+
+  constructor(
+    kc: KubeConfig,
+    namespaces: readonly string[] | undefined,
+    path: (namespace?: string) => string,
+    list: (namespace?: string) => Promise<KubernetesListObject<T>>,
+    labelSelector?: string,
+  ) {
+    checkNamespaceCount(namespaces)
+    for (const ns of namespaces ?? [undefined]) {
+      this.caches.set(ns, new WatchCache<T>(kc, path(ns), () => list(ns), labelSelector))
+    }
+  }
+
+  async start() {
+    await Promise.all([...this.caches.values()].map((c) => c.start()))
+  }
+
+  async stop() {
+    await Promise.all([...this.caches.values()].map((c) => c.stop()))
+  }
+
+  list(): T[] {
+    return [...this.caches.values()].flatMap((c) => c.list())
+  }
+
+  /** Out of scope: null (never a cluster-wide read). */
+  get(namespace: string, name: string): T | null {
+    const cache = this.caches.get(undefined) ?? this.caches.get(namespace)
+    return cache?.get(namespace, name) ?? null
+  }
+}
+
+/** The API path of a namespaced kind's collection: in one namespace, or across the cluster. */
+const collection = (prefix: string, plural: string, namespace?: string) =>
+  namespace ? `${prefix}/namespaces/${namespace}/${plural}` : `${prefix}/${plural}`
+
+/**
+ * Every backfill-labelled Job in scope (the cluster, or each managed namespace), kept current by watches: admit's
+ * contender gate, cancel's check.
+ */
+export const backfillJobsCache = (kube: Kube, namespaces?: readonly string[]) =>
+  new ScopedWatchCache<V1Job>(
     kube.kc,
-    '/apis/batch/v1/jobs',
-    () => kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
+    namespaces,
+    (ns) => collection('/apis/batch/v1', 'jobs', ns),
+    (ns) =>
+      ns
+        ? kube.batch.listNamespacedJob({ namespace: ns, labelSelector: LABEL_BACKFILL })
+        : kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
     LABEL_BACKFILL,
   )
 
@@ -584,32 +656,39 @@ export const backfillJobsCache = (kube: Kube) =>
  * that time arrives as an event of its own and is decided again (a Model turning not Ready cancels at once). The
  * claims in KV, not these caches, make two admissions exclusive.
  *
+ * Jobs and Models are watched in scope (per managed namespace when scoped); GamingSessions and GPULeases across the
+ * cluster always: they target nodes, and a session outside the scope must still block (and cancel) a backfill on
+ * its node.
+ *
  * CronJobs are not cached: every CronJob in the cluster (most of them no template of ours) would be held in
  * memory, without bound. The template is read with one GET per admission decision instead — admissions are rare
  * (a window ending, a re-check), and a GET also sees an edited template at once.
  */
 export class AdmissionCaches {
-  readonly jobs: WatchCache<V1Job>
-  readonly models: WatchCache<KubernetesObject>
-  readonly gamingSessions: WatchCache<KubernetesObject>
-  readonly gpuLeases: WatchCache<KubernetesObject>
+  readonly jobs: ObjectCache<V1Job>
+  readonly models: ObjectCache<KubernetesObject>
+  readonly gamingSessions: ObjectCache<KubernetesObject>
+  readonly gpuLeases: ObjectCache<KubernetesObject>
 
-  constructor(kube: Kube) {
-    const { kc } = kube
-    const custom = (plural: string) =>
-      new WatchCache<KubernetesObject>(
-        kc,
-        `/apis/${GROUP}/${VERSION}/${plural}`,
-        async () => (await kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as never,
+  constructor(kube: Kube, namespaces?: readonly string[]) {
+    const custom = (plural: string, scope: readonly string[] | undefined) =>
+      new ScopedWatchCache<KubernetesObject>(
+        kube.kc,
+        scope,
+        (ns) => collection(`/apis/${GROUP}/${VERSION}`, plural, ns),
+        async (ns) =>
+          (ns
+            ? await kube.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, plural, namespace: ns })
+            : await kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as never,
       )
-    this.jobs = backfillJobsCache(kube)
-    this.models = custom(PLURALS.models)
-    this.gamingSessions = custom(PLURALS.gamingSessions)
-    this.gpuLeases = custom(PLURALS.gpuLeases)
+    this.jobs = backfillJobsCache(kube, namespaces)
+    this.models = custom(PLURALS.models, namespaces)
+    this.gamingSessions = custom(PLURALS.gamingSessions, undefined)
+    this.gpuLeases = custom(PLURALS.gpuLeases, undefined)
   }
 
   private get all() {
-    return [this.jobs, this.models, this.gamingSessions, this.gpuLeases] as WatchCache<KubernetesObject>[]
+    return [this.jobs, this.models, this.gamingSessions, this.gpuLeases] as ObjectCache<KubernetesObject>[]
   }
 
   async start() {

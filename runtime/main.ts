@@ -10,13 +10,14 @@ import { INGRESS_TYPES, ingress } from '../functions/ingress/index.js'
 import { TokenReviewAuth } from './auth/kubernetes.js'
 import { tokenFromEnv } from './auth/token.js'
 import { startBridge } from './bridge.js'
-import { loadKubeConfig } from './deps.js'
+import { loadKubeConfig, scoped } from './deps.js'
 import { DEFAULT_REQUEST_TIMEOUT_MS, startHttpFunction } from './http-adapter.js'
 import { kubeRequestTimeoutMs } from './kube.js'
 import { createLogger } from './log.js'
 import { natsReplicas } from './nats.js'
 import { CONSUMER_OWNERS, DEFAULT_CONSUMER_OWNERS, provision } from './provision.js'
 import { startRunner } from './runner.js'
+import { parseWatchNamespaces } from './scope.js'
 import { stopTracing } from './tracing.js'
 
 const USAGE = `model-backfill: event functions for opportunistic model backfill
@@ -35,10 +36,13 @@ environment:
   PROVISION_CONSUMERS FUNCTION=provision: whose durable consumers to create (default ${DEFAULT_CONSUMER_OWNERS.join(',')};
                       known: ${CONSUMER_OWNERS.join(',')})
   K_SINK              FUNCTION=bridge: where JetStream's events are POSTed (the Broker; Knative's SinkBinding sets it)
+  BRIDGE_SINK_TOKEN_FILE  FUNCTION=bridge: a projected ServiceAccount token for the Broker's audience, sent as a
+                      bearer token and re-read when rotated (the Broker's authentication-oidc; docs/operations.md)
   TRANSPORT           jetstream (default: pull consumers, KEDA) | http (one function as a Knative Service)
   PORT, HOST          HTTP port and address (metrics/health; with TRANSPORT=http or ingress: CloudEvents on POST /)
   WATCH               run the local ApiServerSource stand-in (default: only when running all functions)
-  WATCH_NAMESPACES    comma-separated namespaces to manage (default: the whole cluster)
+  WATCH_NAMESPACES    comma-separated namespaces to manage, at most 64, each read per namespace (default: the
+                      whole cluster)
   INGRESS_TOKEN[_FILE]  bearer token of the ingress (required for FUNCTION=ingress; _FILE: a mounted Secret,
                       re-read when it changes). Empty, short (< 16) or placeholder values stop the process.
   HTTP_AUTH_TOKEN[_FILE]  bearer token TRANSPORT=http requires on POST / (required; HTTP_TOKEN[_FILE] is the old
@@ -96,7 +100,13 @@ function positive(name: string): number | undefined {
   return n
 }
 const http = only === 'ingress' || process.env.TRANSPORT === 'http'
-const namespaces = process.env.WATCH_NAMESPACES?.split(',').map((n) => n.trim())
+let namespaces: string[] | undefined
+try {
+  namespaces = parseWatchNamespaces(process.env.WATCH_NAMESPACES)
+} catch (err) {
+  log.error((err as Error).message)
+  process.exit(2)
+}
 // What every long-running process below starts with.
 const common = { natsUrl, provision: process.env.NATS_PROVISION !== 'false', logger: log }
 let stop: () => Promise<void>
@@ -123,6 +133,7 @@ if (only === 'provision') {
   const bridge = await startBridge({
     ...common,
     sink,
+    tokenFile: process.env.BRIDGE_SINK_TOKEN_FILE || undefined,
     namespaces,
     httpPort: Number(process.env.PORT ?? 8080),
     httpHost: process.env.HOST ?? '0.0.0.0',
@@ -193,7 +204,16 @@ if (only === 'provision') {
       process.exit(2)
     }
     if (!token && !authenticator) log.warn('HTTP_AUTH=none: POST / is unauthenticated (development only)')
-    const served = await startHttpFunction(factory(), { ...common, ...limits, port, host, token, authenticator })
+    // Scoped like the runner: events about other namespaces skipped, reads per managed namespace (WATCH_NAMESPACES).
+    const served = await startHttpFunction(scoped(factory(), namespaces), {
+      ...common,
+      ...limits,
+      namespaces,
+      port,
+      host,
+      token,
+      authenticator,
+    })
     stop = served.stop
   }
 } else {

@@ -119,7 +119,11 @@ export async function observe(
     caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases),
     // Only admit needs the contenders (every backfill Job in the cluster); the others never admit — a decision
     // to admit is handed to admit, which looks again — so they list just this declaration's own Jobs.
-    role !== 'admit' ? kube.listOwnJobs(namespace, name) : caches ? caches.jobs.list() : kube.listBackfillJobs(),
+    role !== 'admit'
+      ? kube.listOwnJobs(namespace, name)
+      : caches
+        ? caches.jobs.list()
+        : kube.listBackfillJobs(deps.namespaces),
     modelOk ? bus.kv.idle.get(modelKey(namespace, modelName)) : null,
     modelOk ? lastRequestAt(bus.jsm, namespace, modelName) : null,
   ])

@@ -9,6 +9,7 @@ import { encodeApiServerEvent, type KubeObject } from '../events/codec.js'
 import type { Kube } from './kube.js'
 import type { Logger } from './log.js'
 import type { Bus } from './nats.js'
+import { checkNamespaceCount } from './scope.js'
 
 /** Resources that target nodes or GPU groups: they concern backfills in every namespace. */
 export const NODE_SCOPED = new Set(['gamingsessions', 'gpuleases'])
@@ -65,6 +66,7 @@ export async function startWatcher(
   log: Logger,
   namespaces?: string[],
 ): Promise<Watcher> {
+  checkNamespaceCount(namespaces)
   const source = kc.getCurrentCluster()?.server ?? 'kubernetes'
   // stop() aborts each watch, which the informer reports as an error: without this flag the restart below would
   // bring a stopped watcher back to life a second later (listing and watching for a runner that is gone).

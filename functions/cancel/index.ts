@@ -17,7 +17,7 @@ import { GROUP, REASONS } from '../../core/api.js'
 import { backfillLabelValue, LABEL_BACKFILL } from '../../core/names.js'
 import { STREAM_EVENTS } from '../../events/catalog.js'
 import { type EventFunction, PermanentError } from '../../runtime/function.js'
-import { backfillJobsCache, type WatchCache } from '../../runtime/kube.js'
+import { backfillJobsCache, type ObjectCache } from '../../runtime/kube.js'
 import { describeError } from '../../runtime/log.js'
 import { preemptionLatency } from '../../runtime/ops-metrics.js'
 import { reconcile } from '../../runtime/reconcile.js'
@@ -53,7 +53,7 @@ export function refusal(job: V1Job, backfill: string): string | undefined {
 }
 
 export function cancelFunction(): EventFunction {
-  let jobs: WatchCache<V1Job> | undefined
+  let jobs: ObjectCache<V1Job> | undefined
   let own = false
   const deletes = new Lane(DELETE_WIDTH)
   const bookkeeping = new Lane(BOOKKEEPING_WIDTH)
@@ -70,7 +70,7 @@ export function cancelFunction(): EventFunction {
       // Shares admit's watched Jobs when both run in one process.
       jobs = deps.caches?.jobs
       if (!jobs) {
-        jobs = backfillJobsCache(deps.kube)
+        jobs = backfillJobsCache(deps.kube, deps.namespaces)
         own = true
         await jobs.start()
       }

@@ -1,10 +1,12 @@
 // The RBAC generator (tools/rbac/generate.ts) is the one list of verbs: without namespaces it grants exactly what
-// base/rbac.yaml's ClusterRoles grant; with namespaces, every write is in a namespaced Role and the ClusterRoles are
-// read-only.
+// base/rbac.yaml's ClusterRoles grant (rule by rule, in order: the chart renders the generator's rules and its test
+// compares them with the overlays); with namespaces, everything namespaced is in a Role per namespace and the
+// ClusterRoles only read GamingSessions and GPULeases; the chart's copy of the rules is the generator's output.
 import { readFile } from 'node:fs/promises'
 import { expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
-import { GRANTS, generateRbac } from '../../tools/rbac/generate.js'
+import { MAX_WATCH_NAMESPACES, parseWatchNamespaces } from '../../runtime/scope.js'
+import { CHART_RULES, chartRules, GRANTS, generateRbac } from '../../tools/rbac/generate.js'
 
 type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] }
 const triples = (rules: Rule[]) =>
@@ -25,6 +27,7 @@ it('without namespaces: the same grants as base/rbac.yaml, role by role', async 
   for (const role of base) {
     const mine = generated.find((m) => m.metadata.name === role.metadata.name) as unknown as { rules: Rule[] }
     expect(triples(mine.rules), role.metadata.name).toEqual(triples(role.rules))
+    expect(mine.rules, role.metadata.name).toEqual(role.rules)
   }
   expect(generateRbac().some((m) => m.kind === 'Role' || m.kind === 'RoleBinding')).toBe(false)
 })
@@ -48,4 +51,38 @@ it('with namespaces: a Role and RoleBinding per function and namespace; ClusterR
   const binding = out.find((m) => m.kind === 'RoleBinding') as unknown as { subjects: { namespace: string }[] }
   expect(binding.subjects[0]?.namespace).toBe('mb')
   expect(() => generateRbac({ namespaces: ['Not_A_Namespace'] })).toThrow(/not a namespace/)
+})
+
+it('with namespaces: the ClusterRoles grant GamingSessions and GPULeases only; Jobs, Models and the rest per namespace', () => {
+  const out = generateRbac({ namespaces: ['team-a'] })
+  for (const m of out.filter((m) => m.kind === 'ClusterRole')) {
+    const resources = new Set((m as unknown as { rules: Rule[] }).rules.flatMap((r) => r.resources))
+    expect([...resources].sort(), m.metadata.name).toEqual(['gamingsessions', 'gpuleases'])
+  }
+  const admit = out.find((m) => m.kind === 'Role' && m.metadata.name === 'model-backfill-admit') as unknown as {
+    rules: Rule[]
+  }
+  expect(triples(admit.rules)).toEqual(
+    expect.arrayContaining([
+      'batch/jobs:list',
+      'batch/jobs:watch',
+      'ai.flexinfer/models:list',
+      'ai.flexinfer/models:watch',
+    ]),
+  )
+})
+
+it("the chart's RBAC rules are the generator's output (npm run gen:rbac -- --write)", async () => {
+  expect(await readFile(CHART_RULES, 'utf8')).toBe(chartRules())
+})
+
+it('WATCH_NAMESPACES: parsed, deduplicated, validated and bounded', () => {
+  expect(parseWatchNamespaces(undefined)).toBeUndefined()
+  expect(parseWatchNamespaces(' ')).toBeUndefined()
+  expect(parseWatchNamespaces('a, b,a,')).toEqual(['a', 'b'])
+  expect(() => parseWatchNamespaces('a,B_c')).toThrow(/not a namespace name/)
+  const many = Array.from({ length: MAX_WATCH_NAMESPACES + 1 }, (_, i) => `ns-${i}`)
+  expect(parseWatchNamespaces(many.slice(1).join(','))).toHaveLength(MAX_WATCH_NAMESPACES)
+  expect(() => parseWatchNamespaces(many.join(','))).toThrow(/at most 64/)
+  expect(() => generateRbac({ namespaces: many })).toThrow(/at most 64/)
 })

@@ -1,78 +1,103 @@
-// RBAC for the functions, generated: with WATCH_NAMESPACES set, every write (Jobs created or deleted, ModelBackfills
-// patched, status, Events) and every namespaced read is granted by a Role + RoleBinding in each managed namespace
-// only; what the code reads across the cluster stays in one read-only ClusterRole per function (GamingSessions and
-// GPULeases target nodes, not namespaces; admit's watched copies and the contender gate list backfill Jobs and
-// Models cluster-wide). Without namespaces it emits the cluster-wide roles base/rbac.yaml ships (a unit test keeps
-// the two identical in effect).
+// RBAC for the functions, generated. With WATCH_NAMESPACES set, everything namespaced the functions read or write
+// (ModelBackfills and their status, Models, CronJobs, Jobs, pods, Events) is granted by a Role + RoleBinding in each
+// managed namespace only: the functions list and watch those per namespace (runtime/kube.ts, runtime/watcher.ts).
+// One read-only ClusterRole per function remains, for what is deliberately read across the cluster: GamingSessions
+// and GPULeases target nodes and GPU groups, not namespaces — a session outside the scope must still cancel a
+// backfill on its node (docs/limits.md). Without namespaces it emits the cluster-wide roles base/rbac.yaml ships
+// (test/unit/rbac.test.ts keeps the two equal, rule by rule). `--write` regenerates the chart's copy of the rules
+// (charts/model-backfill/templates/_rbac-rules.tpl), so the chart has no hand-written second list.
 //
 //   npm run gen:rbac -- --namespaces team-a,team-b [--service-account-namespace model-backfill] > rbac.yaml
 //   WATCH_NAMESPACES=team-a,team-b npm run gen:rbac
+//   npm run gen:rbac -- --write
+import { writeFileSync } from 'node:fs'
 import { stringify } from 'yaml'
+import { MAX_WATCH_NAMESPACES } from '../../runtime/scope.js'
 
 type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] }
-/** Per function (or the event source, `watch`): what it does in a managed namespace, and what it reads anywhere. */
-interface Grants {
-  namespaced: Rule[]
-  cluster: Rule[]
-}
+/** A rule and where it applies: in each managed namespace, or across the cluster even when scoped. */
+type Grant = Rule & { anywhere: boolean }
 
 const FLEX = 'ai.flexinfer'
-const r = (apiGroup: string, resources: string[], verbs: string[]): Rule => ({
+/** Granted in each managed namespace (everywhere when the deployment is not scoped). */
+const ns = (apiGroup: string, resources: string[], verbs: string[]): Grant => ({
   apiGroups: [apiGroup],
   resources,
   verbs,
+  anywhere: false,
 })
+/** Granted across the cluster even when scoped (node-targeted kinds); read-only. */
+const anywhere = (apiGroup: string, resources: string[], verbs: string[]): Grant => ({
+  ...ns(apiGroup, resources, verbs),
+  anywhere: true,
+})
+const SESSIONS_AND_LEASES = ['gamingsessions', 'gpuleases']
 
-/** One source of truth for the verbs each function uses (runtime/kube.ts, runtime/reconcile.ts; base/rbac.yaml). */
-export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grants> = {
-  admit: {
-    namespaced: [
-      r(FLEX, ['modelbackfills'], ['get', 'patch']),
-      r(FLEX, ['modelbackfills/status'], ['update']),
-      r(FLEX, ['models'], ['get']),
-      r('batch', ['cronjobs'], ['get']),
-      r('batch', ['jobs'], ['get', 'create', 'delete']),
-      r('', ['events'], ['create']),
-    ],
-    // admit's watched copies (runtime/kube.ts AdmissionCaches) list and watch these across the cluster.
-    cluster: [
-      r(FLEX, ['models', 'gamingsessions', 'gpuleases'], ['get', 'list', 'watch']),
-      r('batch', ['jobs'], ['list', 'watch']),
-    ],
-  },
-  cancel: {
-    namespaced: [
-      r(FLEX, ['modelbackfills'], ['get', 'patch']),
-      r(FLEX, ['modelbackfills/status'], ['update']),
-      r(FLEX, ['models'], ['get']),
-      r('batch', ['cronjobs'], ['get']),
-      r('batch', ['jobs'], ['get', 'delete']),
-      // The preempted attempt's pods, by the Job's UID label, in the same instant as the Job (functions/cancel).
-      r('', ['pods'], ['deletecollection']),
-      r('', ['events'], ['create']),
-    ],
-    cluster: [r(FLEX, ['gamingsessions', 'gpuleases'], ['list']), r('batch', ['jobs'], ['list'])],
-  },
-  lifecycle: {
-    namespaced: [
-      r(FLEX, ['modelbackfills'], ['get', 'list', 'patch']),
-      r(FLEX, ['modelbackfills/status'], ['update']),
-      r(FLEX, ['models'], ['get', 'list']),
-      r('batch', ['cronjobs'], ['get']),
-      r('batch', ['jobs'], ['get', 'delete']),
-      r('', ['events'], ['create']),
-    ],
-    cluster: [r(FLEX, ['gamingsessions', 'gpuleases'], ['list']), r('batch', ['jobs'], ['list'])],
-  },
+/**
+ * One source of truth for the verbs each function uses (runtime/kube.ts, runtime/reconcile.ts), in base/rbac.yaml's
+ * order. Events: create, and get/patch to aggregate repeats (Kube.recordEvent).
+ */
+export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grant[]> = {
+  admit: [
+    ns(FLEX, ['modelbackfills'], ['get', 'patch']),
+    ns(FLEX, ['modelbackfills/status'], ['update']),
+    // admit's watched copies (runtime/kube.ts AdmissionCaches): Models and backfill Jobs per managed namespace.
+    ns(FLEX, ['models'], ['get', 'list', 'watch']),
+    anywhere(FLEX, SESSIONS_AND_LEASES, ['get', 'list', 'watch']),
+    ns('batch', ['cronjobs'], ['get']),
+    ns('batch', ['jobs'], ['get', 'list', 'watch', 'create', 'delete']),
+    ns('', ['events'], ['create', 'get', 'patch']),
+  ],
+  cancel: [
+    ns(FLEX, ['modelbackfills'], ['get', 'patch']),
+    ns(FLEX, ['modelbackfills/status'], ['update']),
+    ns(FLEX, ['models'], ['get']),
+    anywhere(FLEX, SESSIONS_AND_LEASES, ['list']),
+    ns('batch', ['cronjobs'], ['get']),
+    // list/watch: cancel's watched copy of the backfill Jobs (functions/cancel), per managed namespace.
+    ns('batch', ['jobs'], ['get', 'list', 'watch', 'delete']),
+    // The preempted attempt's pods, by the Job's UID label, in the same instant as the Job (functions/cancel).
+    ns('', ['pods'], ['deletecollection']),
+    ns('', ['events'], ['create', 'get', 'patch']),
+  ],
+  lifecycle: [
+    ns(FLEX, ['modelbackfills'], ['get', 'list', 'patch']),
+    ns(FLEX, ['modelbackfills/status'], ['update']),
+    // list: the resync sweep reads every Model once per sweep (functions/lifecycle/resync.ts).
+    ns(FLEX, ['models'], ['get', 'list']),
+    anywhere(FLEX, SESSIONS_AND_LEASES, ['list']),
+    ns('batch', ['cronjobs'], ['get']),
+    ns('batch', ['jobs'], ['get', 'list', 'delete']),
+    ns('', ['events'], ['create', 'get', 'patch']),
+  ],
   // The Kubernetes event source (ApiServerSource, or source's watcher in the keda overlay): scoped watches per
   // namespace (runtime/watcher.ts), sessions and leases cluster-wide.
-  watch: {
-    namespaced: [
-      r(FLEX, ['modelbackfills', 'models'], ['get', 'list', 'watch']),
-      r('batch', ['jobs'], ['get', 'list', 'watch']),
-    ],
-    cluster: [r(FLEX, ['gamingsessions', 'gpuleases'], ['get', 'list', 'watch'])],
-  },
+  watch: [
+    ns(FLEX, ['modelbackfills', 'models'], ['get', 'list', 'watch']),
+    anywhere(FLEX, SESSIONS_AND_LEASES, ['get', 'list', 'watch']),
+    ns('batch', ['jobs'], ['get', 'list', 'watch']),
+  ],
+}
+
+const rule = ({ apiGroups, resources, verbs }: Rule): Rule => ({
+  apiGroups: [...apiGroups],
+  resources: [...resources],
+  verbs: [...verbs],
+})
+/** The rules of a Role in each managed namespace. */
+export const namespacedRules = (fn: keyof typeof GRANTS): Rule[] => GRANTS[fn].filter((g) => !g.anywhere).map(rule)
+/** The read-only rules of the ClusterRole a scoped deployment still needs. */
+export const clusterReadRules = (fn: keyof typeof GRANTS): Rule[] => GRANTS[fn].filter((g) => g.anywhere).map(rule)
+/** The unscoped ClusterRole: every grant, adjacent rules of one group with the same verbs merged (base/rbac.yaml). */
+export function clusterWideRules(fn: keyof typeof GRANTS): Rule[] {
+  const out: Rule[] = []
+  for (const g of GRANTS[fn]) {
+    const last = out.at(-1)
+    if (last && last.apiGroups[0] === g.apiGroups[0] && last.verbs.join() === g.verbs.join())
+      last.resources.push(...g.resources)
+    else out.push(rule(g))
+  }
+  return out
 }
 
 /** Whose ServiceAccount each role is bound to (the event source: keda's source function). */
@@ -99,28 +124,16 @@ type Manifest = Record<string, unknown> & {
   metadata: { name: string; namespace?: string; labels?: Record<string, string> }
 }
 
-/** Merges rules on the same group and resource list, so the cluster-wide form reads like base/rbac.yaml. */
-function union(rules: Rule[]): Rule[] {
-  const out: Rule[] = []
-  for (const rule of rules) {
-    for (const resource of rule.resources) {
-      const group = rule.apiGroups[0] as string
-      const found = out.find((o) => o.apiGroups[0] === group && o.resources.length === 1 && o.resources[0] === resource)
-      if (found) found.verbs = [...new Set([...found.verbs, ...rule.verbs])]
-      else out.push({ apiGroups: [group], resources: [resource], verbs: [...rule.verbs] })
-    }
-  }
-  return out
-}
-
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/
 
 export function generateRbac(opts: RbacOptions = {}): Manifest[] {
   const suffix = opts.nameSuffix ?? ''
   const saNamespace = opts.serviceAccountNamespace ?? 'model-backfill'
   const namespaces = [...new Set((opts.namespaces ?? []).map((n) => n.trim()).filter(Boolean))]
-  for (const ns of [saNamespace, ...namespaces])
-    if (!DNS_LABEL.test(ns)) throw new Error(`"${ns}" is not a namespace name (RFC 1123 label)`)
+  for (const n of [saNamespace, ...namespaces])
+    if (!DNS_LABEL.test(n)) throw new Error(`"${n}" is not a namespace name (RFC 1123 label)`)
+  if (namespaces.length > MAX_WATCH_NAMESPACES)
+    throw new Error(`${namespaces.length} namespaces: at most ${MAX_WATCH_NAMESPACES} (the functions refuse more)`)
   const labels = (fn: string) => ({ 'app.kubernetes.io/part-of': 'model-backfill', 'app.kubernetes.io/component': fn })
   const subject = (fn: keyof typeof GRANTS) => ({
     kind: 'ServiceAccount',
@@ -129,9 +142,8 @@ export function generateRbac(opts: RbacOptions = {}): Manifest[] {
   })
   const out: Manifest[] = []
   for (const fn of opts.only ?? (Object.keys(GRANTS) as (keyof typeof GRANTS)[])) {
-    const grants = GRANTS[fn]
     const name = `model-backfill-${fn}${suffix}`
-    const clusterRules = namespaces.length ? grants.cluster : union([...grants.namespaced, ...grants.cluster])
+    const clusterRules = namespaces.length ? clusterReadRules(fn) : clusterWideRules(fn)
     const clusterName = namespaces.length ? `model-backfill-${fn}-cluster-read${suffix}` : name
     out.push(
       {
@@ -154,7 +166,7 @@ export function generateRbac(opts: RbacOptions = {}): Manifest[] {
           apiVersion: 'rbac.authorization.k8s.io/v1',
           kind: 'Role',
           metadata: { name, namespace, labels: labels(fn) },
-          rules: grants.namespaced,
+          rules: namespacedRules(fn),
         },
         {
           apiVersion: 'rbac.authorization.k8s.io/v1',
@@ -171,8 +183,44 @@ export function generateRbac(opts: RbacOptions = {}): Manifest[] {
 
 export const toYaml = (manifests: Manifest[]) => manifests.map((m) => stringify(m)).join('---\n')
 
-function parseArgs(argv: string[], env: NodeJS.ProcessEnv): RbacOptions {
-  const opts: RbacOptions = { namespaces: env.WATCH_NAMESPACES?.split(',') }
+/** Where `--write` puts the chart's rules (templates/rbac.yaml includes them). */
+export const CHART_RULES = new URL('../../charts/model-backfill/templates/_rbac-rules.tpl', import.meta.url)
+
+/**
+ * The chart's copy of GRANTS as named templates: mbf.rules.<role> (the unscoped ClusterRole), and with
+ * watchNamespaces mbf.scoped.<role>.namespaced (the Role in each namespace) and mbf.scoped.<role>.cluster.
+ */
+export function chartRules(): string {
+  // Flow lists, as base/rbac.yaml writes them ("" is the core group).
+  const list = (xs: string[]) => `[${xs.map((x) => (x === '' ? '""' : x)).join(', ')}]`
+  const yaml = (r: Rule) =>
+    `- apiGroups: ${list(r.apiGroups)}\n  resources: ${list(r.resources)}\n  verbs: ${list(r.verbs)}`
+  const define = (name: string, rules: Rule[]) =>
+    `{{- define "${name}" -}}\n${rules.length ? rules.map(yaml).join('\n') : '[]'}\n{{- end -}}\n`
+  const out = [
+    '{{/*',
+    'Generated by `npm run gen:rbac -- --write` from tools/rbac/generate.ts (GRANTS): do not edit; test/unit/rbac.test.ts',
+    'fails when this file is stale. Exactly the Kubernetes verbs each function uses (base/rbac.yaml says why); source',
+    'and demand use none. "watch" is the Kubernetes event source (the ApiServerSource in mode knative, source\'s',
+    'watcher in mode keda). mbf.rules.<role>: the ClusterRole without watchNamespaces. With watchNamespaces:',
+    'mbf.scoped.<role>.namespaced goes into a Role per namespace, and mbf.scoped.<role>.cluster into a read-only',
+    'ClusterRole: GamingSessions and GPULeases only, read across the cluster on purpose (they target nodes, not',
+    'namespaces: a session outside the scope must still cancel a backfill on its node).',
+    '*/}}',
+  ].join('\n')
+  const roles = Object.keys(GRANTS) as (keyof typeof GRANTS)[]
+  return [
+    `${out}\n`,
+    ...roles.map((fn) => define(`mbf.rules.${fn}`, clusterWideRules(fn))),
+    ...roles.flatMap((fn) => [
+      define(`mbf.scoped.${fn}.namespaced`, namespacedRules(fn)),
+      define(`mbf.scoped.${fn}.cluster`, clusterReadRules(fn)),
+    ]),
+  ].join('')
+}
+
+function parseArgs(argv: string[], env: NodeJS.ProcessEnv): RbacOptions & { write?: boolean } {
+  const opts: RbacOptions & { write?: boolean } = { namespaces: env.WATCH_NAMESPACES?.split(',') }
   for (let i = 0; i < argv.length; i++) {
     const value = () => {
       const v = argv[++i]
@@ -183,14 +231,20 @@ function parseArgs(argv: string[], env: NodeJS.ProcessEnv): RbacOptions {
     if (arg === '--namespaces') opts.namespaces = value().split(',')
     else if (arg === '--service-account-namespace') opts.serviceAccountNamespace = value()
     else if (arg === '--name-suffix') opts.nameSuffix = value()
-    else throw new Error(`unknown argument ${arg} (--namespaces a,b --service-account-namespace ns --name-suffix s)`)
+    else if (arg === '--write') opts.write = true
+    else
+      throw new Error(
+        `unknown argument ${arg} (--namespaces a,b --service-account-namespace ns --name-suffix s, or --write)`,
+      )
   }
   return opts
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   try {
-    process.stdout.write(toYaml(generateRbac(parseArgs(process.argv.slice(2), process.env))))
+    const opts = parseArgs(process.argv.slice(2), process.env)
+    if (opts.write) writeFileSync(CHART_RULES, chartRules())
+    else process.stdout.write(toYaml(generateRbac(opts)))
   } catch (err) {
     process.stderr.write(`gen:rbac: ${(err as Error).message}\n`)
     process.exit(2)
