@@ -1,4 +1,4 @@
-# One image for every function; the function is chosen at start (see `node dist/runtime/main.js --help`):
+# One image for every function; the function is chosen at start (see `node dist/bundle/main.js --help`):
 #   FUNCTION=admit|cancel|demand|lifecycle|source   one function on its JetStream consumer (KEDA Deployments)
 #   FUNCTION=<name> TRANSPORT=http                  one function as a Knative Service (CloudEvents on POST /)
 #   FUNCTION=ingress                                the gateway ingress (INGRESS_TOKEN_FILE from a Secret)
