@@ -36,7 +36,7 @@ import { type Runner, startRunner } from '../runtime/runner.js'
 import { repoRoot } from '../test/env/binaries.js'
 import { startEnvironment } from '../test/env/environment.js'
 import { BackfillWorld, waitUntil } from '../test/integration/support/backfill-world.js'
-import { COLD_START_FUNCTIONS, measureColdStart } from './cold-start.js'
+import { ENTRY as COLD_START_ENTRY, COLD_START_FUNCTIONS, measureColdStart } from './cold-start.js'
 
 const QUICK = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1'
 const MODELS = Number(process.env.BENCH_MODELS ?? (QUICK ? 20 : 100))
@@ -553,7 +553,7 @@ try {
   for (const r of runners.splice(0)) await r.stop()
 
   // 4. Cold start and idle RSS of each function, compiled as the image runs it; nothing else consumes meanwhile.
-  if (!QUICK || !existsSync(join(repoRoot, 'dist/runtime/main.js'))) {
+  if (!QUICK || !existsSync(join(repoRoot, COLD_START_ENTRY))) {
     log('npm run build (the compiled functions)')
     execFileSync('npm', ['run', 'build'], { cwd: repoRoot, stdio: ['ignore', logFd, logFd] })
   }
@@ -569,8 +569,11 @@ try {
       logFd,
     })
     results[`cold_start_ms_${fn}`] = m.coldStartMs
+    results[`cold_start_cpu_ms_${fn}`] = m.cpuMs
     results[`rss_mb_${fn}`] = m.rssMb
-    log(`${fn}: cold start ${m.coldStartMs} ms, RSS at idle ${m.rssMb} MB`)
+    log(
+      `${fn}: cold start ${m.coldStartMs} ms (CPU ${m.cpuMs} ms; backlog drained first: ${m.backlog}), RSS at idle ${m.rssMb} MB`,
+    )
   }
   await nc.close()
 } finally {

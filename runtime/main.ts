@@ -5,29 +5,26 @@
 // `FUNCTION=provision` creates the NATS topology and exits (runtime/provision.ts).
 
 import { readFileSync } from 'node:fs'
-import { functionFactories } from '../functions/index.js'
-import { INGRESS_TYPES, ingress } from '../functions/ingress/index.js'
-import { TokenReviewAuth } from './auth/kubernetes.js'
-import { tokenFromEnv } from './auth/token.js'
-import { startBridge } from './bridge.js'
-import { loadKubeConfig, scoped } from './deps.js'
-import { DEFAULT_REQUEST_TIMEOUT_MS, startHttpFunction } from './http-adapter.js'
+// Only what every mode needs is imported here; each mode loads its own modules below (await import), so a function
+// that scales to zero does not pay at start for fastify, the bridge or the provision step (cold start, issue 11).
+import { FUNCTION_NAMES } from '../functions/names.js'
 import { kubeRequestTimeoutMs } from './kube.js'
 import { createLogger } from './log.js'
 import { natsReplicas } from './nats.js'
-import { CONSUMER_OWNERS, DEFAULT_CONSUMER_OWNERS, provision } from './provision.js'
-import { startRunner } from './runner.js'
 import { parseWatchNamespaces } from './scope.js'
-import { stopTracing } from './tracing.js'
 
-const USAGE = `model-backfill: event functions for opportunistic model backfill
+// As runtime/provision.ts names them (not imported from there: it loads every function).
+const DEFAULT_CONSUMER_OWNERS = FUNCTION_NAMES
+const CONSUMER_OWNERS = [...FUNCTION_NAMES, 'bridge']
 
-usage: node dist/runtime/main.js [function]        (or: npm start)
+const usage = (DEFAULT_REQUEST_TIMEOUT_MS: number) => `model-backfill: event functions for opportunistic model backfill
+
+usage: node dist/bundle/main.js [function]         (or: npm start)
 
 environment:
   NATS_URL            NATS server (required)
   KUBECONFIG          kubeconfig (in a pod: its ServiceAccount)
-  FUNCTION            all (default) | ${Object.keys(functionFactories).join(' | ')} | ingress | bridge | provision
+  FUNCTION            all (default) | ${FUNCTION_NAMES.join(' | ')} | ingress | bridge | provision
                       (comma-separated: several functions in one process)
   NATS_PROVISION      true (default): create the streams, buckets and consumers at start; false: only bind to what
                       FUNCTION=provision made (deployed: the functions' NATS users may not create them)
@@ -59,7 +56,8 @@ environment:
 `
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
-  process.stdout.write(USAGE)
+  const { DEFAULT_REQUEST_TIMEOUT_MS } = await import('./http-adapter.js')
+  process.stdout.write(usage(DEFAULT_REQUEST_TIMEOUT_MS))
   process.exit(0)
 }
 
@@ -112,6 +110,7 @@ const common = { natsUrl, provision: process.env.NATS_PROVISION !== 'false', log
 let stop: () => Promise<void>
 if (only === 'provision') {
   try {
+    const { provision } = await import('./provision.js')
     await provision({
       natsUrl,
       consumers: process.env.PROVISION_CONSUMERS?.split(',')
@@ -130,6 +129,7 @@ if (only === 'provision') {
     log.error('the bridge needs K_SINK (the Broker address; a SinkBinding injects it)')
     process.exit(2)
   }
+  const { startBridge } = await import('./bridge.js')
   const bridge = await startBridge({
     ...common,
     sink,
@@ -147,6 +147,8 @@ if (only === 'provision') {
     requestTimeoutMs: positive('HTTP_REQUEST_TIMEOUT_MS'),
   }
   // Placeholder, empty or unreadable tokens stop the process here with the reason (never the value).
+  const { tokenFromEnv } = await import('./auth/token.js')
+  const { startHttpFunction } = await import('./http-adapter.js')
   const token = await (async () => {
     try {
       if (only === 'ingress') return await tokenFromEnv('INGRESS_TOKEN', process.env, { log })
@@ -163,6 +165,7 @@ if (only === 'provision') {
       log.error('the ingress needs a bearer token: set INGRESS_TOKEN_FILE (a mounted Secret) or INGRESS_TOKEN')
       process.exit(2)
     }
+    const { INGRESS_TYPES, ingress } = await import('../functions/ingress/index.js')
     const served = await startHttpFunction(ingress, {
       ...common,
       ...limits,
@@ -173,13 +176,14 @@ if (only === 'provision') {
     })
     stop = served.stop
   } else {
+    const { functionFactories } = await import('../functions/index.js')
     const factory = only ? functionFactories[only] : undefined
     if (!factory) {
-      log.error(
-        `TRANSPORT=http serves one function: FUNCTION must be one of ${Object.keys(functionFactories).join(', ')}`,
-      )
+      log.error(`TRANSPORT=http serves one function: FUNCTION must be one of ${FUNCTION_NAMES.join(', ')}`)
       process.exit(2)
     }
+    const { TokenReviewAuth } = await import('./auth/kubernetes.js')
+    const { loadKubeConfig, scoped } = await import('./deps.js')
     const authenticator =
       process.env.HTTP_AUTH === 'kubernetes'
         ? (() => {
@@ -217,6 +221,7 @@ if (only === 'provision') {
     stop = served.stop
   }
 } else {
+  const { startRunner } = await import('./runner.js')
   const runner = await startRunner({
     ...common,
     functions: only && only !== 'all' ? only.split(',') : undefined,
@@ -236,7 +241,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     stopping = true
     log.info({ signal }, 'draining in-flight events, then stopping')
     stop()
-      .then(stopTracing) // export the spans still batched (no-op when tracing is off)
+      .then(async () => (await import('./tracing.js')).stopTracing()) // export the spans still batched (no-op when tracing is off)
       .then(() => process.exit(0))
       .catch((err) => {
         log.error({ err }, 'shutdown failed')

@@ -1,6 +1,7 @@
 // Runs functions in one process over JetStream pull consumers: `npm start` runs all of them (plus the local
 // Kubernetes watcher and the metrics endpoint); a KEDA Deployment runs one. Tests use the same entry point.
-import Fastify from 'fastify'
+import { createServer, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { functionFactories } from '../functions/index.js'
 import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from './deps.js'
 import type { EventFunction } from './function.js'
@@ -51,21 +52,45 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
   let watcher: Watcher | undefined
   if (opts.watch) watcher = await startWatcher(kube.kc, kube, bus, log, opts.namespaces)
 
+  // Three GET routes on node:http, not fastify: loading fastify cost a scaled-to-zero function ~0.3 s and ~10 MB
+  // at every cold start (issue 11).
   let httpUrl: string | undefined
-  const app = Fastify({ logger: false })
   let ready = true
-  if (opts.httpPort !== undefined) {
-    app.get('/metrics', async (_req, reply) => {
-      reply.header('content-type', metrics.registry.contentType)
-      return metrics.metrics()
-    })
-    app.get('/healthz', async () => ({ ok: true }))
-    app.get('/readyz', async (_req, reply) => {
+  const send = (res: ServerResponse, code: number, type: string, body: string) => {
+    res.writeHead(code, { 'content-type': type, 'content-length': Buffer.byteLength(body) })
+    res.end(body)
+  }
+  const server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0]
+    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'method not allowed\n')
+    if (path === '/metrics') {
+      metrics.metrics().then(
+        (body) => send(res, 200, metrics.registry.contentType, body),
+        () => send(res, 500, 'text/plain', 'metrics failed\n'),
+      )
+    } else if (path === '/healthz') {
+      send(res, 200, 'application/json; charset=utf-8', JSON.stringify({ ok: true }))
+    } else if (path === '/readyz') {
       const ok = ready && !bus.nc.isClosed()
-      reply.code(ok ? 200 : 503)
-      return { ok, functions: running.map((f) => ({ name: f.name, ...f.stats })) }
+      const body = { ok, functions: running.map((f) => ({ name: f.name, ...f.stats })) }
+      send(res, ok ? 200 : 503, 'application/json; charset=utf-8', JSON.stringify(body))
+    } else send(res, 404, 'text/plain', 'not found\n')
+  })
+  // Slow or idle clients cannot hold sockets open forever.
+  server.requestTimeout = 10_000
+  server.headersTimeout = 10_000
+  server.keepAliveTimeout = 5_000
+  if (opts.httpPort !== undefined) {
+    const host = opts.httpHost ?? '127.0.0.1'
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(opts.httpPort, host, () => {
+        server.off('error', reject)
+        resolve()
+      })
     })
-    httpUrl = await app.listen({ port: opts.httpPort, host: opts.httpHost ?? '127.0.0.1' })
+    const { port } = server.address() as AddressInfo
+    httpUrl = `http://${host.includes(':') ? `[${host}]` : host}:${port}`
   }
   log.info({ functions: names, watch: Boolean(opts.watch), httpUrl }, 'model-backfill running')
 
@@ -84,7 +109,10 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
           running.map((f) => f.name),
         )
       await metrics.stop()
-      await app.close()
+      if (server.listening) {
+        server.closeAllConnections()
+        await new Promise<void>((resolve) => server.close(() => resolve()))
+      }
       await deps.close()
     },
   }

@@ -1,5 +1,5 @@
-// What the container runs: `npm run build` output (tsconfig.build.json → dist/) started as the Dockerfile's
-// ENTRYPOINT does, with plain node (no tsx). There is no Docker engine here, so the image itself is not built; this
+// What the container runs: `npm run build` output (tsconfig.build.json → dist/, then scripts/bundle.mjs →
+// dist/bundle/) started as the Dockerfile's ENTRYPOINT does, with plain node (no tsx). There is no Docker engine here, so the image itself is not built; this
 // checks the compiled entry point answers --help, serves the ingress and runs the bridge end to end, then stops on
 // SIGTERM.
 import { type ChildProcess, spawn } from 'node:child_process'
@@ -18,18 +18,23 @@ import { useTestEnv } from '../../env/fixture.js'
 const env = useTestEnv()
 // Inside node_modules so the compiled files resolve the repo's packages (and nothing is left in the tree).
 const out = join(repoRoot, 'node_modules', '.cache', `build-test-${randomUUID().slice(0, 8)}`)
-const main = join(out, 'runtime', 'main.js')
+const main = join(out, 'bundle', 'main.js')
 const children: ChildProcess[] = []
 
 beforeAll(async () => {
   const pkg = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8'))
-  expect(pkg.scripts.build).toBe('tsc -p tsconfig.build.json')
+  expect(pkg.scripts.build).toBe('tsc -p tsconfig.build.json && node scripts/bundle.mjs')
   const tsc = await run(join(repoRoot, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.build.json', '--outDir', out], {
     cwd: repoRoot,
     timeoutMs: 120_000,
   })
   expect(tsc.code, `${tsc.stdout}${tsc.stderr}`).toBe(0)
-}, 120_000)
+  const bundle = await run(process.execPath, [join(repoRoot, 'scripts', 'bundle.mjs'), join(out, 'bundle')], {
+    cwd: repoRoot,
+    timeoutMs: 120_000,
+  })
+  expect(bundle.code, `${bundle.stdout}${bundle.stderr}`).toBe(0)
+}, 240_000)
 afterAll(async () => {
   for (const child of children) if (child.exitCode === null) child.kill('SIGKILL')
   await rm(out, { recursive: true, force: true })
@@ -39,10 +44,10 @@ it('the Dockerfile runs the compiled entry point', () => {
   const dockerfile = readFileSync(join(repoRoot, 'Dockerfile'), 'utf8')
   expect(dockerfile).toMatch(/^FROM node:20-slim/m)
   expect(dockerfile).toContain('RUN npm run build')
-  expect(dockerfile).toContain('ENTRYPOINT ["node", "dist/runtime/main.js"]')
+  expect(dockerfile).toContain('ENTRYPOINT ["node", "dist/bundle/main.js"]')
 })
 
-it('node dist/runtime/main.js --help', async () => {
+it('node dist/bundle/main.js --help', async () => {
   const help = await run(process.execPath, [main, '--help'])
   expect(help.code).toBe(0)
   expect(help.stdout).toContain('FUNCTION')
@@ -177,5 +182,61 @@ it('FUNCTION=bridge needs K_SINK, forwards to it, and stops cleanly on SIGTERM',
     const jsm = await jetstreamManager(env.nc)
     await jsm.consumers.delete('FLEXINFER_EVENTS', 'bridge').catch(() => {})
     await jsm.consumers.delete('FLEXINFER_TIMERS', 'bridge-timers').catch(() => {})
+  }
+})
+
+it('FUNCTION=cancel as deployed (NATS_PROVISION=false) serves /healthz, /readyz and /metrics and stops on SIGTERM', async () => {
+  // The topology the provision Job makes; the function only binds to it.
+  const prov = await run(process.execPath, [main], {
+    env: { ...process.env, NATS_URL: env.natsUrl, FUNCTION: 'provision', PROVISION_CONSUMERS: 'cancel' },
+  })
+  expect(prov.code, `${prov.stdout}${prov.stderr}`).toBe(0)
+  const child = spawn(process.execPath, [main], {
+    env: {
+      ...process.env,
+      NATS_URL: env.natsUrl,
+      KUBECONFIG: env.kubeconfigPath,
+      FUNCTION: 'cancel',
+      NATS_PROVISION: 'false',
+      WATCH_NAMESPACES: env.namespace,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  children.push(child)
+  let output = ''
+  child.stdout?.on('data', (d) => {
+    output += d
+  })
+  child.stderr?.on('data', (d) => {
+    output += d
+  })
+  try {
+    let url = ''
+    for (let i = 0; ; i++) {
+      const m = /metrics at (http:\/\/[^/"]+)\/metrics/.exec(output)
+      if (m?.[1]) {
+        url = m[1]
+        break
+      }
+      if (i > 600 || child.exitCode !== null) throw new Error(`cancel did not start:\n${output}`)
+      await new Promise((r) => setTimeout(r, 50))
+    }
+    expect(await (await fetch(`${url}/healthz`)).json()).toEqual({ ok: true })
+    const ready = await fetch(`${url}/readyz`)
+    expect(ready.status).toBe(200)
+    expect(((await ready.json()) as { functions: { name: string }[] }).functions.map((f) => f.name)).toEqual(['cancel'])
+    const metrics = await fetch(`${url}/metrics`)
+    expect(metrics.status).toBe(200)
+    expect(await metrics.text()).toContain('# TYPE')
+    expect((await fetch(`${url}/nothing`)).status).toBe(404)
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
+    child.kill('SIGTERM')
+    expect(await exited).toBe(0)
+  } finally {
+    // The production durable it bound to, on the shared test server (nothing else reads it).
+    await (await jetstreamManager(env.nc)).consumers.delete('FLEXINFER_EVENTS', 'cancel').catch(() => {})
   }
 })
