@@ -163,7 +163,9 @@ describe('the fence → create gap', () => {
     })
     const deleted = await waitUntil('the Job deleted', async () => job?.deletingAt, 10_000)
     // Deleted at once by admit (generous: the machine is loaded), not left running until a cancel.
-    expect(deleted - (job?.addedAt as number)).toBeLessThan(3000)
+    const liveMs = deleted - (job?.addedAt as number)
+    process.stderr.write(`[fence-gap] raced Job seen live for ${liveMs} ms (watch ADDED → deletion)\n`)
+    expect(liveMs).toBeLessThan(3000)
     const state = await waitUntil('the attempt ended', async () => {
       const s = await world.state(backfill)
       return s && s.phase !== 'Starting' && s.phase !== 'Cancelling' ? s : undefined
