@@ -346,6 +346,12 @@ async function apply(
               { ...where, lastRequestAt: at, deleted },
               'foreground request stored while the Job was being created; deleted it at once',
             )
+            // The attempt did start (and is about to be recorded as cancelled): its Started event still belongs.
+            for (const e of d.actions) {
+              if (e.type === 'recordEvent' && e.reason === 'BackfillStarted') {
+                await kube.recordEvent(b, e.eventType, e.reason, e.message)
+              }
+            }
             return { raced: { type: 'cancel', reason: 'ForegroundDemand', at } }
           }
         }

@@ -171,6 +171,11 @@ describe('the fence → create gap', () => {
       return s && s.phase !== 'Starting' && s.phase !== 'Cancelling' ? s : undefined
     })
     expect(state.counters.preemptions.foreground).toBe(1)
+    // Told as any preemption: started, and cancelled.
+    await waitUntil('both Events', async () => {
+      const r = (await world.events(backfill)).map((e) => e.reason)
+      return r.includes('BackfillStarted') && r.includes('BackfillCancelled') ? r : undefined
+    })
     expect(ms(state.idleSince)).toBeGreaterThanOrEqual((storedAt as number) - 1)
   })
 })
