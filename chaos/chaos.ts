@@ -21,6 +21,8 @@ export interface ChaosResult extends Counts {
   foreground_requests: number
   foreground_requests_refused: number
   jobs_created: number
+  /** Not an invariant: Jobs a request raced (stored while the POST was in flight) that were deleted promptly. */
+  jobs_raced_and_deleted: number
   hostile_events_stored: number
   hostile_events_refused: number
   hostile_refs_accepted: number
@@ -249,6 +251,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
         foreground_requests: traffic.requests.length,
         foreground_requests_refused: traffic.failed(),
         jobs_created: [...oracle.jobs.values()].filter((j) => j.owner).length,
+        jobs_raced_and_deleted: verdict.raced.length,
         hostile_events_stored: hostile.stored,
         hostile_events_refused: hostile.refused,
         hostile_refs_accepted: workload.backfills.filter((b) => b.hostile).length,
@@ -256,6 +259,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
         settled_after_last_fault_s: settledAt ? Math.round((settledAt - lastFaultEnd) / 100) / 10 : null,
         evidence: {
           jobs_created_in_idle_window: verdict.inWindow.slice(0, limit),
+          jobs_raced_and_deleted: verdict.raced.slice(0, limit),
           two_live_attempts_same_model_or_node: verdict.twoLive.slice(0, limit),
           foreign_jobs_deleted: verdict.foreignDeleted.slice(0, limit),
           lost_cancels: verdict.lost.slice(0, limit),

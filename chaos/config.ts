@@ -63,6 +63,12 @@ export interface ChaosConfig {
   processStartAllowanceMs: number
   /** Oracle: tolerance on both edges of an idle window (watch delivery delay, PubAck vs store time). */
   windowToleranceMs: number
+  /**
+   * Oracle: a Job the watch saw after a request stored inside its idle window (beyond the tolerance) is allowed only
+   * when the watch saw it deleted within this long of the request's store time: the request raced the POST (no
+   * read before it could see it) and foreground waited no longer than this for the Job to go.
+   */
+  raceDeleteBoundMs: number
   /** Every backfill settled within this time after the last fault ended. */
   settleWithinMs: number
   /** Largest resident set a function process may reach (sampled every second from /proc/<pid>/status). */
@@ -105,6 +111,7 @@ export const full: ChaosConfig = {
   cancelBoundMs: 10_000,
   processStartAllowanceMs: 8_000,
   windowToleranceMs: 250,
+  raceDeleteBoundMs: 1_000,
   settleWithinMs: 60_000,
   rssLimitMb: 400,
 }

@@ -75,6 +75,8 @@ export interface FailoverResult extends Counts {
   foreground_requests: number
   foreground_requests_refused: number
   jobs_created: number
+  /** Not an invariant: Jobs a request raced (stored while the POST was in flight) that were deleted promptly. */
+  jobs_raced_and_deleted: number
   preemption_latency: Percentiles
   preemption_latency_during_failover: Percentiles
   settled_after_last_fault_s: number | null
@@ -176,11 +178,13 @@ export async function runFailover(
         foreground_requests: traffic.requests.length,
         foreground_requests_refused: traffic.failed(),
         jobs_created: [...oracle.jobs.values()].filter((j) => j.owner).length,
+        jobs_raced_and_deleted: verdict.raced.length,
         preemption_latency: percentiles(latencies),
         preemption_latency_during_failover: percentiles(latenciesDuring),
         settled_after_last_fault_s: settledAt ? Math.round((settledAt - lastFaultEnd) / 100) / 10 : null,
         evidence: {
           jobs_created_in_idle_window: verdict.inWindow.slice(0, limit),
+          jobs_raced_and_deleted: verdict.raced.slice(0, limit),
           two_live_attempts_same_model_or_node: verdict.twoLive.slice(0, limit),
           lost_cancels: verdict.lost.slice(0, limit),
           backfills_not_settled: Object.entries(problems)

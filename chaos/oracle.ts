@@ -6,6 +6,9 @@
 //   (creationTimestamp has 1 s resolution); when the watch lagged more than 1 s behind creationTimestamp (a relist
 //   after an outage), c is only known to lie in [ct, ct + 1 s) and the rule uses the bounds that cannot
 //   over-count: ct + 1 s - w + tol < s < ct - tol. s is the PubAck time (store time ≤ PubAck).
+//   Except a raced Job: the watch saw it deleted by s + raceDeleteBound (1 s) for the earliest such s — the request
+//   may have been stored after admit's last read, while the POST was in flight, and foreground waited no longer
+//   than the bound. Reported apart (jobs_raced_and_deleted), not counted; never for a watch that lagged.
 // - two live attempts: two Jobs of the workload on one model or one node whose live intervals overlap in the
 //   watch's order of events (live: from ADDED until deletionTimestamp, deletion or a finished condition).
 // - foreign Job deleted: a Job the harness created outside any ModelBackfill got a deletionTimestamp or vanished.
@@ -207,6 +210,7 @@ export class Oracle {
     const jobs = this.workloadJobs()
 
     const inWindow: Record<string, unknown>[] = []
+    const raced: Record<string, unknown>[] = []
     for (const { job, backfill, model } of jobs) {
       const w = backfill.idleForMs
       const lagged = job.addedAt - job.createdSecond > 1000 + tol
@@ -221,6 +225,28 @@ export class Oracle {
         const storedAt = await storeTime(r.seq).catch(() => undefined)
         const s = storedAt ?? r.ackAt
         if (s > from && s < to) hits.push({ sentAt: r.sentAt, ackAt: r.ackAt, storedAt })
+      }
+      // Raced, not ignored: deleted (as admit's re-check after the create does) within the bound of the earliest
+      // request — which also bounds how long before the Job it can have been stored (the Job ends after it is seen).
+      // Only with a watch that did not lag: the creation is then known up to the watch's delay.
+      const end = job.endHow === 'deleting' || job.endHow === 'deleted' ? job.endAt : undefined
+      const first = hits[0]
+      if (
+        first &&
+        !lagged &&
+        end !== undefined &&
+        end - (first.storedAt ?? first.ackAt) <= this.config.raceDeleteBoundMs
+      ) {
+        raced.push({
+          job: `${job.namespace}/${job.name}`,
+          model,
+          createdAt: new Date(created).toISOString(),
+          requestsInWindow: hits.length,
+          firstRequestStoredMsBeforeCreation: Math.round(created - (first.storedAt ?? first.ackAt)),
+          deletedMsAfterRequest: Math.round(end - (first.storedAt ?? first.ackAt)),
+          liveMs: Math.round(end - created),
+        })
+        continue
       }
       if (hits.length > 0) {
         const last = hits.at(-1) as (typeof hits)[number]
@@ -283,7 +309,7 @@ export class Oracle {
         })
       }
     }
-    return { inWindow, twoLive, foreignDeleted, lost }
+    return { inWindow, raced, twoLive, foreignDeleted, lost }
   }
 
   /**

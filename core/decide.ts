@@ -467,6 +467,17 @@ function cancelReason(w: Work, trigger: Trigger): CancelReason | undefined {
   return undefined
 }
 
+/**
+ * Admit's re-reads of the model's newest request around the Job's POST (runtime/reconcile.ts): true when one was
+ * stored after the idle window the admission in flight (`s`, committed as Starting) stood on. Before the POST the
+ * Job is then not created (the next decision takes the attempt back); after it, admit deletes the Job at once.
+ * The same rule cancelReason() applies to a live attempt, so the decision that follows agrees.
+ */
+export function racedAdmission(s: BackfillState | null, lastRequestAt: string | null | undefined): boolean {
+  if (s?.phase !== 'Starting' || !s.jobName || !s.idleSince) return false
+  return ms(lastRequestAt ?? undefined) > ms(s.idleSince)
+}
+
 function cancel(w: Work, reason: CancelReason) {
   const s = w.s
   const jobName = s.jobName as string

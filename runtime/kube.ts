@@ -320,25 +320,26 @@ export class Kube {
    * controller is this very ModelBackfill (by UID): a re-created declaration of the same name would otherwise adopt
    * its predecessor's Job — and report its outcome — without running. A predecessor's Job is deleted (only that
    * one: preconditions on its UID) and 'predecessor' returned, so the caller retries once it is gone. A refusal
-   * that no retry can fix (quota, admission webhook, invalid Job) throws JobRejectedError.
+   * that no retry can fix (quota, admission webhook, invalid Job) throws JobRejectedError. The UID is the attempt's
+   * Job's (created or existing), for a DELETE that can only hit that one.
    */
-  async createJob(job: V1Job): Promise<'created' | 'exists' | 'predecessor'> {
+  async createJob(job: V1Job): Promise<{ result: 'created' | 'exists' | 'predecessor'; uid?: string }> {
     const namespace = job.metadata?.namespace as string
     const name = job.metadata?.name as string
     const owner = job.metadata?.ownerReferences?.find((r) => r.controller)?.uid
     this.requests.write++
     try {
-      await this.batch.createNamespacedJob({ namespace, body: job })
-      return 'created'
+      const created = await this.batch.createNamespacedJob({ namespace, body: job })
+      return { result: 'created', uid: created.metadata?.uid }
     } catch (err) {
       const code = statusCode(err)
       if (code !== undefined && REJECTED.has(code)) throw new JobRejectedError(code, apiMessage(err))
       if (code !== 409) throw err
     }
     const existing = await this.getJob(namespace, name)
-    if (!existing) return 'predecessor' // gone meanwhile: the retry creates it
+    if (!existing) return { result: 'predecessor' } // gone meanwhile: the retry creates it
     const controller = existing.metadata?.ownerReferences?.find((r) => r.controller)
-    if (owner && controller?.uid === owner) return 'exists'
+    if (owner && controller?.uid === owner) return { result: 'exists', uid: existing.metadata?.uid }
     // A predecessor's: our label for this backfill name, controlled by a ModelBackfill of that name or orphaned.
     const backfill = job.metadata?.ownerReferences?.find((r) => r.controller)?.name ?? ''
     const predecessor =
@@ -352,7 +353,7 @@ export class Kube {
       )
     }
     await this.deleteJob(namespace, name, existing.metadata?.uid, 'Background')
-    return 'predecessor'
+    return { result: 'predecessor' }
   }
 
   /**

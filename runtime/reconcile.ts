@@ -6,7 +6,15 @@
 import type { V1CronJob } from '@kubernetes/client-node'
 import type { KvEntry } from '@nats-io/kv'
 import type { ModelBackfill } from '../core/api.js'
-import { type Contender, type Decision, decide, type Observed, sameState, type Trigger } from '../core/decide.js'
+import {
+  type Contender,
+  type Decision,
+  decide,
+  type Observed,
+  racedAdmission,
+  sameState,
+  type Trigger,
+} from '../core/decide.js'
 import { buildJob, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, isObjectName, modelKey } from '../core/names.js'
 import {
@@ -25,6 +33,7 @@ import type { AdmissionCaches, Kube } from './kube.js'
 import { JobRejectedError, PLURALS } from './kube.js'
 import type { Logger } from './log.js'
 import type { Bus } from './nats.js'
+import { preemptionLatency } from './ops-metrics.js'
 import { traced } from './tracing.js'
 
 export type Role = 'admit' | 'cancel' | 'lifecycle'
@@ -187,6 +196,8 @@ export async function reconcile(
     const { observed, template } = await observe(deps, namespace, name, state, backfill, role)
     let decision = decide(observed, trigger, deps.now())
     const create = decision.actions.find((a) => a.type === 'createJob')
+    // When this admission's fence read the newest request: the start of the gap the POST must close quickly.
+    let fencedAt: number | undefined
     if (create && role !== 'admit') {
       // Only admit creates Jobs (it holds the claims); hand the backfill over to it, committing nothing.
       await deps.bus.publish('ai.flexinfer.backfill.admit', { namespace, backfill: name })
@@ -207,6 +218,7 @@ export async function reconcile(
           deps.bus.kv.idle.get(modelKey(namespace, model)),
           lastRequestAt(deps.bus.jsm, namespace, model),
         ])
+        fencedAt = deps.now()
         observed.idle = readIdle(deps.log, idle)
         observed.lastRequestAt = lastRequest ?? undefined
         if (!fence.ready) observed.preemptionPath = { ready: false, why: fence.why }
@@ -228,9 +240,15 @@ export async function reconcile(
         throw err
       }
     }
-    const applied = await apply(deps, role, observed, template, decision, revision)
+    const applied = await apply(deps, role, observed, template, decision, revision, trigger, fencedAt)
     if (applied.rejected) {
       trigger = { type: 'jobRejected', ...applied.rejected }
+      continue
+    }
+    if (applied.raced) {
+      // A foreground request came in the fence → create gap: decide again with it (the attempt is taken back, or —
+      // its Job already deleted by us — recorded as preempted, as after a cancel).
+      trigger = applied.raced
       continue
     }
     return decision
@@ -245,9 +263,14 @@ export async function reconcile(
 const isCasConflict = (err: unknown) =>
   /wrong last sequence|key exists|10071|10164/i.test(String((err as Error)?.message))
 
-/** What applying a decision reported back: a Job the apiserver refused, to be decided again. */
+/**
+ * What applying a decision reported back, to be decided again: a Job the apiserver refused, or an admission a
+ * foreground request raced (the trigger to decide with: unchanged when no Job was created, a cancel when admit
+ * deleted the one it had just created).
+ */
 interface Applied {
   rejected?: { jobName: string; message: string }
+  raced?: Trigger
 }
 
 async function apply(
@@ -257,6 +280,8 @@ async function apply(
   template: V1CronJob | null,
   d: Decision,
   revision: number,
+  trigger: Trigger,
+  fencedAt?: number,
 ): Promise<Applied> {
   const { kube, bus, log } = deps
   const b = o.backfill as ModelBackfill | null
@@ -279,16 +304,61 @@ async function apply(
           node: action.node,
           maxRunDurationMs: action.spec.maxRunDurationMs,
         })
-        let result: Awaited<ReturnType<Kube['createJob']>>
+        const { namespace, name } = b.metadata
+        // The fence's newest-request read once more, as the very last step before the POST: what stood between the
+        // fence and here (the state write, a finalizer, cleanups; slow under load) is no gap for a request.
+        const before = await lastRequestAt(bus.jsm, namespace, b.spec.modelRef)
+        if (racedAdmission(d.state, before)) {
+          log.info(
+            { namespace, backfill: name, job: action.jobName, lastRequestAt: before },
+            'foreground request stored since the fence; not creating the Job',
+          )
+          return { raced: trigger }
+        }
+        const postAt = deps.now()
+        let created: Awaited<ReturnType<Kube['createJob']>>
         try {
-          result = await kube.createJob(job)
+          created = await kube.createJob(job)
         } catch (err) {
           // Refused for good: the rest of this decision (the Started event, its status) never happened; decide
           // again with the refusal, which releases the claims and blocks.
           if (err instanceof JobRejectedError) return { rejected: { jobName: action.jobName, message: err.message } }
           throw err
         }
-        const where = { namespace: b.metadata.namespace, backfill: b.metadata.name, job: action.jobName, result }
+        const { result, uid } = created
+        const where = { namespace, backfill: name, job: action.jobName, result }
+        log.debug(
+          {
+            ...where,
+            fenceToPostMs: fencedAt === undefined ? undefined : postAt - fencedAt,
+            postMs: deps.now() - postAt,
+          },
+          'fence → POST gap',
+        )
+        if (result !== 'predecessor') {
+          // And once more after it: a request stored while the POST was in flight is one no read before it could
+          // see. Foreground wins at once: admit deletes the Job it has just created (only that one, by its UID)
+          // rather than leaving it to demand → cancel, and the attempt is recorded as preempted.
+          const after = await lastRequestAt(bus.jsm, namespace, b.spec.modelRef)
+          if (racedAdmission(d.state, after)) {
+            const deleted = await kube.deleteJob(namespace, action.jobName, uid)
+            const at = after as string
+            if (deleted === 'deleted') {
+              preemptionLatency.observe({ reason: 'ForegroundDemand' }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
+            }
+            log.info(
+              { ...where, lastRequestAt: at, deleted },
+              'foreground request stored while the Job was being created; deleted it at once',
+            )
+            // The attempt did start (and is about to be recorded as cancelled): its Started event still belongs.
+            for (const e of d.actions) {
+              if (e.type === 'recordEvent' && e.reason === 'BackfillStarted') {
+                await kube.recordEvent(b, e.eventType, e.reason, e.message)
+              }
+            }
+            return { raced: { type: 'cancel', reason: 'ForegroundDemand', at } }
+          }
+        }
         if (result === 'predecessor') {
           // The name was held by a Job of an earlier ModelBackfill of the same name, now being deleted. The attempt
           // stays Starting (nothing reported as running) and a re-check shortly creates it once the name is free.
@@ -305,6 +375,8 @@ async function apply(
         if (action.why === 'Cleanup' && b && (await isCurrentAttempt(deps, b, action.jobName))) break
         if (
           role === 'cancel' ||
+          // Admit deciding with a cancel trigger: it has just deleted the Job a request raced (above) itself.
+          (role === 'admit' && trigger.type === 'cancel') ||
           action.why === 'Deleted' ||
           action.why === 'Cleanup' ||
           action.why === 'RepeatCleanup'

@@ -1,8 +1,8 @@
 // decide() and admission's fence (runtime/fence.ts): what the fence reports is just more of the world — the
 // model's newest request read straight from its per-model subject, and whether the preemption path is ready.
 import { describe, expect, it } from 'vitest'
-import { PATH_RECHECK_MS } from '../../core/decide.js'
-import { aJob, aWorld, iso, J, MINUTE, SECOND, T0, Timeline } from './support/world.js'
+import { PATH_RECHECK_MS, racedAdmission } from '../../core/decide.js'
+import { aJob, aWorld, cancelRequest, iso, J, MINUTE, SECOND, T0, Timeline } from './support/world.js'
 
 const WINDOW = 10 * MINUTE
 
@@ -46,5 +46,74 @@ describe('decide: the admission fence', () => {
     const world = aWorld({ preemptionPath: { ready: false, why: 'x' } })
     const t = new Timeline(world)
     expect(t.step(T0).state).toMatchObject({ phase: 'WaitingForIdle', reason: 'IdleWindow' })
+  })
+
+  // The gap between the fence's read and the Job's POST (issue 9): admit reads the newest request again as the last
+  // step before the POST and once more right after it; a request stored after the window the admission stood on
+  // (state.idleSince) means the attempt raced a foreground request.
+  describe('an admission racing a request (the fence → create gap)', () => {
+    const admitted = () => {
+      const t = new Timeline()
+      t.step(T0)
+      const d = t.step(T0 + WINDOW)
+      expect(d.state).toMatchObject({ phase: 'Starting', attempts: 1, idleSince: iso(T0) })
+      return t
+    }
+
+    it.each([
+      ['no request at all', undefined, false],
+      ['the request the window already counts', iso(T0), false],
+      ['an older request', iso(T0 - SECOND), false],
+      ['a request stored after the window began', iso(T0 + 1), true],
+      ['a request stored after the fence', iso(T0 + WINDOW + 5), true],
+      ['an unreadable time', 'not a time', false],
+    ])('racedAdmission: %s', (_, lastRequestAt, raced) => {
+      const t = admitted()
+      expect(racedAdmission(t.state, lastRequestAt)).toBe(raced)
+    })
+
+    it('racedAdmission: nothing to race without an admission in flight', () => {
+      const t = new Timeline()
+      t.step(T0)
+      expect(racedAdmission(t.state, iso(T0 + MINUTE))).toBe(false)
+      expect(racedAdmission(null, iso(T0 + MINUTE))).toBe(false)
+    })
+
+    it('seen before the POST: the attempt is taken back uncounted, no Job, and a new window starts', () => {
+      const t = admitted()
+      t.change(() => ({ lastRequestAt: iso(T0 + WINDOW + 5) }))
+      const d = t.step(T0 + WINDOW + 10)
+      expect(d.actions.some((a) => a.type === 'createJob')).toBe(false)
+      expect(d.actions).toContainEqual({ type: 'releaseClaims', jobName: J(1) })
+      // The next window runs from the attempt's end (after the request), as for any ended attempt.
+      expect(d.state).toMatchObject({ phase: 'WaitingForIdle', attempts: 0, idleSince: iso(T0 + WINDOW + 10) })
+      expect(d.state?.counters).toMatchObject({ starts: 0, preemptions: {} })
+    })
+
+    it('seen after the POST, the Job deleted by admit itself: counted as a foreground preemption', () => {
+      const t = admitted()
+      const at = T0 + WINDOW + 5
+      // Foreground propagation: the Job is still there, marked for deletion.
+      t.change(() => ({ lastRequestAt: iso(at), job: aJob(J(1), { deleting: true }) }))
+      const d = t.step(T0 + WINDOW + 20, cancelRequest(at))
+      expect(d.state).toMatchObject({ phase: 'Cancelling', reason: 'ForegroundDemand', attempts: 1 })
+      expect(d.state?.counters.preemptions).toEqual({ foreground: 1 })
+      // Gone: the attempt ends, counted once, and a new window starts.
+      t.change(() => ({ job: null }))
+      const end = t.step(T0 + WINDOW + 40, { type: 'resource' })
+      expect(end.state).toMatchObject({ phase: 'WaitingForIdle', idleSince: iso(T0 + WINDOW + 40) })
+      expect(end.state?.counters.preemptions).toEqual({ foreground: 1 })
+      expect(end.actions).toContainEqual({ type: 'releaseClaims', jobName: J(1) })
+    })
+
+    it('seen after the POST, the Job already gone when admit decides again: preempted, not abandoned', () => {
+      const t = admitted()
+      const at = T0 + WINDOW + 5
+      t.change(() => ({ lastRequestAt: iso(at), job: null }))
+      const d = t.step(T0 + WINDOW + 20, cancelRequest(at))
+      expect(d.state).toMatchObject({ phase: 'WaitingForIdle', attempts: 1, idleSince: iso(T0 + WINDOW + 20) })
+      expect(d.state?.counters.preemptions).toEqual({ foreground: 1 })
+      expect(d.actions.some((a) => a.type === 'createJob')).toBe(false)
+    })
   })
 })

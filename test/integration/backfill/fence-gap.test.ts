@@ -1,0 +1,181 @@
+// The fence → create gap (issue 9's failover finding): admit's fence read the model's newest request, then slow
+// work stood between that read and the Job's POST (the state write, the POST itself under load), and a foreground
+// request stored in that gap got a Job created over it, left to demand → cancel seconds later. Each scenario slows
+// one step of the running system (a test hook around a real call: the servers are real) and publishes a request in
+// the gap. The oracle is the test's own: a watch on the namespace's Jobs and the request's JetStream store time.
+import { Watch } from '@kubernetes/client-node'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { BackfillState } from '../../../core/state.js'
+import { lastRequestAt } from '../../../runtime/fence.js'
+import type { Runner } from '../../../runtime/runner.js'
+import { useTestEnv } from '../../env/fixture.js'
+import { BackfillWorld, ms, waitUntil } from '../support/backfill-world.js'
+import { startTestRunner, testInstance } from '../support/runner.js'
+
+const env = useTestEnv()
+let runner: Runner
+let world: BackfillWorld
+let stopWatch: (() => void) | undefined
+/** Every Job of the namespace the watch saw: when ADDED arrived, and when it was first marked for deletion. */
+const seen = new Map<string, { owner?: string; addedAt: number; deletingAt?: number }>()
+const restore: (() => void)[] = []
+
+beforeAll(async () => {
+  runner = await startTestRunner(env, { instance: testInstance() })
+  world = new BackfillWorld(env.kc, env.namespace, env.nc)
+  let stopped = false
+  let controller: AbortController | undefined
+  const start = async (): Promise<void> => {
+    controller = await new Watch(env.kc).watch(
+      `/apis/batch/v1/namespaces/${env.namespace}/jobs`,
+      {},
+      (
+        type,
+        job: { metadata?: { uid?: string; deletionTimestamp?: string; ownerReferences?: { name: string }[] } },
+      ) => {
+        const uid = job.metadata?.uid
+        if (!uid) return
+        let entry = seen.get(uid)
+        if (!entry) {
+          entry = { owner: job.metadata?.ownerReferences?.[0]?.name, addedAt: Date.now() }
+          seen.set(uid, entry)
+        }
+        if ((job.metadata?.deletionTimestamp || type === 'DELETED') && entry.deletingAt === undefined) {
+          entry.deletingAt = Date.now()
+        }
+      },
+      () => {
+        if (!stopped) setTimeout(() => start().catch(() => {}), 100)
+      },
+    )
+  }
+  await start()
+  stopWatch = () => {
+    stopped = true
+    controller?.abort()
+  }
+})
+afterAll(async () => {
+  for (const undo of restore.splice(0)) undo()
+  stopWatch?.()
+  world?.close()
+  await runner?.stop()
+})
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+const jobsSeenOf = (backfill: string) => [...seen.values()].filter((j) => j.owner === backfill)
+
+/** Replaces `obj[key]` for this test file; the original is put back in afterAll. */
+function hook<T extends object, K extends keyof T>(obj: T, key: K, wrap: (original: T[K]) => T[K]) {
+  const original = obj[key]
+  obj[key] = wrap((original as (...a: unknown[]) => unknown).bind(obj) as T[K])
+  restore.push(() => {
+    obj[key] = original
+  })
+}
+
+/** The time NATS stored a foreground request published now (the leader's store time, read back by sequence). */
+async function foregroundStoredAt(model: string): Promise<number> {
+  await world.foreground(model)
+  const at = await lastRequestAt(runner.deps.bus.jsm, env.namespace, model)
+  if (!at) throw new Error('the request was not stored')
+  return Date.parse(at)
+}
+
+describe('the fence → create gap', () => {
+  it('a request stored while the admission is between its fence and its POST gets no Job', async () => {
+    const { backfill, model, template, node } = world.names('gap-before')
+    await world.model(model, { node })
+    await world.template(template)
+    let storedAt: number | undefined
+    // The slow step: the Starting state write that sits between the fence and the POST (slow under load).
+    const kv = runner.deps.bus.kv.backfills
+    hook(
+      kv,
+      'update',
+      (original) =>
+        (async (key: string, value: Uint8Array | string, version: number) => {
+          const text = typeof value === 'string' ? value : new TextDecoder().decode(value)
+          const s = JSON.parse(text) as BackfillState
+          const revision = await original(key, value, version)
+          // Committed: the admission is past its fence and on its way to the POST.
+          if (storedAt === undefined && s.name === backfill && s.phase === 'Starting') {
+            storedAt = await foregroundStoredAt(model)
+            await sleep(600)
+          }
+          return revision
+        }) as typeof kv.update,
+    )
+    await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
+    await waitUntil('the admission to reach its state write', async () => storedAt)
+    // Past the gap: the request was in the store before the POST could be sent.
+    await sleep(2000)
+    // The chaos oracle's rule (chaos/oracle.ts): a Job seen at c breaks the window of a request stored at s when
+    // c - idleFor + 250 ms < s < c - 250 ms.
+    const stored = storedAt as number
+    const created = jobsSeenOf(backfill).filter((j) => j.addedAt - 2000 + 250 < stored && stored < j.addedAt - 250)
+    expect(created, 'a Job created over a request stored before its POST').toEqual([])
+    // Still admitted later, a full window after that request.
+    await world.waitFor(backfill, 'Running', undefined, 20_000)
+    const [job] = await world.jobsOf(backfill)
+    expect(ms(job?.metadata?.creationTimestamp as unknown as string) + 1000).toBeGreaterThanOrEqual(
+      (storedAt as number) + 2000,
+    )
+  })
+
+  it('a request stored while the POST is in flight: admit deletes the Job itself at once, without demand → cancel', async () => {
+    const { backfill, model, template, node } = world.names('gap-post')
+    await world.model(model, { node })
+    await world.template(template)
+    let storedAt: number | undefined
+    // Nothing else may cancel it: every cancel request for this backfill is dropped, so only admit's own re-check
+    // after the create can delete the Job.
+    const bus = runner.deps.bus
+    hook(
+      bus,
+      'publish',
+      (original) =>
+        (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
+          if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
+          return (original as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
+        }) as typeof bus.publish,
+    )
+    // The slow step: the POST itself (an apiserver under load), with the request stored while it is in flight.
+    const kube = runner.deps.kube
+    hook(
+      kube,
+      'createJob',
+      (original) =>
+        (async (job: Parameters<typeof kube.createJob>[0]) => {
+          const owner = job.metadata?.ownerReferences?.[0]?.name
+          if (storedAt === undefined && owner === backfill) {
+            storedAt = await foregroundStoredAt(model)
+            await sleep(400)
+          }
+          return original(job)
+        }) as typeof kube.createJob,
+    )
+    await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
+    await waitUntil('the admission to reach its POST', async () => storedAt)
+    const [job] = await waitUntil('the Job created', async () => {
+      const jobs = jobsSeenOf(backfill)
+      return jobs.length ? jobs : undefined
+    })
+    const deleted = await waitUntil('the Job deleted', async () => job?.deletingAt, 10_000)
+    // Deleted at once by admit (generous: the machine is loaded), not left running until a cancel.
+    const liveMs = deleted - (job?.addedAt as number)
+    process.stderr.write(`[fence-gap] raced Job seen live for ${liveMs} ms (watch ADDED → deletion)\n`)
+    expect(liveMs).toBeLessThan(3000)
+    const state = await waitUntil('the attempt ended', async () => {
+      const s = await world.state(backfill)
+      return s && s.phase !== 'Starting' && s.phase !== 'Cancelling' ? s : undefined
+    })
+    expect(state.counters.preemptions.foreground).toBe(1)
+    // Told as any preemption: started, and cancelled.
+    await waitUntil('both Events', async () => {
+      const r = (await world.events(backfill)).map((e) => e.reason)
+      return r.includes('BackfillStarted') && r.includes('BackfillCancelled') ? r : undefined
+    })
+    expect(ms(state.idleSince)).toBeGreaterThanOrEqual((storedAt as number) - 1)
+  })
+})
