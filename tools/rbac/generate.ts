@@ -47,7 +47,7 @@ export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grants> 
       r(FLEX, ['models'], ['get']),
       r('batch', ['cronjobs'], ['get']),
       r('batch', ['jobs'], ['get', 'delete']),
-      // The preempted attempt's pods, by the Job's UID label, in the same instant as the Job (functions/cancel).
+      // The preempted attempt's pods, by the Job's UID label, right after the Job's DELETE (functions/cancel; on by default).
       r('', ['pods'], ['deletecollection']),
       r('', ['events'], ['create']),
     ],
