@@ -282,8 +282,12 @@ function finalizeDeletion(w: Work) {
 function attemptInFlight(w: Work, trigger: Trigger): boolean {
   const { s, o } = w
   const jobName = s.jobName as string
-  const job = o.job
-  if (job?.outcome) return concludeAttempt(w, job)
+  let job = o.job
+  if (job?.outcome) {
+    if (!failedByCancel(s, job)) return concludeAttempt(w, job)
+    // The preemption ranks above the Failed condition its own DELETE caused: decided as the deletion it is.
+    job = { ...job, outcome: undefined }
+  }
   if (job?.deleting) {
     if (s.phase === 'Succeeded' || s.phase === 'Cancelling') return true // cleanup or cancellation in progress
     // Deleted by the cancel function before this decision, or by someone else: account for it as a cancel.
@@ -365,6 +369,19 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       s.jobName = undefined
       return false
   }
+}
+
+/**
+ * A Job being deleted whose Failed condition is the deletion's doing, not the work's: the Job controller counts pods
+ * deleted under a Job as failures (backoffLimit 0: Failed, BackoffLimitExceeded), and the Job may report that before
+ * it is gone. So a cancelled attempt stays a preemption when its Failed condition came with or after the deletion
+ * (Kubernetes times are whole seconds: the same second counts as after), or when Cancelling was decided first (that
+ * decision saw no outcome yet). A Job that Failed before anyone deleted it failed on its own; Complete always wins.
+ */
+function failedByCancel(s: BackfillState, job: JobView): boolean {
+  if (job.outcome !== 'Failed' || !job.deleting) return false
+  if (s.phase === 'Cancelling') return true
+  return ms(job.outcomeTime) >= ms(job.deletedAt)
 }
 
 /**

@@ -98,6 +98,8 @@ export interface JobView {
   node?: string
   createdAt?: string
   deleting: boolean
+  /** metadata.deletionTimestamp (whole seconds): decide tells a failure the deletion caused from one before it. */
+  deletedAt?: string
   outcome?: JobOutcome
   /** Message of the terminal condition, e.g. "Job was active longer than specified deadline". */
   outcomeMessage?: string
@@ -123,6 +125,7 @@ export function jobView(raw: unknown): JobView {
     node: str(annotations[ANNOTATION_NODE]),
     createdAt: time(meta.creationTimestamp),
     deleting: Boolean(meta.deletionTimestamp),
+    ...(meta.deletionTimestamp ? { deletedAt: time(meta.deletionTimestamp) } : {}),
     outcome: terminal ? (terminal.type as JobOutcome) : undefined,
     outcomeMessage: str(terminal?.message) ?? str(terminal?.reason),
     outcomeTime: time(status.completionTime) ?? time(terminal?.lastTransitionTime),

@@ -107,6 +107,21 @@ const noJob = (f: Fixture) => !f.state.jobName
 /** The fixture's Job, marked deleted if it is still active (what the cancel function does before deciding). */
 const activeJobDeleted = (f: Fixture) =>
   f.world.job && !f.world.job.outcome ? { ...f.world.job, deleting: true } : f.world.job
+/**
+ * The fixture's active Job deleted at `deletedAgo` before now and then (or before, when `failedAgo` is larger) Failed:
+ * what the Job controller reports when it counts the attempt's deleted pods as failures (backoffLimit 0).
+ */
+const deletedThenFailed = (f: Fixture, deletedAgo: number, failedAgo: number) =>
+  f.world.job && !f.world.job.outcome
+    ? {
+        ...f.world.job,
+        deleting: true,
+        deletedAt: iso(f.now - deletedAgo),
+        outcome: 'Failed' as const,
+        outcomeMessage: 'BackoffLimitExceeded',
+        outcomeTime: iso(f.now - failedAgo),
+      }
+    : f.world.job
 
 const CHANGES: Change[] = [
   {
@@ -496,13 +511,64 @@ const CHANGES: Change[] = [
       WaitingForIdle: NA,
       Starting: failed(),
       Running: failed(),
-      // Left out on purpose: whether a Failed condition on a Job that is being cancelled makes the declaration
-      // terminally Failed is not pinned by the contract (see the report); decide currently says Failed.
-      Cancelling: NA,
+      // Its Job is being deleted by the cancel: the Failed condition is the deletion's (its pods counted as
+      // failures), the preemption stands. (A Complete Job still wins: the work was done.)
+      Cancelling: SAME,
       Succeeded: NA,
       Failed: NA,
       Suspended: NA,
       Blocked: NA,
+    },
+  },
+  {
+    what: 'cancel request after the Job was deleted and then Failed (its deleted pods counted as failures)',
+    apply: (f) => ({
+      world: world(f, { idle: anIdleState(f.now), job: deletedThenFailed(f, 2 * SECOND, SECOND) }),
+      trigger: cancelRequest(f.now),
+    }),
+    expect: {
+      WaitingForIdle: waiting('IdleWindow', armAt(T0 + 20 * MINUTE)),
+      // We cancelled it: the failure its deletion caused is no failure of the backfill's.
+      Starting: cancelled('ForegroundDemand'),
+      Running: cancelled('ForegroundDemand'),
+      Cancelling: SAME,
+      Succeeded: SAME,
+      Failed: SAME,
+      Suspended: SAME,
+      Blocked: waiting('IdleWindow'),
+    },
+  },
+  {
+    what: 'Job deleted and then Failed, seen before the cancel request (a Job status event)',
+    apply: (f) => ({ world: world(f, { job: deletedThenFailed(f, 2 * SECOND, SECOND) }) }),
+    expect: {
+      WaitingForIdle: NA,
+      // Being deleted by someone: the attempt waits for it to go, then ends as preempted ('Job gone').
+      Starting: SAME,
+      Running: SAME,
+      Cancelling: SAME,
+      Succeeded: NA,
+      Failed: NA,
+      Suspended: NA,
+      Blocked: NA,
+    },
+  },
+  {
+    what: 'Job Failed before its deletion (a failure of its own, then a cancel deleted it)',
+    apply: (f) => ({
+      world: world(f, { idle: anIdleState(f.now), job: deletedThenFailed(f, SECOND, 2 * SECOND) }),
+      trigger: cancelRequest(f.now),
+    }),
+    expect: {
+      WaitingForIdle: waiting('IdleWindow', armAt(T0 + 20 * MINUTE)),
+      Starting: failed(),
+      Running: failed(),
+      // Cancelling was decided on a Job without a Failed condition: the cancel came first, it stands.
+      Cancelling: SAME,
+      Succeeded: SAME,
+      Failed: SAME,
+      Suspended: SAME,
+      Blocked: waiting('IdleWindow'),
     },
   },
   {
@@ -879,6 +945,68 @@ describe('decide: focused transitions', () => {
     const t = new Timeline(aWorld({ backfill: b }))
     t.step(T0)
     expect(t.step(T0 + 10 * MINUTE).state).toMatchObject({ attempts: 8, jobName: J(8) })
+  })
+})
+
+describe('a preempted attempt whose Job the Job controller marks Failed while it is deleted', () => {
+  // Seen on the real servers (test/integration/backfill/preemption-outcome.test.ts): the attempt's pods deleted with
+  // its Job count as failures (backoffLimit 0), and the Job may report Failed/BackoffLimitExceeded before it is gone.
+  const fg = T0 + 14 * MINUTE
+  const second = (at: number) => iso(Math.floor(at / 1000) * 1000)
+  const failedWhileDeleted = (o: Observed, deletedAt: number, failedAt: number): Partial<Observed> => ({
+    job: o.job && {
+      ...o.job,
+      deleting: true,
+      deletedAt: second(deletedAt),
+      outcome: 'Failed',
+      outcomeMessage: 'Job has reached the specified backoff limit',
+      outcomeTime: second(failedAt),
+    },
+  })
+  const story = (first: 'lifecycle' | 'cancel', failedAt: number) => {
+    const t = new Timeline(FIXTURES.Running.world)
+    t.change((o) => ({ idle: anIdleState(fg), ...failedWhileDeleted(o, fg, failedAt) }))
+    // Either the Job's status event (lifecycle) or the cancel's bookkeeping decides first.
+    const events = first === 'lifecycle' ? [t.step(fg + 50), t.step(fg + 100, cancelRequest(fg))] : []
+    if (first === 'cancel') events.push(t.step(fg + 100, cancelRequest(fg)), t.step(fg + 150))
+    const end = t.change(() => ({ job: null })).step(fg + SECOND)
+    return { t, actions: [...events, end].flatMap((d) => d.actions), end }
+  }
+
+  it.each([
+    ['lifecycle', 'the same second'],
+    ['cancel', 'the same second'],
+    ['lifecycle', 'the next second'],
+    ['cancel', 'the next second'],
+  ] as const)('decided first by %s, failed in %s as the deletion: one preemption, no failure', (first, when) => {
+    const { t, actions, end } = story(first, when === 'the same second' ? fg : fg + SECOND)
+    expect(end.state).toMatchObject({ phase: 'WaitingForIdle', reason: 'IdleWindow', attempts: 1 })
+    expect(t.state.counters).toMatchObject({ starts: 1, success: 0, failed: 0, preemptions: { foreground: 1 } })
+    const events = actions.filter((a) => a.type === 'recordEvent').map((a) => a.reason)
+    expect(events).toEqual(['BackfillCancelled'])
+  })
+
+  it('a Job that Failed a second before its deletion failed on its own: Failed/JobFailed', () => {
+    const t = new Timeline(FIXTURES.Running.world)
+    const d = t
+      .change((o) => ({ idle: anIdleState(fg), ...failedWhileDeleted(o, fg, fg - SECOND) }))
+      .step(fg + 100, cancelRequest(fg))
+    expect(d.state).toMatchObject({ phase: 'Failed', reason: 'JobFailed' })
+    expect(t.state.counters).toMatchObject({ failed: 1, preemptions: {} })
+  })
+
+  it('Cancelling and a Failed Job not being deleted (the DELETE never took): the outcome wins', () => {
+    const f = FIXTURES.Cancelling
+    const job = f.world.job && { ...f.world.job, deleting: false, outcome: 'Failed' as const, outcomeTime: iso(f.now) }
+    const d = decide({ ...f.world, job }, { type: 'resource' }, f.now)
+    expect(d.state).toMatchObject({ phase: 'Failed', reason: 'JobFailed' })
+    expect(d.state?.counters).toMatchObject({ failed: 1, preemptions: { foreground: 0 } })
+  })
+
+  it('Cancelling and a Complete Job being deleted: the work was done, the completion wins', () => {
+    const f = FIXTURES.Cancelling
+    const job = f.world.job && { ...f.world.job, outcome: 'Complete' as const, outcomeTime: iso(f.now) }
+    expect(decide({ ...f.world, job }, { type: 'resource' }, f.now).state).toMatchObject({ phase: 'Succeeded' })
   })
 })
 

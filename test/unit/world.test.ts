@@ -133,6 +133,14 @@ describe('jobView', () => {
     expect(jobView(raw({ conditions: [{ type: 'Suspended', status: 'True' }] })).outcome).toBeUndefined()
   })
 
+  it('a deleted Job carries its deletion time (decide compares it with a Failed condition’s)', () => {
+    expect(jobView(raw({}, { deletionTimestamp: new Date('2026-03-01T00:30:00Z') }))).toMatchObject({
+      deleting: true,
+      deletedAt: '2026-03-01T00:30:00.000Z',
+    })
+    expect(jobView(raw({})).deletedAt).toBeUndefined()
+  })
+
   it('reads times the typed client parsed into Date objects (readNamespacedJob) as well as raw strings', () => {
     const typed = jobView({
       ...raw({

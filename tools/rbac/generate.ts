@@ -56,7 +56,7 @@ export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grant[]>
     ns('batch', ['cronjobs'], ['get']),
     // list/watch: cancel's watched copy of the backfill Jobs (functions/cancel), per managed namespace.
     ns('batch', ['jobs'], ['get', 'list', 'watch', 'delete']),
-    // The preempted attempt's pods, by the Job's UID label, in the same instant as the Job (functions/cancel).
+    // The preempted attempt's pods, by the Job's UID label, right after the Job's DELETE (functions/cancel; on by default).
     ns('', ['pods'], ['deletecollection']),
     ns('', ['events'], ['create', 'get', 'patch']),
   ],
