@@ -254,6 +254,9 @@ export function demandFunction(): EventFunction {
     // A request is acked only once the coalesced write covering it is stored (≤ COALESCE_MS later), so the
     // rate one instance sustains is about concurrency / COALESCE_MS: keep many in flight (they are small).
     concurrency: 32_768,
+    // Acked in batches (AckAll up to the lowest unfinished request): a request is finished only once its idle
+    // write is stored and the claim re-read, so no ack ever covers one whose write is not stored.
+    ackAll: true,
     // The documented subject (the firehose) and the per-model subjects (the newest request per model).
     subscriptions: [
       { stream: STREAM_FOREGROUND, subjects: [REQUEST_SUBJECT], deliverNew: true },
