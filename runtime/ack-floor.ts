@@ -3,7 +3,7 @@
 // dead-lettered or given up). A message still in flight, or waiting to be redelivered after a nak, holds the floor.
 //
 // Caveat of AckAll itself (server side): the floor is the consumer's, not this process's. Instances sharing one
-// durable ack each other's messages; see functions/demand/README.md.
+// durable ack each other's messages (functions/demand/README.md).
 
 /** What the tracker needs of a message (JsMsg has it). */
 export interface FloorMsg {
