@@ -270,16 +270,18 @@ export class Demand {
 }
 
 /** A demand function with its own caches (one per process, or several in tests racing each other). */
-export function demandFunction(): EventFunction {
+export function demandFunction(opts: { ackAll?: boolean } = {}): EventFunction {
   let instance: Demand | undefined
   return {
     name: 'demand',
     // A request is acked only once the coalesced write covering it is stored (≤ COALESCE_MS later), so the
     // rate one instance sustains is about concurrency / COALESCE_MS: keep many in flight (they are small).
     concurrency: 32_768,
-    // Acked in batches (AckAll up to the lowest unfinished request): a request is finished only once its idle
-    // write is stored and the claim re-read, so no ack ever covers one whose write is not stored.
-    ackAll: true,
+    // Acked in batches (AckAll up to the lowest unfinished request) only when asked (DEMAND_ACK_POLICY=all): a
+    // request is finished only once its idle write is stored and the claim re-read, but the ack floor is the
+    // durable's, so with several demand replicas one replica's ack can cover another's unfinished request
+    // (README.md). Per-message acks stay the default, safe at any replica count.
+    ackAll: opts.ackAll ?? process.env.DEMAND_ACK_POLICY === 'all',
     // The documented subject (the firehose) and the per-model subjects (the newest request per model).
     subscriptions: [
       { stream: STREAM_FOREGROUND, subjects: [REQUEST_SUBJECT], deliverNew: true },

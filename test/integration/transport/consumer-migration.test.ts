@@ -44,6 +44,14 @@ async function pull(nc: NatsConnection, n: number, timeoutMs = 10_000): Promise<
   return got
 }
 
+// Batched acks are opt-in (functions/demand/README.md): this deployment asks for them.
+beforeAll(() => {
+  process.env.DEMAND_ACK_POLICY = 'all'
+})
+afterAll(() => {
+  delete process.env.DEMAND_ACK_POLICY
+})
+
 it('provision migrates an explicit-ack demand consumer to AckAll: every backlogged request delivered exactly once', async () => {
   const admin = await as('provision')
   const jsm = await jetstreamManager(admin)

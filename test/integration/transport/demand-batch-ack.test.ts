@@ -59,6 +59,7 @@ async function startDemand(): Promise<ChildProcess> {
 async function startDemandOnce(): Promise<ChildProcess> {
   const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'demand-process.ts'), nats.url], {
     stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, DEMAND_ACK_POLICY: 'all' },
   })
   children.push(child)
   await new Promise<void>((resolve, reject) => {
