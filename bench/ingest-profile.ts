@@ -1,6 +1,6 @@
 // Profiling aid (not part of `npm run bench`): one demand instance draining a backlog of foreground events, on a
 // nats-server of its own, profiled while it drains (not while the backlog is published):
-// `node --import tsx bench/ingest-profile.ts [events] [profile.cpuprofile]`.
+// `node --import tsx bench/ingest-profile.ts [events] [profile.cpuprofile]` (`DEMAND_ACK_POLICY=all`: batched acks).
 import { spawn } from 'node:child_process'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { Session } from 'node:inspector/promises'
@@ -66,6 +66,7 @@ try {
   process.stdout.write(
     `${JSON.stringify({
       events: EVENTS,
+      ackPolicy: process.env.DEMAND_ACK_POLICY === 'all' ? 'all' : 'explicit',
       ms: Math.round(ms),
       perS: Math.round(EVENTS / (ms / 1000)),
       // CPU time of this process per event: steadier than the rate on a shared machine.

@@ -15,6 +15,11 @@ export interface EventFunction {
   subscriptions: Subscription[]
   /** Events handled at once by one instance. */
   concurrency: number
+  /**
+   * JetStream: its durable consumers ack in batches (AckAll, runtime/ack-floor.ts) instead of one ack per event.
+   * Only for functions whose handlers may finish out of order without harm; provision migrates existing consumers.
+   */
+  ackAll?: boolean
   /** Optional warm-up (caches, watches) before the first event and teardown after the last. */
   start?(deps: Deps): Promise<void>
   stop?(): Promise<void>

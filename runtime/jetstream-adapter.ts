@@ -4,6 +4,8 @@
 // Every NATS call on the handler path has a deadline of the client's: JetStream publishes and API requests 5 s,
 // KV operations 2 s (nats.js defaults); acks and msg.working() are plain publishes that cannot block.
 import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import { AckFloor } from './ack-floor.js'
+import { migrateAckPolicy } from './consumer-migration.js'
 import { consumerName, type EventFunction } from './function.js'
 import { awaitProvisioned, headerSafe, isNotFound } from './nats.js'
 import { processEvent } from './process-event.js'
@@ -43,6 +45,8 @@ export interface JetStreamOptions {
   ackWaitMs?: number
   /** Delay before an event whose dead-letter publish failed is delivered again (default 1 s). */
   deadLetterRetryMs?: number
+  /** How long a consumer migration waits for in-flight messages to be acked (runtime/consumer-migration.ts). */
+  migrationSettleMs?: number
 }
 
 export interface RunningFunction {
@@ -56,20 +60,27 @@ export interface RunningFunction {
 }
 
 /** Creates or updates the function's durable consumers (the provision step, and every process run locally). */
-export async function ensureConsumers(deps: Pick<Deps, 'bus'>, fn: EventFunction, opts: JetStreamOptions = {}) {
+export async function ensureConsumers(
+  deps: Pick<Deps, 'bus'> & { log?: Deps['log'] },
+  fn: EventFunction,
+  opts: JetStreamOptions = {},
+) {
   for (const sub of fn.subscriptions) {
     const durable = consumerName(fn.name, sub.stream)
     const config = {
       durable_name: durable,
-      ack_policy: AckPolicy.Explicit,
+      ack_policy: fn.ackAll ? AckPolicy.All : AckPolicy.Explicit,
       ack_wait: (opts.ackWaitMs ?? ACK_WAIT_MS) * 1_000_000,
       max_deliver: CONSUMER_MAX_DELIVER,
       max_ack_pending: Math.max(1000, fn.concurrency * 2),
       filter_subjects: sub.subjects,
     }
     try {
-      await deps.bus.jsm.consumers.info(sub.stream, durable)
-      await deps.bus.jsm.consumers.update(sub.stream, durable, config)
+      const existing = await deps.bus.jsm.consumers.info(sub.stream, durable)
+      // The ack policy cannot change in place: the consumer is re-created where the old one stopped.
+      if (existing.config.ack_policy !== config.ack_policy)
+        await migrateAckPolicy(deps.bus.jsm, existing, config, { log: deps.log, settleMs: opts.migrationSettleMs })
+      else await deps.bus.jsm.consumers.update(sub.stream, durable, config)
     } catch (err) {
       if (!isNotFound(err)) throw err
       await deps.bus.jsm.consumers.add(sub.stream, {
@@ -124,31 +135,43 @@ export async function runOnJetStream(
   /** Keep-alive ticks so far (see below). */
   let tick = 0
 
-  const process = async (msg: JsMsg) => {
+  /**
+   * Per stream, when its consumer is AckAll: the floor its batched acks keep to. A message leaves it finished
+   * (handled, dead-lettered, given up) and is then covered by one ack; term() is never sent there, since on an
+   * AckAll consumer it acks every message below too.
+   */
+  const floors = new Map<string, AckFloor<JsMsg>>()
+  const finished = (msg: JsMsg, floor: AckFloor<JsMsg> | undefined, term?: string) => {
+    if (floor) floor.finished(msg)
+    else if (term === undefined) msg.ack()
+    else msg.term(term)
+  }
+
+  const process = async (msg: JsMsg, floor: AckFloor<JsMsg> | undefined) => {
     try {
       const outcome = await processEvent(fn, deps, msg.data, msg.info.timestampNanos / 1e6)
       switch (outcome.kind) {
         case 'handled':
-          msg.ack()
+          finished(msg, floor)
           stats.handled++
           return
         case 'malformed':
         case 'permanent':
-          await deadLetter(msg, outcome.reason)
+          await deadLetter(msg, outcome.reason, floor)
           return
         case 'transient':
-          retry(msg, outcome.reason)
+          retry(msg, outcome.reason, floor)
       }
     } catch (err) {
       // processEvent never throws; if anything here does, the event is retried and dead-lettered like any other.
       log.error({ err, subject: msg.subject, seq: msg.seq }, 'unexpected error handling event')
-      retry(msg, `unexpected error: ${err instanceof Error ? err.message : String(err)}`)
+      retry(msg, `unexpected error: ${err instanceof Error ? err.message : String(err)}`, floor)
     }
   }
 
-  const retry = (msg: JsMsg, reason: string) => {
+  const retry = (msg: JsMsg, reason: string, floor: AckFloor<JsMsg> | undefined) => {
     if (msg.info.deliveryCount >= MAX_DELIVER) {
-      void deadLetter(msg, reason)
+      void deadLetter(msg, reason, floor)
       return
     }
     stats.retried++
@@ -156,11 +179,11 @@ export async function runOnJetStream(
     msg.nak(backoffMs(msg.info.deliveryCount))
   }
 
-  const deadLetter = async (msg: JsMsg, reason: string) => {
+  const deadLetter = async (msg: JsMsg, reason: string, floor: AckFloor<JsMsg> | undefined) => {
     log.warn({ subject: msg.subject, reason }, 'dead-lettered event')
     try {
       await deps.bus.deadLetter(fn.name, reason, msg.data, msg.subject)
-      msg.term(headerSafe(reason, 256))
+      finished(msg, floor, headerSafe(reason, 256))
       stats.deadLettered++
     } catch (err) {
       // Could not keep it: leave it to be redelivered rather than lose it — until the consumer's delivery limit,
@@ -178,7 +201,7 @@ export async function runOnJetStream(
       }
       if (last) {
         log.error(context, 'dead-letter publish failed on the last delivery: event given up (still in its stream)')
-        msg.term(headerSafe(reason, 256))
+        finished(msg, floor, headerSafe(reason, 256))
         stats.dropped++
       } else {
         log.error(context, 'dead-letter publish failed: redelivering')
@@ -192,14 +215,26 @@ export async function runOnJetStream(
     const { config } = await consumer.info(true)
     maxDeliverOf.set(sub.stream, config.max_deliver ?? -1)
     if (config.ack_wait) ackWaitMs = Math.min(ackWaitMs, config.ack_wait / 1_000_000)
+    // The server's policy decides (a deployed function binds to whatever provision made): never ack-all an
+    // explicit consumer, whose per-message acks other instances may still rely on.
+    const floor =
+      config.ack_policy === AckPolicy.All
+        ? new AckFloor<JsMsg>(Math.max(1, config.max_ack_pending ?? 0) * 2)
+        : undefined
+    if (floor) floors.set(sub.stream, floor)
     const messages = await consumer.consume({
       max_messages: Math.min(Math.max(100, fn.concurrency), 4096),
       expires: PULL_EXPIRES_MS,
     })
     const done = (async () => {
       for await (const msg of messages) {
+        if (floor && !floor.delivered(msg)) {
+          // Not tracked, so never finished: taken back for later rather than handled without a floor.
+          msg.nak(deadLetterRetryMs)
+          continue
+        }
         // One settled callback per message (not .catch().finally(): two more promises each, at 30k+ events/s).
-        const task: Promise<void> = process(msg).then(
+        const task: Promise<void> = process(msg, floor).then(
           () => settled(task),
           (err) => {
             log.error({ err }, 'unexpected error handling event')
@@ -243,6 +278,8 @@ export async function runOnJetStream(
       for (const loop of loops) await loop.messages.close()
       await Promise.all(loops.map((l) => l.done))
       await Promise.allSettled([...inFlight.keys()])
+      // What finished is acked before the connection goes (the scheduled flush might come too late).
+      for (const floor of floors.values()) floor.flush()
       clearInterval(keepAlive)
       await fn.stop?.()
     },

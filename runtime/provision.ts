@@ -42,6 +42,8 @@ export interface ProvisionOptions {
    * NATS_REPLICAS, else 1. Existing ones are changed to it in place, so re-running provision scales a topology.
    */
   replicas?: number
+  /** How long migrating a consumer's ack policy waits for its in-flight messages (default ~30 s). */
+  migrationSettleMs?: number
 }
 
 export interface Provisioned {
@@ -67,7 +69,9 @@ export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
     }
     const consumers: string[] = []
     for (const fn of owners) {
-      await ensureConsumers({ bus }, fn)
+      // An existing consumer with another ack policy (demand's: explicit → all) is migrated without losing events
+      // (runtime/consumer-migration.ts).
+      await ensureConsumers({ bus, log: opts.log }, fn, { migrationSettleMs: opts.migrationSettleMs })
       consumers.push(...fn.subscriptions.map((s) => `${s.stream}/${consumerName(fn.name, s.stream)}`))
     }
     // The repeating resync schedule (every RESYNC_MS), whichever overlay: stored from the start, so sweeps run even

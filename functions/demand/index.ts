@@ -21,10 +21,23 @@ const CANCEL_DEDUPE_MS = 60_000
 export const MAX_TRACKED_MODELS = 20_000
 const REQUEST_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
 
-interface Waiter {
-  upTo: number
+/** The requests one idle write answers: they share one promise (no promise or closure per request). */
+interface Batch {
+  promise: Promise<void>
   resolve: () => void
   reject: (err: unknown) => void
+}
+
+function batch(): Batch {
+  let resolve!: () => void
+  let reject!: (err: unknown) => void
+  const promise = new Promise<void>((res, rej) => {
+    resolve = res
+    reject = rej
+  })
+  // Each request's handler awaits it; a batch nobody joined must not be an unhandled rejection.
+  promise.catch(() => {})
+  return { promise, resolve, reject }
 }
 
 interface ModelEntry {
@@ -38,7 +51,11 @@ interface ModelEntry {
   revision: number
   writing: boolean
   timer?: NodeJS.Timeout
-  waiters: Waiter[]
+  /** Requests after the write in flight (or with none in flight): answered by the next write. */
+  next?: Batch
+  /** Requests the write in flight covers (at or before its target). */
+  current?: Batch
+  target: number
 }
 
 export class Demand {
@@ -97,7 +114,8 @@ export class Demand {
     entry.requests++
     if (at <= entry.persisted) return cancelling
     entry.seen = Math.max(entry.seen, at)
-    const durable = new Promise<void>((resolve, reject) => entry.waiters.push({ upTo: at, resolve, reject }))
+    const durable =
+      entry.writing && entry.current && at <= entry.target ? entry.current.promise : (entry.next ??= batch()).promise
     if (!entry.writing && !entry.timer) {
       const wait = entry.lastWriteAt + COALESCE_MS - now
       if (wait <= 0) void this.flush(entry)
@@ -119,7 +137,7 @@ export class Demand {
         lastWriteAt: 0,
         revision: 0,
         writing: false,
-        waiters: [],
+        target: 0,
       }
       this.models.set(key, entry)
       if (this.models.size > this.maxTrackedModels) this.forgetIdle()
@@ -131,7 +149,7 @@ export class Demand {
   private forgetIdle() {
     const now = this.deps.now()
     for (const [key, e] of this.models) {
-      if (!e.writing && !e.timer && e.waiters.length === 0 && now - e.lastWriteAt >= COALESCE_MS) {
+      if (!e.writing && !e.timer && !e.next && now - e.lastWriteAt >= COALESCE_MS) {
         this.models.delete(key)
       }
     }
@@ -185,6 +203,10 @@ export class Demand {
     if (entry.writing) return
     entry.writing = true
     const target = entry.seen
+    entry.target = target
+    const answered = entry.next ?? batch()
+    entry.next = undefined
+    entry.current = answered
     const key = modelKey(entry.namespace, entry.model)
     try {
       await this.writeMax(entry, key, target)
@@ -198,17 +220,18 @@ export class Demand {
       if (claim) await this.cancelIfClaimed(target, claim)
       // Only now: a request at or before `persisted` is answered without a write or a claim check.
       entry.persisted = Math.max(entry.persisted, target)
-      const done = entry.waiters.filter((w) => w.upTo <= entry.persisted)
-      entry.waiters = entry.waiters.filter((w) => w.upTo > entry.persisted)
-      for (const w of done) w.resolve()
+      answered.resolve()
     } catch (err) {
-      const failed = entry.waiters
-      entry.waiters = []
-      for (const w of failed) w.reject(err)
+      // Everything pending fails (and is redelivered), including what arrived during this write.
+      answered.reject(err)
+      const late = entry.next as Batch | undefined
+      late?.reject(err)
+      entry.next = undefined
       // Their redelivery raises `seen` again; no retry loop of our own (NATS may be down for a while).
       entry.seen = entry.persisted
     } finally {
       entry.writing = false
+      entry.current = undefined
     }
     if (entry.seen > entry.persisted && !entry.timer) {
       const wait = Math.max(0, entry.lastWriteAt + COALESCE_MS - this.deps.now())
@@ -247,13 +270,18 @@ export class Demand {
 }
 
 /** A demand function with its own caches (one per process, or several in tests racing each other). */
-export function demandFunction(): EventFunction {
+export function demandFunction(opts: { ackAll?: boolean } = {}): EventFunction {
   let instance: Demand | undefined
   return {
     name: 'demand',
     // A request is acked only once the coalesced write covering it is stored (≤ COALESCE_MS later), so the
     // rate one instance sustains is about concurrency / COALESCE_MS: keep many in flight (they are small).
     concurrency: 32_768,
+    // Acked in batches (AckAll up to the lowest unfinished request) only when asked (DEMAND_ACK_POLICY=all): a
+    // request is finished only once its idle write is stored and the claim re-read, but the ack floor is the
+    // durable's, so with several demand replicas one replica's ack can cover another's unfinished request
+    // (README.md). Per-message acks stay the default, safe at any replica count.
+    ackAll: opts.ackAll ?? process.env.DEMAND_ACK_POLICY === 'all',
     // The documented subject (the firehose) and the per-model subjects (the newest request per model).
     subscriptions: [
       { stream: STREAM_FOREGROUND, subjects: [REQUEST_SUBJECT], deliverNew: true },
