@@ -32,6 +32,8 @@ environment:
                       (default 1: one nats-server; 3 on a JetStream cluster)
   PROVISION_CONSUMERS FUNCTION=provision: whose durable consumers to create (default ${DEFAULT_CONSUMER_OWNERS.join(',')};
                       known: ${CONSUMER_OWNERS.join(',')})
+  DEMAND_ACK_POLICY   explicit (default) | all: demand's consumers ack in batches (AckAll), for demand as one
+                      replica only; set it on provision (which migrates the consumers) and demand alike
   K_SINK              FUNCTION=bridge: where JetStream's events are POSTed (the Broker; Knative's SinkBinding sets it)
   BRIDGE_SINK_TOKEN_FILE  FUNCTION=bridge: a projected ServiceAccount token for the Broker's audience, sent as a
                       bearer token and re-read when rotated (the Broker's authentication-oidc; docs/operations.md)
