@@ -98,7 +98,8 @@ export function plotSpec(results: Results): TopLevelSpec {
     title,
     width: 300,
     height: 220,
-    data: { values },
+    // A log axis cannot show 0 (a sweep under a millisecond, say): such points are left out there.
+    data: { values: logY ? values.filter((p) => p.value > 0) : values },
     mark: { type: 'line' as const, point: true },
     encoding: {
       x: {
@@ -111,9 +112,9 @@ export function plotSpec(results: Results): TopLevelSpec {
         field: 'value',
         type: 'quantitative' as const,
         title: y,
-        ...(logY ? { scale: { type: 'symlog' as const } } : {}),
+        ...(logY ? { scale: { type: 'log' as const } } : {}),
       },
-      color: { field: 'series', type: 'nominal' as const, title: null },
+      color: { field: 'series', type: 'nominal' as const, title: null, legend: { labelLimit: 300 } },
     },
   })
   return {
@@ -125,7 +126,7 @@ export function plotSpec(results: Results): TopLevelSpec {
       panel(data.rss, 'RSS at rest', 'MB'),
       panel(data.latency, 'Sweep, admission, preemption', 'ms', true),
     ],
-    resolve: { scale: { color: 'independent' } },
+    resolve: { scale: { color: 'independent' }, legend: { color: 'independent' } },
   } as TopLevelSpec
 }
 
