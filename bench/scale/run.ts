@@ -31,7 +31,7 @@ import { GROUP, VERSION } from '../../core/api.js'
 import { parseDuration } from '../../core/duration.js'
 import { backfillKey, jobName } from '../../core/names.js'
 import type { BackfillState } from '../../core/state.js'
-import { BUCKET_BACKFILLS, STREAM_TIMERS } from '../../events/catalog.js'
+import { BUCKET_BACKFILLS, STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
 import { encode } from '../../events/codec.js'
 import { repoRoot } from '../../test/env/binaries.js'
 import { startEnvironment } from '../../test/env/environment.js'
@@ -182,9 +182,18 @@ try {
     })
     return out
   }
+  /** Events and timers waiting for a function (unhandled or unacknowledged) on every durable consumer. */
+  const backlog = async () => {
+    let sum = 0
+    for (const stream of [STREAM_EVENTS, STREAM_TIMERS]) {
+      for (const c of await jsm.consumers.list(stream).next()) sum += c.num_pending + c.num_ack_pending
+    }
+    return sum
+  }
   /**
    * Nothing written to the backfill states for `quietS` seconds (not the timer stream: the resync schedule fires
-   * into it every sweep).
+   * into it every sweep) and no consumer has a backlog: a quiet KV alone is not rest (on 2026-12-01 lifecycle
+   * still had ~10,000 watch events queued at 1,000 backfills when the KV had been quiet for 15 s).
    */
   const settled = async (what: string, ready: () => Promise<boolean>, quietS: number, timeoutMs: number) => {
     let last = ''
@@ -198,7 +207,10 @@ try {
           quietSince = Date.now()
           return undefined
         }
-        return Date.now() - quietSince >= quietS * 1000 && (await ready()) ? true : undefined
+        if (Date.now() - quietSince < quietS * 1000 || !(await ready())) return undefined
+        const queued = await backlog()
+        if (queued > 0) log(`${what}: ${queued} events and timers still queued for the functions`)
+        return queued === 0 ? true : undefined
       },
       timeoutMs,
       2000,
