@@ -46,6 +46,7 @@ const PUBLISH_CONCURRENCY = 64
 const STATE_READ_TIMEOUT_MS = 20_000
 
 export async function sweep(deps: Deps): Promise<SweepResult> {
+  const startedMs = performance.now()
   const now = deps.now()
   const scopes = deps.namespaces ?? [undefined]
   // The states and schedules are read after the objects: a backfill created meanwhile is picked (NoState) once
@@ -98,11 +99,11 @@ export async function sweep(deps: Deps): Promise<SweepResult> {
     }
   }
   await Promise.all(Array.from({ length: Math.min(PUBLISH_CONCURRENCY, picked.length) }, publishOne))
-  if (picked.length) {
-    const byReason: Partial<Record<ResyncReason, number>> = {}
-    for (const p of picked) byReason[p.reason] = (byReason[p.reason] ?? 0) + 1
-    deps.log.info({ backfills: backfills.length, picked: picked.length, byReason, failed }, 'resync sweep')
-  }
+  const byReason: Partial<Record<ResyncReason, number>> = {}
+  for (const p of picked) byReason[p.reason] = (byReason[p.reason] ?? 0) + 1
+  // Every sweep, even one that picks nothing: `ms` (lists, reads and publishes) is what bench/scale measures.
+  const ms = Math.round(performance.now() - startedMs)
+  deps.log.info({ backfills: backfills.length, picked: picked.length, byReason, failed, ms }, 'resync sweep')
   // Nothing published at all while there was something to publish: NATS is in trouble, let the sweep be retried.
   if (failed && failed === picked.length) throw new Error(`resync: none of ${failed} resync events could be published`)
   return { backfills: backfills.length, picked, failed }

@@ -1,0 +1,96 @@
+// What bench/scale/run.ts reads from the outside, never from the functions' own bookkeeping: a process's CPU time
+// and RSS from /proc, the apiserver's own request counters from its /metrics, and lifecycle's sweep log lines.
+import { execFileSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+
+let clockTicks: number | undefined
+/** Clock ticks per second of /proc/<pid>/stat (getconf CLK_TCK; 100 on Linux almost everywhere). */
+function ticksPerSecond(): number {
+  if (clockTicks === undefined) {
+    try {
+      clockTicks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8', timeout: 5000 }).trim()) || 100
+    } catch {
+      clockTicks = 100
+    }
+  }
+  return clockTicks
+}
+
+/** user + system CPU seconds of a /proc/<pid>/stat line (the command name may hold spaces and parentheses). */
+export function parseCpuSeconds(stat: string, ticks = 100): number | undefined {
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  // After ") ": field 3 (state) is index 0, so utime (14) and stime (15) are 11 and 12.
+  const utime = Number(fields[11])
+  const stime = Number(fields[12])
+  return Number.isFinite(utime) && Number.isFinite(stime) ? (utime + stime) / ticks : undefined
+}
+
+export function cpuSeconds(pid: number): number | undefined {
+  try {
+    return parseCpuSeconds(readFileSync(`/proc/${pid}/stat`, 'utf8'), ticksPerSecond())
+  } catch {
+    return undefined // exited
+  }
+}
+
+export function rssMb(pid: number): number | undefined {
+  try {
+    const m = /VmRSS:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
+    return m ? Math.round((Number(m[1]) / 1024) * 10) / 10 : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** `apiserver_request_total` summed by verb (every client, every resource) from the apiserver's /metrics text. */
+export function requestsByVerb(metrics: string): Record<string, number> {
+  const out: Record<string, number> = {}
+  for (const line of metrics.split('\n')) {
+    if (!line.startsWith('apiserver_request_total{')) continue
+    const verb = /verb="([A-Z]+)"/.exec(line)?.[1] ?? 'OTHER'
+    const value = Number(line.slice(line.lastIndexOf(' ') + 1))
+    if (Number.isFinite(value)) out[verb] = (out[verb] ?? 0) + value
+  }
+  return out
+}
+
+/** b − a per verb (verbs with no change left out). */
+export function verbDelta(a: Record<string, number>, b: Record<string, number>): Record<string, number> {
+  const out: Record<string, number> = {}
+  for (const [verb, v] of Object.entries(b)) {
+    const d = v - (a[verb] ?? 0)
+    if (d > 0) out[verb] = d
+  }
+  return out
+}
+
+export interface Sweep {
+  /** When it was logged (ms since the epoch). */
+  at: number
+  ms: number
+  backfills: number
+  picked: number
+}
+
+/** lifecycle's `resync sweep` lines (pino JSON; other lines and garbage are skipped). */
+export function parseSweeps(log: string): Sweep[] {
+  const out: Sweep[] = []
+  for (const line of log.split('\n')) {
+    if (!line.includes('"resync sweep"')) continue
+    try {
+      const j = JSON.parse(line) as { time?: number; ms?: number; backfills?: number; picked?: number; msg?: string }
+      if (j.msg === 'resync sweep' && typeof j.ms === 'number' && typeof j.time === 'number')
+        out.push({ at: j.time, ms: j.ms, backfills: j.backfills ?? 0, picked: j.picked ?? 0 })
+    } catch {
+      // a torn line: not a sweep
+    }
+  }
+  return out
+}
+
+export function percentile(values: number[], p: number): number {
+  if (!values.length) return Number.NaN
+  const sorted = [...values].sort((a, b) => a - b)
+  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)
+  return Math.round((sorted[Math.max(0, index)] as number) * 10) / 10
+}
