@@ -190,8 +190,15 @@ describe(`the keda/ overlay under the real KEDA operator ${KEDA_VERSION}`, () =>
       const want = ALWAYS_ON.includes(fn) ? 1 : 0
       await until(`${deployment(fn)} at ${want} replicas`, async () => (await replicas(fn)) === want)
     }
-    // No trigger of the preemption path is active: minReplicaCount alone holds them.
-    const samples = await keda.metrics()
+    // No trigger of the preemption path is active: minReplicaCount alone holds them. Read once every trigger has
+    // reported since (under load the operator's endpoint was once scraped before demand's series were back: []).
+    const samples = await until('keda_scaler_active from every trigger of demand and cancel', async () => {
+      const s = await keda.metrics()
+      const reported = (['demand', 'cancel'] as const).every(
+        (fn) => perTrigger(s, 'keda_scaler_active', fn).size === triggersOf(fn).length,
+      )
+      return reported ? s : undefined
+    })
     for (const fn of ['demand', 'cancel'] as const) {
       expect([...perTrigger(samples, 'keda_scaler_active', fn).values()], fn).toEqual(triggersOf(fn).map(() => 0))
     }
