@@ -199,6 +199,18 @@ async function deadLetters(subject: string, after: number, needle: string) {
   }
   return found
 }
+/**
+ * The first `count` phases a status history shows, Starting/JobCreated left out: through the Broker, lifecycle can
+ * record the Job's start before admit's Starting status is written, and a status shows the newest state (seen once
+ * in a fresh-clone CI run: WaitingForIdle → Running). Every other phase is still required, in order.
+ */
+async function phasesBesidesStarting(history: { first(n: number): Promise<string[]> }, count: number) {
+  const starting = 'Starting/JobCreated'
+  const seen = (await history.first(count)).filter((p) => p !== starting)
+  return seen.length === count ? seen : (await history.first(count + 1)).filter((p) => p !== starting).slice(0, count)
+}
+const WITHOUT_STARTING = STARTED.filter((p) => p !== 'Starting/JobCreated')
+
 const deadLetterSeq = async () =>
   (await (await jetstreamManager(env.nc)).streams.info(STREAM_DEAD_LETTER)).state.last_seq
 
@@ -207,7 +219,7 @@ describe(`the knative/ overlay through Knative Eventing ${pinnedKnativeEventingV
     const history = await world.history('start')
     await world.declare('start')
     await world.waitFor('start', 'Running', 'JobRunning', 60_000)
-    expect(await history.first(3)).toEqual(STARTED)
+    expect(await phasesBesidesStarting(history, 2)).toEqual(WITHOUT_STARTING)
     history.stop()
     // Through the Broker: the source, admit and lifecycle Knative Services were called by the broker filter.
     for (const fn of ['source', 'admit', 'lifecycle']) {
@@ -223,7 +235,11 @@ describe.concurrent('what ends an attempt, through the Broker', () => {
     await world.foreground(r.model)
     await cancelled(r, 'ForegroundDemand')
     await world.waitFor(r.backfill, 'WaitingForIdle', 'IdleWindow', 60_000)
-    expect(await r.history.first(5)).toEqual([...STARTED, 'Cancelling/ForegroundDemand', 'WaitingForIdle/IdleWindow'])
+    expect(await phasesBesidesStarting(r.history, 4)).toEqual([
+      ...WITHOUT_STARTING,
+      'Cancelling/ForegroundDemand',
+      'WaitingForIdle/IdleWindow',
+    ])
     r.history.stop()
     expect((await world.state(r.backfill))?.counters.preemptions).toEqual({ foreground: 1 })
   })
@@ -233,8 +249,8 @@ describe.concurrent('what ends an attempt, through the Broker', () => {
     await world.gamingSession(`${r.backfill}-session`, r.node)
     await cancelled(r, 'GamingIntent')
     await world.waitFor(r.backfill, 'Blocked', 'GamingIntent', 60_000)
-    expect(await r.history.first(6)).toEqual([
-      ...STARTED,
+    expect(await phasesBesidesStarting(r.history, 5)).toEqual([
+      ...WITHOUT_STARTING,
       'Cancelling/GamingIntent',
       'WaitingForIdle/IdleWindow',
       'Blocked/GamingIntent',
