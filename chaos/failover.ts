@@ -4,14 +4,23 @@
 // turn — the claims bucket, the backfill-state bucket, the events stream, the timers stream — is killed with
 // SIGKILL and restarted later. The oracle (which trusts no function state) counts Jobs created inside an idle
 // window, second live attempts per model/node, lost cancels (a Job still live 10 s after a request, or 10 s after
-// the killed stream's new leader was elected when the request fell in the election) and backfills not settled at the end (a WaitingForIdle backfill whose window ended long ago has
-// lost its timer). The preemption latency (request PubAck → its Job no longer live) is reported overall and for
+// new leaders were elected for the killed target and for whatever of the preemption path the server led, when the
+// request fell in the election) and backfills not settled at the end (a WaitingForIdle backfill whose window ended
+// long ago has lost its timer). The preemption latency (request PubAck → its Job no longer live) is reported overall and for
 // requests sent during a failover (kill until the restarted server has caught up, plus `afterMs`).
-import { BUCKET_BACKFILLS, BUCKET_CLAIMS, STREAM_EVENTS, STREAM_TIMERS } from '../events/catalog.js'
+import {
+  BUCKET_BACKFILLS,
+  BUCKET_CLAIMS,
+  STREAM_EVENTS,
+  STREAM_FOREGROUND,
+  STREAM_FOREGROUND_LAST,
+  STREAM_TIMERS,
+} from '../events/catalog.js'
+import { consumerName } from '../runtime/function.js'
 import { awaitReplicas } from '../runtime/nats.js'
 import type { RestartableServer } from '../test/env/environment.js'
 import { sleep } from '../test/env/exec.js'
-import { waitForStreamLeader } from '../test/env/nats.js'
+import { streamLeader, waitForStreamLeader } from '../test/env/nats.js'
 import { type ChaosConfig, rng, short } from './config.js'
 import { FUNCTIONS } from './fleet.js'
 import { type Counts, Oracle } from './oracle.js'
@@ -19,6 +28,21 @@ import { awaitCancelDeadlines, awaitSettled, countsOf, sayEvidence, verdictOf, w
 import { declareWorkload, emptyWorkload, startTraffic } from './workload.js'
 
 export const FAILOVER_TARGETS = [`KV_${BUCKET_CLAIMS}`, `KV_${BUCKET_BACKFILLS}`, STREAM_EVENTS, STREAM_TIMERS] as const
+
+/**
+ * What a foreground request's cancel passes through: the request streams and demand's consumers on them, the claims
+ * bucket (demand's fresh claim read), the events stream (demand publishes the cancel) and cancel's consumer on it.
+ * Whichever of them the killed server led is leaderless until its election ends (4-9 s on nats-server).
+ */
+const PREEMPTION_PATH: { stream: string; consumer?: string }[] = [
+  { stream: STREAM_FOREGROUND, consumer: consumerName('demand', STREAM_FOREGROUND) },
+  { stream: STREAM_FOREGROUND_LAST, consumer: consumerName('demand', STREAM_FOREGROUND_LAST) },
+  { stream: STREAM_FOREGROUND },
+  { stream: STREAM_FOREGROUND_LAST },
+  { stream: `KV_${BUCKET_CLAIMS}` },
+  { stream: STREAM_EVENTS },
+  { stream: STREAM_EVENTS, consumer: consumerName('cancel', STREAM_EVENTS) },
+]
 
 export interface FailoverConfig extends ChaosConfig {
   /** Streams (a bucket: KV_<bucket>) whose leader is killed, in this order. */
@@ -69,7 +93,15 @@ export interface FailoverResult extends Counts {
   seed: number
   duration_s: number
   replicas: number
-  kills: { target: string; server: string; new_leader: string; leader_elected_ms: number; back_current_ms: number }[]
+  kills: {
+    target: string
+    server: string
+    new_leader: string
+    leader_elected_ms: number
+    /** Until every stream and consumer of the preemption path the killed server led had a leader again. */
+    preemption_path_elected_ms: number
+    back_current_ms: number
+  }[]
   /** Backfills left WaitingForIdle long after their window ended with nothing else on their model/node. */
   timers_lost: number
   foreground_requests: number
@@ -128,23 +160,48 @@ export async function runFailover(
       for (const [i, target] of config.targets.entries()) {
         if (i > 0) await sleep(config.gapMs)
         const server = await waitForStreamLeader(env.natsServers, target)
+        const ledByServer = []
+        for (const step of PREEMPTION_PATH) {
+          if ((await streamLeader(env.natsServers, step.stream, step.consumer)) === server) ledByServer.push(step)
+        }
         const from = Date.now()
         await env.stopServer(server as RestartableServer, 'SIGKILL')
         say(`killed ${server} (kill -9), leader of ${target}`)
         const live = env.natsServers.filter((s) => s.name !== server)
+        const pathElected = Promise.all(
+          ledByServer.map((step) =>
+            waitForStreamLeader(live, step.stream, { consumer: step.consumer, not: server, timeoutMs: 60_000 }),
+          ),
+        ).then(() => Date.now() - from)
         const newLeader = await waitForStreamLeader(live, target, { not: server, timeoutMs: 60_000 })
         const elected = Date.now() - from
         say(`${target}: new leader ${newLeader} after ${elected} ms`)
+        const pathElectedMs = await pathElected
+        const path = ledByServer.map((s) => s.consumer ?? s.stream).join(', ') || 'nothing'
+        say(`preemption path led by ${server}: ${path}; every one led again after ${pathElectedMs} ms`)
         await sleep(Math.max(0, from + config.downMs - Date.now()))
         await env.startServer(server as RestartableServer)
         // Back and current: every target stream has all its replicas caught up again.
         for (const stream of config.targets) await awaitReplicas(jsm, stream, replicas, 60_000)
         const back = Date.now() - from
         say(`${server} restarted and current after ${(back / 1000).toFixed(1)} s`)
-        kills.push({ target, server, new_leader: newLeader, leader_elected_ms: elected, back_current_ms: back })
-        // The stream was unavailable from the kill until its new leader: like a NATS restart, the oracle extends the
-        // cancel deadline over that (not over the whole time the server was down); the latency is reported as is.
-        oracle.fault({ kind: 'nats-leader-kill', fn: server, start: from, end: from + elected })
+        kills.push({
+          target,
+          server,
+          new_leader: newLeader,
+          leader_elected_ms: elected,
+          preemption_path_elected_ms: pathElectedMs,
+          back_current_ms: back,
+        })
+        // The target, and whatever of the preemption path the server led, was unavailable from the kill until its
+        // new leader: like a NATS restart, the oracle extends the cancel deadline over that (not over the whole time
+        // the server was down); the latency is reported as is.
+        oracle.fault({
+          kind: 'nats-leader-kill',
+          fn: server,
+          start: from,
+          end: from + Math.max(elected, pathElectedMs),
+        })
         failoverWindows.push({ from, to: Date.now() + config.afterMs })
       }
 
@@ -191,6 +248,12 @@ export async function runFailover(
             .slice(0, limit)
             .map(([k, v]) => `${k}: ${v}`),
           processes_crashed: crashes.slice(0, limit).map((c) => ({ ...c, logTail: c.logTail.split('\n').slice(-6) })),
+          // Where to look in the function logs when the latency during a failover is high.
+          slowest_preemptions: preemptions
+            .filter((p) => p.latencyMs !== undefined)
+            .sort((a, b) => (b.latencyMs ?? 0) - (a.latencyMs ?? 0))
+            .slice(0, 5)
+            .map((p) => ({ ...p, ackAt: new Date(p.ackAt).toISOString() })),
         },
       }
       sayEvidence(say, result.evidence)

@@ -172,7 +172,7 @@ export class Oracle {
         f.kind === 'demand-pause' ||
         f.kind === 'nats-restart' ||
         f.kind === 'apiserver-stop' ||
-        // A leader kill, only while its stream has no leader (chaos/failover.ts records kill → new leader).
+        // A leader kill, only while the target or the preemption path it led has no leader (chaos/failover.ts).
         f.kind === 'nats-leader-kill' ||
         (f.kind === 'kill' && (f.fn === 'demand' || f.fn === 'cancel')),
     )

@@ -101,7 +101,7 @@ export async function withRig<R extends { ok: boolean; logs?: string }>(
     await fleet.startAll()
 
     const result = await body({ say, started, logDir, env, kc, nc, jsm, fleet, defer: (step) => cleanup.push(step) })
-    keepLogs = !result.ok || Boolean(opts.keepLogs)
+    keepLogs = !result.ok || Boolean(opts.keepLogs) || process.env.CHAOS_KEEP_LOGS === '1'
     if (keepLogs) result.logs = logDir
     return result
   } finally {

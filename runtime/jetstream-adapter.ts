@@ -21,12 +21,19 @@ const envInt = (name: string, fallback: number) => {
  */
 /**
  * Lifetime of each pull request. A pull waits on the consumer's leader; when that nats-server dies (kill -9 on a
- * cluster) the new leader knows nothing of it and the client notices only after two missed idle heartbeats (half
- * the lifetime each): with the default 30 s, demand and cancel pulled nothing for 30 s after a failover and Jobs
- * outlived their preemption (chaos/failover.ts). At 4 s a lost pull is replaced within ~4 s; a pull every 4 s per
- * consumer is nothing for the server.
+ * cluster) the new leader knows nothing of it and the client notices only after two missed idle heartbeats: with
+ * the default 30 s, demand and cancel pulled nothing for 30 s after a failover and Jobs outlived their preemption
+ * (chaos/failover.ts). A pull every 4 s per consumer is nothing for the server.
  */
 export const PULL_EXPIRES_MS = 4_000
+/**
+ * The server's heartbeat on an idle pull (the client's minimum): two missed (1 s) and the client pulls again. Consumes are bound (no
+ * consumer info before re-pulling): the client's check asks the consumer's leader, which does not exist until the
+ * election ends (4-9 s on nats-server), so each check timed out (5 s) and then slept a whole pull lifetime — a cancel
+ * stored during an election waited 9-15 s to be delivered (test/integration/cluster/consumer-failover.test.ts).
+ * Bound, a lost pull is replaced every second until a leader takes it.
+ */
+export const PULL_HEARTBEAT_MS = 500
 
 export const MAX_DELIVER = envInt('MAX_DELIVER', 8)
 /**
@@ -225,6 +232,8 @@ export async function runOnJetStream(
     const messages = await consumer.consume({
       max_messages: Math.min(Math.max(100, fn.concurrency), 4096),
       expires: PULL_EXPIRES_MS,
+      idle_heartbeat: PULL_HEARTBEAT_MS,
+      bind: true,
     })
     const done = (async () => {
       for await (const msg of messages) {

@@ -83,7 +83,11 @@ interface Jsz {
   server_name?: string
   meta_cluster?: { leader?: string; cluster_size?: number }
   account_details?: {
-    stream_detail?: { name: string; cluster?: { leader?: string; replicas?: { name: string; current: boolean }[] } }[]
+    stream_detail?: {
+      name: string
+      cluster?: { leader?: string; replicas?: { name: string; current: boolean }[] }
+      consumer_detail?: { name: string; cluster?: { leader?: string } }[]
+    }[]
   }[]
 }
 
@@ -108,20 +112,24 @@ export async function natsServerReady(server: Pick<NatsServerInfo, 'monitorUrl'>
 }
 
 /**
- * The server_name of the server leading `stream` (a KV bucket's stream is `KV_<bucket>`), read from the monitoring
- * endpoints (`/jsz?streams=true&raft=true`) of the servers given — ask the live ones. Undefined while the stream
- * has no leader (an election is running) or none of them answers.
+ * The server_name of the server leading `stream` (a KV bucket's stream is `KV_<bucket>`), or with `consumer` that
+ * durable consumer of it, read from the monitoring endpoints (`/jsz?…&raft=true`) of the servers given — ask the
+ * live ones. Undefined while it has no leader (an election is running) or none of them answers.
  */
 export async function streamLeader(
   servers: Pick<NatsServerInfo, 'monitorUrl'>[],
   stream: string,
+  consumer?: string,
 ): Promise<string | undefined> {
   for (const s of servers) {
     try {
-      const info = await jsz(s.monitorUrl, '?accounts=true&streams=true&raft=true')
+      const info = await jsz(s.monitorUrl, `?accounts=true&streams=true&raft=true${consumer ? '&consumers=true' : ''}`)
       for (const account of info.account_details ?? []) {
         const detail = account.stream_detail?.find((d) => d.name === stream)
-        if (detail?.cluster?.leader) return detail.cluster.leader
+        const leader = consumer
+          ? detail?.consumer_detail?.find((c) => c.name === consumer)?.cluster?.leader
+          : detail?.cluster?.leader
+        if (leader) return leader
       }
     } catch {
       // that server is down or busy: ask the next
@@ -130,16 +138,17 @@ export async function streamLeader(
   return undefined
 }
 
-/** Waits (bounded) until `stream` has a leader among the servers; returns its name. */
+/** Waits (bounded) until `stream` (or its durable `consumer`) has a leader among the servers; returns its name. */
 export function waitForStreamLeader(
   servers: Pick<NatsServerInfo, 'monitorUrl'>[],
   stream: string,
-  opts: { timeoutMs?: number; not?: string } = {},
+  opts: { timeoutMs?: number; not?: string; consumer?: string } = {},
 ): Promise<string> {
+  const what = opts.consumer ? `consumer ${opts.consumer} of ${stream}` : stream
   return waitFor(
-    `a leader of ${stream}${opts.not ? ` other than ${opts.not}` : ''}`,
+    `a leader of ${what}${opts.not ? ` other than ${opts.not}` : ''}`,
     async () => {
-      const leader = await streamLeader(servers, stream)
+      const leader = await streamLeader(servers, stream, opts.consumer)
       return leader && leader !== opts.not ? leader : undefined
     },
     { timeoutMs: opts.timeoutMs ?? 30_000, intervalMs: 100 },

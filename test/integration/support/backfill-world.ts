@@ -578,17 +578,34 @@ export async function waitUntil<T>(
   describe?: () => Promise<string>,
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs
+  let transient: unknown
   for (;;) {
-    const value = await probe()
+    let value: T | undefined
+    try {
+      value = await probe()
+    } catch (e) {
+      // A probe's own NATS request that times out or finds no responder while a server is restarting or a leader
+      // is being elected (a test's fault, not the system's) is one more "not yet"; anything else fails at once.
+      if (!isTransientNatsError(e)) throw e
+      transient = e
+    }
     if (value !== undefined) return value
     if (Date.now() > deadline) {
-      throw new Error(
-        `timed out after ${timeoutMs}ms waiting for ${what}${describe ? `; last: ${await describe()}` : ''}`,
-      )
+      const last = describe ? `; last: ${await describe()}` : transient ? `; last probe error: ${transient}` : ''
+      throw new Error(`timed out after ${timeoutMs}ms waiting for ${what}${last}`)
     }
     await sleep(100)
   }
 }
+
+const TRANSIENT_NATS_ERRORS = new Set([
+  'TimeoutError',
+  'NoRespondersError',
+  'RequestError',
+  'ConnectionError',
+  'JetStreamNotEnabled',
+])
+const isTransientNatsError = (e: unknown) => e instanceof Error && TRANSIENT_NATS_ERRORS.has(e.name)
 
 /** Milliseconds of an RFC 3339 time in a status (NaN when absent). */
 export const ms = (time: string | undefined) => Date.parse(time ?? '')
