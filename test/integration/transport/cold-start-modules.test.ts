@@ -145,6 +145,12 @@ it('the metafile maps the Kubernetes client and the OpenTelemetry SDK to bundle 
   expect(all.some((s) => OTEL_SDK.test(s))).toBe(true)
 })
 
+it('the bundle carries no zod locale but English and no whatwg-url (scripts/bundle.mjs)', () => {
+  const all = [...outputsBySource().values()].flat()
+  expect(all.filter((s) => /zod\/v4\/locales\/(?!en\.js)/.test(s) && !s.startsWith('zod-locales:'))).toEqual([])
+  expect(all.filter((s) => /node_modules\/(whatwg-url|tr46)\//.test(s))).toEqual([])
+})
+
 it('demand, tracing off, handles its first event without loading the Kubernetes client or the OpenTelemetry SDK', async () => {
   const log = join(out, 'demand.loaded')
   writeFileSync(log, '')
