@@ -1,11 +1,11 @@
 // What every entry point (the JetStream runner, the HTTP adapter, the bridge) opens before it serves events: one
 // NATS bus, a Kubernetes client and, where admit runs, its watched caches. Also the per-instance scoping that lets
 // several independent systems share one NATS server.
-import { KubeConfig } from '@kubernetes/client-node'
+import type { KubeConfig } from '@kubernetes/client-node'
 import { STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST, STREAM_TIMERS } from '../events/catalog.js'
 import type { InboundEvent } from '../events/codec.js'
 import { consumerName, type EventFunction } from './function.js'
-import { AdmissionCaches, Kube } from './kube.js'
+import type { Kube } from './kube.js'
 import { createLogger, type Logger } from './log.js'
 import { Bus } from './nats.js'
 import type { Deps } from './reconcile.js'
@@ -36,6 +36,8 @@ export interface DepsOptions extends ProcessOptions {
   name: string
   /** Names of the functions served: admit gets its watched caches. */
   functions?: readonly string[]
+  /** A Kubernetes client whatever the functions (the runner's watcher); default: needsKube(functions). */
+  kube?: boolean
 }
 
 export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Promise<void> }> {
@@ -46,7 +48,9 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
     waitMs: opts.topologyWaitMs,
     log,
   })
-  const kube = new Kube(opts.kubeconfig ?? loadKubeConfig())
+  // The Kubernetes client is loaded only where a function calls the apiserver (see KUBE_FREE_FUNCTIONS).
+  const client = (opts.kube ?? needsKube(opts.functions)) ? await import('./kube.js') : undefined
+  const kube = client ? new client.Kube(opts.kubeconfig ?? client.loadKubeConfig()) : noKube()
   const deps: Deps = {
     kube,
     bus,
@@ -54,9 +58,9 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
     now: opts.now ?? Date.now,
     namespaces: opts.namespaces,
   }
-  if (opts.functions?.includes('admit')) {
+  if (client && opts.functions?.includes('admit')) {
     // Scoped: Jobs and Models watched per managed namespace (a Role each), sessions and leases cluster-wide.
-    deps.caches = new AdmissionCaches(kube, opts.namespaces)
+    deps.caches = new client.AdmissionCaches(kube, opts.namespaces)
     await deps.caches.start()
   }
   return {
@@ -69,10 +73,39 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
   }
 }
 
-export function loadKubeConfig(): KubeConfig {
-  const kc = new KubeConfig()
-  kc.loadFromDefault()
-  return kc
+/**
+ * Functions that make no Kubernetes API call on any path: demand decides from NATS alone, source and the ingress
+ * only publish. A process that serves only these loads no Kubernetes client (@kubernetes/client-node is ~1 MB of
+ * the bundle, its model classes built at load: most of a cold start, issue 11). test/integration/transport/
+ * cold-start-modules.test.ts checks that demand's process loads none.
+ */
+export const KUBE_FREE_FUNCTIONS: ReadonlySet<string> = new Set(['demand', 'source', 'ingress'])
+
+/** Unknown or absent function lists (the bridge, everything in one process) get a client. */
+export const needsKube = (functions?: readonly string[]) =>
+  !functions?.length || functions.some((f) => !KUBE_FREE_FUNCTIONS.has(f))
+
+/**
+ * Deps.kube of a process without a Kubernetes client: it counts no request (the benchmark reads `requests`), and
+ * anything else says plainly that the function must be taken out of KUBE_FREE_FUNCTIONS.
+ */
+export function noKube(): Kube {
+  const requests = Object.freeze({ read: 0, list: 0, write: 0 })
+  const fail = (prop: PropertyKey) => {
+    throw new Error(
+      `Kube.${String(prop)} used in a process without a Kubernetes client: a function that calls the apiserver ` +
+        'must not be listed in KUBE_FREE_FUNCTIONS (runtime/deps.ts)',
+    )
+  }
+  return new Proxy({} as Kube, {
+    get(_, prop) {
+      if (prop === 'requests') return requests
+      if (prop === 'close') return () => {}
+      // Promise resolution and inspection probe these; they are not Kube calls.
+      if (prop === 'then' || typeof prop === 'symbol') return undefined
+      return fail(prop)
+    },
+  })
 }
 
 /** Namespace an event is about, when it says (catalog events carry it in data; ApiServerSource in the object). */

@@ -4,7 +4,6 @@
 import { createHash } from 'node:crypto'
 import https from 'node:https'
 import {
-  ApiException,
   BatchV1Api,
   type Configuration,
   CoreV1Api,
@@ -12,7 +11,7 @@ import {
   createConfiguration,
   type HttpLibrary,
   IsomorphicFetchHttpLibrary,
-  type KubeConfig,
+  KubeConfig,
   type KubernetesListObject,
   type KubernetesObject,
   makeInformer,
@@ -27,53 +26,33 @@ import {
 } from '@kubernetes/client-node'
 import { FINALIZER, GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION } from '../core/api.js'
 import { backfillLabelValue, LABEL_BACKFILL } from '../core/names.js'
+import {
+  apiMessage,
+  JobRejectedError,
+  KubeRequestTimeout,
+  kubeRequestTimeoutMs,
+  orNull,
+  PLURALS,
+  REJECTED,
+  statusCode,
+} from './kube-common.js'
 import { checkNamespaceCount } from './scope.js'
 
-export const PLURALS = {
-  backfills: 'modelbackfills',
-  models: 'models',
-  gamingSessions: 'gamingsessions',
-  gpuLeases: 'gpuleases',
-} as const
+export {
+  apiMessage,
+  DEFAULT_KUBE_REQUEST_TIMEOUT_MS,
+  JobRejectedError,
+  KubeRequestTimeout,
+  kubeRequestTimeoutMs,
+  PLURALS,
+  statusCode,
+} from './kube-common.js'
 
-export const statusCode = (err: unknown): number | undefined => {
-  if (err instanceof ApiException) return err.code
-  const code = (err as { code?: unknown; statusCode?: unknown })?.code ?? (err as { statusCode?: unknown })?.statusCode
-  return typeof code === 'number' ? code : undefined
-}
-
-async function orNull<T>(call: Promise<T>): Promise<T | null> {
-  try {
-    return await call
-  } catch (err) {
-    if (statusCode(err) === 404) return null
-    throw err
-  }
-}
-
-/** Default deadline of one Kubernetes API request, answer body included. */
-export const DEFAULT_KUBE_REQUEST_TIMEOUT_MS = 10_000
-
-/** KUBE_REQUEST_TIMEOUT_MS, validated (a typo must not silently mean "no deadline"). */
-export function kubeRequestTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
-  const raw = env.KUBE_REQUEST_TIMEOUT_MS?.trim()
-  if (!raw) return DEFAULT_KUBE_REQUEST_TIMEOUT_MS
-  const ms = Number(raw)
-  if (!Number.isInteger(ms) || ms <= 0)
-    throw new Error(`KUBE_REQUEST_TIMEOUT_MS must be a positive integer, not "${raw}"`)
-  return ms
-}
-
-/** A request that got no complete answer in time. Not an ApiException (no status code): callers retry it. */
-export class KubeRequestTimeout extends Error {
-  constructor(
-    readonly method: string,
-    readonly url: string,
-    readonly timeoutMs: number,
-  ) {
-    super(`Kubernetes API ${method} ${new URL(url).pathname} got no answer within ${timeoutMs} ms (aborted)`)
-    this.name = 'KubeRequestTimeout'
-  }
+/** The kubeconfig of this process: in a pod its ServiceAccount (token and CA), else KUBECONFIG / ~/.kube/config. */
+export function loadKubeConfig(): KubeConfig {
+  const kc = new KubeConfig()
+  kc.loadFromDefault()
+  return kc
 }
 
 /**
@@ -117,34 +96,6 @@ export function deadlineHttpLibrary(timeoutMs: number): HttpLibrary {
       return response
     },
   })
-}
-
-/** Job create answers no retry can fix: 403 (ResourceQuota, admission webhook, RBAC), 400/422 (invalid Job). */
-const REJECTED = new Set([400, 403, 422])
-
-/** The apiserver refused to create a Job for good; `message` is its own explanation (a Status message). */
-export class JobRejectedError extends Error {
-  constructor(
-    readonly code: number,
-    message: string,
-  ) {
-    super(message)
-  }
-}
-
-/** The message of the Status an apiserver error carries (client-node keeps the body as text), else the error's. */
-export function apiMessage(err: unknown): string {
-  const body = (err as { body?: unknown })?.body
-  let parsed: unknown = body
-  if (typeof body === 'string') {
-    try {
-      parsed = JSON.parse(body)
-    } catch {
-      parsed = undefined
-    }
-  }
-  const message = (parsed as { message?: unknown } | undefined)?.message
-  return typeof message === 'string' && message ? message : String((err as Error)?.message ?? err)
 }
 
 const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch)

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs'
 // Only what every mode needs is imported here; each mode loads its own modules below (await import), so a function
 // that scales to zero does not pay at start for fastify, the bridge or the provision step (cold start, issue 11).
 import { FUNCTION_NAMES } from '../functions/names.js'
-import { kubeRequestTimeoutMs } from './kube.js'
+import { kubeRequestTimeoutMs } from './kube-common.js'
 import { createLogger } from './log.js'
 import { natsReplicas } from './nats.js'
 import { parseWatchNamespaces } from './scope.js'
@@ -107,6 +107,11 @@ try {
   log.error((err as Error).message)
   process.exit(2)
 }
+// Tracing on (OTEL_* set): the SDK is loaded now, before the first event; off, it is never loaded (cold start).
+{
+  const { startTracing, tracingConfigured } = await import('./tracing.js')
+  if (tracingConfigured()) await startTracing()
+}
 // What every long-running process below starts with.
 const common = { natsUrl, provision: process.env.NATS_PROVISION !== 'false', logger: log }
 let stop: () => Promise<void>
@@ -178,17 +183,20 @@ if (only === 'provision') {
     })
     stop = served.stop
   } else {
-    const { functionFactories } = await import('../functions/index.js')
-    const factory = only ? functionFactories[only] : undefined
+    // Only this function's code (functions/load.ts); the Kubernetes client only with HTTP_AUTH=kubernetes or for
+    // a function that calls the apiserver (runtime/deps.ts).
+    const { loadFunction } = await import('../functions/load.js')
+    const factory = only ? await loadFunction(only) : undefined
     if (!factory) {
       log.error(`TRANSPORT=http serves one function: FUNCTION must be one of ${FUNCTION_NAMES.join(', ')}`)
       process.exit(2)
     }
-    const { TokenReviewAuth } = await import('./auth/kubernetes.js')
-    const { loadKubeConfig, scoped } = await import('./deps.js')
+    const { scoped } = await import('./deps.js')
     const authenticator =
       process.env.HTTP_AUTH === 'kubernetes'
-        ? (() => {
+        ? await (async () => {
+            const { TokenReviewAuth } = await import('./auth/kubernetes.js')
+            const { loadKubeConfig } = await import('./kube.js')
             try {
               return new TokenReviewAuth(loadKubeConfig(), {
                 audience: process.env.HTTP_AUTH_AUDIENCE ?? '',

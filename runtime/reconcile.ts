@@ -30,7 +30,7 @@ import {
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
 import { checkFence, lastRequestAt } from './fence.js'
 import type { AdmissionCaches, Kube } from './kube.js'
-import { JobRejectedError, PLURALS } from './kube.js'
+import { JobRejectedError, PLURALS } from './kube-common.js'
 import type { Logger } from './log.js'
 import type { Bus } from './nats.js'
 import { preemptionLatency } from './ops-metrics.js'

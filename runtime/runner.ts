@@ -2,13 +2,14 @@
 // Kubernetes watcher and the metrics endpoint); a KEDA Deployment runs one. Tests use the same entry point.
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { functionFactories } from '../functions/index.js'
+import { loadFunction } from '../functions/load.js'
+import { FUNCTION_NAMES } from '../functions/names.js'
 import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from './deps.js'
 import type { EventFunction } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
 import { BackfillMetrics } from './metrics.js'
 import type { Deps } from './reconcile.js'
-import { startWatcher, type Watcher } from './watcher.js'
+import type { Watcher } from './watcher.js'
 
 export interface RunnerOptions extends ProcessOptions {
   functions?: string[]
@@ -34,23 +35,35 @@ export interface Runner {
 }
 
 export async function startRunner(opts: RunnerOptions): Promise<Runner> {
-  const names = opts.functions ?? Object.keys(functionFactories)
+  const names = opts.functions ?? [...FUNCTION_NAMES]
+  // Only the functions run here are loaded (functions/load.ts): demand's process never loads the Kubernetes client.
+  const factories = new Map<string, () => EventFunction>()
   for (const name of names) {
-    if (!functionFactories[name])
-      throw new Error(`unknown function "${name}"; known: ${Object.keys(functionFactories).join(', ')}`)
+    const factory = await loadFunction(name)
+    if (!factory) throw new Error(`unknown function "${name}"; known: ${FUNCTION_NAMES.join(', ')}`)
+    factories.set(name, factory)
   }
-  const deps = await openDeps({ ...opts, name: `model-backfill:${names.join(',')}`, functions: names })
+  const deps = await openDeps({
+    ...opts,
+    name: `model-backfill:${names.join(',')}`,
+    functions: names,
+    // The watcher (the ApiServerSource stand-in) reads the apiserver whatever the functions.
+    kube: opts.watch || undefined,
+  })
   deps.instance = opts.instance
   const { bus, kube, log } = deps
   const metrics = new BackfillMetrics(opts.namespaces)
   await metrics.start(bus)
   const running: RunningFunction[] = []
   for (const name of names) {
-    const fn = scoped((functionFactories[name] as () => EventFunction)(), opts.namespaces, opts.instance)
+    const fn = scoped((factories.get(name) as () => EventFunction)(), opts.namespaces, opts.instance)
     running.push(await runOnJetStream(deps, fn))
   }
   let watcher: Watcher | undefined
-  if (opts.watch) watcher = await startWatcher(kube.kc, kube, bus, log, opts.namespaces)
+  if (opts.watch) {
+    const { startWatcher } = await import('./watcher.js')
+    watcher = await startWatcher(kube.kc, kube, bus, log, opts.namespaces)
+  }
 
   // Three GET routes on node:http, not fastify: loading fastify cost a scaled-to-zero function ~0.3 s and ~10 MB
   // at every cold start (issue 11).

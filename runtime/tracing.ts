@@ -13,11 +13,8 @@
 // go to the OTLP/HTTP exporter (the standard OTEL_EXPORTER_OTLP_* variables configure it), batched; the sampler is
 // parent-based, so a gateway that does not sample a request is not overruled here. Tests call startTracing() with an
 // in-memory exporter.
-import { AsyncLocalStorage } from 'node:async_hooks'
 import {
   type Attributes,
-  type Context,
-  type ContextManager,
   context,
   createTraceState,
   ROOT_CONTEXT,
@@ -26,16 +23,7 @@ import {
   SpanStatusCode,
   trace,
 } from '@opentelemetry/api'
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http'
-import { resourceFromAttributes } from '@opentelemetry/resources'
-import {
-  AlwaysOnSampler,
-  BatchSpanProcessor,
-  ParentBasedSampler,
-  SimpleSpanProcessor,
-  type SpanExporter,
-  TracerProvider,
-} from '@opentelemetry/sdk-trace'
+import type { SpanExporter } from '@opentelemetry/sdk-trace'
 
 /** CloudEvents semantic conventions (incubating in @opentelemetry/semantic-conventions: copied, as it advises). */
 export const CE_ATTR = {
@@ -64,7 +52,9 @@ export interface EventEnvelope {
 const TRACER = 'model-backfill'
 let enabled = false
 let envChecked = false
-let provider: TracerProvider | undefined
+let provider: { shutdown(): Promise<void> } | undefined
+/** The SDK being loaded (startTracing). */
+let starting: Promise<void> | undefined
 
 export function tracingConfigured(env: NodeJS.ProcessEnv = process.env): boolean {
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false
@@ -76,36 +66,6 @@ export function tracingConfigured(env: NodeJS.ProcessEnv = process.env): boolean
   return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim())
 }
 
-/** AsyncLocalStorage as OpenTelemetry's context manager: a handler's context follows it across awaits. */
-class AsyncContextManager implements ContextManager {
-  private readonly storage = new AsyncLocalStorage<Context>()
-  active(): Context {
-    return this.storage.getStore() ?? ROOT_CONTEXT
-  }
-  with<A extends unknown[], F extends (...args: A) => ReturnType<F>>(
-    ctx: Context,
-    fn: F,
-    thisArg?: ThisParameterType<F>,
-    ...args: A
-  ): ReturnType<F> {
-    return this.storage.run(ctx, () => fn.apply(thisArg, args))
-  }
-  bind<T>(ctx: Context, target: T): T {
-    if (typeof target !== 'function') return target
-    const manager = this
-    return function (this: unknown, ...args: unknown[]) {
-      return manager.with(ctx, () => target.apply(this, args))
-    } as T
-  }
-  enable() {
-    return this
-  }
-  disable() {
-    this.storage.disable()
-    return this
-  }
-}
-
 export interface TracingOptions {
   /** Default: the OTLP/HTTP exporter configured by the OTEL_EXPORTER_OTLP_* variables. */
   exporter?: SpanExporter
@@ -115,34 +75,26 @@ export interface TracingOptions {
   simple?: boolean
 }
 
-/** Sets up the tracer provider and the context manager for this process (once; later calls are ignored). */
-export function startTracing(opts: TracingOptions = {}): void {
+/**
+ * Sets up the tracer provider and the context manager for this process (once; later calls are ignored). The SDK
+ * and the exporter are imported here, not at load: with tracing off a process never loads them (cold start, issue
+ * 11). The entry point awaits it before serving; tracingEnabled() starts it from the environment otherwise.
+ */
+export function startTracing(opts: TracingOptions = {}): Promise<void> {
   envChecked = true
-  if (provider) return
-  const exporter = opts.exporter ?? new OTLPTraceExporter()
-  provider = new TracerProvider({
-    resource: resourceFromAttributes({
-      'service.name':
-        opts.serviceName ??
-        process.env.OTEL_SERVICE_NAME ??
-        (process.env.FUNCTION ? `model-backfill-${process.env.FUNCTION}` : 'model-backfill'),
-    }),
-    spanProcessors: [
-      opts.simple
-        ? new SimpleSpanProcessor({ exporter })
-        : new BatchSpanProcessor({ exporter, scheduledDelayMillis: 1000 }),
-    ],
-    sampler: new ParentBasedSampler({ root: new AlwaysOnSampler() }),
+  starting ??= import('./tracing-sdk.js').then((sdk) => {
+    provider = sdk.startProvider(opts)
+    enabled = true
   })
-  trace.setGlobalTracerProvider(provider)
-  context.setGlobalContextManager(new AsyncContextManager().enable())
-  enabled = true
+  return starting
 }
 
 /** Exports what is pending and stops (a process about to exit). */
 export async function stopTracing(): Promise<void> {
+  await starting?.catch(() => {})
   const p = provider
   provider = undefined
+  starting = undefined
   enabled = false
   await p?.shutdown()
 }
@@ -151,7 +103,8 @@ export async function stopTracing(): Promise<void> {
 export function tracingEnabled(): boolean {
   if (!envChecked) {
     envChecked = true
-    if (tracingConfigured()) startTracing()
+    // Loading the SDK is asynchronous: inEventSpan waits for it (a failed load leaves tracing off).
+    if (tracingConfigured()) startTracing().catch(() => {})
   }
   return enabled
 }
@@ -212,7 +165,11 @@ export function eventTraceContext(e: EventEnvelope): TraceExtensions | undefined
  * has none). Errors mark the span and are rethrown. Tracing off: just runs it.
  */
 export function inEventSpan<T>(event: EventEnvelope, fn: string, handle: () => Promise<T>): Promise<T> {
-  if (!tracingEnabled()) return handle()
+  if (!tracingEnabled()) {
+    // Set up from the environment and still loading: this event waits for the SDK (once per process).
+    if (starting) return starting.then(() => (enabled ? inEventSpan(event, fn, handle) : handle()), handle)
+    return handle()
+  }
   const remote = parseTraceparent(event.extensions?.traceparent, event.extensions?.tracestate)
   const parent = remote ? trace.setSpanContext(ROOT_CONTEXT, remote) : ROOT_CONTEXT
   const span = trace

@@ -21,7 +21,7 @@ let runner: Runner
 let world: BackfillWorld
 
 beforeAll(async () => {
-  startTracing({ exporter, simple: true, serviceName: 'tracing-test' })
+  await startTracing({ exporter, simple: true, serviceName: 'tracing-test' })
   runner = await startTestRunner(env)
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
 })
