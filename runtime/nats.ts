@@ -411,13 +411,6 @@ export function headerSafe(value: string, max = 1024): string {
 
 /** nats-server (2.12–2.14) evaluates message schedules on a ~250 ms tick; measured, see bench/README.md. */
 export const SCHEDULER_TICK_MS = 250
-/**
- * How long before its due instant a timer is armed to fire: four ticks, so that it arrives early even when the
- * scheduler runs a tick late, and admit has the time to read what it may read before the window ends (the object,
- * the state, the template: ~0.7 s on a loaded machine, measured) and decide at the instant itself
- * (functions/admit, reconcile's notBefore).
- */
-export const TIMER_LEAD_MS = 4 * SCHEDULER_TICK_MS
 /** How long a disarmed timer's tombstone stays stored (Nats-TTL; the server's minimum is 1 s). */
 export const TIMER_TOMBSTONE_TTL = '1s'
 
@@ -474,8 +467,8 @@ export class Bus {
   async armTimer(namespace: string, backfill: string, at: string) {
     const data = { namespace, backfill, due: at }
     const target = subjectFor('ai.flexinfer.timer.fired', data)
-    // The server's scheduler ticks about every 250 ms: fire early (TIMER_LEAD_MS); admit waits out the rest.
-    const fireAt = Math.max(Date.now(), Date.parse(at) - TIMER_LEAD_MS)
+    // The server's scheduler ticks about every 250 ms: fire one tick early; the admit function waits out the rest.
+    const fireAt = Math.max(Date.now(), Date.parse(at) - SCHEDULER_TICK_MS)
     await this.js.publish(scheduleSubject(namespace, backfill), encode('ai.flexinfer.timer.fired', data), {
       schedule: { specification: new Date(fireAt), target },
     })

@@ -39,30 +39,6 @@ import { traced } from './tracing.js'
 
 export type Role = 'admit' | 'cancel' | 'lifecycle'
 
-export interface ReconcileOptions {
-  /** admit's profile of this admission (one log line per Job created, see functions/admit). */
-  timings?: StepTimings
-  /**
-   * Decide no earlier than this instant (ms since the epoch): a timer that fired early (Bus.armTimer) does its reads
-   * that may be made before the window ends — the object, the state, the template — while it waits, and decides
-   * at the instant. Everything admission's safety rests on (claims, fence, idle re-read) still follows the decision.
-   */
-  notBefore?: number
-}
-
-/**
- * Sleeps until `deps.now()` has reached `at`. setTimeout runs on a monotonic clock and may wake a millisecond
- * before the wall clock reaches `at`; a decision made then would see the window still open and re-arm its timer
- * (a scheduler tick later, ≥ 250 ms late). Bounded: a few short re-sleeps at most.
- */
-export async function sleepUntil(now: () => number, at: number) {
-  for (let i = 0; i < 5; i++) {
-    const left = at - now()
-    if (left <= 0) return
-    await new Promise((r) => setTimeout(r, Math.min(left, 2_000)))
-  }
-}
-
 export interface Deps {
   kube: Kube
   bus: Bus
@@ -118,9 +94,8 @@ export async function observe(
   state: BackfillState | null,
   backfill: ModelBackfill | null,
   role: Role = 'admit',
-  opts: ReconcileOptions = {},
+  timings?: StepTimings,
 ): Promise<Observation> {
-  const { timings } = opts
   const { kube, bus } = deps
   if (!backfill) {
     return {
@@ -147,39 +122,22 @@ export async function observe(
   // Without a stored state, the Job the status names is the one a takeover may adopt (core/takeover.ts).
   const statusJob = state ? undefined : backfill.status?.jobName
   const attemptJob = state?.jobName ?? (isObjectName(statusJob) ? statusJob : undefined)
-  // The foreground signals (the idle state, the model's newest request) decide whether the window is over: read
-  // at the instant to decide at, never ahead of it. A decision on stale ones takes the claims in vain, and demand
-  // then sends cancels aimed at the attempt's name (seen: a later, genuine attempt of that name preempted).
-  const idleAndLastRequest = () =>
-    Promise.all([
-      modelOk ? timed(timings, 'observe.idle', bus.kv.idle.get(modelKey(namespace, modelName))) : null,
-      modelOk ? timed(timings, 'observe.lastRequest', lastRequestAt(bus.jsm, namespace, modelName)) : null,
-    ])
-  const waits = opts.notBefore !== undefined
-  // What else needs a round trip may be read ahead (when asked); then the wait; then the watched copies, in
-  // memory, so the gates they hold are as of that instant rather than of the read-ahead.
-  const [template, job, kubeModel, kubeSessions, kubeLeases, kubeJobs, signalsAhead] = await Promise.all([
+  const [model, template, job, sessions, leases, jobs, idle, lastRequest] = await Promise.all([
+    !modelOk ? null : caches ? caches.models.get(namespace, modelName) : kube.getModel(namespace, modelName),
     templateOk ? timed(timings, 'observe.template', kube.getCronJob(namespace, backfill.spec.templateRef)) : null,
     attemptJob ? kube.getJob(namespace, attemptJob) : Promise.resolve(null),
-    !modelOk || caches ? null : kube.getModel(namespace, modelName),
-    caches ? null : kube.listAll(PLURALS.gamingSessions),
-    caches ? null : kube.listAll(PLURALS.gpuLeases),
+    caches ? caches.gamingSessions.list() : kube.listAll(PLURALS.gamingSessions),
+    caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases),
     // Only admit needs the contenders (every backfill Job in the cluster); the others never admit — a decision
     // to admit is handed to admit, which looks again — so they list just this declaration's own Jobs.
-    role !== 'admit' ? kube.listOwnJobs(namespace, name) : caches ? null : kube.listBackfillJobs(deps.namespaces),
-    waits ? null : idleAndLastRequest(),
+    role !== 'admit'
+      ? kube.listOwnJobs(namespace, name)
+      : caches
+        ? caches.jobs.list()
+        : kube.listBackfillJobs(deps.namespaces),
+    modelOk ? timed(timings, 'observe.idle', bus.kv.idle.get(modelKey(namespace, modelName))) : null,
+    modelOk ? timed(timings, 'observe.lastRequest', lastRequestAt(bus.jsm, namespace, modelName)) : null,
   ])
-  if (waits) {
-    timings?.mark('observe')
-    await sleepUntil(deps.now, opts.notBefore as number)
-    timings?.mark('wait')
-  }
-  const [idle, lastRequest] = signalsAhead ?? (await idleAndLastRequest())
-  if (waits) timings?.mark('signals')
-  const model = !modelOk ? null : caches ? caches.models.get(namespace, modelName) : kubeModel
-  const sessions = caches ? caches.gamingSessions.list() : (kubeSessions ?? [])
-  const leases = caches ? caches.gpuLeases.list() : (kubeLeases ?? [])
-  const jobs = kubeJobs ?? caches?.jobs.list() ?? []
   const modelV = model ? modelView(model) : null
   const ours = backfillLabelValue(name)
   const contenders: Contender[] = []
@@ -227,9 +185,9 @@ export async function reconcile(
   namespace: string,
   name: string,
   initialTrigger: Trigger,
-  opts: ReconcileOptions = {},
+  /** admit's profile of this admission (one log line per Job created, see functions/admit). */
+  timings?: StepTimings,
 ): Promise<Decision | null> {
-  const { timings } = opts
   let trigger = initialTrigger
   const kv = deps.bus.kv.backfills
   const key = backfillKey(namespace, name)
@@ -241,9 +199,7 @@ export async function reconcile(
     const entry = await kv.get(key)
     const state = readState(deps.log, entry)
     timings?.mark('state')
-    // Only the first round waits: a retry is already past the instant.
-    const observeOpts = round === 0 ? opts : { timings }
-    const { observed, template } = await observe(deps, namespace, name, state, backfill, role, observeOpts)
+    const { observed, template } = await observe(deps, namespace, name, state, backfill, role, timings)
     timings?.mark('observe')
     let decision = decide(observed, trigger, deps.now())
     timings?.mark('decide')
@@ -604,34 +560,16 @@ async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Clai
   return takeClaimKeys(deps, keys, claim)
 }
 
-/**
- * Takes both claims for `claim`, or none: one held by someone else is reported as the contender (the model's
- * first). Both are tried at once (one KV round trip on the admission path, not two); when one is held, the other,
- * if taken, is given back.
- */
+/** Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. */
 async function takeClaimKeys(deps: Deps, keys: { model: string; node: string }, claim: Claim): Promise<Claimed> {
-  const [onModel, onNode] = await Promise.allSettled([
-    takeClaim(deps, keys.model, claim),
-    keys.node === keys.model ? Promise.resolve(null) : takeClaim(deps, keys.node, claim),
-  ])
-  const held = (r: PromiseSettledResult<Claim | null>) => r.status === 'rejected' || r.value !== null
-  if (!held(onModel) && !held(onNode)) return { keys }
-  // Give back whichever we did take (a failed take may have stored it too: releasing ours only is safe).
-  for (const [r, key] of [
-    [onModel, keys.model],
-    [onNode, keys.node],
-  ] as const) {
-    if (!held(r) || r.status === 'rejected') await releaseClaimKeys(deps, { model: key, node: key }, claim.jobName)
-  }
-  for (const [r, on] of [
-    [onModel, 'model'],
-    [onNode, 'node'],
-  ] as const) {
-    if (r.status === 'rejected') throw r.reason
-    if (r.value) {
-      const holder = r.value
+  const taken: string[] = []
+  for (const [on, key] of Object.entries(keys) as ['model' | 'node', string][]) {
+    const holder = await takeClaim(deps, key, claim)
+    if (holder) {
+      for (const k of taken) await releaseClaimKeys(deps, { model: k, node: k }, claim.jobName)
       return { contender: { namespace: holder.namespace, backfill: holder.backfill, jobName: holder.jobName, on } }
     }
+    taken.push(key)
   }
   return { keys }
 }
