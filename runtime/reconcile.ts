@@ -34,6 +34,7 @@ import { JobRejectedError, PLURALS } from './kube-common.js'
 import type { Logger } from './log.js'
 import type { Bus } from './nats.js'
 import { preemptionLatency } from './ops-metrics.js'
+import { type StepTimings, timed } from './step-timings.js'
 import { traced } from './tracing.js'
 
 export type Role = 'admit' | 'cancel' | 'lifecycle'
@@ -93,6 +94,7 @@ export async function observe(
   state: BackfillState | null,
   backfill: ModelBackfill | null,
   role: Role = 'admit',
+  timings?: StepTimings,
 ): Promise<Observation> {
   const { kube, bus } = deps
   if (!backfill) {
@@ -122,7 +124,7 @@ export async function observe(
   const attemptJob = state?.jobName ?? (isObjectName(statusJob) ? statusJob : undefined)
   const [model, template, job, sessions, leases, jobs, idle, lastRequest] = await Promise.all([
     !modelOk ? null : caches ? caches.models.get(namespace, modelName) : kube.getModel(namespace, modelName),
-    templateOk ? kube.getCronJob(namespace, backfill.spec.templateRef) : null,
+    templateOk ? timed(timings, 'observe.template', kube.getCronJob(namespace, backfill.spec.templateRef)) : null,
     attemptJob ? kube.getJob(namespace, attemptJob) : Promise.resolve(null),
     caches ? caches.gamingSessions.list() : kube.listAll(PLURALS.gamingSessions),
     caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases),
@@ -133,8 +135,8 @@ export async function observe(
       : caches
         ? caches.jobs.list()
         : kube.listBackfillJobs(deps.namespaces),
-    modelOk ? bus.kv.idle.get(modelKey(namespace, modelName)) : null,
-    modelOk ? lastRequestAt(bus.jsm, namespace, modelName) : null,
+    modelOk ? timed(timings, 'observe.idle', bus.kv.idle.get(modelKey(namespace, modelName))) : null,
+    modelOk ? timed(timings, 'observe.lastRequest', lastRequestAt(bus.jsm, namespace, modelName)) : null,
   ])
   const modelV = model ? modelView(model) : null
   const ours = backfillLabelValue(name)
@@ -183,6 +185,8 @@ export async function reconcile(
   namespace: string,
   name: string,
   initialTrigger: Trigger,
+  /** admit's profile of this admission (one log line per Job created, see functions/admit). */
+  timings?: StepTimings,
 ): Promise<Decision | null> {
   let trigger = initialTrigger
   const kv = deps.bus.kv.backfills
@@ -191,10 +195,14 @@ export async function reconcile(
     // The object before the state: a status written by a newer decision then shows up as a conflict on our
     // status write (its KV commit came first), never as a current-looking object paired with an older state.
     const backfill = await deps.kube.getBackfill(namespace, name)
+    timings?.mark('backfill')
     const entry = await kv.get(key)
     const state = readState(deps.log, entry)
-    const { observed, template } = await observe(deps, namespace, name, state, backfill, role)
+    timings?.mark('state')
+    const { observed, template } = await observe(deps, namespace, name, state, backfill, role, timings)
+    timings?.mark('observe')
     let decision = decide(observed, trigger, deps.now())
+    timings?.mark('decide')
     const create = decision.actions.find((a) => a.type === 'createJob')
     // When this admission's fence read the newest request: the start of the gap the POST must close quickly.
     let fencedAt: number | undefined
@@ -205,6 +213,7 @@ export async function reconcile(
     }
     if (create) {
       const claimed = await acquireClaims(deps, observed, decision)
+      timings?.mark('claims')
       if (claimed.contender) {
         observed.contenders.push(claimed.contender)
       } else {
@@ -214,16 +223,19 @@ export async function reconcile(
         // is read after it, so it holds everything demand acknowledged.
         const model = observed.backfill?.spec.modelRef ?? ''
         const fence = await checkFence(deps)
+        timings?.mark('fence')
         const [idle, lastRequest] = await Promise.all([
           deps.bus.kv.idle.get(modelKey(namespace, model)),
           lastRequestAt(deps.bus.jsm, namespace, model),
         ])
         fencedAt = deps.now()
+        timings?.mark('reread')
         observed.idle = readIdle(deps.log, idle)
         observed.lastRequestAt = lastRequest ?? undefined
         if (!fence.ready) observed.preemptionPath = { ready: false, why: fence.why }
       }
       decision = decide(observed, trigger, deps.now())
+      timings?.mark('decide')
       if (!decision.actions.some((a) => a.type === 'createJob') && claimed.keys) {
         await releaseClaimKeys(deps, claimed.keys, create.jobName)
       }
@@ -240,7 +252,8 @@ export async function reconcile(
         throw err
       }
     }
-    const applied = await apply(deps, role, observed, template, decision, revision, trigger, fencedAt)
+    timings?.mark('stateWrite')
+    const applied = await apply(deps, role, observed, template, decision, revision, trigger, fencedAt, timings)
     if (applied.rejected) {
       trigger = { type: 'jobRejected', ...applied.rejected }
       continue
@@ -282,6 +295,7 @@ async function apply(
   revision: number,
   trigger: Trigger,
   fencedAt?: number,
+  timings?: StepTimings,
 ): Promise<Applied> {
   const { kube, bus, log } = deps
   const b = o.backfill as ModelBackfill | null
@@ -308,6 +322,7 @@ async function apply(
         // The fence's newest-request read once more, as the very last step before the POST: what stood between the
         // fence and here (the state write, a finalizer, cleanups; slow under load) is no gap for a request.
         const before = await lastRequestAt(bus.jsm, namespace, b.spec.modelRef)
+        timings?.mark('prePostRead')
         if (racedAdmission(d.state, before)) {
           log.info(
             { namespace, backfill: name, job: action.jobName, lastRequestAt: before },
@@ -325,6 +340,7 @@ async function apply(
           if (err instanceof JobRejectedError) return { rejected: { jobName: action.jobName, message: err.message } }
           throw err
         }
+        timings?.mark('post')
         const { result, uid } = created
         const where = { namespace, backfill: name, job: action.jobName, result }
         log.debug(
@@ -340,6 +356,7 @@ async function apply(
           // see. Foreground wins at once: admit deletes the Job it has just created (only that one, by its UID)
           // rather than leaving it to demand → cancel, and the attempt is recorded as preempted.
           const after = await lastRequestAt(bus.jsm, namespace, b.spec.modelRef)
+          timings?.mark('afterPostRead')
           if (racedAdmission(d.state, after)) {
             const deleted = await kube.deleteJob(namespace, action.jobName, uid)
             const at = after as string
@@ -434,12 +451,14 @@ async function apply(
         break // committed with the state (null)
       case 'recordEvent':
         if (b) await kube.recordEvent(b, action.eventType, action.reason, action.message)
+        timings?.mark('event')
         break
     }
   }
   if (b && d.status) {
     const where = { 'k8s.namespace.name': b.metadata.namespace, 'flexinfer.backfill': b.metadata.name }
     await traced('write ModelBackfill status', where, () => writeStatus(deps, b, d, revision))
+    timings?.mark('status')
   }
   await ensureClaims(deps, b, d)
   // decide() re-arms lazily: a future timerAt in the state means "armed". But the state is committed before the

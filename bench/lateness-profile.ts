@@ -1,0 +1,57 @@
+// Admission lateness profile (issue 11): reads admit's 'admission timings' log lines (functions/admit) from a
+// benchmark log and gives p50 / p99 of each step. `npx tsx bench/lateness-profile.ts [bench/results/bench.log]`.
+import { readFileSync } from 'node:fs'
+
+export interface StepProfile {
+  step: string
+  n: number
+  p50: number
+  p99: number
+  mean: number
+}
+
+function percentile(sorted: number[], p: number): number {
+  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)
+  return Math.round((sorted[Math.max(0, index)] as number) * 10) / 10
+}
+
+/** One row per step met in the log's admission lines (lateMs and earlyMs among them), in first-seen order. */
+export function latenessProfile(logText: string): StepProfile[] {
+  const steps = new Map<string, number[]>()
+  const add = (step: string, v: unknown) => {
+    if (typeof v !== 'number' || !Number.isFinite(v)) return
+    let list = steps.get(step)
+    if (!list) {
+      list = []
+      steps.set(step, list)
+    }
+    list.push(v)
+  }
+  for (const line of logText.split('\n')) {
+    if (!line.includes('"admission timings"')) continue
+    let entry: { lateMs?: unknown; earlyMs?: unknown; ms?: Record<string, unknown> }
+    try {
+      entry = JSON.parse(line)
+    } catch {
+      continue // a line cut by another writer: skipped, not fatal
+    }
+    add('lateMs', entry.lateMs)
+    add('earlyMs', entry.earlyMs)
+    for (const [step, v] of Object.entries(entry.ms ?? {})) add(step, v)
+  }
+  return [...steps].map(([step, values]) => {
+    const sorted = [...values].sort((a, b) => a - b)
+    const mean = Math.round((values.reduce((a, b) => a + b, 0) / values.length) * 10) / 10
+    return { step, n: values.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), mean }
+  })
+}
+
+export const formatProfile = (rows: StepProfile[]) =>
+  rows
+    .map((r) => `${r.step.padEnd(16)} n ${String(r.n).padStart(4)}  p50 ${r.p50}  p99 ${r.p99}  mean ${r.mean}`)
+    .join('\n')
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const path = process.argv[2] ?? 'bench/results/bench.log'
+  process.stdout.write(`${formatProfile(latenessProfile(readFileSync(path, 'utf8')))}\n`)
+}
