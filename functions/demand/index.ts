@@ -88,9 +88,18 @@ export class Demand {
   }
 
   start() {
-    this.js = new JsRequests(this.deps.bus.nc, { timeoutMs: 5_000 })
-    this.claimReads = new ClaimReads(this.js, bucketOf(this.deps.bus.kv.claims))
     return this.claims.start(this.deps.bus.nc, this.deps.bus.kv.claims, 'model.>')
+  }
+
+  /** Made on first use (tests drive handle() without start()). */
+  private get requests(): JsRequests {
+    this.js ??= new JsRequests(this.deps.bus.nc, { timeoutMs: 5_000 })
+    return this.js
+  }
+
+  private get reads(): ClaimReads {
+    this.claimReads ??= new ClaimReads(this.requests, bucketOf(this.deps.bus.kv.claims))
+    return this.claimReads
   }
 
   /** Claim reads made so far (tests, logs): stream versions read, keys read, answered from memory. */
@@ -103,6 +112,8 @@ export class Demand {
     for (const entry of this.models.values()) clearTimeout(entry.timer)
     await Promise.all([...this.models.values()].map((e) => (e.seen > e.persisted ? this.flush(e) : undefined)))
     this.js?.close()
+    this.js = undefined
+    this.claimReads = undefined
   }
 
   handle(event: InboundEvent): Promise<void> | undefined {
@@ -258,8 +269,7 @@ export class Demand {
 
   /** The model's claim as the claims stream's leader has it now (functions/demand/claim-reads.ts). */
   private async readClaim(key: string): Promise<Claim | null> {
-    if (!this.claimReads) throw new Error('demand not started')
-    const entry = await this.claimReads.read(key)
+    const entry = await this.reads.read(key)
     if (entry?.operation !== 'PUT') return null
     const r = parseEntry(entry.text, parseClaim)
     if (r.ok) return r.value
@@ -279,8 +289,8 @@ export class Demand {
       }
       try {
         // The usual write (a known revision) without nats.js's request machinery; the first one through the KV API.
-        if (entry.revision > 0 && this.js)
-          entry.revision = await kvUpdate(this.js, bucketOf(this.idle), key, toKv(value), entry.revision)
+        if (entry.revision > 0)
+          entry.revision = await kvUpdate(this.requests, bucketOf(this.idle), key, toKv(value), entry.revision)
         else entry.revision = await this.idle.create(key, toKv(value))
         return
       } catch (err) {
