@@ -50,7 +50,21 @@ function sniff() {
       counts.set(m.subject, (counts.get(m.subject) ?? 0) + 1)
     },
   })
-  return { count: (subject: string) => counts.get(subject) ?? 0, stop: () => sub.unsubscribe() }
+  return {
+    count: (subject: string) => counts.get(subject) ?? 0,
+    /** Other connections' requests may reach this subscription after a flush: wait until the counts stay put. */
+    async settle() {
+      const deadline = Date.now() + 5_000
+      for (let last = ''; Date.now() < deadline; ) {
+        await nc.flush()
+        await sleep(300)
+        const now = JSON.stringify([...counts])
+        if (now === last) return
+        last = now
+      }
+    },
+    stop: () => sub.unsubscribe(),
+  }
 }
 
 it('a claim read is answered by the stream leader as of after the call, and repeated only when the stream changed', async () => {
@@ -80,7 +94,7 @@ it('a claim read is answered by the stream leader as of after the call, and repe
     const before = reads.stats.versions
     await Promise.all(Array.from({ length: 50 }, () => reads.read('model.reads.a')))
     expect(reads.stats.versions - before).toBeLessThanOrEqual(2)
-    await nc.flush()
+    await api.settle()
     expect(api.count('$JS.API.STREAM.MSG.GET.KV_flexinfer-claims')).toBe(reads.stats.reads)
   } finally {
     api.stop()
@@ -126,7 +140,7 @@ it('demand: idle writes of unclaimed models cost no claim read each; a claimed m
       }
     }
     await drained()
-    await nc.flush()
+    await api.settle()
     const reads = api.count('$JS.API.STREAM.MSG.GET.KV_flexinfer-claims')
     // Several writes per model (the rounds), but at most the first read of each model (and a few spare).
     expect(writes.n).toBeGreaterThanOrEqual(MODELS * 3)
