@@ -4,14 +4,17 @@
 // immediately (leading edge) — while a cancel is never delayed by any of it.
 import type { KV } from '@nats-io/kv'
 import { modelKey } from '../../core/names.js'
-import { type Claim, type ModelIdleState, parseClaim, toKv } from '../../core/state.js'
+import { type Claim, type ModelIdleState, parseClaim, parseEntry, toKv } from '../../core/state.js'
 import { catalog, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
 import type { EventFunction } from '../../runtime/function.js'
+import { JsRequests, kvUpdate } from '../../runtime/js-requests.js'
 import { KvMirror } from '../../runtime/nats.js'
-import { type Deps, readClaim, readIdle } from '../../runtime/reconcile.js'
+import { type Deps, readIdle } from '../../runtime/reconcile.js'
+import { ClaimReads } from './claim-reads.js'
 
 export const COALESCE_MS = 250
+const bucketOf = (kv: KV) => (kv as unknown as { bucket: string }).bucket
 const DONE = Promise.resolve()
 const CANCEL_DEDUPE_MS = 60_000
 /**
@@ -69,6 +72,9 @@ export class Demand {
     return null
   })
   private readonly cancelled = new Map<string, number>()
+  /** The hot path's JetStream requests (idle writes, claim reads): no Error per request (runtime/js-requests.ts). */
+  private js?: JsRequests
+  private claimReads?: ClaimReads
   /** Counters for logs and the benchmark. */
   readonly stats = { requests: 0, background: 0, kvWrites: 0, cancels: 0 }
 
@@ -85,10 +91,29 @@ export class Demand {
     return this.claims.start(this.deps.bus.nc, this.deps.bus.kv.claims, 'model.>')
   }
 
+  /** Made on first use (tests drive handle() without start()). */
+  private get requests(): JsRequests {
+    this.js ??= new JsRequests(this.deps.bus.nc, { timeoutMs: 5_000 })
+    return this.js
+  }
+
+  private get reads(): ClaimReads {
+    this.claimReads ??= new ClaimReads(this.requests, bucketOf(this.deps.bus.kv.claims))
+    return this.claimReads
+  }
+
+  /** Claim reads made so far (tests, logs): stream versions read, keys read, answered from memory. */
+  get claimReadStats() {
+    return this.claimReads?.stats
+  }
+
   async stop() {
     await this.claims.stop()
     for (const entry of this.models.values()) clearTimeout(entry.timer)
     await Promise.all([...this.models.values()].map((e) => (e.seen > e.persisted ? this.flush(e) : undefined)))
+    this.js?.close()
+    this.js = undefined
+    this.claimReads = undefined
   }
 
   handle(event: InboundEvent): Promise<void> | undefined {
@@ -114,8 +139,12 @@ export class Demand {
     entry.requests++
     if (at <= entry.persisted) return cancelling
     entry.seen = Math.max(entry.seen, at)
-    const durable =
-      entry.writing && entry.current && at <= entry.target ? entry.current.promise : (entry.next ??= batch()).promise
+    let durable: Promise<void>
+    if (entry.writing && entry.current && at <= entry.target) durable = entry.current.promise
+    else {
+      entry.next ??= batch()
+      durable = entry.next.promise
+    }
     if (!entry.writing && !entry.timer) {
       const wait = entry.lastWriteAt + COALESCE_MS - now
       if (wait <= 0) void this.flush(entry)
@@ -215,8 +244,7 @@ export class Demand {
       // The other half of admit's re-check (runtime/fence.ts), after every write and before anything is acked:
       // having written idleness, look at the claim itself (not the watched copy, which may lag) so an admission
       // racing these requests is cancelled either way. A failure here fails the requests, which are redelivered.
-      const fresh = await this.deps.bus.kv.claims.get(`model.${key}`)
-      const claim = readClaim(this.deps.log, fresh)
+      const claim = await this.readClaim(`model.${key}`)
       if (claim) await this.cancelIfClaimed(target, claim)
       // Only now: a request at or before `persisted` is answered without a write or a claim check.
       entry.persisted = Math.max(entry.persisted, target)
@@ -239,6 +267,17 @@ export class Demand {
     }
   }
 
+  /** The model's claim as the claims stream's leader has it now (functions/demand/claim-reads.ts). */
+  private async readClaim(key: string): Promise<Claim | null> {
+    const entry = await this.reads.read(key)
+    if (entry?.operation !== 'PUT') return null
+    const r = parseEntry(entry.text, parseClaim)
+    if (r.ok) return r.value
+    // Unreadable: nobody can prove a hold with it (admit replaces it by compare-and-set), so nothing to cancel.
+    this.deps.log.error({ key, revision: entry.revision, error: r.error }, 'unreadable claim ignored')
+    return null
+  }
+
   private async writeMax(entry: ModelEntry, key: string, at: number) {
     for (let i = 0; i < 5; i++) {
       const value: ModelIdleState = {
@@ -249,7 +288,9 @@ export class Demand {
         updatedAt: new Date(this.deps.now()).toISOString(),
       }
       try {
-        if (entry.revision > 0) entry.revision = await this.idle.update(key, toKv(value), entry.revision)
+        // The usual write (a known revision) without nats.js's request machinery; the first one through the KV API.
+        if (entry.revision > 0)
+          entry.revision = await kvUpdate(this.requests, bucketOf(this.idle), key, toKv(value), entry.revision)
         else entry.revision = await this.idle.create(key, toKv(value))
         return
       } catch (err) {

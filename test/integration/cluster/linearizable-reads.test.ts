@@ -11,6 +11,8 @@ import {
   foregroundSubject,
   STREAM_FOREGROUND_LAST,
 } from '../../../events/catalog.js'
+import { ClaimReads } from '../../../functions/demand/claim-reads.js'
+import { JsRequests } from '../../../runtime/js-requests.js'
 import { Bus } from '../../../runtime/nats.js'
 import { type NatsOnly, startNats, waitForStreamLeader } from '../../env/nats.js'
 
@@ -62,6 +64,36 @@ describe('safety reads on a 3-server cluster', () => {
       expect(stale).toEqual([])
     }, 120_000)
   }
+
+  it("demand's claim reads (the claims stream's version, then the key when it moved) never miss a claim", async () => {
+    const { writeVia, readVia } = await followers(`KV_${BUCKET_CLAIMS}`)
+    writer = await Bus.connect(writeVia.url, 'writer', { provision: false })
+    reader = await Bus.connect(readVia.url, 'reader', { provision: false })
+    const js = new JsRequests(reader.nc)
+    const reads = new ClaimReads(js)
+    const key = `model.linearizable.r${Date.now()}`
+    const missed: { round: number; wrote: number; read: string }[] = []
+    try {
+      for (let i = 0; i < ROUNDS / 2; i++) {
+        // Read free twice (the second from memory), then claimed through another server: the next read must see it.
+        await writer.kv.claims.delete(key)
+        for (let twice = 0; twice < 2; twice++) {
+          const free = await reads.read(key)
+          if (free?.operation === 'PUT') missed.push({ round: i, wrote: 0, read: 'PUT after delete' })
+        }
+        const revision = await writer.kv.claims.put(key, JSON.stringify({ i }))
+        const held = await reads.read(key)
+        if (held?.operation !== 'PUT' || held.revision < revision)
+          missed.push({ round: i, wrote: revision, read: `${held?.operation}@${held?.revision}` })
+      }
+    } finally {
+      js.close()
+      await Promise.all([writer.close(), reader.close()])
+    }
+    expect(missed).toEqual([])
+    // The second free read of each round came from memory; every read after a claim went to the key.
+    expect(reads.stats.remembered).toBe(ROUNDS / 2)
+  }, 120_000)
 
   it("the fence's last request per model (STREAM.MSG.GET last_by_subj) is never stale", async () => {
     const { writeVia, readVia } = await followers(STREAM_FOREGROUND_LAST)
