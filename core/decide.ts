@@ -34,6 +34,12 @@ export const RECHECK_MS = 15_000
 export const NOT_STARTING_MS = 5 * 60_000
 /** How soon admission tries again when the preemption path was not ready (runtime/fence.ts). */
 export const PATH_RECHECK_MS = 5_000
+/**
+ * How long a Starting attempt without a Job is admit's alone: its admission may still be in flight (the POST, then
+ * deleting a Job a request raced). Past it the admission is taken for dead (a crashed admit's timer is redelivered
+ * long before: ack_wait 30 s) and any decision may take the attempt back.
+ */
+export const ADMISSION_IN_FLIGHT_MS = 60_000
 /** A Job rejected again and again is re-tried less often: RECHECK_MS doubling up to this. */
 export const MAX_REJECTED_RECHECK_MS = 4 * 60_000
 
@@ -332,6 +338,16 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
         // The cancel function deleted it (so it did exist): a preempted attempt, not an abandoned admission.
         preempted(w, jobName, reason ?? trigger.reason, reason ?? trigger.reason)
         return false
+      }
+      if (
+        reason === 'ForegroundDemand' &&
+        trigger.type === 'resource' &&
+        w.now - ms(s.startedAt) < ADMISSION_IN_FLIGHT_MS
+      ) {
+        // Seen by lifecycle while admit may be between the POST and deleting the Job a request raced (it then
+        // decides again with that cancel and counts the preemption): taken back here, the attempt would end
+        // uncounted. Admit's decision settles it; the request's own cancel too.
+        return true
       }
       if (!reason) {
         w.actions.push({

@@ -1,7 +1,7 @@
 // decide() and admission's fence (runtime/fence.ts): what the fence reports is just more of the world — the
 // model's newest request read straight from its per-model subject, and whether the preemption path is ready.
 import { describe, expect, it } from 'vitest'
-import { PATH_RECHECK_MS, racedAdmission } from '../../core/decide.js'
+import { ADMISSION_IN_FLIGHT_MS, PATH_RECHECK_MS, racedAdmission } from '../../core/decide.js'
 import { aJob, aWorld, cancelRequest, iso, J, MINUTE, SECOND, T0, Timeline } from './support/world.js'
 
 const WINDOW = 10 * MINUTE
@@ -104,6 +104,31 @@ describe('decide: the admission fence', () => {
       expect(end.state).toMatchObject({ phase: 'WaitingForIdle', idleSince: iso(T0 + WINDOW + 40) })
       expect(end.state?.counters.preemptions).toEqual({ foreground: 1 })
       expect(end.actions).toContainEqual({ type: 'releaseClaims', jobName: J(1) })
+    })
+
+    it('a decision of lifecycle meanwhile (the Job absent, the request after the window) leaves the attempt to admit', () => {
+      // Admit may be between its POST and deleting the Job a request raced (or have deleted it and not yet decided
+      // again): taken back here, the attempt would end uncounted and admit's cancel decision would find nothing to
+      // count (fence-gap.test.ts saw preemptions.foreground undefined). Admit's own decision settles it.
+      const t = admitted()
+      const at = T0 + WINDOW + 5
+      t.change(() => ({ lastRequestAt: iso(at), job: null }))
+      const meanwhile = t.step(T0 + WINDOW + 10, { type: 'resource' })
+      expect(meanwhile.state).toMatchObject({ phase: 'Starting', attempts: 1, jobName: J(1) })
+      expect(meanwhile.actions.filter((a) => a.type !== 'armTimer')).toEqual([])
+      const d = t.step(T0 + WINDOW + 20, cancelRequest(at))
+      expect(d.state).toMatchObject({ phase: 'WaitingForIdle', attempts: 1 })
+      expect(d.state?.counters.preemptions).toEqual({ foreground: 1 })
+    })
+
+    it('an admission that never finished (admit gone for good) is taken back by lifecycle after ADMISSION_IN_FLIGHT_MS', () => {
+      const t = admitted()
+      t.change(() => ({ lastRequestAt: iso(T0 + WINDOW + 5), job: null }))
+      const late = T0 + WINDOW + ADMISSION_IN_FLIGHT_MS + 1
+      const d = t.step(late, { type: 'resource' })
+      expect(d.state).toMatchObject({ phase: 'WaitingForIdle', attempts: 0, idleSince: iso(late) })
+      expect(d.state?.counters).toMatchObject({ starts: 0, preemptions: {} })
+      expect(d.actions).toContainEqual({ type: 'releaseClaims', jobName: J(1) })
     })
 
     it('seen after the POST, the Job already gone when admit decides again: preempted, not abandoned', () => {
