@@ -7,8 +7,12 @@
 // replicas another one may handle it, and the backfill must be swept again in the end (at most one more event per
 // backfill per ttl). A full set publishes nothing more: what is not published is picked by a later sweep.
 
-/** How long a published resync holds its backfill back at most (ten default sweep periods). */
-export const PENDING_TTL_MS = 5 * 60_000
+/**
+ * How long a published resync holds its backfill back at most (thirty default sweep periods). Longer than a large
+ * backlog takes to drain: with 5 min, the 10,000 run (2026-12-01, ~20 backfills settled per second) re-published
+ * ~1,100 per sweep once the first entries expired. Another replica's sweeps are not held by this set.
+ */
+export const PENDING_TTL_MS = 15 * 60_000
 /** Backfills held back at most: a few tens of bytes each. */
 export const PENDING_MAX = 100_000
 
