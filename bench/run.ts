@@ -10,17 +10,7 @@ import { execFileSync, spawn } from 'node:child_process'
 import { existsSync, openSync, writeSync } from 'node:fs'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import {
-  BatchV1Api,
-  CoreV1Api,
-  CustomObjectsApi,
-  KubeConfig,
-  makeInformer,
-  PatchStrategy,
-  setHeaderOptions,
-  type V1Job,
-  type V1Pod,
-} from '@kubernetes/client-node'
+import { CoreV1Api, CustomObjectsApi, KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { connect } from '@nats-io/transport-node'
@@ -37,6 +27,7 @@ import { repoRoot } from '../test/env/binaries.js'
 import { startEnvironment } from '../test/env/environment.js'
 import { BackfillWorld, waitUntil } from '../test/integration/support/backfill-world.js'
 import { ENTRY as COLD_START_ENTRY, COLD_START_FUNCTIONS, measureColdStart } from './cold-start.js'
+import { DeletionWatch } from './deletion-watch.js'
 import { formatProfile, latenessProfile } from './lateness-profile.js'
 
 const QUICK = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1'
@@ -151,56 +142,11 @@ run: try {
     preemptionPath.push(stop)
     cleanup.push(stop)
   }
-  // "Job DELETE accepted by the apiserver": the first watch event showing the Job's deletionTimestamp (or its
-  // removal); the watch's own delivery delay (a few ms on loopback) is included, so this errs high.
-  const deletedAt = new Map<string, number>()
-  const jobs = makeInformer(kc, '/apis/batch/v1/namespaces/bench/jobs', () =>
-    kc.makeApiClient(BatchV1Api).listNamespacedJob({ namespace }),
-  )
-  const seen = (job: V1Job) => {
-    const name = job.metadata?.name
-    if (name && (job.metadata?.deletionTimestamp || !deletedAt.has(name))) {
-      if (job.metadata?.deletionTimestamp && !deletedAt.has(name)) deletedAt.set(name, Date.now())
-    }
-  }
-  jobs.on('update', seen)
-  jobs.on('delete', (job) => {
-    const name = job.metadata?.name
-    if (name && !deletedAt.has(name)) deletedAt.set(name, Date.now())
-  })
-  await jobs.start()
-  // "Preemption to the pod": every pod the attempt had when the request was published shows a deletionTimestamp
-  // (or is gone) on a watch. There is no kubelet: pods stay Pending, unscheduled, and go at once when deleted.
-  const podsOfJob = new Map<string, Set<string>>()
-  const podDeletedAt = new Map<string, number>()
-  const pods = makeInformer(kc, `/api/v1/namespaces/${namespace}/pods`, () => core.listNamespacedPod({ namespace }))
-  const seenPod = (pod: V1Pod, removed = false) => {
-    const name = pod.metadata?.name
-    const job = pod.metadata?.labels?.['job-name']
-    if (!name || !job) return
-    let set = podsOfJob.get(job)
-    if (!set) {
-      set = new Set()
-      podsOfJob.set(job, set)
-    }
-    set.add(name)
-    if ((removed || pod.metadata?.deletionTimestamp) && !podDeletedAt.has(name)) podDeletedAt.set(name, Date.now())
-  }
-  pods.on('add', (pod) => seenPod(pod))
-  pods.on('update', (pod) => seenPod(pod))
-  pods.on('delete', (pod) => seenPod(pod, true))
-  await pods.start()
-  /** The pods of `job` now (waits up to 5 s for the Job controller to make one). */
-  const podsNow = (job: string) =>
-    waitUntil(
-      `pods of ${job}`,
-      async () => (podsOfJob.get(job)?.size ? [...(podsOfJob.get(job) ?? [])] : undefined),
-      5000,
-    ).catch(() => [] as string[])
-  const allDeletedAt = (names: string[]) => {
-    const times = names.map((n) => podDeletedAt.get(n))
-    return names.length && times.every((t) => t !== undefined) ? Math.max(...(times as number[])) : undefined
-  }
+  // "Job DELETE accepted by the apiserver" and "preemption to the pod", on watches (bench/deletion-watch.ts).
+  const watch = await DeletionWatch.start(kc, namespace)
+  const deletedAt = watch.jobDeletedAt
+  const podsNow = (job: string) => watch.podsNow(job)
+  const allDeletedAt = (names: string[]) => watch.podsDeletedAt(names)
   /** Write requests the apiserver has served so far (all clients: its own /metrics, apiserver_request_total). */
   const apiserverWrites = () => {
     const text = execFileSync(
@@ -516,8 +462,7 @@ run: try {
 
   await knativePath.stop()
   for (const stop of preemptionPath) await stop()
-  await jobs.stop()
-  await pods.stop()
+  await watch.stop()
   for (const r of runners.splice(0)) await r.stop()
 
   // 3. Ingestion: one demand instance alone drains a backlog of foreground events for models with no attempt.

@@ -3,7 +3,7 @@ import type { EventFunction } from '../runtime/function.js'
 import { admit } from './admit/index.js'
 import { cancelFunction } from './cancel/index.js'
 import { demandFunction } from './demand/index.js'
-import { lifecycle } from './lifecycle/index.js'
+import { lifecycleFunction } from './lifecycle/index.js'
 import type { FunctionName } from './names.js'
 import { source } from './source/index.js'
 
@@ -15,5 +15,5 @@ export const functionFactories: Record<string, () => EventFunction> = {
   demand: demandFunction,
   admit: () => admit,
   cancel: cancelFunction,
-  lifecycle: () => lifecycle,
+  lifecycle: lifecycleFunction,
 } satisfies Record<FunctionName, () => EventFunction>

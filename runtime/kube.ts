@@ -336,7 +336,11 @@ export class Kube {
     }
   }
 
-  /** Adds or removes our finalizer with a merge patch guarded by resourceVersion (409 → caller re-decides). */
+  /**
+   * Adds or removes our finalizer with a merge patch guarded by resourceVersion (409 → caller re-decides). The object
+   * given is brought up to the patched version (finalizers, resourceVersion), so the status write that follows does
+   * not conflict with our own patch (a re-read and a wasted write per new backfill).
+   */
   async setFinalizer(backfill: ModelBackfill, present: boolean) {
     const current = backfill.metadata.finalizers ?? []
     const has = current.includes(FINALIZER)
@@ -344,13 +348,15 @@ export class Kube {
     const finalizers = present ? [...current, FINALIZER] : current.filter((f) => f !== FINALIZER)
     this.requests.write++
     try {
-      await this.custom.patchNamespacedCustomObject(
+      const patched = (await this.custom.patchNamespacedCustomObject(
         {
           ...this.crd(PLURALS.backfills, backfill.metadata.namespace, backfill.metadata.name),
           body: { metadata: { finalizers, resourceVersion: backfill.metadata.resourceVersion } },
         },
         mergePatch,
-      )
+      )) as Partial<ModelBackfill> | undefined
+      const version = patched?.metadata?.resourceVersion
+      if (version) backfill.metadata = { ...backfill.metadata, finalizers, resourceVersion: version }
     } catch (err) {
       if (statusCode(err) === 404) return
       throw err

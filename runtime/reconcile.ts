@@ -16,7 +16,7 @@ import {
   type Trigger,
 } from '../core/decide.js'
 import { buildJob, gpuViolations } from '../core/job.js'
-import { backfillKey, backfillLabelValue, isObjectName, modelKey } from '../core/names.js'
+import { backfillKey, backfillLabelValue, isObjectName, LABEL_BACKFILL, modelKey } from '../core/names.js'
 import {
   type BackfillState,
   type Claim,
@@ -61,6 +61,18 @@ export const claimKeys = (namespace: string, model: string, node: string) => ({
   node: `node.${node}`,
 })
 
+/**
+ * What a lifecycle event is about, read fresh once for every backfill it re-decides: lifecycle otherwise reads
+ * watched copies, and one that has not yet seen the change the event reports would lose the cancel it carries
+ * (functions/lifecycle/caches.ts).
+ */
+export interface Fresh {
+  gamingSessions?: unknown[]
+  gpuLeases?: unknown[]
+  /** `<namespace>/<name>` → the Model as just read (null: it does not exist). */
+  models?: Map<string, unknown | null>
+}
+
 interface Observation {
   observed: Observed
   template: V1CronJob | null
@@ -94,6 +106,7 @@ export async function observe(
   state: BackfillState | null,
   backfill: ModelBackfill | null,
   role: Role = 'admit',
+  fresh: Fresh = {},
   timings?: StepTimings,
 ): Promise<Observation> {
   const { kube, bus } = deps
@@ -114,7 +127,9 @@ export async function observe(
     }
   }
   const modelName = backfill.spec.modelRef
-  const caches = role === 'admit' ? deps.caches : undefined
+  // Lifecycle reads watched copies too when it has them (overlaid with what its event is about): it never admits.
+  const caches = role === 'admit' || role === 'lifecycle' ? deps.caches : undefined
+  const freshModel = fresh.models?.get(`${namespace}/${modelName}`)
   // A ref no object can have is never read with (an invalid KV key throws; ".." in an API path reads something
   // else): it is not found, and decide() blocks on it with the reason.
   const modelOk = isObjectName(modelName)
@@ -122,16 +137,27 @@ export async function observe(
   // Without a stored state, the Job the status names is the one a takeover may adopt (core/takeover.ts).
   const statusJob = state ? undefined : backfill.status?.jobName
   const attemptJob = state?.jobName ?? (isObjectName(statusJob) ? statusJob : undefined)
+  const ours = backfillLabelValue(name)
   const [model, template, job, sessions, leases, jobs, idle, lastRequest] = await Promise.all([
-    !modelOk ? null : caches ? caches.models.get(namespace, modelName) : kube.getModel(namespace, modelName),
+    !modelOk
+      ? null
+      : freshModel !== undefined
+        ? freshModel
+        : caches
+          ? caches.models.get(namespace, modelName)
+          : kube.getModel(namespace, modelName),
     templateOk ? timed(timings, 'observe.template', kube.getCronJob(namespace, backfill.spec.templateRef)) : null,
     attemptJob ? kube.getJob(namespace, attemptJob) : Promise.resolve(null),
-    caches ? caches.gamingSessions.list() : kube.listAll(PLURALS.gamingSessions),
-    caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases),
+    fresh.gamingSessions ?? (caches ? caches.gamingSessions.list() : kube.listAll(PLURALS.gamingSessions)),
+    fresh.gpuLeases ?? (caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases)),
     // Only admit needs the contenders (every backfill Job in the cluster); the others never admit — a decision
     // to admit is handed to admit, which looks again — so they list just this declaration's own Jobs.
     role !== 'admit'
-      ? kube.listOwnJobs(namespace, name)
+      ? caches
+        ? caches.jobs
+            .list()
+            .filter((j) => j.metadata?.namespace === namespace && j.metadata.labels?.[LABEL_BACKFILL] === ours)
+        : kube.listOwnJobs(namespace, name)
       : caches
         ? caches.jobs.list()
         : kube.listBackfillJobs(deps.namespaces),
@@ -139,7 +165,6 @@ export async function observe(
     modelOk ? timed(timings, 'observe.lastRequest', lastRequestAt(bus.jsm, namespace, modelName)) : null,
   ])
   const modelV = model ? modelView(model) : null
-  const ours = backfillLabelValue(name)
   const contenders: Contender[] = []
   const strays: JobView[] = []
   for (const j of jobs.map(jobView)) {
@@ -185,9 +210,10 @@ export async function reconcile(
   namespace: string,
   name: string,
   initialTrigger: Trigger,
-  /** admit's profile of this admission (one log line per Job created, see functions/admit). */
-  timings?: StepTimings,
+  /** What lifecycle's event is about, read fresh; admit's profile of this admission (a log line per Job created). */
+  extra: { fresh?: Fresh; timings?: StepTimings } = {},
 ): Promise<Decision | null> {
+  const { fresh, timings } = extra
   let trigger = initialTrigger
   const kv = deps.bus.kv.backfills
   const key = backfillKey(namespace, name)
@@ -199,7 +225,7 @@ export async function reconcile(
     const entry = await kv.get(key)
     const state = readState(deps.log, entry)
     timings?.mark('state')
-    const { observed, template } = await observe(deps, namespace, name, state, backfill, role, timings)
+    const { observed, template } = await observe(deps, namespace, name, state, backfill, role, fresh, timings)
     timings?.mark('observe')
     let decision = decide(observed, trigger, deps.now())
     timings?.mark('decide')

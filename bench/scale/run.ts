@@ -14,15 +14,7 @@ import { openSync, readdirSync, readFileSync, writeSync } from 'node:fs'
 import { mkdir, rm, writeFile } from 'node:fs/promises'
 import { loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import {
-  BatchV1Api,
-  CoreV1Api,
-  CustomObjectsApi,
-  KubeConfig,
-  makeInformer,
-  type V1Job,
-  type V1Pod,
-} from '@kubernetes/client-node'
+import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node'
 import { jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { connect } from '@nats-io/transport-node'
@@ -36,6 +28,7 @@ import { encode } from '../../events/codec.js'
 import { repoRoot } from '../../test/env/binaries.js'
 import { startEnvironment } from '../../test/env/environment.js'
 import { BackfillWorld } from '../../test/integration/support/backfill-world.js'
+import { DeletionWatch } from '../deletion-watch.js'
 import { cpuSeconds, parseSweeps, percentile, requestsByVerb, rssMb, verbDelta } from './measure.js'
 import { markdownTable, plotSpec, type Results, renderPng, SCALE_FUNCTIONS } from './report.js'
 
@@ -225,48 +218,9 @@ try {
   failed += await inParallel(MODELS, WIDTH, (i) => world.model(`m-${i}`, { node: `node-${i}` }))
   log(`${MODELS} nodes and models created (${failed} failed)`)
 
-  // Job and pod watches for the preemption phases (as bench/run.ts: first deletionTimestamp seen, or removal).
-  const jobDeletedAt = new Map<string, number>()
-  const jobs = makeInformer(kc, `/apis/batch/v1/namespaces/${namespace}/jobs`, () =>
-    kc.makeApiClient(BatchV1Api).listNamespacedJob({ namespace }),
-  )
-  const seenJob = (job: V1Job, removed = false) => {
-    const name = job.metadata?.name
-    if (name && (removed || job.metadata?.deletionTimestamp) && !jobDeletedAt.has(name))
-      jobDeletedAt.set(name, Date.now())
-  }
-  jobs.on('update', (j) => seenJob(j))
-  jobs.on('delete', (j) => seenJob(j, true))
-  jobs.on('error', (err) => log(`job watch: ${String(err).slice(0, 200)}`))
-  await jobs.start()
-  const podsOfJob = new Map<string, Set<string>>()
-  const podDeletedAt = new Map<string, number>()
-  const pods = makeInformer(kc, `/api/v1/namespaces/${namespace}/pods`, () => core.listNamespacedPod({ namespace }))
-  const seenPod = (pod: V1Pod, removed = false) => {
-    const name = pod.metadata?.name
-    const job = pod.metadata?.labels?.['job-name']
-    if (!name || !job) return
-    const set = podsOfJob.get(job) ?? new Set<string>()
-    podsOfJob.set(job, set)
-    set.add(name)
-    if ((removed || pod.metadata?.deletionTimestamp) && !podDeletedAt.has(name)) podDeletedAt.set(name, Date.now())
-  }
-  pods.on('add', (p) => seenPod(p))
-  pods.on('update', (p) => seenPod(p))
-  pods.on('delete', (p) => seenPod(p, true))
-  pods.on('error', (err) => log(`pod watch: ${String(err).slice(0, 200)}`))
-  await pods.start()
-  cleanup.push(async () => {
-    await jobs.stop()
-    await pods.stop()
-  })
-  /** When `job` and every pod it had were seen deleted (undefined: not yet). */
-  const goneAt = (job: string, known: string[]) => {
-    const at = jobDeletedAt.get(job)
-    if (at === undefined) return undefined
-    const times = known.map((p) => podDeletedAt.get(p))
-    return times.every((t) => t !== undefined) ? Math.max(at, ...(times as number[])) : undefined
-  }
+  // Job and pod watches for the preemption phases (bench/deletion-watch.ts, as bench/run.ts).
+  const watch = await DeletionWatch.start(kc, namespace, log)
+  cleanup.push(() => watch.stop())
 
   let population = 0
   for (const n of SIZES) {
@@ -413,24 +367,19 @@ try {
         10 * 60_000,
         3000,
       ).catch((err) => log(String(err)))
-      const knownPods = async (job: string) =>
-        until(
-          `pods of ${job}`,
-          async () => (podsOfJob.get(job)?.size ? [...(podsOfJob.get(job) ?? [])] : undefined),
-          5000,
-          100,
-        ).catch(() => [] as string[])
       const trickleMs: number[] = []
       const trickleJobMs: number[] = []
       for (let i = 0; i < trickle; i++) {
         const job = jobName(`w-${i}`, 1)
-        const known = await knownPods(job)
+        const known = await watch.podsNow(job)
         const sentAt = Date.now()
         await publishForeground(`m-${i}`)
-        await until(`preemption of ${job}`, async () => goneAt(job, known), 15_000, 5).catch((err) => log(String(err)))
-        const at = goneAt(job, known)
+        await until(`preemption of ${job}`, async () => watch.goneAt(job, known), 15_000, 5).catch((err) =>
+          log(String(err)),
+        )
+        const at = watch.goneAt(job, known)
         if (at !== undefined) trickleMs.push(at - sentAt)
-        const jobAt = jobDeletedAt.get(job)
+        const jobAt = watch.jobDeletedAt.get(job)
         if (jobAt !== undefined) trickleJobMs.push(jobAt - sentAt)
         await sleep(100)
       }
@@ -442,18 +391,19 @@ try {
       const burstIdx = Array.from({ length: windows - trickle }, (_, j) => trickle + j)
       const burstJobs = burstIdx.map((i) => jobName(`w-${i}`, 1))
       const burstPods = new Map<string, string[]>()
-      for (const job of burstJobs) burstPods.set(job, [...(podsOfJob.get(job) ?? [])])
+      for (const job of burstJobs) burstPods.set(job, watch.podsOf(job))
       const burstAt = Date.now()
       await Promise.all(burstIdx.map((i) => publishForeground(`m-${i}`)))
-      const withAttempt = burstJobs.filter((j) => podsOfJob.has(j))
+      const withAttempt = burstJobs.filter((j) => watch.podsOfJob.has(j))
       await until(
         'every burst Job and pod deleted',
-        async () => (withAttempt.every((j) => goneAt(j, burstPods.get(j) ?? []) !== undefined) ? true : undefined),
+        async () =>
+          withAttempt.every((j) => watch.goneAt(j, burstPods.get(j) ?? []) !== undefined) ? true : undefined,
         10 * 60_000,
         50,
       ).catch((err) => log(String(err)))
       const burstMs = withAttempt.flatMap((j) => {
-        const at = goneAt(j, burstPods.get(j) ?? [])
+        const at = watch.goneAt(j, burstPods.get(j) ?? [])
         return at === undefined ? [] : [at - burstAt]
       })
       results[k('burst_preemptions')] = withAttempt.length

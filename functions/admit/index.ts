@@ -22,7 +22,7 @@ export const admit: EventFunction = {
       const early = Date.parse(due) - deps.now()
       if (early > 0 && early <= 2 * SCHEDULER_TICK_MS) await new Promise((r) => setTimeout(r, early))
       timings.mark('wait')
-      const d = await reconcile(deps, 'admit', namespace, backfill, { type: 'timer' }, timings)
+      const d = await reconcile(deps, 'admit', namespace, backfill, { type: 'timer' }, { timings })
       const startedAt = d?.actions.some((a) => a.type === 'createJob') ? d.state?.startedAt : undefined
       if (startedAt) {
         // The lateness profile (bench/README.md): lateMs is what the benchmark measures, startedAt − due.

@@ -1,9 +1,9 @@
 // The resync sweep: convergence that does not rely on any single event being delivered. A repeating JetStream
-// schedule fires `ai.flexinfer.resync.due` every RESYNC_MS; lifecycle then lists the world once — ModelBackfills,
-// their states, backfill Jobs, Models, the stored timer schedules: five reads, however many backfills — asks the
-// pure needsResync() (core/resync.ts) about each, and publishes one `ai.flexinfer.backfill.resync` per backfill
-// that may be wrong. Each of those is reconciled on its own (its own retries, its own dead letter), so one odd
-// object never holds up the others, and the sweep itself stays a few list calls long at 10,000 backfills.
+// schedule fires `ai.flexinfer.resync.due` every RESYNC_MS; lifecycle then looks at the world once — ModelBackfills,
+// backfill Jobs and Models from its watched copies (./caches.ts; no apiserver request), their states and the stored
+// timer schedules from NATS — asks the pure needsResync() (core/resync.ts) about each, and publishes one
+// `ai.flexinfer.backfill.resync` per backfill that may be wrong and has none queued yet (./pending.ts). Each of those
+// is reconciled on its own (its own retries, its own dead letter), so one odd object never holds up the others.
 import { GROUP, VERSION } from '../../core/api.js'
 import { backfillKey, LABEL_BACKFILL } from '../../core/names.js'
 import { needsResync, RESYNC_MS, type ResyncReason } from '../../core/resync.js'
@@ -13,6 +13,8 @@ import { BACKFILL_SCHEDULES_FILTER, STREAM_TIMERS } from '../../events/catalog.j
 import { PLURALS } from '../../runtime/kube.js'
 import { kvSnapshot } from '../../runtime/kv-mirror.js'
 import { type Deps, readState } from '../../runtime/reconcile.js'
+import type { LifecycleCaches } from './caches.js'
+import type { PendingResyncs } from './pending.js'
 
 /** The sweep period: env RESYNC_MS (milliseconds, at least 1000); 0 turns the schedule off (not recommended). */
 export function resyncIntervalMs(env: NodeJS.ProcessEnv = process.env): number {
@@ -37,6 +39,8 @@ export async function ensureResyncSchedule(
 export interface SweepResult {
   backfills: number
   picked: { namespace: string; backfill: string; reason: ResyncReason }[]
+  /** Would have been picked, but an earlier resync of theirs is still queued (or the pending set is full). */
+  held: number
   failed: number
 }
 
@@ -45,22 +49,42 @@ const PUBLISH_CONCURRENCY = 64
 /** Reading every state must end well inside the consumer's ack wait (30 s). */
 const STATE_READ_TIMEOUT_MS = 20_000
 
-export async function sweep(deps: Deps): Promise<SweepResult> {
+export interface SweepOptions {
+  /** lifecycle's watched copies: the sweep then sends the apiserver nothing (without them: three lists). */
+  caches?: LifecycleCaches
+  /** Backfills whose earlier resync is still queued: not published again (./pending.ts). */
+  pending?: PendingResyncs
+}
+
+export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepResult> {
   const startedMs = performance.now()
   const now = deps.now()
   const scopes = deps.namespaces ?? [undefined]
+  const { caches, pending } = opts
   // The states and schedules are read after the objects: a backfill created meanwhile is picked (NoState) once
   // more rather than missed, and a state committed meanwhile is seen with its newer timer.
-  const [backfills, jobs, models] = await Promise.all([
-    Promise.all(scopes.map((ns) => deps.kube.listBackfills(ns))).then((l) => l.flat()),
-    Promise.all(scopes.map((ns) => listBackfillJobs(deps, ns))).then((l) => l.flat()),
-    Promise.all(scopes.map((ns) => listModels(deps, ns))).then((l) => l.flat()),
-  ])
+  const [backfills, jobs, models] = caches
+    ? [
+        caches.backfills.list(),
+        caches.admission.jobs.list().map(jobView),
+        caches.admission.models.list().map(modelView),
+      ]
+    : await Promise.all([
+        Promise.all(scopes.map((ns) => deps.kube.listBackfills(ns))).then((l) => l.flat()),
+        Promise.all(scopes.map((ns) => listBackfillJobs(deps, ns))).then((l) => l.flat()),
+        Promise.all(scopes.map((ns) => listModels(deps, ns))).then((l) => l.flat()),
+      ])
   const [states, stored] = await Promise.all([readStates(deps, scopes), storedTimers(deps, scopes)])
   const jobByName = new Map(jobs.map((j) => [`${j.namespace}/${j.name}`, j]))
   const modelByName = new Map(models.map((m) => [`${m.namespace}/${m.name}`, m]))
 
   const picked: SweepResult['picked'] = []
+  let held = 0
+  const pick = (p: SweepResult['picked'][number]) => {
+    const key = backfillKey(p.namespace, p.backfill)
+    if (pending?.has(key) || (pending && !pending.add(key))) held++
+    else picked.push(p)
+  }
   for (const b of backfills) {
     const namespace = b.metadata?.namespace
     const name = b.metadata?.name
@@ -77,11 +101,11 @@ export async function sweep(deps: Deps): Promise<SweepResult> {
         },
         now,
       )
-      if (reason) picked.push({ namespace, backfill: name, reason })
+      if (reason) pick({ namespace, backfill: name, reason })
     } catch (err) {
       // An object the sweep cannot even look at (a malformed one): it is re-decided anyway, and never stops it.
       deps.log.warn({ namespace, backfill: name, err }, 'resync: cannot assess this backfill; re-deciding it')
-      picked.push({ namespace, backfill: name, reason: 'NoState' })
+      pick({ namespace, backfill: name, reason: 'NoState' })
     }
   }
 
@@ -94,6 +118,7 @@ export async function sweep(deps: Deps): Promise<SweepResult> {
         await deps.bus.publish('ai.flexinfer.backfill.resync', p)
       } catch (err) {
         failed++
+        pending?.done(backfillKey(p.namespace, p.backfill))
         deps.log.warn({ namespace: p.namespace, backfill: p.backfill, err }, 'resync: publish failed; next sweep')
       }
     }
@@ -103,10 +128,13 @@ export async function sweep(deps: Deps): Promise<SweepResult> {
   for (const p of picked) byReason[p.reason] = (byReason[p.reason] ?? 0) + 1
   // Every sweep, even one that picks nothing: `ms` (lists, reads and publishes) is what bench/scale measures.
   const ms = Math.round(performance.now() - startedMs)
-  deps.log.info({ backfills: backfills.length, picked: picked.length, byReason, failed, ms }, 'resync sweep')
+  deps.log.info(
+    { backfills: backfills.length, picked: picked.length, held, byReason, failed, ms, cached: Boolean(caches) },
+    'resync sweep',
+  )
   // Nothing published at all while there was something to publish: NATS is in trouble, let the sweep be retried.
   if (failed && failed === picked.length) throw new Error(`resync: none of ${failed} resync events could be published`)
-  return { backfills: backfills.length, picked, failed }
+  return { backfills: backfills.length, picked, held, failed }
 }
 
 /** Backfill Jobs (by label) in one list per scope. */

@@ -61,13 +61,14 @@ export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grant[]>
     ns('', ['events'], ['create', 'get', 'patch']),
   ],
   lifecycle: [
-    ns(FLEX, ['modelbackfills'], ['get', 'list', 'patch']),
+    // list/watch: lifecycle's watched copies (functions/lifecycle/caches.ts): the sweep and the cluster-wide
+    // re-decides read ModelBackfills, Models, sessions, leases and Jobs from memory.
+    ns(FLEX, ['modelbackfills'], ['get', 'list', 'watch', 'patch']),
     ns(FLEX, ['modelbackfills/status'], ['update']),
-    // list: the resync sweep reads every Model once per sweep (functions/lifecycle/resync.ts).
-    ns(FLEX, ['models'], ['get', 'list']),
-    anywhere(FLEX, SESSIONS_AND_LEASES, ['list']),
+    ns(FLEX, ['models'], ['get', 'list', 'watch']),
+    anywhere(FLEX, SESSIONS_AND_LEASES, ['list', 'watch']),
     ns('batch', ['cronjobs'], ['get']),
-    ns('batch', ['jobs'], ['get', 'list', 'delete']),
+    ns('batch', ['jobs'], ['get', 'list', 'watch', 'delete']),
     ns('', ['events'], ['create', 'get', 'patch']),
   ],
   // The Kubernetes event source (ApiServerSource, or source's watcher in the keda overlay): scoped watches per
