@@ -206,6 +206,43 @@ export interface TopologyOptions {
   replicas?: number
 }
 
+/** How long a process waits for NATS at start before it gives up (NATS_CONNECT_WAIT_MS, default 120 s). */
+const connectWaitMs = () => {
+  const n = Number(process.env.NATS_CONNECT_WAIT_MS)
+  return Number.isInteger(n) && n > 0 ? n : 120_000
+}
+
+/**
+ * The first connection, waiting for NATS while it is down or restarting (every 500 ms, a 5 s dial deadline each,
+ * up to `waitMs`): a function started during an outage used to exit at once (refused) or after a 20 s dial that
+ * hung, and its restart came after NATS was back — in a cluster after the pod's crash-loop back-off — so cancels
+ * waited for it (chaos.test.ts: a Job deleted 17.7 s after its request). A refused credential fails at once: it
+ * will not get better by waiting. Later disconnects reconnect forever (maxReconnectAttempts -1).
+ */
+export async function connectWaiting(servers: string, name: string, topology: TopologyOptions = {}) {
+  const waitMs = topology.waitMs ?? connectWaitMs()
+  const deadline = Date.now() + waitMs
+  // noAsyncTraces: no Error (and stack capture) per request; on the hot path that was a fifth of the CPU.
+  const options = { ...natsServerOptions(servers), name, maxReconnectAttempts: -1, noAsyncTraces: true }
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await connect({ ...options, timeout: 5_000 })
+    } catch (err) {
+      const unavailable = err instanceof Error && /ConnectionError|TimeoutError/.test(err.name)
+      if (!unavailable || /authori[sz]ation|authentication/i.test(String(err))) throw err
+      if (Date.now() + 500 > deadline) {
+        throw new Error(`NATS at ${servers} not reachable within ${Math.round(waitMs / 1000)} s: ${describe(err)}`)
+      }
+      if (attempt === 1 || attempt % 20 === 0) {
+        topology.log?.warn({ servers, attempt, error: describe(err) }, 'NATS not reachable yet; waiting for it')
+      }
+      await new Promise((r) => setTimeout(r, 500))
+    }
+  }
+}
+
+const describe = (err: unknown) => (err instanceof Error ? `${err.name}: ${err.message}` : String(err))
+
 /**
  * Waits for something the provision step creates: retries `lookup` while it answers "not found", logs a hint every
  * 10 s, and gives up with a specific error after `waitMs`.
@@ -427,8 +464,7 @@ export class Bus {
   }
 
   static async connect(servers: string, name: string, topology: TopologyOptions = {}): Promise<Bus> {
-    // noAsyncTraces: no Error (and stack capture) per request; on the hot path that was a fifth of the CPU.
-    const nc = await connect({ ...natsServerOptions(servers), name, maxReconnectAttempts: -1, noAsyncTraces: true })
+    const nc = await connectWaiting(servers, name, topology)
     try {
       return await Bus.open(nc, topology)
     } catch (err) {

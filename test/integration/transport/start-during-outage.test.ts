@@ -1,0 +1,51 @@
+// A function process started while NATS is down (a restart, a node drain, the chaos harness's NATS outage) waits for
+// it and connects once it is back, instead of exiting — which, deployed, means a crash-loop back-off on top of the
+// outage, and cancels waiting for it. A refused credential still fails at once: waiting cannot fix it.
+import { afterAll, beforeAll, expect, it } from 'vitest'
+import { Bus } from '../../../runtime/nats.js'
+import { sleep } from '../../env/exec.js'
+import { useTestEnv } from '../../env/fixture.js'
+import { type OwnNats, startOwnNats } from './own-nats.js'
+
+const env = useTestEnv()
+let nats: OwnNats
+
+beforeAll(async () => {
+  nats = await startOwnNats(env.binaries.natsServer as string)
+})
+afterAll(async () => {
+  await nats?.destroy()
+})
+
+it('connects once NATS is back when started during an outage', { timeout: 60_000 }, async () => {
+  await nats.stop()
+  let settled: 'connected' | Error | undefined
+  const connecting = Bus.connect(nats.url, 'start-during-outage', { waitMs: 30_000 }).then(
+    (bus) => {
+      settled = 'connected'
+      return bus
+    },
+    (err: Error) => {
+      settled = err
+      throw err
+    },
+  )
+  connecting.catch(() => {})
+  await sleep(3_000)
+  // Still waiting, not failed.
+  expect(settled).toBeUndefined()
+  await nats.start()
+  const bus = await connecting
+  expect(settled).toBe('connected')
+  // Usable: the topology was provisioned after the connection came.
+  expect((await bus.jsm.streams.list().next()).length).toBeGreaterThan(0)
+  await bus.close()
+})
+
+it('gives up with a specific error when NATS does not come back in time', { timeout: 30_000 }, async () => {
+  await nats.stop()
+  await expect(Bus.connect(nats.url, 'start-during-outage', { waitMs: 2_000 })).rejects.toThrow(
+    /NATS at nats:\/\/127\.0\.0\.1:\d+ not reachable within 2 s: ConnectionError/,
+  )
+  await nats.start()
+})
