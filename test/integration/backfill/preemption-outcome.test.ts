@@ -46,39 +46,17 @@ afterAll(async () => {
   await runner?.stop()
 })
 
-/** A CronJob template like world.template's, with backoffLimit as given (undefined: the Job default, 6). */
-async function template(name: string, backoffLimit: number | undefined) {
-  await world.batch.createNamespacedCronJob({
-    namespace: env.namespace,
-    body: {
-      metadata: { name },
-      spec: {
-        schedule: '0 0 1 1 *',
-        suspend: true,
-        jobTemplate: {
-          spec: {
-            backoffLimit,
-            template: {
-              spec: { restartPolicy: 'Never', containers: [{ name: 'eval', image: 'busybox', command: ['true'] }] },
-            },
-          },
-        },
-      },
-    },
-  })
-}
-
 describe.concurrent('preempted attempts whose pods are deleted with the Job', () => {
   for (const [variant, backoffLimit] of [
     ['backoffLimit 0', 0],
-    ['default backoffLimit', undefined],
+    ['default backoffLimit', null],
   ] as const) {
     it(`${variant}: ${ROUNDS} rounds of ${BACKFILLS} preemptions, each a preemption (never Failed/JobFailed)`, {
       timeout: 240_000,
     }, async () => {
       const tag = backoffLimit === 0 ? 'bl0' : 'bld'
       const ids = Array.from({ length: BACKFILLS }, (_, i) => `${tag}-${i}`)
-      await template(`${tag}-tpl`, backoffLimit)
+      await world.template(`${tag}-tpl`, { backoffLimit })
       for (const id of ids) {
         await world.model(`${id}-model`, { node: `${id}-node` })
         await world.backfill(id, { modelRef: `${id}-model`, templateRef: `${tag}-tpl`, idleFor: '2s' })

@@ -99,6 +99,8 @@ export class BackfillWorld {
       gpu?: boolean
       env?: { name: string; value?: string; valueFrom?: unknown }[]
       initContainer?: boolean
+      /** The Job's backoffLimit: 0 unless given; null leaves it unset (the Job default, 6). */
+      backoffLimit?: number | null
     } = {},
   ) {
     await this.batch.createNamespacedCronJob({
@@ -111,7 +113,7 @@ export class BackfillWorld {
           jobTemplate: {
             metadata: { labels: { app: 'eval' }, annotations: { 'example.com/keep': 'yes' } },
             spec: {
-              backoffLimit: 0,
+              backoffLimit: opts.backoffLimit === null ? undefined : (opts.backoffLimit ?? 0),
               template: {
                 spec: {
                   restartPolicy: 'Never',
