@@ -43,7 +43,7 @@ import {
 } from '../events/catalog.js'
 import { type Extensions, encode } from '../events/codec.js'
 import { republishPrefix } from './kv-mirror.js'
-import type { Logger } from './log.js'
+import { describeError, type Logger } from './log.js'
 
 const FOREGROUND_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
 
@@ -230,18 +230,17 @@ export async function connectWaiting(servers: string, name: string, topology: To
     } catch (err) {
       const unavailable = err instanceof Error && /ConnectionError|TimeoutError/.test(err.name)
       if (!unavailable || /authori[sz]ation|authentication/i.test(String(err))) throw err
+      const why = `${err.name}: ${describeError(err)}`
       if (Date.now() + 500 > deadline) {
-        throw new Error(`NATS at ${servers} not reachable within ${Math.round(waitMs / 1000)} s: ${describe(err)}`)
+        throw new Error(`NATS at ${servers} not reachable within ${Math.round(waitMs / 1000)} s: ${why}`)
       }
       if (attempt === 1 || attempt % 20 === 0) {
-        topology.log?.warn({ servers, attempt, error: describe(err) }, 'NATS not reachable yet; waiting for it')
+        topology.log?.warn({ servers, attempt, error: why }, 'NATS not reachable yet; waiting for it')
       }
       await new Promise((r) => setTimeout(r, 500))
     }
   }
 }
-
-const describe = (err: unknown) => (err instanceof Error ? `${err.name}: ${err.message}` : String(err))
 
 /**
  * Waits for something the provision step creates: retries `lookup` while it answers "not found", logs a hint every
