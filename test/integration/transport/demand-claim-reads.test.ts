@@ -42,14 +42,16 @@ const claim = (model: string, jobName: string) =>
     idleSince: new Date(Date.now() - 60_000).toISOString(),
   })
 
-/** Counts the JetStream API requests the server is sent, by subject. */
-function sniff() {
+/** Counts the JetStream API requests the server is sent, by subject (from the moment the server has the SUB). */
+async function sniff() {
   const counts = new Map<string, number>()
   const sub = nc.subscribe('$JS.API.>', {
     callback: (_err, m) => {
       counts.set(m.subject, (counts.get(m.subject) ?? 0) + 1)
     },
   })
+  // The requests come on other connections: without the flush the first one could reach the server before the SUB.
+  await nc.flush()
   return {
     count: (subject: string) => counts.get(subject) ?? 0,
     /** Other connections' requests may reach this subscription after a flush: wait until the counts stay put. */
@@ -71,7 +73,7 @@ it('a claim read is answered by the stream leader as of after the call, and repe
   const bus = await Bus.connect(nats.url, 'claim-reads') // provisions the buckets
   const js = new JsRequests(bus.nc)
   const reads = new ClaimReads(js)
-  const api = sniff()
+  const api = await sniff()
   try {
     expect(await reads.read('model.reads.a')).toBeNull()
     expect(await reads.read('model.reads.a')).toBeNull()
@@ -108,7 +110,7 @@ it('demand: idle writes of unclaimed models cost no claim read each; a claimed m
   kc.loadFromClusterAndUser({ name: 'none', server: 'https://127.0.0.1:1', skipTLSVerify: false }, { name: 'none' })
   const runner = await startRunner({ natsUrl: nats.url, kubeconfig: kc, functions: ['demand'] })
   const jsm = await jetstreamManager(nc)
-  const api = sniff()
+  const api = await sniff()
   const writes = { n: 0 }
   const writeSub = nc.subscribe('$KV.flexinfer-model-idle.>', {
     callback: () => {
