@@ -12,6 +12,8 @@ export const republishPrefix = (bucket: string) => `flexinfer.kv.${bucket}.`
 
 /** Keys read per snapshot at most: a bound on memory and on the time a (re)load takes. */
 export const SNAPSHOT_MAX_KEYS = 200_000
+/** Between loads that failed (NATS unreachable, the bucket without a leader). */
+const RELOAD_RETRY_MS = 500
 /** Direct gets in flight at once while loading. */
 const SNAPSHOT_CONCURRENCY = 32
 
@@ -53,12 +55,21 @@ export class KvMirror<T> {
   private stopped = false
   private loading?: Promise<void>
   private reloadAgain = false
+  private retrying?: Promise<void>
+  private loadAgain = false
+  /** Loads that failed and were tried again (tests, logs). */
+  failedLoads = 0
 
   /** parse: turns a stored value into T, or null for one that cannot be read (then it is left out). */
   constructor(private readonly parse: (raw: unknown, key: string) => T | null = (raw) => raw as T) {}
 
-  /** Subscribes to the republished changes first, then loads the current values; resolves once they are loaded. */
-  async start(nc: NatsConnection, kv: KV, key = '>') {
+  /**
+   * Subscribes to the republished changes first, then loads the current values; resolves once they are loaded. NATS
+   * going away meanwhile (a restart, a server of the cluster killed) is waited out up to `waitMs`: a process that
+   * was starting then used to exit (the flush's PING rejected as "connection disconnected" by the first failed
+   * reconnect), and a crash-loop back-off followed the outage.
+   */
+  async start(nc: NatsConnection, kv: KV, key = '>', waitMs = 120_000) {
     const bucket = (kv as unknown as { bucket: string }).bucket
     const prefix = republishPrefix(bucket)
     const sub = nc.subscribe(`${prefix}${key}`)
@@ -71,18 +82,52 @@ export class KvMirror<T> {
         this.apply(m.subject.slice(prefix.length), seq, op === 'DEL' || op === 'PURGE' ? null : m.string())
       }
     })()
-    // Republished messages sent while disconnected are lost: load again after every reconnect.
+    // Republished messages sent while disconnected are lost: load again after every reconnect, until a load
+    // succeeds (one that failed — the bucket leaderless right after a server died — would leave them lost).
     const status = nc.status() as AsyncIterable<{ type: string }> & { stop?: () => void }
     this.status = status
     const reconnects = (async () => {
       for await (const s of status) {
         if (this.stopped) break
-        if (s.type === 'reconnect') void this.reload(kv, key).catch(() => {})
+        if (s.type === 'reconnect') this.loadAfterReconnect(nc, kv, key)
       }
     })()
     this.done = Promise.all([follow, reconnects.catch(() => {})])
-    await nc.flush()
-    await this.reload(kv, key)
+    await this.loadUntilDone(nc, kv, key, waitMs)
+  }
+
+  /** One retrying load at a time; a reconnect while it runs makes it load once more when done. */
+  private loadAfterReconnect(nc: NatsConnection, kv: KV, key: string) {
+    if (this.retrying) {
+      this.loadAgain = true
+      return
+    }
+    this.retrying = this.loadUntilDone(nc, kv, key, Number.POSITIVE_INFINITY)
+      .catch(() => {}) // stopped or closed
+      .finally(() => {
+        this.retrying = undefined
+        if (this.loadAgain && !this.stopped) {
+          this.loadAgain = false
+          this.loadAfterReconnect(nc, kv, key)
+        }
+      })
+  }
+
+  /** Flush (the subscription is on the server) and load, again every RELOAD_RETRY_MS until one succeeds. */
+  private async loadUntilDone(nc: NatsConnection, kv: KV, key: string, waitMs: number) {
+    const deadline = Date.now() + waitMs
+    for (;;) {
+      try {
+        await nc.flush()
+        await this.reload(kv, key)
+        return
+      } catch (err) {
+        if (this.stopped || nc.isClosed()) throw err
+        if (Date.now() + RELOAD_RETRY_MS > deadline) throw err
+        this.failedLoads++
+        await new Promise((r) => setTimeout(r, RELOAD_RETRY_MS))
+      }
+    }
   }
 
   async stop() {

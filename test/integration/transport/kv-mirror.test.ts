@@ -62,3 +62,37 @@ it('a mirror reloads after a reconnect: changes it could not hear (a put, a dele
   expect(mirror.values.get('model.ns.live')).toEqual({ v: 3 })
   await mirror.stop()
 }, 90_000)
+
+// A process starting while NATS goes away (the chaos harness's NATS restart): the mirror's start flushes while
+// disconnected, and the first failed reconnect rejects that PING as "connection disconnected" — the watcher and admit
+// exited with exit code 1 on it in a chaos run. Seen failing without the fix: the start rejected with that error.
+it('a mirror started while NATS is away waits for it, then loads', async () => {
+  const writer = await Bus.connect(nats.url, 'kv-mirror-writer-2')
+  await writer.kv.claims.put('model.ns.waited', JSON.stringify({ v: 7 }))
+  await writer.close()
+  const nc = await connect({ servers: nats.url, reconnectTimeWait: 250, reconnectJitter: 0, maxReconnectAttempts: -1 })
+  try {
+    const bus = await Bus.open(nc, { provision: false, waitMs: 5_000 })
+    await nats.stop()
+    const mirror = new KvMirror<{ v: number }>()
+    let settled: 'loaded' | Error | undefined
+    const starting = mirror.start(nc, bus.kv.claims, 'model.>', 60_000).then(
+      () => {
+        settled = 'loaded'
+      },
+      (err: Error) => {
+        settled = err
+      },
+    )
+    await sleep(2_000) // several failed reconnect attempts
+    expect(settled).toBeUndefined()
+    await nats.start()
+    await starting
+    expect(settled).toBe('loaded')
+    expect(mirror.values.get('model.ns.waited')).toEqual({ v: 7 })
+    expect(mirror.failedLoads).toBeGreaterThan(0)
+    await mirror.stop()
+  } finally {
+    await nc.close().catch(() => {})
+  }
+}, 90_000)
