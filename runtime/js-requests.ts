@@ -150,17 +150,35 @@ export async function kvUpdate(
 
 /**
  * The stream's version as its leader knows it — when it was created and its last sequence — answered after every
- * write acknowledged before the request (STREAM.INFO is answered by the stream leader only). While it is unchanged
- * nothing was stored in the stream (messages can only have been removed).
+ * write acknowledged before the request (a reply from another member counts as a new version: versionOf). While it
+ * is unchanged nothing was stored in the stream (messages can only have been removed).
  */
-let leaderless = 0
+let notFromLeader = 0
 export async function streamVersion(js: JsRequests, stream: string): Promise<string> {
   const reply = await js.request(`$JS.API.STREAM.INFO.${stream}`, '')
   const error = apiError(reply)
   if (error) throw new Error(`stream ${stream} info: ${error.description ?? error.code}`)
-  const r = reply as { created?: string; state?: { last_seq?: number }; cluster?: { leader?: string } }
+  return versionOf(stream, reply)
+}
+
+/**
+ * The version in a STREAM.INFO reply, or one that matches nothing when the reply may be behind. A replicated stream's
+ * leader is not the only one that answers: while the stream has no leader its members answer (`cluster.leader`
+ * empty), and a member whose Raft node was created less than 10 s ago answers too when it is the group's preferred
+ * leader (nats-server jsStreamInfoRequest) — a server just restarted, maybe still catching up, with the real
+ * leader's name in `cluster.leader`. The answering server leaves itself out of `cluster.replicas`, so a reply that
+ * lists the leader among them did not come from it.
+ */
+export function versionOf(stream: string, reply: unknown): string {
+  const r = reply as {
+    created?: string
+    state?: { last_seq?: number }
+    cluster?: { leader?: string; replicas?: { name?: string }[] }
+  }
   if (typeof r.state?.last_seq !== 'number') throw new Error(`stream ${stream} info: unreadable reply`)
-  // While a replicated stream has no leader its followers answer too, maybe behind: a version that matches nothing.
-  if (r.cluster && !r.cluster.leader) return `leaderless/${++leaderless}`
+  const cluster = r.cluster
+  if (cluster && (!cluster.leader || cluster.replicas?.some((p) => p.name === cluster.leader))) {
+    return `not-from-the-leader/${++notFromLeader}`
+  }
   return `${r.created ?? ''}/${r.state.last_seq}`
 }
