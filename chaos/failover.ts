@@ -24,7 +24,7 @@ import { streamLeader, waitForStreamLeader } from '../test/env/nats.js'
 import { type ChaosConfig, rng, short } from './config.js'
 import { FUNCTIONS } from './fleet.js'
 import { type Counts, Oracle } from './oracle.js'
-import { awaitCancelDeadlines, awaitSettled, countsOf, sayEvidence, verdictOf, withRig } from './setup.js'
+import { awaitCancelDeadlines, awaitSettled, countsOf, linesAbout, sayEvidence, verdictOf, withRig } from './setup.js'
 import { declareWorkload, emptyWorkload, startTraffic } from './workload.js'
 
 export const FAILOVER_TARGETS = [`KV_${BUCKET_CLAIMS}`, `KV_${BUCKET_BACKFILLS}`, STREAM_EVENTS, STREAM_TIMERS] as const
@@ -139,9 +139,12 @@ export async function runFailover(
       fleet: (env) => ({
         natsMonitorUrls: env.natsServers.map((s) => s.monitorUrl),
         env: { NATS_REPLICAS: String(env.natsServers.length) },
+        // A short run with few models: debug lines (demand's claim read after each idle write) are a few thousand,
+        // and a lost cancel in CI, whose log directory is gone, can only be explained by what the result prints.
+        logLevel: 'debug',
       }),
     },
-    async ({ say, started, env, kc, nc, jsm, fleet, defer }) => {
+    async ({ say, started, logDir, env, kc, nc, jsm, fleet, defer }) => {
       const replicas = env.natsServers.length
       say(`functions running (${FUNCTIONS.join(', ')}); streams and buckets at ${replicas} replicas`)
 
@@ -244,6 +247,12 @@ export async function runFailover(
           jobs_raced_and_deleted: verdict.raced.slice(0, limit),
           two_live_attempts_same_model_or_node: verdict.twoLive.slice(0, limit),
           lost_cancels: verdict.lost.slice(0, limit),
+          lost_cancels_log_lines: await linesAbout(
+            logDir,
+            verdict.lost
+              .slice(0, 3)
+              .flatMap((l) => [String(l.job).split('/')[1] ?? '', String(l.model).replace('/', '.')]),
+          ),
           backfills_not_settled: Object.entries(problems)
             .slice(0, limit)
             .map(([k, v]) => `${k}: ${v}`),

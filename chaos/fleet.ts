@@ -78,6 +78,8 @@ export interface FleetOptions {
   natsMonitorUrls?: string[]
   /** More environment for every process (e.g. NATS_REPLICAS for the provision step). */
   env?: NodeJS.ProcessEnv
+  /** The functions' LOG_LEVEL unless CHAOS_FUNCTION_LOG_LEVEL says otherwise (default warn). */
+  logLevel?: string
   jsm: JetStreamManager
   kubeconfigPath: string
   logDir: string
@@ -229,7 +231,7 @@ export class Fleet {
       NATS_PROVISION: 'false',
       WATCH: 'false',
       PORT: '0',
-      LOG_LEVEL: process.env.CHAOS_FUNCTION_LOG_LEVEL ?? 'warn',
+      LOG_LEVEL: process.env.CHAOS_FUNCTION_LOG_LEVEL ?? this.opts.logLevel ?? 'warn',
     }
   }
 

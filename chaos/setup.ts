@@ -3,7 +3,7 @@
 // harness's own NATS connection, the functions compiled and running as a Fleet — and, however the run ends, every
 // step undone in reverse, the environment stopped, the logs kept only as evidence of a failed run or when asked.
 import { randomBytes } from 'node:crypto'
-import { mkdir, rm } from 'node:fs/promises'
+import { mkdir, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node'
@@ -164,6 +164,26 @@ export async function awaitCancelDeadlines(requests: ForegroundRequest[], cancel
 }
 
 /** The first items of each invariant's evidence, one progress line each. */
+/**
+ * The function log lines (every process, every restart) that mention any of `needles` — a Job's name, a model's
+ * key — oldest first, at most `max`: a failing run in CI has its log directory removed with the machine.
+ */
+export async function linesAbout(logDir: string, needles: string[], max = 80): Promise<string[]> {
+  const wanted = needles.filter((n) => n.length > 0)
+  if (!wanted.length) return []
+  const found: { time: number; line: string }[] = []
+  for (const file of (await readdir(logDir).catch(() => [])).filter((f) => f.endsWith('.log'))) {
+    const text = await readFile(join(logDir, file), 'utf8').catch(() => '')
+    for (const line of text.split('\n')) {
+      if (!wanted.some((n) => line.includes(n))) continue
+      const time = Number(/"time":(\d+)/.exec(line)?.[1] ?? 0)
+      found.push({ time, line: `${file}: ${line.length > 600 ? `${line.slice(0, 600)}…` : line}` })
+    }
+  }
+  found.sort((a, b) => a.time - b.time)
+  return found.slice(-max).map((f) => f.line)
+}
+
 export function sayEvidence(say: (line: string) => void, evidence: Record<string, unknown[]>): void {
   for (const [name, items] of Object.entries(evidence)) {
     if (items.length) say(`${name}: ${JSON.stringify(items.slice(0, 3))}${items.length > 3 ? ' …' : ''}`)

@@ -202,6 +202,11 @@ export class Demand {
     this.cancelled.set(cancelKey, now)
     if (this.cancelled.size > 10_000) this.pruneCancelled(now)
     this.stats.cancels++
+    // Rare (once per admission broken by foreground) and what an operator asks first: which request cancelled what.
+    this.deps.log.info(
+      { job: `${claim.namespace}/${claim.jobName}`, claimedAt: claim.claimedAt, at: new Date(at).toISOString() },
+      'cancel requested: foreground after the window the attempt was admitted on',
+    )
     try {
       await this.deps.bus.publish(
         'ai.flexinfer.backfill.cancel',
@@ -245,6 +250,18 @@ export class Demand {
       // having written idleness, look at the claim itself (not the watched copy, which may lag) so an admission
       // racing these requests is cancelled either way. A failure here fails the requests, which are redelivered.
       const claim = await this.readClaim(`model.${key}`)
+      if (this.deps.log.isLevelEnabled('debug')) {
+        this.deps.log.debug(
+          {
+            key,
+            target: new Date(target).toISOString(),
+            claim: claim ? `${claim.jobName}@${claim.claimedAt}` : null,
+            watched: this.claims.values.get(`model.${key}`)?.jobName ?? null,
+            reads: this.claimReads?.stats,
+          },
+          'idle written; claim read',
+        )
+      }
       if (claim) await this.cancelIfClaimed(target, claim)
       // Only now: a request at or before `persisted` is answered without a write or a claim check.
       entry.persisted = Math.max(entry.persisted, target)
