@@ -624,7 +624,20 @@ async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim |
         continue
       }
     }
-    if (holder.jobName === claim.jobName) return null // ours already (a retry or a second replica)
+    if (holder.jobName === claim.jobName) {
+      // Ours already (a retry, a second replica, or a try that failed after taking it): it must name this admission
+      // — its window start, and its time, by which demand remembers the cancel it sent. Left as the failed try took
+      // it, a request after this admission counted as already cancelled (that cancel found no Job) and the Job
+      // this one creates stayed up (retried-admission-claim.test.ts).
+      if (holder.claimedAt === claim.claimedAt && holder.idleSince === claim.idleSince) return null
+      try {
+        await kv.update(key, body, entry.revision)
+        return null
+      } catch (err) {
+        if (!isCasConflict(err)) throw err
+        continue
+      }
+    }
     if (!(await isStale(deps, holder))) return holder
     try {
       await deps.bus.kv.claims.update(key, body, entry.revision)
