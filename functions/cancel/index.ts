@@ -23,6 +23,7 @@ import { preemptionLatency } from '../../runtime/ops-metrics.js'
 import { reconcile } from '../../runtime/reconcile.js'
 import { traced } from '../../runtime/tracing.js'
 import { deleteAttemptPods, Lane, RecentlyDeleted } from './fast-path.js'
+import { awaitAdmittedJob } from './in-flight.js'
 
 /**
  * Cancels in flight in one instance: the bound of the bookkeeping queue (the transport holds no more). Wide, as
@@ -89,11 +90,7 @@ export function cancelFunction(): EventFunction {
       // for a DELETE place, the apiserver's answers).
       const handledAt = deps.now()
       let deleteFrom = handledAt
-      const result = await deletes.run(async () => {
-        deleteFrom = deps.now()
-        // The watched copy first; a Job created a moment ago may not be in it yet: one GET then.
-        const job = jobs?.get(namespace, jobName) ?? (await deps.kube.getJob(namespace, jobName))
-        if (!job) return 'absent'
+      const remove = async (job: V1Job) => {
         const why = refusal(job, backfill)
         if (why) {
           deps.log.warn({ namespace, backfill, job: jobName, reason, why }, 'cancel: refused')
@@ -102,7 +99,7 @@ export function cancelFunction(): EventFunction {
         const uid = job.metadata?.uid
         // DELETEd by this instance a moment ago, pods included: nothing to send again. (Not skipped for a Job that
         // merely shows a deletionTimestamp: someone may have deleted it orphaning its pods.)
-        if (deleted.has(uid)) return 'deleting'
+        if (deleted.has(uid)) return 'deleting' as const
         // The Job's DELETE first, the pods' once it is answered: the Job controller counts deleted pods as the Job's
         // failures (backoffLimit 0: Failed), and decide tells that failure from one of the Job's own by it coming
         // with or after the Job's deletionTimestamp — which this order guarantees. (It also makes the Failed
@@ -123,7 +120,21 @@ export function cancelFunction(): EventFunction {
         }
         if (result === 'deleted') deleted.add(uid)
         return result
+      }
+      let result = await deletes.run(async () => {
+        deleteFrom = deps.now()
+        // The watched copy first; a Job created a moment ago may not be in it yet: one GET then.
+        const job = jobs?.get(namespace, jobName) ?? (await deps.kube.getJob(namespace, jobName))
+        return job ? remove(job) : ('absent' as const)
       })
+      // No Job yet: the admission may still be creating it (in-flight.ts). Waited for outside the DELETE lane.
+      let waitedMs: number | undefined
+      if (result === 'absent' && reason === 'ForegroundDemand') {
+        const from = deps.now()
+        const late = await awaitAdmittedJob(deps, jobs, { namespace, backfill, jobName, at })
+        waitedMs = deps.now() - from
+        if (late) result = await deletes.run(() => remove(late))
+      }
       const ms = {
         queued: event.storedAt === undefined ? undefined : Math.round(handledAt - event.storedAt),
         lane: deleteFrom - handledAt,
@@ -131,7 +142,7 @@ export function cancelFunction(): EventFunction {
       }
       // The signal's time (`at`, capped at now) to the DELETE accepted: what the latency alert watches.
       if (result === 'deleted') preemptionLatency.observe({ reason }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
-      deps.log.info({ namespace, backfill, job: jobName, reason, result, ms }, 'cancel: job delete accepted')
+      deps.log.info({ namespace, backfill, job: jobName, reason, result, ms, waitedMs }, 'cancel: job delete accepted')
       await bookkeeping.run(async () => {
         // DELETEs first: the bookkeeping's apiserver reads and writes wait while a burst of them is in flight.
         await deletes.idle(BOOKKEEPING_YIELD_MAX_MS)

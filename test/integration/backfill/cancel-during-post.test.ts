@@ -1,0 +1,121 @@
+// A foreground request on the documented subject (what a plain NATS client of the contract publishes) stored while
+// admit's Job POST is in flight: admit's own re-check after the POST reads only the per-model subject, so deleting
+// the Job is demand → cancel's — and demand's cancel (the claims were taken before the POST) reaches cancel before the
+// Job exists. Cancel found no Job, that cancel was spent (demand sends one per admission), and the Job the POST
+// created a moment later ran until a later decision noticed it: 1.8 s in a failover run, past the 1 s the chaos
+// oracle allows a raced admission. Now cancel waits for the Job the claim still stands for and deletes it at once.
+// The POST is slowed by a hook around the real call, and cancel (a runner of its own, as deployed) has its
+// bookkeeping's state reads slowed — what made that later decision late under load — and lifecycle's own cancels for
+// the backfill are dropped (its reaction to the new Job cancels it too; in the failover run it was behind). The
+// servers are real. The
+// oracle is the test's own watch. Seen failing without cancel's wait: the Job lived 2.9 s (175 ms with it).
+import { Watch } from '@kubernetes/client-node'
+import { afterAll, beforeAll, expect, it } from 'vitest'
+import type { Runner } from '../../../runtime/runner.js'
+import { useTestEnv } from '../../env/fixture.js'
+import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { startTestRunner, testInstance } from '../support/runner.js'
+
+const env = useTestEnv()
+let runner: Runner
+let cancel: Runner
+let lifecycle: Runner
+let world: BackfillWorld
+let stopWatch: (() => void) | undefined
+/** The namespace's Jobs as the watch saw them: when ADDED arrived and when it was first marked for deletion. */
+const seen = new Map<string, { owner?: string; addedAt: number; deletingAt?: number }>()
+const restore: (() => void)[] = []
+
+beforeAll(async () => {
+  const instance = testInstance()
+  lifecycle = await startTestRunner(env, { instance, functions: ['source', 'lifecycle'] })
+  runner = await startTestRunner(env, { instance, functions: ['demand', 'admit'], watch: false })
+  cancel = await startTestRunner(env, { instance, functions: ['cancel'], watch: false })
+  world = new BackfillWorld(env.kc, env.namespace, env.nc)
+  const controller = await new Watch(env.kc).watch(
+    `/apis/batch/v1/namespaces/${env.namespace}/jobs`,
+    {},
+    (type, job: { metadata?: { uid?: string; deletionTimestamp?: string; ownerReferences?: { name: string }[] } }) => {
+      const uid = job.metadata?.uid
+      if (!uid) return
+      let entry = seen.get(uid)
+      if (!entry) {
+        entry = { owner: job.metadata?.ownerReferences?.[0]?.name, addedAt: Date.now() }
+        seen.set(uid, entry)
+      }
+      if ((type === 'DELETED' || job.metadata?.deletionTimestamp) && entry.deletingAt === undefined) {
+        entry.deletingAt = Date.now()
+      }
+    },
+    () => {},
+  )
+  stopWatch = () => controller.abort()
+})
+afterAll(async () => {
+  for (const undo of restore.splice(0)) undo()
+  stopWatch?.()
+  world?.close()
+  await runner?.stop()
+  await cancel?.stop()
+  await lifecycle?.stop()
+})
+
+it('a request on the documented subject during the Job POST: the Job is deleted as soon as it exists', async () => {
+  const { backfill, model, template, node } = world.names('post-race')
+  await world.model(model, { node })
+  await world.template(template)
+  // demand's cancel for this backfill, seen on the wire.
+  let cancelledAt: number | undefined
+  const sub = env.nc.subscribe('flexinfer.events.backfill.cancel', {
+    callback: (_err, m) => {
+      if (cancelledAt === undefined && m.string().includes(`"backfill":"${backfill}"`)) cancelledAt = Date.now()
+    },
+  })
+  restore.push(() => sub.unsubscribe())
+  let storedAt: number | undefined
+  const kube = runner.deps.kube
+  const original = kube.createJob.bind(kube)
+  kube.createJob = (async (job: Parameters<typeof kube.createJob>[0]) => {
+    if (storedAt === undefined && job.metadata?.ownerReferences?.[0]?.name === backfill) {
+      // The POST is slow (an apiserver under load): the request is stored, demand cancels, cancel finds no Job and
+      // its bookkeeping runs — all before the POST is answered.
+      storedAt = await world.foregroundOnDocumentedSubject(model)
+      await waitUntil('demand to cancel the attempt', async () => cancelledAt, 10_000)
+      await new Promise((r) => setTimeout(r, 1_500))
+    }
+    return original(job)
+  }) as typeof kube.createJob
+  restore.push(() => {
+    kube.createJob = original
+  })
+  const bus = lifecycle.deps.bus
+  const publish = bus.publish.bind(bus)
+  bus.publish = (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
+    if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
+    return (publish as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
+  }) as typeof bus.publish
+  restore.push(() => {
+    bus.publish = publish
+  })
+  // cancel's bookkeeping (its reconcile) reads the backfill's state first: slow, as under load.
+  const states = cancel.deps.bus.kv.backfills
+  const get = states.get.bind(states)
+  states.get = (async (key: string, ...rest: unknown[]) => {
+    if (key.endsWith(`.${backfill}`)) await new Promise((r) => setTimeout(r, 4_000))
+    return (get as (...a: unknown[]) => ReturnType<typeof states.get>)(key, ...rest)
+  }) as typeof states.get
+  restore.push(() => {
+    states.get = get
+  })
+
+  await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
+  const job = await waitUntil('the Job created', async () => [...seen.values()].find((j) => j.owner === backfill))
+  const deletingAt = await waitUntil('the Job deleted', async () => job.deletingAt, 20_000)
+  const liveMs = deletingAt - job.addedAt
+  process.stderr.write(`[cancel-during-post] Job seen live for ${liveMs} ms (watch ADDED → deletion)\n`)
+  // At once (generous: the machine is loaded), not at some later decision.
+  expect(liveMs).toBeLessThan(1_500)
+  // And nothing of it is left running.
+  const live = [...seen.values()].filter((j) => j.owner === backfill && j.deletingAt === undefined)
+  expect(live).toEqual([])
+})
