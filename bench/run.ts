@@ -28,6 +28,7 @@ import { startEnvironment } from '../test/env/environment.js'
 import { BackfillWorld, waitUntil } from '../test/integration/support/backfill-world.js'
 import { ENTRY as COLD_START_ENTRY, COLD_START_FUNCTIONS, measureColdStart } from './cold-start.js'
 import { DeletionWatch } from './deletion-watch.js'
+import { RemoteDeletionWatch } from './deletion-watch-process.js'
 import { formatProfile, latenessProfile } from './lateness-profile.js'
 import { BENCH_LINE, formatHops, preemptionProfile } from './preemption-profile.js'
 
@@ -154,7 +155,12 @@ run: try {
     cleanup.push(stop)
   }
   // "Job DELETE accepted by the apiserver" and "preemption to the pod", on watches (bench/deletion-watch.ts).
-  const watch = await DeletionWatch.start(kc, namespace)
+  // In a process of its own (default; BENCH_WATCH=inline: in this one, as before 2026-12-01 evening).
+  const watch =
+    process.env.BENCH_WATCH === 'inline'
+      ? await DeletionWatch.start(kc, namespace)
+      : await RemoteDeletionWatch.start(repoRoot, environment.kubeconfigPath, namespace, logFd)
+  cleanup.push(() => watch.stop())
   const deletedAt = watch.jobDeletedAt
   const podsNow = (job: string) => watch.podsNow(job)
   const allDeletedAt = (names: string[]) => watch.podsDeletedAt(names)
@@ -207,8 +213,14 @@ run: try {
       180_000, // the real Broker: Knative's components start and reconcile first
     )
     return {
+      // Bounded: its graceful stop once hung for minutes after Knative's processes were gone (load ~23).
       async stop() {
         if (child.exitCode === null) child.kill('SIGTERM')
+        await Promise.race([exited, sleep(15_000)])
+        if (child.exitCode === null && child.signalCode === null) {
+          log('bench/knative-path.ts did not stop within 15 s: killed')
+          child.kill('SIGKILL')
+        }
         await exited
       },
     }
@@ -406,6 +418,7 @@ run: try {
   if (PREEMPTION_ONLY) {
     results.preemption_knative = KNATIVE_PATH
     results.preemption_cancel_delete_pods = process.env.CANCEL_DELETE_PODS !== 'false'
+    results.preemption_watch = process.env.BENCH_WATCH === 'inline' ? 'inline' : 'process'
     await knativePath.stop()
     await nc.close()
     break run
