@@ -5,6 +5,12 @@
 // unscheduled, and go at once when deleted.
 import { BatchV1Api, CoreV1Api, type KubeConfig, makeInformer, type V1Job, type V1Pod } from '@kubernetes/client-node'
 
+/** What a watch saw, as it saw it (bench/deletion-watch-process.ts streams these from a process of its own). */
+export type Seen =
+  | { k: 'job-deleted'; name: string; at: number }
+  | { k: 'pod'; name: string; job: string }
+  | { k: 'pod-deleted'; name: string; at: number }
+
 export class DeletionWatch {
   readonly jobDeletedAt = new Map<string, number>()
   /** Job name → the names of every pod seen with its `job-name` label. */
@@ -13,15 +19,22 @@ export class DeletionWatch {
   private readonly informers: { stop(): Promise<void> | void }[] = []
 
   /** Watches the Jobs and pods of `namespace`; resolves once both initial lists are in. */
-  static async start(kc: KubeConfig, namespace: string, log: (line: string) => void = () => {}) {
+  static async start(
+    kc: KubeConfig,
+    namespace: string,
+    log: (line: string) => void = () => {},
+    onSeen?: (seen: Seen) => void,
+  ) {
     const w = new DeletionWatch()
     const jobs = makeInformer(kc, `/apis/batch/v1/namespaces/${namespace}/jobs`, () =>
       kc.makeApiClient(BatchV1Api).listNamespacedJob({ namespace }),
     )
     const seenJob = (job: V1Job, removed = false) => {
       const name = job.metadata?.name
-      if (name && (removed || job.metadata?.deletionTimestamp) && !w.jobDeletedAt.has(name))
+      if (name && (removed || job.metadata?.deletionTimestamp) && !w.jobDeletedAt.has(name)) {
         w.jobDeletedAt.set(name, Date.now())
+        onSeen?.({ k: 'job-deleted', name, at: w.jobDeletedAt.get(name) as number })
+      }
     }
     jobs.on('update', (j) => seenJob(j))
     jobs.on('delete', (j) => seenJob(j, true))
@@ -35,9 +48,12 @@ export class DeletionWatch {
       if (!name || !job) return
       const set = w.podsOfJob.get(job) ?? new Set<string>()
       w.podsOfJob.set(job, set)
+      if (!set.has(name)) onSeen?.({ k: 'pod', name, job })
       set.add(name)
-      if ((removed || pod.metadata?.deletionTimestamp) && !w.podDeletedAt.has(name))
+      if ((removed || pod.metadata?.deletionTimestamp) && !w.podDeletedAt.has(name)) {
         w.podDeletedAt.set(name, Date.now())
+        onSeen?.({ k: 'pod-deleted', name, at: w.podDeletedAt.get(name) as number })
+      }
     }
     pods.on('add', (p) => seenPod(p))
     pods.on('update', (p) => seenPod(p))

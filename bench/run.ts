@@ -28,11 +28,19 @@ import { startEnvironment } from '../test/env/environment.js'
 import { BackfillWorld, waitUntil } from '../test/integration/support/backfill-world.js'
 import { ENTRY as COLD_START_ENTRY, COLD_START_FUNCTIONS, measureColdStart } from './cold-start.js'
 import { DeletionWatch } from './deletion-watch.js'
+import { RemoteDeletionWatch } from './deletion-watch-process.js'
 import { formatProfile, latenessProfile } from './lateness-profile.js'
+import { BENCH_LINE, formatHops, preemptionProfile } from './preemption-profile.js'
 
 const QUICK = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1'
 /** `npm run bench:lateness` (BENCH_ONLY=lateness): only step 1, the admission lateness, with admit's step profile. */
 const LATENESS_ONLY = process.env.BENCH_ONLY === 'lateness'
+/**
+ * `npm run bench:preemption` (BENCH_ONLY=preemption): steps 1 and 2 only (the backfills admitted, then each preempted
+ * under the load), with the per-hop profile (bench/preemption-profile.ts). BENCH_RATE=0: no load.
+ */
+const PREEMPTION_ONLY = process.env.BENCH_ONLY === 'preemption'
+const ONLY = LATENESS_ONLY ? 'lateness' : PREEMPTION_ONLY ? 'preemption' : undefined
 const MODELS = Number(process.env.BENCH_MODELS ?? (QUICK ? 20 : 100))
 const LOAD_RATE = Number(process.env.BENCH_RATE ?? (QUICK ? 2000 : 5000))
 const INGEST_EVENTS = Number(process.env.BENCH_INGEST ?? (QUICK ? 30_000 : 200_000))
@@ -48,7 +56,10 @@ const logFd = openSync(LOG_PATH, 'w')
 const log = (line: string) => writeSync(logFd, `[bench ${new Date().toISOString()}] ${line}\n`)
 process.stderr.write(`[bench] ${QUICK ? 'quick run; ' : ''}log: ${LOG_PATH}\n`)
 const runnerLog = createLogger('bench-runners', pino.destination({ fd: logFd, sync: false }))
-/** How the knative path's Broker hop is made (bench/knative-path.ts): Knative's real Broker, or a stand-in. */
+/**
+ * How the knative path's Broker hop is made (bench/knative-path.ts): Knative's real Broker, or a stand-in; `none`
+ * (BENCH_ONLY=preemption only): admit stays on JetStream, no Knative processes at all.
+ */
 const KNATIVE_PATH = process.env.BENCH_KNATIVE ?? 'broker'
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
@@ -84,7 +95,7 @@ const results: Record<string, number | string | boolean> = {
 const runners: Runner[] = []
 /** Child processes and servers to stop however the run ends (each stop is safe to call twice). */
 const cleanup: (() => Promise<void>)[] = []
-// biome-ignore lint/suspicious/noConfusingLabels: BENCH_ONLY=lateness leaves after step 1 (`break run`), a small edit
+// biome-ignore lint/suspicious/noConfusingLabels: BENCH_ONLY=lateness leaves after step 1, =preemption after step 2 (`break run`)
 run: try {
   const kc = new KubeConfig()
   kc.loadFromFile(environment.kubeconfigPath)
@@ -129,8 +140,9 @@ run: try {
         KUBECONFIG: environment.kubeconfigPath,
         FUNCTION: fn,
         PORT: '0',
-        // cancel's lines carry each preemption's timings (the log is a file).
-        LOG_LEVEL: fn === 'cancel' ? 'info' : 'warn',
+        // cancel's lines carry each preemption's timings, demand's debug line (one per cancel it publishes) its
+        // hops (the log is a file; bench/preemption-profile.ts).
+        LOG_LEVEL: fn === 'cancel' ? 'info' : 'debug',
       },
       stdio: ['ignore', logFd, logFd],
     })
@@ -143,7 +155,12 @@ run: try {
     cleanup.push(stop)
   }
   // "Job DELETE accepted by the apiserver" and "preemption to the pod", on watches (bench/deletion-watch.ts).
-  const watch = await DeletionWatch.start(kc, namespace)
+  // In a process of its own (default; BENCH_WATCH=inline: in this one, as before 2026-12-01 evening).
+  const watch =
+    process.env.BENCH_WATCH === 'inline'
+      ? await DeletionWatch.start(kc, namespace)
+      : await RemoteDeletionWatch.start(repoRoot, environment.kubeconfigPath, namespace, logFd)
+  cleanup.push(() => watch.stop())
   const deletedAt = watch.jobDeletedAt
   const podsNow = (job: string) => watch.podsNow(job)
   const allDeletedAt = (names: string[]) => watch.podsDeletedAt(names)
@@ -196,8 +213,14 @@ run: try {
       180_000, // the real Broker: Knative's components start and reconcile first
     )
     return {
+      // Bounded: its graceful stop once hung for minutes after Knative's processes were gone (load ~23).
       async stop() {
         if (child.exitCode === null) child.kill('SIGTERM')
+        await Promise.race([exited, sleep(15_000)])
+        if (child.exitCode === null && child.signalCode === null) {
+          log('bench/knative-path.ts did not stop within 15 s: killed')
+          child.kill('SIGKILL')
+        }
         await exited
       },
     }
@@ -261,13 +284,17 @@ run: try {
   // pulled by the bridge and POSTed to a Broker stand-in that routes by type as the Triggers do. Knative's own
   // Broker and channel dispatch are not in the number (there is no Knative here): it is the cost of our hops.
   // Preemption stays on JetStream, as in that overlay.
-  await admitOnJetStream.stop()
-  runners.splice(runners.indexOf(admitOnJetStream), 1)
-  const knativePath = await startKnativeAdmit()
+  const noKnative = PREEMPTION_ONLY && KNATIVE_PATH === 'none'
+  if (!noKnative) {
+    await admitOnJetStream.stop()
+    runners.splice(runners.indexOf(admitOnJetStream), 1)
+  }
+  const knativePath = noKnative ? { stop: async () => {} } : await startKnativeAdmit()
   cleanup.push(() => knativePath.stop())
 
   /** A separate process publishing `rate` foreground events/s for MODELS other models, for `seconds`. */
   const startLoad = (rate: number, seconds: number) => {
+    if (rate <= 0) return Promise.resolve({ sent: 0, seconds })
     const load = spawn(
       process.execPath,
       [
@@ -304,11 +331,13 @@ run: try {
       const job = jobName(`b-${i}`, attempt)
       const known = await podsNow(job)
       const sentAt = Date.now()
+      let ackedAt: number | undefined
       if (via === 'nats') {
         await js.publish(
           'flexinfer.events.foreground.request',
           encode('ai.flexinfer.foreground.request', { namespace, model: `m-${i}` }),
         )
+        ackedAt = Date.now()
       } else {
         await custom.patchNamespacedCustomObjectStatus(
           {
@@ -331,6 +360,11 @@ run: try {
       const podAt = allDeletedAt(known)
       if (jobAt !== undefined) jobMs.push(jobAt - sentAt)
       if (podAt !== undefined) podMs.push(podAt - sentAt)
+      // The hops of the NATS path are joined with demand's and cancel's lines by the Job's name.
+      if (via === 'nats') {
+        const t = { sent: sentAt, acked: ackedAt, jobSeen: jobAt, podsSeen: podAt }
+        writeSync(logFd, `${JSON.stringify({ msg: BENCH_LINE, job, pods: known.length, t })}\n`)
+      }
       await sleep(40)
     }
     return { jobMs, podMs }
@@ -369,6 +403,26 @@ run: try {
   log(
     `preemption: Job p50 ${results.preemption_job_ms_p50} / p99 ${results.preemption_job_ms_p99} ms, pods p50 ${results.preemption_pod_ms_p50} / p99 ${results.preemption_pod_ms_p99} ms (${preemption.length} samples)`,
   )
+  {
+    // Where each preemption's milliseconds went (the functions' lines are in the log by now: they come first).
+    await new Promise((r) => runnerLog.flush(r))
+    const { readFile } = await import('node:fs/promises')
+    const { rows, vias } = preemptionProfile(await readFile(LOG_PATH, 'utf8'))
+    log(`preemption hops (ms; demand's cancel via ${JSON.stringify(vias)}):\n${formatHops(rows)}`)
+    for (const r of rows) {
+      results[`preemption_hop_ms_${r.hop}_p50`] = r.p50
+      results[`preemption_hop_ms_${r.hop}_p99`] = r.p99
+    }
+    for (const [via, n] of Object.entries(vias)) results[`preemption_demand_cancel_via_${via}`] = n
+  }
+  if (PREEMPTION_ONLY) {
+    results.preemption_knative = KNATIVE_PATH
+    results.preemption_cancel_delete_pods = process.env.CANCEL_DELETE_PODS !== 'false'
+    results.preemption_watch = process.env.BENCH_WATCH === 'inline' ? 'inline' : 'process'
+    await knativePath.stop()
+    await nc.close()
+    break run
+  }
   // 2b. Admission on the knative overlay's path (switched over after step 1, below): every backfill's second
   // attempt, admitted after the window that followed its preemption.
   await pollAll('all Running again', (s) => (s?.phase === 'Running' && s.attempts >= 2 ? true : undefined))
@@ -566,7 +620,7 @@ const goals: Record<string, (v: number) => boolean> = {
 }
 results.load_average_1m = Math.round(((await import('node:os')).loadavg()[0] ?? 0) * 10) / 10
 results.date = new Date().toISOString()
-for (const k of Object.keys(goals)) if (LATENESS_ONLY && !(k in results)) delete goals[k]
+for (const k of Object.keys(goals)) if (ONLY && !(k in results)) delete goals[k]
 results.goals_met = Object.entries(goals)
   .filter(([k, ok]) => ok(results[k] as number))
   .map(([k]) => k)
@@ -576,7 +630,7 @@ results.goals_missed = Object.entries(goals)
   .map(([k]) => k)
   .join(',')
 await writeFile(
-  join(repoRoot, `bench/results/${LATENESS_ONLY ? 'lateness' : QUICK ? 'quick' : 'latest'}.json`),
+  join(repoRoot, `bench/results/${ONLY ?? (QUICK ? 'quick' : 'latest')}.json`),
   `${JSON.stringify(results, null, 2)}\n`,
 )
 process.stdout.write(`${JSON.stringify(results)}\n`)

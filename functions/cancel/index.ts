@@ -90,6 +90,9 @@ export function cancelFunction(): EventFunction {
       // for a DELETE place, the apiserver's answers).
       const handledAt = deps.now()
       let deleteFrom = handledAt
+      // When the apiserver answered the Job's DELETE and the pods' (epoch ms; bench/preemption-profile.ts).
+      let jobAnswered: number | undefined
+      let podsAnswered: number | undefined
       const remove = async (job: V1Job) => {
         const why = refusal(job, backfill)
         if (why) {
@@ -108,6 +111,7 @@ export function cancelFunction(): EventFunction {
         const result = await traced('DELETE Job', { 'k8s.namespace.name': namespace, 'k8s.job.name': jobName }, () =>
           deps.kube.deleteJob(namespace, jobName, uid),
         )
+        jobAnswered = deps.now()
         // Best effort: the garbage collector deletes them anyway, just later. Also when the Job was already gone or
         // replaced: the selector is this Job's UID, so only its pods match.
         if (uid && deletePods) {
@@ -117,6 +121,7 @@ export function cancelFunction(): EventFunction {
               'cancel: deleting the pods failed; the GC will',
             ),
           )
+          podsAnswered = deps.now()
         }
         if (result === 'deleted') deleted.add(uid)
         return result
@@ -139,10 +144,15 @@ export function cancelFunction(): EventFunction {
         queued: event.storedAt === undefined ? undefined : Math.round(handledAt - event.storedAt),
         lane: deleteFrom - handledAt,
         delete: deps.now() - deleteFrom,
+        pods: podsAnswered === undefined || jobAnswered === undefined ? undefined : podsAnswered - jobAnswered,
       }
+      const t = { stored: event.storedAt, handled: handledAt, job: jobAnswered, pods: podsAnswered }
       // The signal's time (`at`, capped at now) to the DELETE accepted: what the latency alert watches.
       if (result === 'deleted') preemptionLatency.observe({ reason }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
-      deps.log.info({ namespace, backfill, job: jobName, reason, result, ms, waitedMs }, 'cancel: job delete accepted')
+      deps.log.info(
+        { namespace, backfill, job: jobName, reason, result, ms, t, waitedMs },
+        'cancel: job delete accepted',
+      )
       await bookkeeping.run(async () => {
         // DELETEs first: the bookkeeping's apiserver reads and writes wait while a burst of them is in flight.
         await deletes.idle(BOOKKEEPING_YIELD_MAX_MS)

@@ -134,7 +134,7 @@ export class Demand {
 
     // Only a claimed model can need a cancel: the usual request allocates no promise for it.
     const claim = this.claims.values.get(`model.${key}`)
-    const cancelling = claim ? this.cancelIfClaimed(at, claim) : undefined
+    const cancelling = claim ? this.cancelIfClaimed(at, claim, 'watch') : undefined
     const entry = this.entry(namespace, model)
     entry.requests++
     if (at <= entry.persisted) return cancelling
@@ -189,8 +189,11 @@ export class Demand {
     return this.models.size
   }
 
-  /** Cancels the attempt holding the model if this request breaks the window it was admitted on. */
-  private async cancelIfClaimed(at: number, claim: Claim) {
+  /**
+   * Cancels the attempt holding the model if this request breaks the window it was admitted on. `via`: the watched
+   * claim (on the request itself) or the read after the idle write (the slow way: it waits for that write).
+   */
+  private async cancelIfClaimed(at: number, claim: Claim, via: 'watch' | 'read') {
     const windowStart = Date.parse(claim.idleSince ?? claim.claimedAt)
     if (!(at > windowStart)) return
     // One cancel per admission: Job names repeat across namespaces (and when a backfill is re-created), so the
@@ -208,7 +211,7 @@ export class Demand {
       'cancel requested: foreground after the window the attempt was admitted on',
     )
     try {
-      await this.deps.bus.publish(
+      const ack = await this.deps.bus.publish(
         'ai.flexinfer.backfill.cancel',
         {
           namespace: claim.namespace,
@@ -220,6 +223,19 @@ export class Demand {
         // Replicas and redeliveries publishing the same cancel collapse into one message.
         { msgID: `cancel-${cancelKey}` },
       )
+      // The preemption's hops (bench/preemption-profile.ts), epoch ms: request stored, handled here, cancel stored
+      // (its PubAck back). Debug only, and only per cancel: nothing on the per-request path.
+      if (this.deps.log.isLevelEnabled('debug'))
+        this.deps.log.debug(
+          {
+            namespace: claim.namespace,
+            job: claim.jobName,
+            via,
+            seq: ack.seq,
+            t: { stored: at, handled: now, acked: this.deps.now() },
+          },
+          'demand: cancel published',
+        )
     } catch (err) {
       this.cancelled.delete(cancelKey)
       throw err
@@ -262,7 +278,7 @@ export class Demand {
           'idle written; claim read',
         )
       }
-      if (claim) await this.cancelIfClaimed(target, claim)
+      if (claim) await this.cancelIfClaimed(target, claim, 'read')
       // Only now: a request at or before `persisted` is answered without a write or a claim check.
       entry.persisted = Math.max(entry.persisted, target)
       answered.resolve()
