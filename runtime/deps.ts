@@ -59,8 +59,9 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
     namespaces: opts.namespaces,
   }
   if (client && opts.functions?.includes('admit')) {
-    // Scoped: Jobs and Models watched per managed namespace (a Role each), sessions and leases cluster-wide.
-    deps.caches = new client.AdmissionCaches(kube, opts.namespaces)
+    // Scoped: Jobs, Models, ModelBackfills and CronJobs watched per managed namespace (a Role each), sessions and
+    // leases cluster-wide.
+    deps.caches = new client.AdmissionCaches(kube, opts.namespaces, { admit: true })
     await deps.caches.start()
   }
   return {

@@ -618,19 +618,29 @@ export const backfillJobsCache = (kube: Kube, namespaces?: readonly string[]) =>
  * cluster always: they target nodes, and a session outside the scope must still block (and cancel) a backfill on
  * its node.
  *
- * CronJobs are not cached: every CronJob in the cluster (most of them no template of ours) would be held in
- * memory, without bound. The template is read with one GET per admission decision instead — admissions are rare
- * (a window ending, a re-check), and a GET also sees an edited template at once.
+ * With `admit` (the process serves admit): the ModelBackfills and the CronJobs too, in scope, so an admission
+ * decides without the two apiserver GETs in front of it (issue 11, admission lateness). admit still GETs both on
+ * every decision, alongside its NATS steps, and commits nothing — creates no Job — unless they are what it decided
+ * on (functions/admit/fresh-check.ts): a copy only saves the wait, never decides on its own. The CronJob watch holds
+ * every CronJob in scope (most are no template of ours): a scoped deployment bounds that to its namespaces.
+ * Lifecycle's own copies (functions/lifecycle/caches.ts) have neither kind unless shared with admit's: its Role
+ * has no watch on CronJobs.
  */
 export class AdmissionCaches {
   readonly jobs: ObjectCache<V1Job>
   readonly models: ObjectCache<KubernetesObject>
   readonly gamingSessions: ObjectCache<KubernetesObject>
   readonly gpuLeases: ObjectCache<KubernetesObject>
+  /** admit's only: the ModelBackfills (lifecycle's sweep shares them) and the CronJobs (templates), in scope. */
+  readonly backfills?: ObjectCache<ModelBackfill & KubernetesObject>
+  readonly templates?: ObjectCache<V1CronJob>
 
-  constructor(kube: Kube, namespaces?: readonly string[]) {
-    const custom = (plural: string, scope: readonly string[] | undefined) =>
-      new ScopedWatchCache<KubernetesObject>(
+  constructor(kube: Kube, namespaces?: readonly string[], opts: { admit?: boolean } = {}) {
+    const custom = <T extends KubernetesObject = KubernetesObject>(
+      plural: string,
+      scope: readonly string[] | undefined,
+    ) =>
+      new ScopedWatchCache<T>(
         kube.kc,
         scope,
         (ns) => collection(`/apis/${GROUP}/${VERSION}`, plural, ns),
@@ -643,10 +653,21 @@ export class AdmissionCaches {
     this.models = custom(PLURALS.models, namespaces)
     this.gamingSessions = custom(PLURALS.gamingSessions, undefined)
     this.gpuLeases = custom(PLURALS.gpuLeases, undefined)
+    if (opts.admit) {
+      this.backfills = custom<ModelBackfill & KubernetesObject>(PLURALS.backfills, namespaces)
+      this.templates = new ScopedWatchCache<V1CronJob>(
+        kube.kc,
+        namespaces,
+        (ns) => collection('/apis/batch/v1', 'cronjobs', ns),
+        (ns) => (ns ? kube.batch.listNamespacedCronJob({ namespace: ns }) : kube.batch.listCronJobForAllNamespaces()),
+      )
+    }
   }
 
   private get all() {
-    return [this.jobs, this.models, this.gamingSessions, this.gpuLeases] as ObjectCache<KubernetesObject>[]
+    return [this.jobs, this.models, this.gamingSessions, this.gpuLeases, this.backfills, this.templates].filter(
+      (c) => c !== undefined,
+    ) as ObjectCache<KubernetesObject>[]
   }
 
   async start() {

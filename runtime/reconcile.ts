@@ -28,6 +28,7 @@ import {
   toKv,
 } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
+import { type FreshReads, readFresh, sameBackfill, sameTemplate } from '../functions/admit/fresh-check.js'
 import { checkFence, lastRequestAt } from './fence.js'
 import type { AdmissionCaches, Kube } from './kube.js'
 import { JobRejectedError, PLURALS } from './kube-common.js'
@@ -108,6 +109,8 @@ export async function observe(
   role: Role = 'admit',
   fresh: Fresh = {},
   timings?: StepTimings,
+  /** The template already in hand or in flight (admit on its watched copies); undefined: GET it here. */
+  templateRead?: V1CronJob | null | Promise<V1CronJob | null>,
 ): Promise<Observation> {
   const { kube, bus } = deps
   if (!backfill) {
@@ -146,7 +149,11 @@ export async function observe(
         : caches
           ? caches.models.get(namespace, modelName)
           : kube.getModel(namespace, modelName),
-    templateOk ? timed(timings, 'observe.template', kube.getCronJob(namespace, backfill.spec.templateRef)) : null,
+    !templateOk
+      ? null
+      : templateRead !== undefined
+        ? templateRead
+        : timed(timings, 'observe.template', kube.getCronJob(namespace, backfill.spec.templateRef)),
     attemptJob ? kube.getJob(namespace, attemptJob) : Promise.resolve(null),
     fresh.gamingSessions ?? (caches ? caches.gamingSessions.list() : kube.listAll(PLURALS.gamingSessions)),
     fresh.gpuLeases ?? (caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases)),
@@ -217,21 +224,38 @@ export async function reconcile(
   let trigger = initialTrigger
   const kv = deps.bus.kv.backfills
   const key = backfillKey(namespace, name)
+  // admit decides on its watched copies when it has them, checked against fresh GETs before it commits anything
+  // (functions/admit/fresh-check.ts); after a copy proved behind, this reconcile reads the apiserver first again.
+  let onCopies = role === 'admit' && Boolean(deps.caches?.backfills && deps.caches.templates)
   for (let round = 0; round < MAX_CAS_RETRIES; round++) {
     // The object before the state: a status written by a newer decision then shows up as a conflict on our
-    // status write (its KV commit came first), never as a current-looking object paired with an older state.
-    const backfill = await deps.kube.getBackfill(namespace, name)
+    // status write (its KV commit came first), never as a current-looking object paired with an older state. A
+    // watched copy is older still, and is only decided on if the GET after the state read returns it unchanged.
+    const copy = onCopies ? (deps.caches?.backfills?.get(namespace, name) ?? null) : null
+    const backfill = copy ? structuredClone(copy) : await deps.kube.getBackfill(namespace, name)
     timings?.mark('backfill')
+    let freshReads: FreshReads | undefined
+    let templateRead: V1CronJob | null | Promise<V1CronJob | null> | undefined
+    if (copy) {
+      const templateRef = isObjectName(copy.spec?.templateRef) ? copy.spec.templateRef : null
+      freshReads = readFresh(deps.kube, namespace, name, templateRef, timings)
+      // No copy of the template (not synced yet, or a new CronJob): decide on the fresh GET, as before.
+      if (templateRef) templateRead = deps.caches?.templates?.get(namespace, templateRef) ?? freshReads.template
+    }
     const entry = await kv.get(key)
     const state = readState(deps.log, entry)
     timings?.mark('state')
-    const { observed, template } = await observe(deps, namespace, name, state, backfill, role, fresh, timings)
+    const obs = await observe(deps, namespace, name, state, backfill, role, fresh, timings, templateRead)
+    const observed = obs.observed
+    let template = obs.template
     timings?.mark('observe')
     let decision = decide(observed, trigger, deps.now())
     timings?.mark('decide')
     const create = decision.actions.find((a) => a.type === 'createJob')
     // When this admission's fence read the newest request: the start of the gap the POST must close quickly.
     let fencedAt: number | undefined
+    /** Claims this decision holds for its Job (released if the fresh check below sends it round again). */
+    let held: { keys: { model: string; node: string }; jobName: string } | undefined
     if (create && role !== 'admit') {
       // Only admit creates Jobs (it holds the claims); hand the backfill over to it, committing nothing.
       await deps.bus.publish('ai.flexinfer.backfill.admit', { namespace, backfill: name })
@@ -264,7 +288,33 @@ export async function reconcile(
       timings?.mark('decide')
       if (!decision.actions.some((a) => a.type === 'createJob') && claimed.keys) {
         await releaseClaimKeys(deps, claimed.keys, create.jobName)
+      } else if (claimed.keys) {
+        held = { keys: claimed.keys, jobName: create.jobName }
       }
+    }
+    if (copy && freshReads) {
+      // Decided on watched copies: commit nothing (no state, no Job) unless the apiserver still has those.
+      let current: [ModelBackfill | null, V1CronJob | null]
+      try {
+        current = await Promise.all([freshReads.backfill, freshReads.template])
+      } catch (err) {
+        if (held) await releaseClaimKeys(deps, held.keys, held.jobName)
+        throw err
+      }
+      timings?.mark('freshCheck')
+      const [freshBackfill, freshTemplate] = current
+      if (!sameBackfill(copy, freshBackfill) || (freshReads.template && !sameTemplate(template, freshTemplate))) {
+        if (held) await releaseClaimKeys(deps, held.keys, held.jobName)
+        deps.log.info(
+          { namespace, backfill: name, resourceVersion: copy.metadata.resourceVersion },
+          'watched copy behind the apiserver; deciding again from a fresh read',
+        )
+        onCopies = false
+        continue
+      }
+      // The same objects: apply what the apiserver returned (the Job is built from the template just read).
+      observed.backfill = freshBackfill
+      if (freshReads.template) template = freshTemplate
     }
     // The state revision this decision stands on: its status may only be shown while no newer one exists.
     let revision = entry?.revision ?? 0

@@ -17,22 +17,27 @@ import type { Deps } from '../../runtime/reconcile.js'
 
 export class LifecycleCaches {
   readonly backfills: ObjectCache<ModelBackfill & KubernetesObject>
+  private readonly ownBackfills: boolean
   private constructor(
     readonly admission: AdmissionCaches,
     private readonly ownAdmission: boolean,
     kube: Kube,
     namespaces?: readonly string[],
   ) {
+    // admit's copy when shared (one watch per process), else one of lifecycle's own.
+    this.ownBackfills = !admission.backfills
     const plural = PLURALS.backfills
-    this.backfills = new ScopedWatchCache<ModelBackfill & KubernetesObject>(
-      kube.kc,
-      namespaces,
-      (ns) => `/apis/${GROUP}/${VERSION}${ns ? `/namespaces/${ns}` : ''}/${plural}`,
-      async (ns) =>
-        (ns
-          ? await kube.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, plural, namespace: ns })
-          : await kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as never,
-    )
+    this.backfills =
+      admission.backfills ??
+      new ScopedWatchCache<ModelBackfill & KubernetesObject>(
+        kube.kc,
+        namespaces,
+        (ns) => `/apis/${GROUP}/${VERSION}${ns ? `/namespaces/${ns}` : ''}/${plural}`,
+        async (ns) =>
+          (ns
+            ? await kube.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, plural, namespace: ns })
+            : await kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as never,
+      )
   }
 
   /** Shares admit's copies when the process has them; resolves once every initial list is in. */
@@ -45,7 +50,7 @@ export class LifecycleCaches {
       deps.namespaces,
     )
     try {
-      await Promise.all([own ? c.admission.start() : undefined, c.backfills.start()])
+      await Promise.all([own ? c.admission.start() : undefined, c.ownBackfills ? c.backfills.start() : undefined])
     } catch (err) {
       await c.stop()
       throw err
@@ -54,7 +59,10 @@ export class LifecycleCaches {
   }
 
   async stop() {
-    await Promise.all([this.ownAdmission ? this.admission.stop() : undefined, this.backfills.stop()])
+    await Promise.all([
+      this.ownAdmission ? this.admission.stop() : undefined,
+      this.ownBackfills ? this.backfills.stop() : undefined,
+    ])
   }
 
   /** The deps a lifecycle reconcile runs with: these copies in place of admit's (the same ones when shared). */

@@ -68,6 +68,11 @@ it('with namespaces: the ClusterRoles grant GamingSessions and GPULeases only; J
       'batch/jobs:watch',
       'ai.flexinfer/models:list',
       'ai.flexinfer/models:watch',
+      // admit's watched copies of the backfills and their templates (runtime/kube.ts AdmissionCaches)
+      'ai.flexinfer/modelbackfills:list',
+      'ai.flexinfer/modelbackfills:watch',
+      'batch/cronjobs:list',
+      'batch/cronjobs:watch',
     ]),
   )
 })

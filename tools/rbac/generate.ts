@@ -39,12 +39,13 @@ const SESSIONS_AND_LEASES = ['gamingsessions', 'gpuleases']
  */
 export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grant[]> = {
   admit: [
-    ns(FLEX, ['modelbackfills'], ['get', 'patch']),
+    // admit's watched copies (runtime/kube.ts AdmissionCaches): ModelBackfills, Models, CronJobs (the templates) and
+    // backfill Jobs per managed namespace; each admission still GETs the backfill and its template.
+    ns(FLEX, ['modelbackfills'], ['get', 'list', 'watch', 'patch']),
     ns(FLEX, ['modelbackfills/status'], ['update']),
-    // admit's watched copies (runtime/kube.ts AdmissionCaches): Models and backfill Jobs per managed namespace.
     ns(FLEX, ['models'], ['get', 'list', 'watch']),
     anywhere(FLEX, SESSIONS_AND_LEASES, ['get', 'list', 'watch']),
-    ns('batch', ['cronjobs'], ['get']),
+    ns('batch', ['cronjobs'], ['get', 'list', 'watch']),
     ns('batch', ['jobs'], ['get', 'list', 'watch', 'create', 'delete']),
     ns('', ['events'], ['create', 'get', 'patch']),
   ],

@@ -158,7 +158,7 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
     expect(await forbidden(core('cancel').deleteNamespacedPod({ namespace: env.namespace, name: 'x' }))).toBe(true)
   })
 
-  it('nobody writes a Model, a session or a lease; only lifecycle lists backfills; demand reads nothing, source only reads', async () => {
+  it('nobody writes a Model, a session or a lease; only admit and lifecycle list backfills, only admit CronJobs; demand reads nothing, source only reads', async () => {
     const custom = (fn: FunctionName) => kcs[fn].makeApiClient(CustomObjectsApi)
     const crd = (plural: string) => ({ group: GROUP, version: VERSION, namespace: env.namespace, plural })
     for (const fn of FUNCTIONS) {
@@ -198,16 +198,22 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
         ),
       ),
     ).toBe(true)
-    for (const fn of ['admit', 'cancel'] as const) {
-      expect(
-        await forbidden(
-          custom(fn).listClusterCustomObject({ group: GROUP, version: VERSION, plural: 'modelbackfills' }),
-        ),
-        fn,
-      ).toBe(true)
-      await custom(fn).getNamespacedCustomObject({ ...crd('modelbackfills'), name: 'lp' })
+    expect(
+      await forbidden(
+        custom('cancel').listClusterCustomObject({ group: GROUP, version: VERSION, plural: 'modelbackfills' }),
+      ),
+    ).toBe(true)
+    await custom('cancel').getNamespacedCustomObject({ ...crd('modelbackfills'), name: 'lp' })
+    // admit and lifecycle list (and watch) them: their watched copies (runtime/kube.ts AdmissionCaches).
+    for (const fn of ['admit', 'lifecycle'] as const) {
+      await custom(fn).listClusterCustomObject({ group: GROUP, version: VERSION, plural: 'modelbackfills' })
     }
-    await custom('lifecycle').listClusterCustomObject({ group: GROUP, version: VERSION, plural: 'modelbackfills' })
+    // admit watches the CronJobs (the templates) too; cancel and lifecycle only GET the one they need.
+    const batch = (fn: FunctionName) => kcs[fn].makeApiClient(BatchV1Api)
+    await batch('admit').listCronJobForAllNamespaces()
+    for (const fn of ['cancel', 'lifecycle'] as const) {
+      expect(await forbidden(batch(fn).listCronJobForAllNamespaces()), `${fn} list cronjobs`).toBe(true)
+    }
     // Nobody may replace a ModelBackfill's spec, nor delete one.
     for (const fn of ['admit', 'cancel', 'lifecycle'] as const) {
       expect(
