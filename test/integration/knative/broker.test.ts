@@ -236,7 +236,14 @@ describe(`the knative/ overlay through Knative Eventing ${pinnedKnativeEventingV
   }, 120_000)
 })
 
-describe.concurrent('what ends an attempt, through the Broker', () => {
+/**
+ * Each of these waits for three stages in turn (Running, the cancel or the end, what follows), each allowed 60 s
+ * on its own: the test's budget is their sum, not vitest's 60 s default, which one slow stage on a loaded machine
+ * used up alone (a fresh-clone CI run: the gaming case, two Broker hops per stage).
+ */
+const STAGES_MS = 3 * 60_000
+
+describe.concurrent('what ends an attempt, through the Broker', { timeout: STAGES_MS }, () => {
   it('a foreground request cancels it (demand and cancel on JetStream), then a fresh idle window', async () => {
     const r = await runningBackfill('foreground')
     await world.foreground(r.model)
