@@ -317,7 +317,14 @@ describe('WATCH_NAMESPACES in Knative mode, as in JetStream mode', () => {
       await cancelled(r, 'GamingIntent')
       await world.waitFor(r.backfill, 'Blocked', 'GamingIntent', 60_000)
       r.history.stop()
-      expect(served.get('lifecycle')?.received).toContain(`ai.flexinfer.gaming.session ${other}`)
+      // The session's own event is let through too (the cancel may come first, from another event that made
+      // lifecycle read the sessions: a resync, the Job's change).
+      const event = `ai.flexinfer.gaming.session ${other}`
+      await waitUntil(
+        `lifecycle got ${event}`,
+        async () => (served.get('lifecycle')?.received.includes(event) ? true : undefined),
+        60_000,
+      )
     } finally {
       outside.close()
       await env.kubectl(['delete', 'namespace', other, '--ignore-not-found', '--wait=false'])
