@@ -44,6 +44,8 @@ export const BRIDGE_EVENT_SUBJECTS = Object.values(catalog)
 export const BRIDGE_TIMER_SUBJECTS = ['flexinfer.events.timer.>', 'flexinfer.events.resync.>']
 
 const MIME_CE = 'application/cloudevents+json'
+/** See BridgeOptions.timeoutMs. */
+export const BRIDGE_POST_TIMEOUT_MS = 60_000
 /** Besides 5xx: what Knative's dispatcher retries too (not found yet, timeout, conflict, throttled). */
 const RETRYABLE_4XX = new Set([404, 408, 409, 429])
 
@@ -52,7 +54,13 @@ export interface BridgeOptions {
   sink: string
   /** POSTs in flight at once (default 64). */
   concurrency?: number
-  /** Per POST; must stay below the consumer's ack wait (30 s). Default 10 s. */
+  /**
+   * Per POST. Default 60 s: a Broker whose channel does not acknowledge on store (the InMemoryChannel) answers only
+   * after its fan-out, subscriber and retries included, and drops the delivery when the sender hangs up; a shorter
+   * deadline abandoned slow deliveries, re-sent them onto the same loaded path and dead-lettered them after
+   * MAX_DELIVER (test/integration/knative/bridge-slow-broker.test.ts). The adapter's keep-alive holds the message
+   * past the consumer's ack wait meanwhile.
+   */
   timeoutMs?: number
   /** Forward only events about these namespaces (others are acknowledged and skipped); default: all. */
   namespaces?: string[]
@@ -96,7 +104,7 @@ function asOccurrence(event: InboundEvent): InboundEvent {
 
 export function createBridge(opts: BridgeOptions): EventFunction {
   const sink = new URL(opts.sink).toString()
-  const timeoutMs = opts.timeoutMs ?? 10_000
+  const timeoutMs = opts.timeoutMs ?? BRIDGE_POST_TIMEOUT_MS
   const bridge: EventFunction = {
     name: 'bridge',
     subscriptions: [

@@ -5,9 +5,11 @@
 // Knative Service's status gets that address and Ready, as Serving would write it. The Triggers resolve their
 // subscriber refs to that address by Knative's own addressable resolver.
 import { CoreV1Api, CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node'
+import type { InboundEvent } from '../../events/codec.js'
 import { scoped } from '../../runtime/deps.js'
 import type { EventFunction } from '../../runtime/function.js'
 import { type HttpFunction, startHttpFunction } from '../../runtime/http-adapter.js'
+import { parseWatchNamespaces } from '../../runtime/scope.js'
 import { exposeService, type Manifest } from './eventing.js'
 
 const KSVC = { group: 'serving.knative.dev', version: 'v1', plural: 'services' }
@@ -17,6 +19,8 @@ export interface ServedService {
   /** The function's env FUNCTION in the Knative Service. */
   fn: string
   served?: HttpFunction
+  /** `<type> <namespace>` of every event POSTed to it, before its scope is applied (newest last, bounded). */
+  received: string[]
   /** Serves it (again, after stop(): a subscriber outage and its end) on the same port. */
   start(): Promise<void>
   stop(): Promise<void>
@@ -25,6 +29,24 @@ export interface ServedService {
 /** FUNCTION of a Knative Service's first container. */
 export const functionOf = (ksvc: Manifest): string | undefined =>
   ksvc.spec?.template?.spec?.containers?.[0]?.env?.find((e: { name: string }) => e.name === 'FUNCTION')?.value
+
+/**
+ * The managed namespaces a workload's manifest names (WATCH_NAMESPACES, parsed as runtime/main.ts does). Required
+ * here: the test cluster is shared with other test files, whose objects an unscoped function would act on.
+ */
+export function watchNamespacesOf(workload: Manifest): string[] {
+  const env = workload.spec?.template?.spec?.containers?.[0]?.env as { name: string; value?: string }[] | undefined
+  const namespaces = parseWatchNamespaces(env?.find((e) => e.name === 'WATCH_NAMESPACES')?.value)
+  if (!namespaces) throw new Error(`${workload.kind} ${workload.metadata?.name} has no WATCH_NAMESPACES`)
+  return namespaces
+}
+
+const RECEIVED_MAX = 2_000
+const namespaceOf = (event: InboundEvent) => {
+  const data = event.data as { namespace?: unknown; metadata?: { namespace?: unknown } } | undefined
+  const ns = data?.namespace ?? data?.metadata?.namespace
+  return typeof ns === 'string' ? ns : '-'
+}
 
 export async function serveKnativeService(opts: {
   kc: KubeConfig
@@ -37,16 +59,28 @@ export async function serveKnativeService(opts: {
 }): Promise<ServedService> {
   const { kc, ksvc, namespace } = opts
   const name = ksvc.metadata.name
+  // As its container would run it (runtime/main.ts): scoped to its manifest's WATCH_NAMESPACES, reads per namespace.
+  const namespaces = watchNamespacesOf(ksvc)
+  const inScope = scoped(opts.fn, namespaces)
   let port = 0
   const service: ServedService = {
     name,
     fn: opts.fn.name,
+    received: [],
     async start() {
-      service.served = await startHttpFunction(scoped(opts.fn, [namespace]), {
+      const observed: EventFunction = {
+        ...inScope,
+        handle(event, deps) {
+          if (service.received.push(`${event.type} ${namespaceOf(event)}`) > RECEIVED_MAX) service.received.shift()
+          return inScope.handle(event, deps)
+        },
+      }
+      service.served = await startHttpFunction(observed, {
         natsUrl: opts.natsUrl,
         kubeconfig: kc,
         port,
         host: '127.0.0.1',
+        namespaces,
       })
       service.served.deps.instance = opts.instance
       port = Number(new URL(service.served.url).port)

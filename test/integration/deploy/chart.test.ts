@@ -372,6 +372,13 @@ describe('chart values', () => {
     expect(ms.filter((m) => m.metadata.name.endsWith('-tokenreview'))).toEqual([])
     const source = of(ms, 'ServiceAccount').find((m) => m.metadata.name === `${release}-source`)
     expect(source?.automountServiceAccountToken).toBe(false)
+    // No OIDC assumed: the bridge sends no Broker token (with the default mode it reads the SinkBinding's, as the
+    // overlay does: the drift test above).
+    const bridge = of(ms, 'Deployment').find((m) => m.metadata.name === `${release}-bridge`)
+    expect(bridge?.spec.template.spec.containers[0].env.map((e: { name: string }) => e.name)).toContain('FUNCTION')
+    expect(bridge?.spec.template.spec.containers[0].env.map((e: { name: string }) => e.name)).not.toContain(
+      'BRIDGE_SINK_TOKEN_FILE',
+    )
   })
 
   it('refuses what cannot work: a missing credential, a preemption path allowed to scale to zero, an unknown mode', async () => {

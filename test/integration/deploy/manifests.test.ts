@@ -97,6 +97,19 @@ describe('kubectl kustomize knative/', () => {
         b.subjects?.some((s: { name: string }) => s.name === bridgeSa),
       ),
     ).toEqual([])
+    // Its sender identity: the functions need authentication-oidc (HTTP_AUTH=kubernetes), and with it on the Broker's
+    // ingress refuses POSTs without a token for its audience. Knative's SinkBinding keeps that token in a Secret and
+    // its webhook mounts it at /oidc (`oidc-token`, knative.dev/eventing pkg/apis/sources/v1/sinkbinding_lifecycle.go):
+    // the bridge reads it from there, and mounts nothing of its own at /oidc (the injected mount would clash).
+    const oidc = services.some((s) =>
+      s.spec.template.spec.containers[0].env.some((e: { name: string; value?: string }) => e.name === 'HTTP_AUTH'),
+    )
+    expect(oidc).toBe(true)
+    const bridgePod = bridge?.spec.template.spec
+    expect(bridgePod.containers[0].env).toContainEqual({ name: 'BRIDGE_SINK_TOKEN_FILE', value: '/oidc/token' })
+    const mounts = bridgePod.containers.flatMap((c: { volumeMounts?: { mountPath: string }[] }) => c.volumeMounts ?? [])
+    expect(mounts.filter((v: { mountPath: string }) => v.mountPath.startsWith('/oidc'))).toEqual([])
+    expect(bridgePod.volumes?.map((v: { name: string }) => v.name)).not.toContain('oidc-token')
 
     // The Broker uses the NATS JetStream channel.
     const [broker] = of(ms, 'Broker')
