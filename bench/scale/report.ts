@@ -33,6 +33,8 @@ const ROWS: [string, string][] = [
   ['admission lateness p50 / p99 (ms), windows admitted', 'admission'],
   ['preemption, trickle: pods p50 / p99 (ms), samples', 'trickle'],
   ['preemption, all-models burst: pods p50 / p99 (ms), attempts', 'burst'],
+  ['… the burst: Job DELETEs p50 / p99 (ms)', 'burst_job'],
+  ['load average (1 min): at rest / windows / burst', 'load'],
 ]
 
 const fmt = (v: unknown) =>
@@ -53,6 +55,10 @@ function cell(results: Results, n: number, suffix: string): string {
       return `${fmt(k('preemption_pod_ms_p50'))} / ${fmt(k('preemption_pod_ms_p99'))}, ${fmt(k('preemption_samples'))}`
     case 'burst':
       return `${fmt(k('burst_preemption_pod_ms_p50'))} / ${fmt(k('burst_preemption_pod_ms_p99'))}, ${fmt(k('burst_preemptions'))}`
+    case 'burst_job':
+      return `${fmt(k('burst_preemption_job_ms_p50'))} / ${fmt(k('burst_preemption_job_ms_p99'))}`
+    case 'load':
+      return `${fmt(k('load_at_rest'))} / ${fmt(k('load_at_windows'))} / ${fmt(k('load_at_burst'))}`
     default:
       return fmt(k(suffix))
   }
