@@ -43,14 +43,18 @@ const TRICKLE = Math.min(WINDOWS, Number(process.env.SCALE_TRICKLE ?? (QUICK ? 1
 const WIDTH = 32
 /** The population's windows never end during a run: at rest it only waits on its timers. */
 const POPULATION_IDLE_FOR = '24h'
-/** Long enough for the last foreground burst (WINDOWS events) to be handled before the windows end. */
-const WINDOW_IDLE_FOR = process.env.SCALE_WINDOW_IDLE_FOR ?? (QUICK ? '30s' : '45s')
 /**
- * How often the window models get a foreground request while their backfills are created. Any period under the
- * window keeps every window from ending early; run C's 3 s (1,000 requests every 3 s, each an idle KV write) kept a
- * machine at load 13–26 busier than the backfills being waited for. A third of the window leaves timer slack.
+ * Long enough for the last foreground burst (WINDOWS events) to be handled before the windows end — and long, as
+ * every window whose timer fires on a busy model re-arms and writes its status (a new idleSince), and each status
+ * write is a `backfill.changed` event for lifecycle: 1,000 windows of 45 s made ~20 events/s, which lifecycle (~5/s
+ * at load 20) never caught up with (2026-12-01 20:40: 7,211 events queued, 122 windows without a state after 8 min).
  */
-const BUSY_EVERY_MS = Math.min(parseDuration(WINDOW_IDLE_FOR) / 3, Number(process.env.SCALE_BUSY_EVERY_S ?? 15) * 1000)
+const WINDOW_IDLE_FOR = process.env.SCALE_WINDOW_IDLE_FOR ?? (QUICK ? '30s' : '2m')
+/**
+ * How often the window models get a foreground request while their backfills are created: any period under the
+ * window keeps every window from ending early (run C sent 1,000 every 3 s); a third of it leaves timer slack.
+ */
+const BUSY_EVERY_MS = parseDuration(WINDOW_IDLE_FOR) / 3
 const namespace = 'scale'
 
 const RESULTS_DIR = join(repoRoot, 'bench/results')
@@ -325,7 +329,7 @@ try {
       const windows = Math.min(WINDOWS, n)
       const trickle = Math.min(TRICKLE, windows)
       // 3. min(WINDOWS, n) window backfills, one per model, whose windows end in the same second: their models are kept
-      // busy (a foreground request each, every 3 s) while they are created and settle, then one last request per
+      // busy (a foreground request each, every BUSY_EVERY_MS) while they are created and settle, then one last request per
       // model at once starts every window together.
       const windowNames = Array.from({ length: windows }, (_, i) => `w-${i}`)
       let busy = true
@@ -394,6 +398,7 @@ try {
         results[k(`admission_step_${row.step}_ms_p99`)] = row.p99
       }
       log(`size ${n}: admission timings of the windows (admit's log)\n${formatProfile(profile)}`)
+      await writeResults()
 
       // 4. Preemption of those attempts: a trickle (one at a time), then every other model at once.
       const running = async (names: string[]) => (await statesOf(names)).filter((s) => s?.phase === 'Running').length
@@ -450,6 +455,7 @@ try {
       results[k('burst_preemption_job_ms_p50')] = percentile(burstJobMs, 50)
       results[k('burst_preemption_job_ms_p99')] = percentile(burstJobMs, 99)
       results[k('load_at_burst')] = load1m()
+      await writeResults()
       results[k('burst_preemptions')] = withAttempt.length
       results[k('burst_preemption_pod_ms_p50')] = percentile(burstMs, 50)
       results[k('burst_preemption_pod_ms_p99')] = percentile(burstMs, 99)
