@@ -37,8 +37,13 @@ const ROWS: [string, string][] = [
   ['load average (1 min): at rest / windows / burst', 'load'],
 ]
 
+// Not measured: absent, or NaN (null once written to JSON).
 const fmt = (v: unknown) =>
-  v === undefined || v === '' ? '—' : typeof v === 'number' ? v.toLocaleString('en-US') : String(v)
+  v === undefined || v === null || v === '' || (typeof v === 'number' && !Number.isFinite(v))
+    ? '—'
+    : typeof v === 'number'
+      ? v.toLocaleString('en-US')
+      : String(v)
 
 function cell(results: Results, n: number, suffix: string): string {
   const k = (s: string) => results[`scale_${n}_${s}`]
