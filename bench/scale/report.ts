@@ -33,10 +33,17 @@ const ROWS: [string, string][] = [
   ['admission lateness p50 / p99 (ms), windows admitted', 'admission'],
   ['preemption, trickle: pods p50 / p99 (ms), samples', 'trickle'],
   ['preemption, all-models burst: pods p50 / p99 (ms), attempts', 'burst'],
+  ['… the burst: Job DELETEs p50 / p99 (ms)', 'burst_job'],
+  ['load average (1 min): at rest / windows / burst', 'load'],
 ]
 
+// Not measured: absent, or NaN (null once written to JSON).
 const fmt = (v: unknown) =>
-  v === undefined || v === '' ? '—' : typeof v === 'number' ? v.toLocaleString('en-US') : String(v)
+  v === undefined || v === null || v === '' || (typeof v === 'number' && !Number.isFinite(v))
+    ? '—'
+    : typeof v === 'number'
+      ? v.toLocaleString('en-US')
+      : String(v)
 
 function cell(results: Results, n: number, suffix: string): string {
   const k = (s: string) => results[`scale_${n}_${s}`]
@@ -53,6 +60,10 @@ function cell(results: Results, n: number, suffix: string): string {
       return `${fmt(k('preemption_pod_ms_p50'))} / ${fmt(k('preemption_pod_ms_p99'))}, ${fmt(k('preemption_samples'))}`
     case 'burst':
       return `${fmt(k('burst_preemption_pod_ms_p50'))} / ${fmt(k('burst_preemption_pod_ms_p99'))}, ${fmt(k('burst_preemptions'))}`
+    case 'burst_job':
+      return `${fmt(k('burst_preemption_job_ms_p50'))} / ${fmt(k('burst_preemption_job_ms_p99'))}`
+    case 'load':
+      return `${fmt(k('load_at_rest'))} / ${fmt(k('load_at_windows'))} / ${fmt(k('load_at_burst'))}`
     default:
       return fmt(k(suffix))
   }

@@ -29,6 +29,7 @@ import { repoRoot } from '../../test/env/binaries.js'
 import { startEnvironment } from '../../test/env/environment.js'
 import { BackfillWorld } from '../../test/integration/support/backfill-world.js'
 import { DeletionWatch } from '../deletion-watch.js'
+import { formatProfile, latenessProfile } from '../lateness-profile.js'
 import { cpuSeconds, parseSweeps, percentile, requestsByVerb, rssMb, verbDelta } from './measure.js'
 import { markdownTable, plotSpec, type Results, renderPng, SCALE_FUNCTIONS } from './report.js'
 
@@ -42,8 +43,18 @@ const TRICKLE = Math.min(WINDOWS, Number(process.env.SCALE_TRICKLE ?? (QUICK ? 1
 const WIDTH = 32
 /** The population's windows never end during a run: at rest it only waits on its timers. */
 const POPULATION_IDLE_FOR = '24h'
-/** Long enough for the last foreground burst (WINDOWS events) to be handled before the windows end. */
-const WINDOW_IDLE_FOR = process.env.SCALE_WINDOW_IDLE_FOR ?? (QUICK ? '30s' : '45s')
+/**
+ * Long enough for the last foreground burst (WINDOWS events) to be handled before the windows end — and long, as
+ * every window whose timer fires on a busy model re-arms and writes its status (a new idleSince), and each status
+ * write is a `backfill.changed` event for lifecycle: 1,000 windows of 45 s made ~20 events/s, which lifecycle (~5/s
+ * at load 20) never caught up with (2026-12-01 20:40: 7,211 events queued, 122 windows without a state after 8 min).
+ */
+const WINDOW_IDLE_FOR = process.env.SCALE_WINDOW_IDLE_FOR ?? (QUICK ? '30s' : '2m')
+/**
+ * How often the window models get a foreground request while their backfills are created: any period under the
+ * window keeps every window from ending early (run C sent 1,000 every 3 s); a third of it leaves timer slack.
+ */
+const BUSY_EVERY_MS = parseDuration(WINDOW_IDLE_FOR) / 3
 const namespace = 'scale'
 
 const RESULTS_DIR = join(repoRoot, 'bench/results')
@@ -54,6 +65,22 @@ const logFd = openSync(join(RESULTS_DIR, 'scale.log'), 'w')
 const log = (line: string) => writeSync(logFd, `[scale ${new Date().toISOString()}] ${line}\n`)
 process.stderr.write(`[scale] sizes ${SIZES.join(', ')}; log: ${join(RESULTS_DIR, 'scale.log')}\n`)
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+const load1m = () => Math.round((loadavg()[0] ?? 0) * 10) / 10
+/** admit's `admission timings` lines (functions/admit) for the window backfills since `from` (epoch ms). */
+const admissionLines = (from: number) =>
+  readdirSync(LOG_DIR)
+    .filter((f) => f.startsWith('admit.'))
+    .flatMap((f) => readFileSync(join(LOG_DIR, f), 'utf8').split('\n'))
+    .filter((line) => {
+      if (!line.includes('"admission timings"')) return false
+      try {
+        const e = JSON.parse(line) as { time?: number; backfill?: string }
+        return (e.time ?? 0) >= from && String(e.backfill).startsWith('w-')
+      } catch {
+        return false // a line cut by another writer
+      }
+    })
+    .join('\n')
 
 /** `count` tasks, at most `width` at once; a failed task is logged and counted, never stops the others. */
 async function inParallel(count: number, width: number, task: (i: number) => Promise<unknown>) {
@@ -249,6 +276,7 @@ try {
     const requestsBefore = apiserverRequests()
     const restFrom = Date.now()
     await sleep(REST_S * 1000)
+    results[k('load_at_rest')] = load1m()
     const requestsAfter = apiserverRequests()
     const restS = (Date.now() - restFrom) / 1000
     for (const fn of SCALE_FUNCTIONS) {
@@ -301,16 +329,19 @@ try {
       const windows = Math.min(WINDOWS, n)
       const trickle = Math.min(TRICKLE, windows)
       // 3. min(WINDOWS, n) window backfills, one per model, whose windows end in the same second: their models are kept
-      // busy (a foreground request each, every 3 s) while they are created and settle, then one last request per
+      // busy (a foreground request each, every BUSY_EVERY_MS) while they are created and settle, then one last request per
       // model at once starts every window together.
       const windowNames = Array.from({ length: windows }, (_, i) => `w-${i}`)
       let busy = true
       const keepBusy = (async () => {
-        for (let round = 0; busy && round < 2000; round++) {
+        // Bounded: at most the 30 minutes the wait below allows.
+        for (let round = 0; busy && round < (30 * 60_000) / BUSY_EVERY_MS + 1; round++) {
           await Promise.all(windowNames.map((_, i) => publishForeground(`m-${i}`).catch(() => {})))
-          await sleep(3000)
+          const nextAt = Date.now() + BUSY_EVERY_MS
+          while (busy && Date.now() < nextAt) await sleep(250)
         }
       })()
+      const windowsFrom = Date.now()
       const windowFailed = await inParallel(windows, WIDTH, (i) =>
         world.backfill(windowNames[i] as string, {
           modelRef: `m-${i}`,
@@ -328,9 +359,11 @@ try {
         30 * 60_000,
         3000,
       )
+      results[k('windows_waiting_s')] = Math.round((Date.now() - windowsFrom) / 1000)
       busy = false
       await keepBusy
       await sleep(1000)
+      results[k('load_at_windows')] = load1m()
       const burstFrom = Date.now()
       await Promise.all(windowNames.map((_, i) => publishForeground(`m-${i}`)))
       results[k('admission_windows')] = windows - windowFailed
@@ -358,6 +391,14 @@ try {
       log(
         `size ${n}: lateness p50 ${results[k('admission_lateness_ms_p50')]} p99 ${results[k('admission_lateness_ms_p99')]} (${lateness.length})`,
       )
+      // Where the lateness goes: admit's own step timings of these admissions (runtime/step-timings.ts).
+      const profile = latenessProfile(admissionLines(burstFrom))
+      for (const row of profile) {
+        results[k(`admission_step_${row.step}_ms_p50`)] = row.p50
+        results[k(`admission_step_${row.step}_ms_p99`)] = row.p99
+      }
+      log(`size ${n}: admission timings of the windows (admit's log)\n${formatProfile(profile)}`)
+      await writeResults()
 
       // 4. Preemption of those attempts: a trickle (one at a time), then every other model at once.
       const running = async (names: string[]) => (await statesOf(names)).filter((s) => s?.phase === 'Running').length
@@ -406,6 +447,15 @@ try {
         const at = watch.goneAt(j, burstPods.get(j) ?? [])
         return at === undefined ? [] : [at - burstAt]
       })
+      // The Job's DELETE (cancel) apart from its pods' (the garbage collector, CANCEL_DELETE_PODS off by default).
+      const burstJobMs = withAttempt.flatMap((j) => {
+        const at = watch.jobDeletedAt.get(j)
+        return at === undefined ? [] : [at - burstAt]
+      })
+      results[k('burst_preemption_job_ms_p50')] = percentile(burstJobMs, 50)
+      results[k('burst_preemption_job_ms_p99')] = percentile(burstJobMs, 99)
+      results[k('load_at_burst')] = load1m()
+      await writeResults()
       results[k('burst_preemptions')] = withAttempt.length
       results[k('burst_preemption_pod_ms_p50')] = percentile(burstMs, 50)
       results[k('burst_preemption_pod_ms_p99')] = percentile(burstMs, 99)

@@ -58,6 +58,10 @@ describe('bench/scale report', () => {
     expect(lines[0]).toBe('| | 100 | 1,000 |')
     expect(table).toContain('| CPU at rest, lifecycle (% of one core) | 0.4 | 1.2 |')
     expect(table).toContain('| … by verb (requests in the window) | — | GET 12, LIST 4 |')
+    // NaN is written to JSON as null: either way a dash, not "NaN" or "null".
+    const reread = markdownTable(JSON.parse(JSON.stringify(results)))
+    expect(markdownTable(results)).not.toMatch(/NaN|null/)
+    expect(reread).not.toMatch(/NaN|null/)
     expect(lines.every((l) => l.split('|').length === lines[0]?.split('|').length)).toBe(true)
   })
 
