@@ -5,11 +5,13 @@ import { jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { afterAll, describe, expect, it } from 'vitest'
 import { Demand } from '../../../functions/demand/index.js'
+import { createLogger } from '../../../runtime/log.js'
 import { Bus } from '../../../runtime/nats.js'
 import type { Deps } from '../../../runtime/reconcile.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()
+const log = createLogger('demand-faults')
 const bucket = `claims-lost-${Date.now()}`
 afterAll(async () => {
   await (await jetstreamManager(env.nc)).streams.delete(`KV_${bucket}`).catch(() => {})
@@ -30,7 +32,7 @@ describe('demand under faults', () => {
     const shared = await Bus.open(env.nc)
     const claims = await new Kvm(env.nc).create(bucket, { history: 1 })
     const bus = new Bus(env.nc, shared.jsm, { ...shared.kv, claims })
-    const demand = new Demand({ bus, now: Date.now } as unknown as Deps)
+    const demand = new Demand({ bus, now: Date.now, log } as unknown as Deps)
     // The claims bucket goes away between two requests (a lost stream, a permission change, a server fault).
     await expect(demand.handle(request('m-ok'))).resolves.toBeUndefined()
     await shared.jsm.streams.delete(`KV_${bucket}`)
@@ -42,7 +44,7 @@ describe('demand under faults', () => {
 
   it('a gateway sending ever-new model names cannot grow demand without bound', async () => {
     const shared = await Bus.open(env.nc)
-    const demand = new Demand({ bus: shared, now: Date.now } as unknown as Deps, 100)
+    const demand = new Demand({ bus: shared, now: Date.now, log } as unknown as Deps, 100)
     for (let round = 0; round < 5; round++) {
       // 200 fresh names a round, each written once; the previous rounds' are quiet by now.
       await Promise.all(Array.from({ length: 200 }, (_, i) => demand.handle(request(`random-${round}-${i}`))))
