@@ -664,33 +664,17 @@ async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim |
     const entry = await kv.get(key)
     if (entry?.operation !== 'PUT') continue // released meanwhile (a delete marker): try create again
     const holder = readClaim(deps.log, entry)
-    if (!holder) {
-      // Unreadable: nobody can prove a hold with it, so it is replaced (compare-and-set on what was read).
-      try {
-        await kv.update(key, body, entry.revision)
-        return null
-      } catch (err) {
-        if (!isCasConflict(err)) throw err
-        continue
-      }
-    }
-    if (holder.jobName === claim.jobName) {
-      // Ours already (a retry, a second replica, or a try that failed after taking it): it must name this admission
-      // — its window start, and its time, by which demand remembers the cancel it sent. Left as the failed try took
-      // it, a request after this admission counted as already cancelled (that cancel found no Job) and the Job
-      // this one creates stayed up (retried-admission-claim.test.ts).
-      if (holder.claimedAt === claim.claimedAt && holder.idleSince === claim.idleSince) return null
-      try {
-        await kv.update(key, body, entry.revision)
-        return null
-      } catch (err) {
-        if (!isCasConflict(err)) throw err
-        continue
-      }
-    }
-    if (!(await isStale(deps, holder))) return holder
+    const ours = holder?.jobName === claim.jobName
+    // Ours and naming this very admission (a retry, a second replica): nothing to write.
+    if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return null
+    // Someone else's live hold stands.
+    if (holder && !ours && !(await isStale(deps, holder))) return holder
+    // Replaced by compare-and-set on what was read: an unreadable claim (nobody can prove a hold with it), a stale
+    // holder's, or ours left by a try that failed after taking it — it must name this admission (its window start,
+    // and its time, by which demand remembers the cancel it sent): left as it was, a request after this admission
+    // counted as already cancelled and the Job this one creates stayed up (retried-admission-claim.test.ts).
     try {
-      await deps.bus.kv.claims.update(key, body, entry.revision)
+      await kv.update(key, body, entry.revision)
       return null
     } catch (err) {
       if (!isCasConflict(err)) throw err
