@@ -9,11 +9,11 @@
 // the backfill are dropped (its reaction to the new Job cancels it too; in the failover run it was behind). The
 // servers are real. The
 // oracle is the test's own watch. Seen failing without cancel's wait: the Job lived 2.9 s (175 ms with it).
-import { Watch } from '@kubernetes/client-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import type { Runner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { hook, watchJobs } from '../support/job-watch.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -21,9 +21,7 @@ let runner: Runner
 let cancel: Runner
 let lifecycle: Runner
 let world: BackfillWorld
-let stopWatch: (() => void) | undefined
-/** The namespace's Jobs as the watch saw them: when ADDED arrived and when it was first marked for deletion. */
-const seen = new Map<string, { owner?: string; addedAt: number; deletingAt?: number }>()
+let jobWatch: Awaited<ReturnType<typeof watchJobs>> | undefined
 const restore: (() => void)[] = []
 
 beforeAll(async () => {
@@ -32,28 +30,11 @@ beforeAll(async () => {
   runner = await startTestRunner(env, { instance, functions: ['demand', 'admit'], watch: false })
   cancel = await startTestRunner(env, { instance, functions: ['cancel'], watch: false })
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
-  const controller = await new Watch(env.kc).watch(
-    `/apis/batch/v1/namespaces/${env.namespace}/jobs`,
-    {},
-    (type, job: { metadata?: { uid?: string; deletionTimestamp?: string; ownerReferences?: { name: string }[] } }) => {
-      const uid = job.metadata?.uid
-      if (!uid) return
-      let entry = seen.get(uid)
-      if (!entry) {
-        entry = { owner: job.metadata?.ownerReferences?.[0]?.name, addedAt: Date.now() }
-        seen.set(uid, entry)
-      }
-      if ((type === 'DELETED' || job.metadata?.deletionTimestamp) && entry.deletingAt === undefined) {
-        entry.deletingAt = Date.now()
-      }
-    },
-    () => {},
-  )
-  stopWatch = () => controller.abort()
+  jobWatch = await watchJobs(env.kc, env.namespace)
 })
 afterAll(async () => {
   for (const undo of restore.splice(0)) undo()
-  stopWatch?.()
+  jobWatch?.stop()
   world?.close()
   await runner?.stop()
   await cancel?.stop()
@@ -73,49 +54,52 @@ it('a request on the documented subject during the Job POST: the Job is deleted 
   })
   restore.push(() => sub.unsubscribe())
   let storedAt: number | undefined
-  const kube = runner.deps.kube
-  const original = kube.createJob.bind(kube)
-  kube.createJob = (async (job: Parameters<typeof kube.createJob>[0]) => {
-    if (storedAt === undefined && job.metadata?.ownerReferences?.[0]?.name === backfill) {
-      // The POST is slow (an apiserver under load): the request is stored, demand cancels, cancel finds no Job and
-      // its bookkeeping runs — all before the POST is answered.
-      storedAt = await world.foregroundOnDocumentedSubject(model)
-      await waitUntil('demand to cancel the attempt', async () => cancelledAt, 10_000)
-      await new Promise((r) => setTimeout(r, 1_500))
-    }
-    return original(job)
-  }) as typeof kube.createJob
-  restore.push(() => {
-    kube.createJob = original
-  })
+  restore.push(
+    hook(runner.deps.kube, 'createJob', (original) => async (job) => {
+      if (storedAt === undefined && job.metadata?.ownerReferences?.[0]?.name === backfill) {
+        // The POST is slow (an apiserver under load): the request is stored, demand cancels, cancel finds no Job
+        // and its bookkeeping runs — all before the POST is answered.
+        storedAt = await world.foregroundOnDocumentedSubject(model)
+        await waitUntil('demand to cancel the attempt', async () => cancelledAt, 10_000)
+        await new Promise((r) => setTimeout(r, 1_500))
+      }
+      return original(job)
+    }),
+  )
   const bus = lifecycle.deps.bus
-  const publish = bus.publish.bind(bus)
-  bus.publish = (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
-    if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
-    return (publish as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
-  }) as typeof bus.publish
-  restore.push(() => {
-    bus.publish = publish
-  })
+  restore.push(
+    hook(
+      bus,
+      'publish',
+      (original) =>
+        (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
+          if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
+          return (original as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
+        }) as typeof bus.publish,
+    ),
+  )
   // cancel's bookkeeping (its reconcile) reads the backfill's state first: slow, as under load.
   const states = cancel.deps.bus.kv.backfills
-  const get = states.get.bind(states)
-  states.get = (async (key: string, ...rest: unknown[]) => {
-    if (key.endsWith(`.${backfill}`)) await new Promise((r) => setTimeout(r, 4_000))
-    return (get as (...a: unknown[]) => ReturnType<typeof states.get>)(key, ...rest)
-  }) as typeof states.get
-  restore.push(() => {
-    states.get = get
-  })
+  restore.push(
+    hook(
+      states,
+      'get',
+      (original) =>
+        (async (key: string, ...rest: unknown[]) => {
+          if (key.endsWith(`.${backfill}`)) await new Promise((r) => setTimeout(r, 4_000))
+          return (original as (...a: unknown[]) => ReturnType<typeof states.get>)(key, ...rest)
+        }) as typeof states.get,
+    ),
+  )
 
   await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
-  const job = await waitUntil('the Job created', async () => [...seen.values()].find((j) => j.owner === backfill))
+  const job = await waitUntil('the Job created', async () => jobWatch?.of(backfill)[0])
   const deletingAt = await waitUntil('the Job deleted', async () => job.deletingAt, 20_000)
   const liveMs = deletingAt - job.addedAt
   process.stderr.write(`[cancel-during-post] Job seen live for ${liveMs} ms (watch ADDED → deletion)\n`)
   // At once (generous: the machine is loaded), not at some later decision.
   expect(liveMs).toBeLessThan(1_500)
   // And nothing of it is left running.
-  const live = [...seen.values()].filter((j) => j.owner === backfill && j.deletingAt === undefined)
+  const live = jobWatch?.of(backfill).filter((j) => j.deletingAt === undefined)
   expect(live).toEqual([])
 })

@@ -3,75 +3,39 @@
 // request stored in that gap got a Job created over it, left to demand → cancel seconds later. Each scenario slows
 // one step of the running system (a test hook around a real call: the servers are real) and publishes a request in
 // the gap. The oracle is the test's own: a watch on the namespace's Jobs and the request's JetStream store time.
-import { Watch } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { BackfillState } from '../../../core/state.js'
 import { lastRequestAt } from '../../../runtime/fence.js'
 import type { Runner } from '../../../runtime/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, ms, waitUntil } from '../support/backfill-world.js'
+import { hook as hookCall, watchJobs } from '../support/job-watch.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
 
 const env = useTestEnv()
 let runner: Runner
 let world: BackfillWorld
-let stopWatch: (() => void) | undefined
-/** Every Job of the namespace the watch saw: when ADDED arrived, and when it was first marked for deletion. */
-const seen = new Map<string, { owner?: string; addedAt: number; deletingAt?: number }>()
+let jobWatch: Awaited<ReturnType<typeof watchJobs>> | undefined
 const restore: (() => void)[] = []
 
 beforeAll(async () => {
   runner = await startTestRunner(env, { instance: testInstance() })
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
-  let stopped = false
-  let controller: AbortController | undefined
-  const start = async (): Promise<void> => {
-    controller = await new Watch(env.kc).watch(
-      `/apis/batch/v1/namespaces/${env.namespace}/jobs`,
-      {},
-      (
-        type,
-        job: { metadata?: { uid?: string; deletionTimestamp?: string; ownerReferences?: { name: string }[] } },
-      ) => {
-        const uid = job.metadata?.uid
-        if (!uid) return
-        let entry = seen.get(uid)
-        if (!entry) {
-          entry = { owner: job.metadata?.ownerReferences?.[0]?.name, addedAt: Date.now() }
-          seen.set(uid, entry)
-        }
-        if ((job.metadata?.deletionTimestamp || type === 'DELETED') && entry.deletingAt === undefined) {
-          entry.deletingAt = Date.now()
-        }
-      },
-      () => {
-        if (!stopped) setTimeout(() => start().catch(() => {}), 100)
-      },
-    )
-  }
-  await start()
-  stopWatch = () => {
-    stopped = true
-    controller?.abort()
-  }
+  jobWatch = await watchJobs(env.kc, env.namespace)
 })
 afterAll(async () => {
   for (const undo of restore.splice(0)) undo()
-  stopWatch?.()
+  jobWatch?.stop()
   world?.close()
   await runner?.stop()
 })
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-const jobsSeenOf = (backfill: string) => [...seen.values()].filter((j) => j.owner === backfill)
+const jobsSeenOf = (backfill: string) => jobWatch?.of(backfill) ?? []
 
-/** Replaces `obj[key]` for this test file; the original is put back in afterAll. */
+/** A hook for this test file (support/job-watch.ts); undone in afterAll. */
 function hook<T extends object, K extends keyof T>(obj: T, key: K, wrap: (original: T[K]) => T[K]) {
-  const original = obj[key]
-  obj[key] = wrap((original as (...a: unknown[]) => unknown).bind(obj) as T[K])
-  restore.push(() => {
-    obj[key] = original
-  })
+  restore.push(hookCall(obj, key, wrap))
 }
 
 /** The time NATS stored a foreground request published now (the leader's store time, read back by sequence). */
