@@ -22,7 +22,7 @@ import {
 } from '@nats-io/jetstream'
 import { connect } from '@nats-io/transport-node'
 import { STREAM_FOREGROUND } from '../events/catalog.js'
-import { decode, encode, validateBySchema } from '../events/codec.js'
+import { decode, encode } from '../events/codec.js'
 import { PULL_EXPIRES_MS, PULL_HEARTBEAT_MS } from '../runtime/jetstream-adapter.js'
 import { startRunner } from '../runtime/runner.js'
 import { ensureBinaries } from '../test/env/binaries.js'
@@ -33,7 +33,7 @@ const MODE = process.env.INGEST_MODE ?? 'demand'
 const ACK_ALL = process.env.DEMAND_ACK_POLICY === 'all'
 const PROFILE = process.argv[3]
 if (MODE === 'decode') {
-  decodeOnly()
+  await decodeOnly()
   process.exit(0)
 }
 const dir = await mkdtemp(join(tmpdir(), 'ingest-prof-'))
@@ -81,7 +81,8 @@ async function startBare(js: JetStreamClient, jsm: JetStreamManager, decoding: b
  * `INGEST_MODE=decode`: no NATS, one process, the CPU floor of decoding alone — decode() (with the foreground fast
  * path) against the zod schema path on the same bytes, in alternating rounds so the machine's load hits both alike.
  */
-function decodeOnly() {
+async function decodeOnly() {
+  const { validateBySchema } = await import('../events/codec.js')
   const bytes = Array.from({ length: 1000 }, (_, i) =>
     Buffer.from(encode('ai.flexinfer.foreground.request', { namespace: 'prof', model: `m-${i}` })),
   )
