@@ -209,7 +209,10 @@ try {
   await sniff.close()
   await nc.close()
 } finally {
+  // Its store is removed once it has exited: while it shuts down it still writes there (rm then failed, ENOTEMPTY).
+  const exited = new Promise((r) => server.once('exit', r))
   server.kill('SIGTERM')
+  await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))])
   await rm(dir, { recursive: true, force: true })
 }
 process.exit(0)
