@@ -46,6 +46,9 @@ function batch(): Batch {
 interface ModelEntry {
   namespace: string
   model: string
+  /** `<namespace>.<model>` (the idle key) and its claim's key, made once per model, not per request. */
+  key: string
+  claimKey: string
   /** Newest foreground request time seen / persisted. */
   seen: number
   persisted: number
@@ -62,7 +65,9 @@ interface ModelEntry {
 }
 
 export class Demand {
-  private readonly models = new Map<string, ModelEntry>()
+  /** Namespace → model → entry: a request's lookup builds no key string. */
+  private readonly models = new Map<string, Map<string, ModelEntry>>()
+  private tracked = 0
   /** Who holds which model (`model.<namespace>.<model>`), mirrored from the claims bucket's republished changes. */
   private readonly claims = new KvMirror<Claim>((raw, key) => {
     const r = parseClaim(raw)
@@ -109,8 +114,9 @@ export class Demand {
 
   async stop() {
     await this.claims.stop()
-    for (const entry of this.models.values()) clearTimeout(entry.timer)
-    await Promise.all([...this.models.values()].map((e) => (e.seen > e.persisted ? this.flush(e) : undefined)))
+    const entries = [...this.models.values()].flatMap((byModel) => [...byModel.values()])
+    for (const entry of entries) clearTimeout(entry.timer)
+    await Promise.all(entries.map((e) => (e.seen > e.persisted ? this.flush(e) : undefined)))
     this.js?.close()
     this.js = undefined
     this.claimReads = undefined
@@ -128,14 +134,12 @@ export class Demand {
     const now = this.deps.now()
     // The window is measured from when NATS accepted the request (its store time), not the gateway's clock: one
     // that lags would shorten the window, one that runs ahead would hold the model busy into the future.
-    const parsed = Date.parse(event.time)
-    const at = event.storedAt ?? (Number.isNaN(parsed) ? now : Math.min(parsed, now))
-    const key = modelKey(namespace, model)
-
-    // Only a claimed model can need a cancel: the usual request allocates no promise for it.
-    const claim = this.claims.values.get(`model.${key}`)
-    const cancelling = claim ? this.cancelIfClaimed(at, claim, 'watch') : undefined
+    const at = event.storedAt ?? sentAt(event.time, now)
     const entry = this.entry(namespace, model)
+
+    // Only a claimed model can need a cancel: the usual request allocates nothing for it (no key, no promise).
+    const claim = this.claims.values.get(entry.claimKey)
+    const cancelling = claim ? this.cancelIfClaimed(at, claim, 'watch') : undefined
     entry.requests++
     if (at <= entry.persisted) return cancelling
     entry.seen = Math.max(entry.seen, at)
@@ -154,12 +158,16 @@ export class Demand {
   }
 
   private entry(namespace: string, model: string): ModelEntry {
-    const key = modelKey(namespace, model)
-    let entry = this.models.get(key)
+    let entry = this.models.get(namespace)?.get(model)
     if (!entry) {
+      // Before the new entry goes in, or it would be forgotten at once (it has nothing pending yet).
+      if (this.tracked >= this.maxTrackedModels) this.forgetIdle()
+      const key = modelKey(namespace, model)
       entry = {
         namespace,
         model,
+        key,
+        claimKey: `model.${key}`,
         seen: 0,
         persisted: 0,
         requests: 0,
@@ -168,8 +176,14 @@ export class Demand {
         writing: false,
         target: 0,
       }
-      this.models.set(key, entry)
-      if (this.models.size > this.maxTrackedModels) this.forgetIdle()
+      // Looked up after forgetIdle, which drops a namespace's map once it is empty.
+      let byModel = this.models.get(namespace)
+      if (!byModel) {
+        byModel = new Map()
+        this.models.set(namespace, byModel)
+      }
+      byModel.set(model, entry)
+      this.tracked++
     }
     return entry
   }
@@ -177,16 +191,20 @@ export class Demand {
   /** Drops the models with nothing pending (no waiter, no write, no timer): their state is in KV. */
   private forgetIdle() {
     const now = this.deps.now()
-    for (const [key, e] of this.models) {
-      if (!e.writing && !e.timer && !e.next && now - e.lastWriteAt >= COALESCE_MS) {
-        this.models.delete(key)
+    for (const [namespace, byModel] of this.models) {
+      for (const [model, e] of byModel) {
+        if (!e.writing && !e.timer && !e.next && now - e.lastWriteAt >= COALESCE_MS) {
+          byModel.delete(model)
+          this.tracked--
+        }
       }
+      if (byModel.size === 0) this.models.delete(namespace)
     }
   }
 
   /** Models held in memory (tests, logs). */
   get trackedModels() {
-    return this.models.size
+    return this.tracked
   }
 
   /**
@@ -257,7 +275,7 @@ export class Demand {
     const answered = entry.next ?? batch()
     entry.next = undefined
     entry.current = answered
-    const key = modelKey(entry.namespace, entry.model)
+    const key = entry.key
     try {
       await this.writeMax(entry, key, target)
       entry.lastWriteAt = this.deps.now()
@@ -265,14 +283,14 @@ export class Demand {
       // The other half of admit's re-check (runtime/fence.ts), after every write and before anything is acked:
       // having written idleness, look at the claim itself (not the watched copy, which may lag) so an admission
       // racing these requests is cancelled either way. A failure here fails the requests, which are redelivered.
-      const claim = await this.readClaim(`model.${key}`)
+      const claim = await this.readClaim(entry.claimKey)
       if (this.deps.log.isLevelEnabled('debug')) {
         this.deps.log.debug(
           {
             key,
             target: new Date(target).toISOString(),
             claim: claim ? `${claim.jobName}@${claim.claimedAt}` : null,
-            watched: this.claims.values.get(`model.${key}`)?.jobName ?? null,
+            watched: this.claims.values.get(entry.claimKey)?.jobName ?? null,
             reads: this.claimReads?.stats,
           },
           'idle written; claim read',
@@ -341,6 +359,12 @@ export class Demand {
     }
     throw new Error(`could not write idle state for ${key}: repeated compare-and-set conflicts`)
   }
+}
+
+/** The sender's time of a request without a store time (HTTP binding), never in the future; unreadable: now. */
+function sentAt(time: string, now: number): number {
+  const parsed = Date.parse(time)
+  return Number.isNaN(parsed) ? now : Math.min(parsed, now)
 }
 
 /** A demand function with its own caches (one per process, or several in tests racing each other). */

@@ -1,0 +1,46 @@
+// demand's bound on the models it tracks (MAX_TRACKED_MODELS) forgets quiet models, never the one a request is
+// being handled for: that model's requests must keep sharing one coalesced idle write.
+import { describe, expect, it } from 'vitest'
+import { COALESCE_MS, Demand } from '../../../functions/demand/index.js'
+import { createLogger } from '../../../runtime/log.js'
+import { Bus } from '../../../runtime/nats.js'
+import type { Deps } from '../../../runtime/reconcile.js'
+import { useTestEnv } from '../../env/fixture.js'
+
+const env = useTestEnv()
+const log = createLogger('demand-tracked-models')
+
+const request = (model: string, storedAt: number) =>
+  ({
+    type: 'ai.flexinfer.foreground.request',
+    id: `r-${model}-${storedAt}`,
+    source: 'test',
+    time: new Date(storedAt).toISOString(),
+    storedAt,
+    data: { namespace: env.namespace, model },
+  }) as const
+
+describe('demand at its tracked-models bound', () => {
+  it('a new model past the bound is tracked: its next request joins the same write', async () => {
+    const bus = await Bus.open(env.nc)
+    const demand = new Demand({ bus, now: Date.now, log } as unknown as Deps, 10)
+    const t = Date.now()
+    await Promise.all(Array.from({ length: 10 }, (_, i) => demand.handle(request(`quiet-${i}`, t))))
+    // All ten are quiet now (written, no timer, past the coalescing window): forgettable.
+    await new Promise((r) => setTimeout(r, 400))
+    const writes = demand.stats.kvWrites
+    // Two requests for a new model, the second while the first one's write is in flight.
+    const first = demand.handle(request('fresh', t + 1))
+    // The quiet ten are forgotten, the new model is not (it was, at once: its next request made a second writer).
+    expect(demand.trackedModels).toBe(1)
+    const second = demand.handle(request('fresh', t + 2))
+    const firstAt = Date.now()
+    await first
+    await second
+    // The second request waits for the trailing write, one coalescing window after the leading one.
+    expect(Date.now() - firstAt).toBeGreaterThanOrEqual(COALESCE_MS - 50)
+    expect(demand.stats.kvWrites - writes).toBe(2)
+    expect(demand.trackedModels).toBe(1)
+    await demand.stop()
+  })
+})
