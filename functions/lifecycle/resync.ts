@@ -15,6 +15,7 @@ import { kvSnapshot } from '../../runtime/kv-mirror.js'
 import { type Deps, readState } from '../../runtime/reconcile.js'
 import type { LifecycleCaches } from './caches.js'
 import type { PendingResyncs } from './pending.js'
+import { timerHeld } from './timer-held.js'
 
 /** The sweep period: env RESYNC_MS (milliseconds, at least 1000); 0 turns the schedule off (not recommended). */
 export function resyncIntervalMs(env: NodeJS.ProcessEnv = process.env): number {
@@ -41,6 +42,8 @@ export interface SweepResult {
   picked: { namespace: string; backfill: string; reason: ResyncReason }[]
   /** Would have been picked, but an earlier resync of theirs is still queued (or the pending set is full). */
   held: number
+  /** Listed TimerNotStored, but held after all when checked on their own (./timer-held.ts). */
+  timersHeld: number
   failed: number
 }
 
@@ -79,6 +82,8 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
   const modelByName = new Map(models.map((m) => [`${m.namespace}/${m.name}`, m]))
 
   const picked: SweepResult['picked'] = []
+  /** TimerNotStored by the listing: confirmed one by one below before anything is published. */
+  const unsure: (SweepResult['picked'][number] & { timerAt: string })[] = []
   let held = 0
   const pick = (p: SweepResult['picked'][number]) => {
     const key = backfillKey(p.namespace, p.backfill)
@@ -101,13 +106,17 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
         },
         now,
       )
-      if (reason) pick({ namespace, backfill: name, reason })
+      if (reason === 'TimerNotStored' && state?.timerAt)
+        unsure.push({ namespace, backfill: name, reason, timerAt: state.timerAt })
+      else if (reason) pick({ namespace, backfill: name, reason })
     } catch (err) {
       // An object the sweep cannot even look at (a malformed one): it is re-decided anyway, and never stops it.
       deps.log.warn({ namespace, backfill: name, err }, 'resync: cannot assess this backfill; re-deciding it')
       pick({ namespace, backfill: name, reason: 'NoState' })
     }
   }
+
+  const timersHeld = await confirmNotStored(deps, unsure, pick)
 
   let failed = 0
   let next = 0
@@ -129,12 +138,56 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
   // Every sweep, even one that picks nothing: `ms` (lists, reads and publishes) is what bench/scale measures.
   const ms = Math.round(performance.now() - startedMs)
   deps.log.info(
-    { backfills: backfills.length, picked: picked.length, held, byReason, failed, ms, cached: Boolean(caches) },
+    {
+      backfills: backfills.length,
+      picked: picked.length,
+      held,
+      timersHeld,
+      byReason,
+      failed,
+      ms,
+      cached: Boolean(caches),
+    },
     'resync sweep',
   )
   // Nothing published at all while there was something to publish: NATS is in trouble, let the sweep be retried.
   if (failed && failed === picked.length) throw new Error(`resync: none of ${failed} resync events could be published`)
-  return { backfills: backfills.length, picked, held, failed }
+  return { backfills: backfills.length, picked, held, timersHeld, failed }
+}
+
+/** Timer checks at once when confirming TimerNotStored (one stream message read each, two when it fired). */
+const CONFIRM_CONCURRENCY = 16
+
+/**
+ * The listing of stored schedules is one instant, the states are read over seconds after it (2–8 s at 10,000), and
+ * admit arms a re-armed window's timer just after committing its state: 90–229 windows per sweep were listed
+ * TimerNotStored during bench run E1's window phase while their schedules were stored, or their timers had fired
+ * and waited for admit (./timer-held.ts). Each is checked once more now; only those still not held are picked.
+ * A check that fails picks it (a spare resync costs one reconcile; a missed one a lost timer). Returns how many
+ * were held after all.
+ */
+async function confirmNotStored(
+  deps: Deps,
+  unsure: (SweepResult['picked'][number] & { timerAt: string })[],
+  pick: (p: SweepResult['picked'][number]) => void,
+): Promise<number> {
+  let heldAfterAll = 0
+  let next = 0
+  const worker = async () => {
+    while (next < unsure.length) {
+      const { timerAt, ...p } = unsure[next++] as (typeof unsure)[number]
+      let isHeld = false
+      try {
+        isHeld = await timerHeld(deps.bus, p.namespace, p.backfill, timerAt)
+      } catch (err) {
+        deps.log.warn({ namespace: p.namespace, backfill: p.backfill, err }, 'resync: timer check failed; re-deciding')
+      }
+      if (isHeld) heldAfterAll++
+      else pick(p)
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(CONFIRM_CONCURRENCY, unsure.length) }, worker))
+  return heldAfterAll
 }
 
 /** Backfill Jobs (by label) in one list per scope. */

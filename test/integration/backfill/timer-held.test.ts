@@ -4,12 +4,14 @@
 // replaced by the fired timer event, as the server does when it fires (here without admit running, so the event
 // waits, as it does behind admit's backlog). A reconcile must leave it at that — before the fix it stored a new
 // schedule, which fires the same window again for admit. A fired event for another due time does not count: that
-// timer is re-armed as before.
+// timer is re-armed as before. The sweep, whose listing of stored schedules does not show a held timer, checks each
+// such backfill once more and publishes nothing for it (before: a TimerNotStored resync, then the re-arm above).
 import { jetstream } from '@nats-io/jetstream'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { STREAM_TIMERS, scheduleSubject, subjectFor } from '../../../events/catalog.js'
 import { decode, encode, type InboundEvent } from '../../../events/codec.js'
 import { lifecycleFunction } from '../../../functions/lifecycle/index.js'
+import { sweep } from '../../../functions/lifecycle/resync.js'
 import { openDeps } from '../../../runtime/deps.js'
 import type { EventFunction } from '../../../runtime/function.js'
 import { createLogger } from '../../../runtime/log.js'
@@ -93,4 +95,16 @@ it('a fired timer waiting for admit is not armed again; one that fired for anoth
   })
   const r = schedule ? decode(schedule.data) : undefined
   expect(r?.ok && r.event.data).toMatchObject({ due: otherDue })
+})
+
+it('the sweep re-checks what its listing calls TimerNotStored: a timer held for admit is not re-published', {
+  timeout: 60_000,
+}, async () => {
+  // 'held' (above): its timer fired and waits for admit. 'other': its schedule disarmed, nothing fired for it.
+  await deps.bus.cancelTimer(env.namespace, 'other')
+  await new Promise((r) => setTimeout(r, 2_000)) // the tombstone's TTL (1 s): then the listing no longer shows it
+  const result = await sweep(deps)
+  const picked = Object.fromEntries(result.picked.map((p) => [p.backfill, p.reason]))
+  expect(picked).toEqual({ other: 'TimerNotStored' })
+  expect(result.timersHeld).toBe(1)
 })
