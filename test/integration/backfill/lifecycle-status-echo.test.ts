@@ -87,8 +87,8 @@ it('a status write made by a re-arm on a busy model costs lifecycle no reconcile
     await sleep(2_000) // the echoes of the first decisions (finalizer, first status) are handled
     const settled = echoes.length
 
-    // 20 s: each window's timer fires every ~3 s on the busy model and is re-armed, with a status write each time.
-    await sleep(20_000)
+    // 12 s: each window's timer fires every ~3 s on the busy model and is re-armed, with a status write each time.
+    await sleep(12_000)
     for (const name of names) {
       const b = await world.getBackfill(name)
       expect(b?.status?.phase).toBe('WaitingForIdle')
