@@ -9,7 +9,9 @@ import { backfillKey, LABEL_BACKFILL } from '../../core/names.js'
 import { needsResync, RESYNC_MS, type ResyncReason } from '../../core/resync.js'
 import type { BackfillState } from '../../core/state.js'
 import { type JobView, jobView, type ModelView, modelView } from '../../core/world.js'
-import { BACKFILL_SCHEDULES_FILTER, STREAM_TIMERS } from '../../events/catalog.js'
+import { BACKFILL_SCHEDULES_FILTER, STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
+import { instanceName } from '../../runtime/deps.js'
+import { consumerName } from '../../runtime/function.js'
 import { PLURALS } from '../../runtime/kube.js'
 import { kvSnapshot } from '../../runtime/kv-mirror.js'
 import { type Deps, readState } from '../../runtime/reconcile.js'
@@ -81,6 +83,11 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
   const jobByName = new Map(jobs.map((j) => [`${j.namespace}/${j.name}`, j]))
   const modelByName = new Map(models.map((m) => [`${m.namespace}/${m.name}`, m]))
 
+  // What lifecycle's consumer has acknowledged so far: published resyncs above it are still queued (./pending.ts).
+  if (pending) {
+    const floor = await ackFloor(deps)
+    if (floor !== undefined) pending.floor(floor)
+  }
   const picked: SweepResult['picked'] = []
   /** TimerNotStored by the listing: confirmed one by one below before anything is published. */
   const unsure: (SweepResult['picked'][number] & { timerAt: string })[] = []
@@ -124,7 +131,8 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
     while (next < picked.length) {
       const p = picked[next++] as SweepResult['picked'][number]
       try {
-        await deps.bus.publish('ai.flexinfer.backfill.resync', p)
+        const ack = await deps.bus.publish('ai.flexinfer.backfill.resync', p)
+        pending?.published(backfillKey(p.namespace, p.backfill), ack.seq)
       } catch (err) {
         failed++
         pending?.done(backfillKey(p.namespace, p.backfill))
@@ -153,6 +161,20 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
   // Nothing published at all while there was something to publish: NATS is in trouble, let the sweep be retried.
   if (failed && failed === picked.length) throw new Error(`resync: none of ${failed} resync events could be published`)
   return { backfills: backfills.length, picked, held, timersHeld, failed }
+}
+
+/**
+ * The stream sequence below which lifecycle's consumer on FLEXINFER_EVENTS has acknowledged everything, or
+ * undefined when it cannot be read (the pending set then falls back to its ttl).
+ */
+async function ackFloor(deps: Deps): Promise<number | undefined> {
+  try {
+    const durable = consumerName(instanceName('lifecycle', deps.instance), STREAM_EVENTS)
+    return (await deps.bus.jsm.consumers.info(STREAM_EVENTS, durable)).ack_floor.stream_seq
+  } catch (err) {
+    deps.log.debug({ err }, "resync: lifecycle's consumer info unreadable; pending resyncs expire by their ttl")
+    return undefined
+  }
 }
 
 /** Timer checks at once when confirming TimerNotStored (one stream message read each, two when it fired). */
