@@ -90,6 +90,11 @@ export class BackfillMetrics {
     )
   }
 
+  /** The mirrored states by KV key (the runner lends them to lifecycle's sweep). */
+  get states(): ReadonlyMap<string, BackfillState> {
+    return this.mirror.values
+  }
+
   start(bus: Bus) {
     this.bus = bus
     return this.mirror.start(bus.nc, bus.kv.backfills)

@@ -52,6 +52,12 @@ export interface Deps {
   caches?: AdmissionCaches
   /** The runner's instance name (tests): its functions' durable consumers carry it (see runtime/deps.ts). */
   instance?: string
+  /**
+   * Every backfill state by KV key, kept current from the bucket's republished changes by the mirror the metrics
+   * exporter already holds in every runner process (runtime/metrics.ts): lifecycle's sweep reads it instead of one
+   * direct get per backfill.
+   */
+  backfillStates?: ReadonlyMap<string, BackfillState>
 }
 
 /** A claim younger than this is live even before its holder's state names it (admission in flight). */

@@ -54,6 +54,7 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
   const { bus, kube, log } = deps
   const metrics = new BackfillMetrics(opts.namespaces)
   await metrics.start(bus)
+  deps.backfillStates = metrics.states
   const running: RunningFunction[] = []
   for (const name of names) {
     const fn = scoped((factories.get(name) as () => EventFunction)(), opts.namespaces, opts.instance)
