@@ -322,8 +322,9 @@ export async function runOnJetStream(
 
   // Keep-alive: a handler still running after ack_wait/3 (a slow reconcile, an apiserver deadline and its retry),
   // or a message still waiting for one, tells the server it is working, every ack_wait/3, so its message is not
-  // redelivered to a second worker meanwhile. One interval for the whole in-flight set, no timer per message: each message records the tick it
-  // started in, and is kept alive from the tick after next (between 1/3 and 2/3 of ack_wait after it started).
+  // redelivered to a second worker meanwhile. One interval for all of them, no timer per message: each message
+  // records the tick it started (or arrived) in, and is kept alive from the tick after next (between 1/3 and 2/3 of
+  // ack_wait after that).
   const keepAlive = Number.isFinite(ackWaitMs)
     ? setInterval(
         () => {
