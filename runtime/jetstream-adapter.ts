@@ -113,6 +113,42 @@ async function bindConsumers(deps: Deps, fn: EventFunction) {
   }
 }
 
+interface Waiting {
+  msg: JsMsg
+  floor: AckFloor<JsMsg> | undefined
+  /** The keep-alive tick it arrived in. */
+  tick: number
+}
+
+/** A bounded FIFO with O(1) shift (an array shift is O(n) at thousands waiting). */
+export class WaitQueue<T = Waiting> {
+  private items: (T | undefined)[] = []
+  private head = 0
+  constructor(readonly max: number) {}
+  get size() {
+    return this.items.length - this.head
+  }
+  /** False when full (nothing added). */
+  push(item: T): boolean {
+    if (this.size >= this.max) return false
+    this.items.push(item)
+    return true
+  }
+  shift(): T | undefined {
+    if (this.head >= this.items.length) return undefined
+    const item = this.items[this.head]
+    this.items[this.head++] = undefined
+    if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head)
+      this.head = 0
+    }
+    return item
+  }
+  forEach(f: (item: T) => void) {
+    for (let i = this.head; i < this.items.length; i++) f(this.items[i] as T)
+  }
+}
+
 export async function runOnJetStream(
   deps: Deps,
   fn: EventFunction,
@@ -126,13 +162,42 @@ export async function runOnJetStream(
   const deadLetterRetryMs = opts.deadLetterRetryMs ?? 1000
   /** In-flight handlers, each with the keep-alive tick it started in. */
   const inFlight = new Map<Promise<void>, { msg: JsMsg; tick: number }>()
-  // A slot gate shared by every subscription's loop: O(1) per message (racing thousands of in-flight promises
-  // would be O(n)), and each waiting loop is woken when a slot frees.
-  const waiting: (() => void)[] = []
-  const slotFreed = () => new Promise<void>((resolve) => waiting.push(resolve))
+  // Delivered but not yet handled, one queue per subscription (a slow sweep's timer is not stuck behind the event
+  // backlog). nats.js refills a consume's pull as messages *arrive*, not as they are iterated, so a function behind
+  // its stream holds up to max_ack_pending delivered messages here: lifecycle (8 handlers, ~22 events/s) held
+  // 1,000, waited ~45 s for a handler, longer than ack_wait, and handled ~500 of them twice (bench runs E). They are
+  // taken off the iterator at once and kept alive below like the in-flight ones, so a delivered message is never
+  // redelivered while this process is healthy; the pull itself (ingest's thousands ahead) is unchanged.
+  const queues: WaitQueue[] = []
+  let nextQueue = 0
+  let stopping = false
+  /** Fills free slots from the queues, one message from each in turn. */
+  const startNext = () => {
+    let empty = 0
+    while (!stopping && inFlight.size < fn.concurrency && empty < queues.length) {
+      const w = (queues[nextQueue] as WaitQueue).shift()
+      nextQueue = (nextQueue + 1) % queues.length
+      if (!w) empty++
+      else {
+        empty = 0
+        start(w.msg, w.floor)
+      }
+    }
+  }
+  const start = (msg: JsMsg, floor: AckFloor<JsMsg> | undefined) => {
+    // One settled callback per message (not .catch().finally(): two more promises each, at 30k+ events/s).
+    const task: Promise<void> = process(msg, floor).then(
+      () => settled(task),
+      (err) => {
+        log.error({ err }, 'unexpected error handling event')
+        settled(task)
+      },
+    )
+    inFlight.set(task, { msg, tick })
+  }
   const settled = (task: Promise<void>) => {
     inFlight.delete(task)
-    waiting.shift()?.()
+    startNext()
   }
 
   const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
@@ -235,6 +300,8 @@ export async function runOnJetStream(
       idle_heartbeat: PULL_HEARTBEAT_MS,
       bind: true,
     })
+    const queue = new WaitQueue(Math.max(config.max_ack_pending ?? 0, fn.concurrency, 1) * 2)
+    queues.push(queue)
     const done = (async () => {
       for await (const msg of messages) {
         if (floor && !floor.delivered(msg)) {
@@ -242,37 +309,36 @@ export async function runOnJetStream(
           msg.nak(deadLetterRetryMs)
           continue
         }
-        // One settled callback per message (not .catch().finally(): two more promises each, at 30k+ events/s).
-        const task: Promise<void> = process(msg, floor).then(
-          () => settled(task),
-          (err) => {
-            log.error({ err }, 'unexpected error handling event')
-            settled(task)
-          },
-        )
-        inFlight.set(task, { msg, tick })
-        while (inFlight.size >= fn.concurrency) await slotFreed()
+        if (queue.size === 0 && inFlight.size < fn.concurrency) start(msg, floor)
+        else if (!queue.push({ msg, floor, tick })) {
+          // More than the server may have outstanding (max_ack_pending): only redeliveries of what waits here can
+          // get past it. Taken back rather than held without bound.
+          msg.nak(deadLetterRetryMs)
+        }
       }
     })()
     loops.push({ messages, done })
   }
 
-  // Keep-alive: a handler still running after ack_wait/3 (a slow reconcile, an apiserver deadline and its retry)
-  // tells the server it is working, every ack_wait/3, so its message is not redelivered to a second worker while
-  // it runs. One interval for the whole in-flight set, no timer per message: each message records the tick it
-  // started in, and is kept alive from the tick after next (between 1/3 and 2/3 of ack_wait after it started).
+  // Keep-alive: a handler still running after ack_wait/3 (a slow reconcile, an apiserver deadline and its retry),
+  // or a message still waiting for one, tells the server it is working, every ack_wait/3, so its message is not
+  // redelivered to a second worker meanwhile. One interval for all of them, no timer per message: each message
+  // records the tick it started (or arrived) in, and is kept alive from the tick after next (between 1/3 and 2/3 of
+  // ack_wait after that).
   const keepAlive = Number.isFinite(ackWaitMs)
     ? setInterval(
         () => {
           tick++
-          for (const entry of inFlight.values()) {
-            if (entry.tick >= tick - 1) continue
+          const keep = (entry: { msg: JsMsg; tick: number }) => {
+            if (entry.tick >= tick - 1) return
             try {
               entry.msg.working()
             } catch {
               // Connection closing: the message is redelivered, as it would be anyway.
             }
           }
+          for (const entry of inFlight.values()) keep(entry)
+          for (const q of queues) q.forEach(keep)
         },
         Math.max(100, ackWaitMs / 3),
       )
@@ -286,6 +352,18 @@ export async function runOnJetStream(
       // Graceful: stop pulling, let what is in flight finish (and ack), then tear down.
       for (const loop of loops) await loop.messages.close()
       await Promise.all(loops.map((l) => l.done))
+      // What waits for a handler is given back at once (another instance, or this one restarted, takes it)
+      // rather than handled here: a stop lasts as long as what is in flight, not a whole backlog.
+      stopping = true
+      for (const q of queues) {
+        for (let w = q.shift(); w; w = q.shift()) {
+          try {
+            w.msg.nak()
+          } catch {
+            // Connection closing: redelivered after ack_wait instead.
+          }
+        }
+      }
       await Promise.allSettled([...inFlight.keys()])
       // What finished is acked before the connection goes (the scheduled flush might come too late).
       for (const floor of floors.values()) floor.flush()

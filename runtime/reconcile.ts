@@ -29,6 +29,7 @@ import {
 } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
 import { type FreshReads, readFresh, sameBackfill, sameTemplate } from '../functions/admit/fresh-check.js'
+import { timerHeld } from '../functions/lifecycle/timer-held.js'
 import { checkFence, lastRequestAt } from './fence.js'
 import type { AdmissionCaches, Kube } from './kube.js'
 import { JobRejectedError, PLURALS } from './kube-common.js'
@@ -549,7 +550,8 @@ async function apply(
   const timerAt = d.state?.timerAt
   if (!armed && b && timerAt && Date.parse(timerAt) > deps.now()) {
     const { namespace, name } = b.metadata
-    if (!(await bus.timerArmed(namespace, name))) {
+    // A timer that fired (up to a tick early) and waits for admit is not armed again: that is a second admission.
+    if (!(await timerHeld(bus, namespace, name, timerAt))) {
       log.warn({ namespace, backfill: name, timerAt }, 'timer recorded but not stored; arming it')
       await bus.armTimer(namespace, name, timerAt)
     }

@@ -6,6 +6,13 @@
 // Per process and bounded. An entry leaves when its event is handled here, or after `ttlMs`: with several
 // replicas another one may handle it, and the backfill must be swept again in the end (at most one more event per
 // backfill per ttl). A full set publishes nothing more: what is not published is picked by a later sweep.
+//
+// The ttl alone re-published what was still queued once a backlog outlived it (bench run E2, 10,000 backfills:
+// 400–740 `NoState` resyncs per sweep after 15 min, while ~20,000 events waited). So each sweep also tells the set
+// lifecycle's consumer's ack floor (`floor`): an entry whose event is above it is provably still queued and is held
+// on, its ttl restarted — for at most `maxHoldMs` from its publish, in case the floor is stuck. One at or below it
+// is left to its ttl as before (not released early: in a test environment another process may ack the shared
+// durable's messages without handling ours).
 
 /**
  * How long a published resync holds its backfill back at most (thirty default sweep periods). Longer than a large
@@ -15,15 +22,27 @@
 export const PENDING_TTL_MS = 15 * 60_000
 /** Backfills held back at most: a few tens of bytes each. */
 export const PENDING_MAX = 100_000
+/** An entry whose event the ack floor shows still queued is held at most this long after its publish. */
+export const PENDING_MAX_HOLD_MS = 4 * PENDING_TTL_MS
+
+interface Entry {
+  /** When its ttl started (publish, or the last floor that showed it queued). */
+  t: number
+  /** When its resync was published. */
+  first: number
+  /** Its event's stream sequence, once the publish was acknowledged. */
+  seq?: number
+}
 
 export class PendingResyncs {
-  /** key → when published (insertion order is publish order: the oldest come first). */
-  private readonly at = new Map<string, number>()
+  /** key → its entry (insertion order is `t` order: the oldest come first). */
+  private readonly at = new Map<string, Entry>()
 
   constructor(
     private readonly now: () => number,
     private readonly ttlMs = PENDING_TTL_MS,
     private readonly max = PENDING_MAX,
+    private readonly maxHoldMs = PENDING_MAX_HOLD_MS,
   ) {}
 
   get size() {
@@ -32,9 +51,9 @@ export class PendingResyncs {
 
   /** Whether an earlier resync of `key` may still be queued. */
   has(key: string): boolean {
-    const t = this.at.get(key)
-    if (t === undefined) return false
-    if (this.now() - t < this.ttlMs) return true
+    const e = this.at.get(key)
+    if (e === undefined) return false
+    if (this.now() - e.t < this.ttlMs) return true
     this.at.delete(key)
     return false
   }
@@ -43,9 +62,31 @@ export class PendingResyncs {
   add(key: string): boolean {
     this.expire()
     if (!this.at.has(key) && this.at.size >= this.max) return false
+    const now = this.now()
     this.at.delete(key)
-    this.at.set(key, this.now())
+    this.at.set(key, { t: now, first: now })
     return true
+  }
+
+  /** Its publish was acknowledged: the event's stream sequence, for `floor`. */
+  published(key: string, seq: number) {
+    const e = this.at.get(key)
+    if (e) e.seq = seq
+  }
+
+  /**
+   * The consumer's ack floor (stream sequence): entries above it are still queued and are held on (ttl restarted,
+   * up to maxHoldMs after their publish); the others keep their ttl. Once per sweep.
+   */
+  floor(ackFloor: number) {
+    const now = this.now()
+    for (const [k, e] of [...this.at]) {
+      if (e.seq === undefined || e.seq <= ackFloor) continue
+      if (now - e.first < this.maxHoldMs) {
+        this.at.delete(k)
+        this.at.set(k, { ...e, t: now })
+      }
+    }
   }
 
   /** Its event was handled (or its publish failed): the next sweep may pick it again. */
@@ -55,8 +96,8 @@ export class PendingResyncs {
 
   private expire() {
     const cutoff = this.now() - this.ttlMs
-    for (const [k, t] of this.at) {
-      if (t > cutoff) break
+    for (const [k, e] of this.at) {
+      if (e.t > cutoff) break
       this.at.delete(k)
     }
   }

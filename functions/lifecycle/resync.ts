@@ -9,12 +9,15 @@ import { backfillKey, LABEL_BACKFILL } from '../../core/names.js'
 import { needsResync, RESYNC_MS, type ResyncReason } from '../../core/resync.js'
 import type { BackfillState } from '../../core/state.js'
 import { type JobView, jobView, type ModelView, modelView } from '../../core/world.js'
-import { BACKFILL_SCHEDULES_FILTER, STREAM_TIMERS } from '../../events/catalog.js'
+import { BACKFILL_SCHEDULES_FILTER, STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
+import { instanceName } from '../../runtime/deps.js'
+import { consumerName } from '../../runtime/function.js'
 import { PLURALS } from '../../runtime/kube.js'
 import { kvSnapshot } from '../../runtime/kv-mirror.js'
 import { type Deps, readState } from '../../runtime/reconcile.js'
 import type { LifecycleCaches } from './caches.js'
 import type { PendingResyncs } from './pending.js'
+import { timerHeld } from './timer-held.js'
 
 /** The sweep period: env RESYNC_MS (milliseconds, at least 1000); 0 turns the schedule off (not recommended). */
 export function resyncIntervalMs(env: NodeJS.ProcessEnv = process.env): number {
@@ -41,6 +44,8 @@ export interface SweepResult {
   picked: { namespace: string; backfill: string; reason: ResyncReason }[]
   /** Would have been picked, but an earlier resync of theirs is still queued (or the pending set is full). */
   held: number
+  /** Listed TimerNotStored, but held after all when checked on their own (./timer-held.ts). */
+  timersHeld: number
   failed: number
   /** Where the states came from: the process's mirror or the bucket itself (readStates). */
   statesFrom: 'mirror' | 'bucket'
@@ -83,7 +88,14 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
   const jobByName = new Map(jobs.map((j) => [`${j.namespace}/${j.name}`, j]))
   const modelByName = new Map(models.map((m) => [`${m.namespace}/${m.name}`, m]))
 
+  // What lifecycle's consumer has acknowledged so far: published resyncs above it are still queued (./pending.ts).
+  if (pending) {
+    const floor = await ackFloor(deps)
+    if (floor !== undefined) pending.floor(floor)
+  }
   const picked: SweepResult['picked'] = []
+  /** TimerNotStored by the listing: confirmed one by one below before anything is published. */
+  const unsure: (SweepResult['picked'][number] & { timerAt: string })[] = []
   let held = 0
   const pick = (p: SweepResult['picked'][number]) => {
     const key = backfillKey(p.namespace, p.backfill)
@@ -106,7 +118,9 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
         },
         now,
       )
-      if (reason) pick({ namespace, backfill: name, reason })
+      if (reason === 'TimerNotStored' && state?.timerAt)
+        unsure.push({ namespace, backfill: name, reason, timerAt: state.timerAt })
+      else if (reason) pick({ namespace, backfill: name, reason })
     } catch (err) {
       // An object the sweep cannot even look at (a malformed one): it is re-decided anyway, and never stops it.
       deps.log.warn({ namespace, backfill: name, err }, 'resync: cannot assess this backfill; re-deciding it')
@@ -114,13 +128,16 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
     }
   }
 
+  const timersHeld = await confirmNotStored(deps, unsure, pick)
+
   let failed = 0
   let next = 0
   const publishOne = async () => {
     while (next < picked.length) {
       const p = picked[next++] as SweepResult['picked'][number]
       try {
-        await deps.bus.publish('ai.flexinfer.backfill.resync', p)
+        const ack = await deps.bus.publish('ai.flexinfer.backfill.resync', p)
+        pending?.published(backfillKey(p.namespace, p.backfill), ack.seq)
       } catch (err) {
         failed++
         pending?.done(backfillKey(p.namespace, p.backfill))
@@ -138,6 +155,7 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
       backfills: backfills.length,
       picked: picked.length,
       held,
+      timersHeld,
       byReason,
       failed,
       ms,
@@ -148,7 +166,56 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
   )
   // Nothing published at all while there was something to publish: NATS is in trouble, let the sweep be retried.
   if (failed && failed === picked.length) throw new Error(`resync: none of ${failed} resync events could be published`)
-  return { backfills: backfills.length, picked, held, failed, statesFrom }
+  return { backfills: backfills.length, picked, held, timersHeld, failed, statesFrom }
+}
+
+/**
+ * The stream sequence below which lifecycle's consumer on FLEXINFER_EVENTS has acknowledged everything, or
+ * undefined when it cannot be read (the pending set then falls back to its ttl).
+ */
+async function ackFloor(deps: Deps): Promise<number | undefined> {
+  try {
+    const durable = consumerName(instanceName('lifecycle', deps.instance), STREAM_EVENTS)
+    return (await deps.bus.jsm.consumers.info(STREAM_EVENTS, durable)).ack_floor.stream_seq
+  } catch (err) {
+    deps.log.debug({ err }, "resync: lifecycle's consumer info unreadable; pending resyncs expire by their ttl")
+    return undefined
+  }
+}
+
+/** Timer checks at once when confirming TimerNotStored (one stream message read each, two when it fired). */
+const CONFIRM_CONCURRENCY = 16
+
+/**
+ * The listing of stored schedules is one instant, the states are read over seconds after it (2–8 s at 10,000), and
+ * admit arms a re-armed window's timer just after committing its state: 90–229 windows per sweep were listed
+ * TimerNotStored during bench run E1's window phase while their schedules were stored, or their timers had fired
+ * and waited for admit (./timer-held.ts). Each is checked once more now; only those still not held are picked.
+ * A check that fails picks it (a spare resync costs one reconcile; a missed one a lost timer). Returns how many
+ * were held after all.
+ */
+async function confirmNotStored(
+  deps: Deps,
+  unsure: (SweepResult['picked'][number] & { timerAt: string })[],
+  pick: (p: SweepResult['picked'][number]) => void,
+): Promise<number> {
+  let heldAfterAll = 0
+  let next = 0
+  const worker = async () => {
+    while (next < unsure.length) {
+      const { timerAt, ...p } = unsure[next++] as (typeof unsure)[number]
+      let isHeld = false
+      try {
+        isHeld = await timerHeld(deps.bus, p.namespace, p.backfill, timerAt)
+      } catch (err) {
+        deps.log.warn({ namespace: p.namespace, backfill: p.backfill, err }, 'resync: timer check failed; re-deciding')
+      }
+      if (isHeld) heldAfterAll++
+      else pick(p)
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(CONFIRM_CONCURRENCY, unsure.length) }, worker))
+  return heldAfterAll
 }
 
 /** Backfill Jobs (by label) in one list per scope. */

@@ -1,0 +1,126 @@
+// A function behind its stream, on the real nats-server: what was delivered to it and waits for a free handler is
+// not redelivered while the process is healthy (issue 11, bench runs E: lifecycle's consumer redelivered 310–964
+// events with 8 handlers at ~22 events/s, since nats.js pulls up to max_ack_pending ahead and only the handlers in
+// flight were kept alive). Here: 2 handlers of 250 ms each, 40 events at once and ack_wait 2 s, so the last ones
+// wait ~5 s for a handler — before the fix each waiting one was delivered (and handled) again after 2 s.
+//
+// The stop gives back what still waits (a nak, redelivered at once to the next consumer) rather than handling it.
+import { randomBytes, randomUUID } from 'node:crypto'
+import { Writable } from 'node:stream'
+import { jetstream } from '@nats-io/jetstream'
+import { afterAll, beforeAll, expect, it } from 'vitest'
+import { STREAM_EVENTS } from '../../../events/catalog.js'
+import type { InboundEvent } from '../../../events/codec.js'
+import { consumerName, type EventFunction } from '../../../runtime/function.js'
+import { type RunningFunction, runOnJetStream } from '../../../runtime/jetstream-adapter.js'
+import { Kube } from '../../../runtime/kube.js'
+import { createLogger } from '../../../runtime/log.js'
+import { Bus } from '../../../runtime/nats.js'
+import type { Deps } from '../../../runtime/reconcile.js'
+import { sleep, waitFor } from '../../env/exec.js'
+import { useTestEnv } from '../../env/fixture.js'
+
+const env = useTestEnv()
+const quiet = new Writable({ write: (_c, _e, done) => done() })
+let bus: Bus
+let kube: Kube
+const running: RunningFunction[] = []
+const consumers: string[] = []
+
+beforeAll(async () => {
+  bus = await Bus.open(env.nc)
+  kube = new Kube(env.kc)
+})
+afterAll(async () => {
+  for (const r of running) await r.stop().catch(() => {})
+  for (const name of consumers) await bus.jsm.consumers.delete(STREAM_EVENTS, name).catch(() => {})
+  kube?.close()
+})
+
+const event = (name: string) =>
+  JSON.stringify({
+    specversion: '1.0',
+    id: randomUUID(),
+    source: 'test',
+    type: 'dev.knative.apiserver.resource.add',
+    time: new Date().toISOString(),
+    data: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: env.namespace } },
+  })
+
+/** A slow function (2 handlers) on a subject of its own, with the given ack_wait. */
+async function startSlow(handleMs: number, ackWaitMs: number, seen: string[]) {
+  const name = `backlog-${randomBytes(4).toString('hex')}`
+  const base = `flexinfer.events.k8s.${name}`
+  const fn: EventFunction = {
+    name,
+    subscriptions: [{ stream: STREAM_EVENTS, subjects: [`${base}.>`], deliverNew: true }],
+    concurrency: 2,
+    async handle(e: InboundEvent) {
+      seen.push((e.data as { metadata: { name: string } }).metadata.name)
+      await sleep(handleMs)
+    },
+  }
+  const deps: Deps = { kube, bus, log: createLogger('backlog-test', quiet), now: Date.now }
+  consumers.push(consumerName(name, STREAM_EVENTS))
+  const fnRunning = await runOnJetStream(deps, fn, { ackWaitMs })
+  running.push(fnRunning)
+  return { name, base, running: fnRunning, consumer: consumerName(name, STREAM_EVENTS) }
+}
+
+it('a backlog longer than ack_wait is handled once each: waiting messages are kept alive', {
+  timeout: 90_000,
+}, async () => {
+  const N = 40
+  const seen: string[] = []
+  const fn = await startSlow(250, 2_000, seen)
+  const js = jetstream(env.nc)
+  await Promise.all(Array.from({ length: N }, (_, i) => js.publish(`${fn.base}.e`, event(`e-${i}`))))
+  // 40 × 250 ms / 2 handlers ≈ 5 s (more on a loaded machine): the last ones wait more than twice ack_wait.
+  await waitFor(
+    'every event handled',
+    async () => {
+      const info = await bus.jsm.consumers.info(STREAM_EVENTS, fn.consumer)
+      return info.num_ack_pending === 0 && info.num_pending === 0 && new Set(seen).size === N
+    },
+    { timeoutMs: 60_000 },
+  )
+  await sleep(2_500) // a redelivery of anything would show up within one more ack_wait
+  const info = await bus.jsm.consumers.info(STREAM_EVENTS, fn.consumer)
+  expect(info.num_redelivered).toBe(0)
+  expect(seen.length).toBe(N)
+  expect(fn.running.stats.handled).toBe(N)
+})
+
+it('a stop gives back what waits for a handler at once: the next consumer handles it, each exactly once', {
+  timeout: 90_000,
+}, async () => {
+  const N = 20
+  const seen: string[] = []
+  const fn = await startSlow(500, 30_000, seen)
+  const js = jetstream(env.nc)
+  await Promise.all(Array.from({ length: N }, (_, i) => js.publish(`${fn.base}.e`, event(`s-${i}`))))
+  await waitFor('two in flight', async () => seen.length >= 2, { timeoutMs: 20_000 })
+  const stopStarted = Date.now()
+  await fn.running.stop()
+  // Only what was in flight was finished: the stop did not work through the ~18 waiting (~4.5 s).
+  expect(Date.now() - stopStarted).toBeLessThan(4_000)
+  const first = seen.length
+  expect(first).toBeLessThan(N)
+  // Same durable again (a restart): what was given back comes now, not after ack_wait (30 s).
+  const deps: Deps = { kube, bus, log: createLogger('backlog-test', quiet), now: Date.now }
+  const again = await runOnJetStream(
+    deps,
+    {
+      name: fn.name,
+      subscriptions: [{ stream: STREAM_EVENTS, subjects: [`${fn.base}.>`], deliverNew: true }],
+      concurrency: 8,
+      async handle(e: InboundEvent) {
+        seen.push((e.data as { metadata: { name: string } }).metadata.name)
+      },
+    },
+    { ackWaitMs: 30_000 },
+  )
+  running.push(again)
+  await waitFor('every event handled', async () => new Set(seen).size === N, { timeoutMs: 20_000 })
+  expect(seen.length).toBe(N)
+})
