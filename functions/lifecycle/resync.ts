@@ -15,9 +15,9 @@ import { consumerName } from '../../runtime/function.js'
 import { PLURALS } from '../../runtime/kube.js'
 import { kvSnapshot } from '../../runtime/kv-mirror.js'
 import { type Deps, readState } from '../../runtime/reconcile.js'
+import { timerHeld } from '../../runtime/timer-held.js'
 import type { LifecycleCaches } from './caches.js'
 import type { PendingResyncs } from './pending.js'
-import { timerHeld } from './timer-held.js'
 
 /** The sweep period: env RESYNC_MS (milliseconds, at least 1000); 0 turns the schedule off (not recommended). */
 export function resyncIntervalMs(env: NodeJS.ProcessEnv = process.env): number {
@@ -44,7 +44,7 @@ export interface SweepResult {
   picked: { namespace: string; backfill: string; reason: ResyncReason }[]
   /** Would have been picked, but an earlier resync of theirs is still queued (or the pending set is full). */
   held: number
-  /** Listed TimerNotStored, but held after all when checked on their own (./timer-held.ts). */
+  /** Listed TimerNotStored, but held after all when checked on their own (runtime/timer-held.ts). */
   timersHeld: number
   failed: number
   /** Where the states came from: the process's mirror or the bucket itself (readStates). */
@@ -190,7 +190,7 @@ const CONFIRM_CONCURRENCY = 16
  * The listing of stored schedules is one instant, the states are read over seconds after it (2–8 s at 10,000), and
  * admit arms a re-armed window's timer just after committing its state: 90–229 windows per sweep were listed
  * TimerNotStored during bench run E1's window phase while their schedules were stored, or their timers had fired
- * and waited for admit (./timer-held.ts). Each is checked once more now; only those still not held are picked.
+ * and waited for admit (runtime/timer-held.ts). Each is checked once more now; only those still not held are picked.
  * A check that fails picks it (a spare resync costs one reconcile; a missed one a lost timer). Returns how many
  * were held after all.
  */

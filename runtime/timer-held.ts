@@ -9,9 +9,9 @@
 // Whether admit dead-lettered it instead is not visible here; that only matters once it is past due, where the
 // sweep's TimerLost (core/resync.ts) re-decides it anyway.
 
-import { STREAM_TIMERS, subjectFor } from '../../events/catalog.js'
-import { decode } from '../../events/codec.js'
-import { type Bus, isNotFound } from '../../runtime/nats.js'
+import { STREAM_TIMERS, subjectFor } from '../events/catalog.js'
+import { decode } from '../events/codec.js'
+import { type Bus, isNotFound } from './nats.js'
 
 /** The timer event fired for `timerAt` is stored, its handling not yet committed. */
 export async function firedNotHandled(bus: Bus, namespace: string, backfill: string, timerAt: string) {
