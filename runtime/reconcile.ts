@@ -262,7 +262,7 @@ export async function reconcile(
     // When this admission's fence read the newest request: the start of the gap the POST must close quickly.
     let fencedAt: number | undefined
     /** Claims this decision holds for its Job (released if the fresh check below sends it round again). */
-    let held: { keys: { model: string; node: string }; jobName: string } | undefined
+    let held: { keys: { model: string; node: string }; claim: Claim } | undefined
     if (create && role !== 'admit') {
       // Only admit creates Jobs (it holds the claims); hand the backfill over to it, committing nothing.
       await deps.bus.publish('ai.flexinfer.backfill.admit', { namespace, backfill: name })
@@ -293,10 +293,10 @@ export async function reconcile(
       }
       decision = decide(observed, trigger, deps.now())
       timings?.mark('decide')
-      if (!decision.actions.some((a) => a.type === 'createJob') && claimed.keys) {
-        await releaseClaimKeys(deps, claimed.keys, create.jobName)
-      } else if (claimed.keys) {
-        held = { keys: claimed.keys, jobName: create.jobName }
+      if (!decision.actions.some((a) => a.type === 'createJob') && claimed.keys && claimed.claim) {
+        await releaseClaimKeys(deps, claimed.keys, claimed.claim)
+      } else if (claimed.keys && claimed.claim) {
+        held = { keys: claimed.keys, claim: claimed.claim }
       }
     }
     if (copy && freshReads) {
@@ -305,13 +305,13 @@ export async function reconcile(
       try {
         current = await Promise.all([freshReads.backfill, freshReads.template])
       } catch (err) {
-        if (held) await releaseClaimKeys(deps, held.keys, held.jobName)
+        if (held) await releaseClaimKeys(deps, held.keys, held.claim)
         throw err
       }
       timings?.mark('freshCheck')
       const [freshBackfill, freshTemplate] = current
       if (!sameBackfill(copy, freshBackfill) || (freshReads.template && !sameTemplate(template, freshTemplate))) {
-        if (held) await releaseClaimKeys(deps, held.keys, held.jobName)
+        if (held) await releaseClaimKeys(deps, held.keys, held.claim)
         deps.log.info(
           { namespace, backfill: name, resourceVersion: copy.metadata.resourceVersion },
           'watched copy behind the apiserver; deciding again from a fresh read',
@@ -585,7 +585,7 @@ export async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decis
     { namespace: s.namespace, backfill: s.name, job: s.jobName },
     'live attempt without its claims; retaking them',
   )
-  await takeClaimKeys(deps, keys, {
+  const retaken = await takeClaimKeys(deps, keys, {
     namespace: s.namespace,
     backfill: s.name,
     attempt: s.attempts,
@@ -594,7 +594,7 @@ export async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decis
     idleSince: s.idleSince,
   })
   // Ended between the read and the take (its release may have come before our take): give them back.
-  if (!(await stillLive())) await releaseClaimKeys(deps, keys, s.jobName)
+  if (retaken.claim && !(await stillLive())) await releaseClaimKeys(deps, keys, retaken.claim)
 }
 
 /** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */
@@ -624,6 +624,8 @@ function sameStatus(b: ModelBackfill, d: Decision): boolean {
 
 interface Claimed {
   keys?: { model: string; node: string }
+  /** The claim taken (both keys hold it). */
+  claim?: Claim
   contender?: Contender
 }
 
@@ -645,17 +647,17 @@ async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Clai
 }
 
 /** Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. */
-async function takeClaimKeys(deps: Deps, keys: { model: string; node: string }, claim: Claim): Promise<Claimed> {
+export async function takeClaimKeys(deps: Deps, keys: { model: string; node: string }, claim: Claim): Promise<Claimed> {
   const taken: string[] = []
   for (const [on, key] of Object.entries(keys) as ['model' | 'node', string][]) {
     const holder = await takeClaim(deps, key, claim)
     if (holder) {
-      for (const k of taken) await releaseClaimKeys(deps, { model: k, node: k }, claim.jobName)
+      for (const k of taken) await releaseClaimKeys(deps, { model: k, node: k }, claim)
       return { contender: { namespace: holder.namespace, backfill: holder.backfill, jobName: holder.jobName, on } }
     }
     taken.push(key)
   }
-  return { keys }
+  return { keys, claim }
 }
 
 /** Takes `key` for `claim`; returns the live holder when someone else has it. */
@@ -700,12 +702,27 @@ async function isStale(deps: Deps, holder: Claim): Promise<boolean> {
   return state?.jobName !== holder.jobName
 }
 
-async function releaseClaimKeys(deps: Deps, keys: { model: string; node: string }, jobName: string) {
+/**
+ * Gives back the claims held for `who`. An admission names its own claim (`claimedAt`): two tries of one attempt
+ * (a timer and a lifecycle admit request, or a retry while the first try still runs) share the Job name, and the
+ * later one replaces the earlier one's claim (takeClaim). Released by Job name alone, the earlier try — having
+ * decided not to create the Job — deleted the claims of the later one, whose Job then ran without them: demand could
+ * not find it to cancel, and another backfill took its node (failover run, 2026-12-02: a lost cancel and two live
+ * attempts on one node). Ending an attempt (the `releaseClaims` action) gives back whatever claim names its Job.
+ */
+export async function releaseClaimKeys(
+  deps: Deps,
+  keys: { model: string; node: string },
+  who: string | Pick<Claim, 'jobName' | 'claimedAt'>,
+) {
   const kv = deps.bus.kv.claims
+  const jobName = typeof who === 'string' ? who : who.jobName
+  const claimedAt = typeof who === 'string' ? undefined : who.claimedAt
   for (const key of new Set([keys.model, keys.node])) {
     const entry = await kv.get(key)
     const holder = readClaim(deps.log, entry)
     if (!entry || holder?.jobName !== jobName) continue
+    if (claimedAt !== undefined && holder.claimedAt !== claimedAt) continue
     try {
       await kv.delete(key, { previousSeq: entry.revision })
     } catch (err) {
