@@ -15,7 +15,11 @@ function percentile(sorted: number[], p: number): number {
   return Math.round((sorted[Math.max(0, index)] as number) * 10) / 10
 }
 
-/** One row per step met in the log's admission lines (lateMs and earlyMs among them), in first-seen order. */
+/** Admission lines in a log (admit writes each once the admission's bookkeeping is done too). */
+export const admissionLines = (logText: string) =>
+  logText.split('\n').filter((line) => line.includes('"admission timings"')).length
+
+/** One row per step met in the log's admission lines (lateMs, earlyMs and slotMs among them), in first-seen order. */
 export function latenessProfile(logText: string): StepProfile[] {
   const steps = new Map<string, number[]>()
   const add = (step: string, v: unknown) => {
@@ -29,7 +33,7 @@ export function latenessProfile(logText: string): StepProfile[] {
   }
   for (const line of logText.split('\n')) {
     if (!line.includes('"admission timings"')) continue
-    let entry: { lateMs?: unknown; earlyMs?: unknown; ms?: Record<string, unknown> }
+    let entry: { lateMs?: unknown; earlyMs?: unknown; slotMs?: unknown; ms?: Record<string, unknown> }
     try {
       entry = JSON.parse(line)
     } catch {
@@ -37,6 +41,8 @@ export function latenessProfile(logText: string): StepProfile[] {
     }
     add('lateMs', entry.lateMs)
     add('earlyMs', entry.earlyMs)
+    // How long the admission held one of admit's slots (its bookkeeping after the Job runs in a lane of its own).
+    add('slotMs', entry.slotMs)
     for (const [step, v] of Object.entries(entry.ms ?? {})) add(step, v)
   }
   return [...steps].map(([step, values]) => {

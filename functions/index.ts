@@ -1,6 +1,6 @@
 // Every function, by name: the runner (`npm start`), the KEDA Deployments and the Knative Services pick from here.
 import type { EventFunction } from '../runtime/function.js'
-import { admit } from './admit/index.js'
+import { admitFunction } from './admit/index.js'
 import { cancelFunction } from './cancel/index.js'
 import { demandFunction } from './demand/index.js'
 import { lifecycleFunction } from './lifecycle/index.js'
@@ -13,7 +13,7 @@ export { FUNCTION_NAMES } from './names.js'
 export const functionFactories: Record<string, () => EventFunction> = {
   source: () => source,
   demand: demandFunction,
-  admit: () => admit,
+  admit: admitFunction,
   cancel: cancelFunction,
   lifecycle: lifecycleFunction,
 } satisfies Record<FunctionName, () => EventFunction>

@@ -11,10 +11,7 @@ export const functionLoaders = {
     return () => source
   },
   demand: async () => (await import('./demand/index.js')).demandFunction,
-  admit: async () => {
-    const { admit } = await import('./admit/index.js')
-    return () => admit
-  },
+  admit: async () => (await import('./admit/index.js')).admitFunction,
   cancel: async () => (await import('./cancel/index.js')).cancelFunction,
   lifecycle: async () => {
     const { lifecycle } = await import('./lifecycle/index.js')

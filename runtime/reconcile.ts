@@ -7,6 +7,7 @@ import type { V1CronJob } from '@kubernetes/client-node'
 import type { KvEntry } from '@nats-io/kv'
 import type { ModelBackfill } from '../core/api.js'
 import {
+  type Action,
   type Contender,
   type Decision,
   decide,
@@ -217,6 +218,16 @@ export async function observe(
   }
 }
 
+/**
+ * Takes what an admission does once its Job exists and no request raced it (the rest of the decision's actions —
+ * the Started Event — and the status write) off the admission's path: resolves when `work` is queued, not done.
+ * admit's bookkeeping lane (functions/admit/bookkeeping.ts); without one, the work is done in line.
+ */
+export type AfterStart = (
+  work: () => Promise<void>,
+  where: { namespace: string; backfill: string; job: string },
+) => Promise<void>
+
 /** Reconciles one backfill: converges whatever event woke it, however often, in whatever order. */
 export async function reconcile(
   deps: Deps,
@@ -224,10 +235,13 @@ export async function reconcile(
   namespace: string,
   name: string,
   initialTrigger: Trigger,
-  /** What lifecycle's event is about, read fresh; admit's profile of this admission (a log line per Job created). */
-  extra: { fresh?: Fresh; timings?: StepTimings } = {},
+  /**
+   * What lifecycle's event is about, read fresh; admit's profile of this admission (a log line per Job created);
+   * admit's lane for what follows a created Job.
+   */
+  extra: { fresh?: Fresh; timings?: StepTimings; afterStart?: AfterStart } = {},
 ): Promise<Decision | null> {
-  const { fresh, timings } = extra
+  const { fresh, timings, afterStart } = extra
   let trigger = initialTrigger
   const kv = deps.bus.kv.backfills
   const key = backfillKey(namespace, name)
@@ -336,7 +350,11 @@ export async function reconcile(
       }
     }
     timings?.mark('stateWrite')
-    const applied = await apply(deps, role, observed, template, decision, revision, trigger, fencedAt, timings)
+    const applied = await apply(deps, role, observed, template, decision, revision, trigger, {
+      fencedAt,
+      timings,
+      afterStart,
+    })
     if (applied.rejected) {
       trigger = { type: 'jobRejected', ...applied.rejected }
       continue
@@ -377,14 +395,16 @@ async function apply(
   d: Decision,
   revision: number,
   trigger: Trigger,
-  fencedAt?: number,
-  timings?: StepTimings,
+  /** `armed`: a timer already armed by the part of this decision applied before (bookkeeping handed over). */
+  opts: { fencedAt?: number; timings?: StepTimings; afterStart?: AfterStart; armed?: boolean } = {},
 ): Promise<Applied> {
+  const { fencedAt, timings, afterStart } = opts
   const { kube, bus, log } = deps
   const b = o.backfill as ModelBackfill | null
   const prior = o.state
-  let armed = false
-  for (const action of d.actions) {
+  let armed = opts.armed ?? false
+  for (let i = 0; i < d.actions.length; i++) {
+    const action = d.actions[i] as Action
     switch (action.type) {
       case 'addFinalizer':
         if (b) await kube.setFinalizer(b, true)
@@ -468,6 +488,22 @@ async function apply(
           break
         }
         log.info(where, 'job created')
+        if (afterStart && b) {
+          // The attempt is committed, its Job exists and no request raced the POST: the rest (the Started Event,
+          // the status) is bookkeeping no foreground path waits for, done off this admission's slot. Lost with the
+          // process, it is redone by the next decision on the backfill (functions/admit/bookkeeping.ts).
+          const rest = d.actions.slice(i + 1)
+          const wasArmed = armed
+          await afterStart(
+            async () => {
+              timings?.mark('bookkeepingWait')
+              const later = { ...d, actions: rest }
+              await apply(deps, role, o, template, later, revision, trigger, { timings, armed: wasArmed })
+            },
+            { namespace, backfill: name, job: action.jobName },
+          )
+          return {}
+        }
         break
       }
       case 'deleteJob': {

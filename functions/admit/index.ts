@@ -1,38 +1,97 @@
 // admit: when a backfill's timer fires (idle window end, cooldown over, re-check) or another function asks,
-// run the gates and create the attempt's Job. The only function that creates Jobs.
+// run the gates and create the attempt's Job. The only function that creates Jobs. What follows a created Job (the
+// Started Event, the status write) runs in admit's bookkeeping lane, not on the admission's slot (bookkeeping.ts).
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
 import type { EventFunction } from '../../runtime/function.js'
 import { SCHEDULER_TICK_MS } from '../../runtime/nats.js'
-import { reconcile } from '../../runtime/reconcile.js'
+import { type AfterStart, type Deps, reconcile } from '../../runtime/reconcile.js'
 import { StepTimings } from '../../runtime/step-timings.js'
+import { BookkeepingLane } from './bookkeeping.js'
 
-export const admit: EventFunction = {
-  name: 'admit',
-  // Admissions are I/O-bound (API reads, KV, Job create): many at once keeps a burst of due timers on time.
-  concurrency: 32,
-  subscriptions: [
-    { stream: STREAM_TIMERS, subjects: ['flexinfer.events.timer.>'] },
-    { stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.admit'] },
-  ],
-  async handle(event, deps) {
-    if (event.type === 'ai.flexinfer.timer.fired') {
-      const { namespace, backfill, due } = event.data
-      const timings = new StepTimings()
-      // Timers fire up to one scheduler tick early (see Bus.armTimer): wait out that remainder, never more.
-      const early = Date.parse(due) - deps.now()
-      if (early > 0 && early <= 2 * SCHEDULER_TICK_MS) await new Promise((r) => setTimeout(r, early))
-      timings.mark('wait')
-      const d = await reconcile(deps, 'admit', namespace, backfill, { type: 'timer' }, { timings })
-      const startedAt = d?.actions.some((a) => a.type === 'createJob') ? d.state?.startedAt : undefined
-      if (startedAt) {
-        // The lateness profile (bench/README.md): lateMs is what the benchmark measures, startedAt − due.
-        deps.log.info(
-          { namespace, backfill, due, earlyMs: early, lateMs: Date.parse(startedAt) - Date.parse(due), ms: timings.ms },
-          'admission timings',
+/** Longest a graceful stop waits for queued bookkeeping (the rest is redone by the next decisions). */
+const DRAIN_MS = 10_000
+
+export function admitFunction(): EventFunction {
+  const lane = new BookkeepingLane()
+  let log: Deps['log'] | undefined
+  /** Hands an admission's bookkeeping to the lane; `queued` gets the promise of its end (for the timings line). */
+  const handOff =
+    (deps: Deps, queued: { done?: Promise<void> }): AfterStart =>
+    async (work, where) => {
+      queued.done = (await lane.submit(work, where, deps.log)).done
+    }
+  return {
+    name: 'admit',
+    // Admissions are I/O-bound (API reads, KV, Job create): many at once keeps a burst of due timers on time.
+    concurrency: 32,
+    subscriptions: [
+      { stream: STREAM_TIMERS, subjects: ['flexinfer.events.timer.>'] },
+      { stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.admit'] },
+    ],
+    async start(deps) {
+      log = deps.log
+    },
+    async stop() {
+      const left = await lane.drain(DRAIN_MS)
+      if (left > 0) {
+        log?.warn({ left }, 'stopping with admission bookkeeping queued; the next decisions write those statuses')
+      }
+    },
+    async handle(event, deps) {
+      if (event.type === 'ai.flexinfer.timer.fired') {
+        const { namespace, backfill, due } = event.data
+        const timings = new StepTimings()
+        const heldFrom = performance.now()
+        // Timers fire up to one scheduler tick early (see Bus.armTimer): wait out that remainder, never more.
+        const early = Date.parse(due) - deps.now()
+        if (early > 0 && early <= 2 * SCHEDULER_TICK_MS) await new Promise((r) => setTimeout(r, early))
+        timings.mark('wait')
+        const queued: { done?: Promise<void> } = {}
+        const d = await reconcile(
+          deps,
+          'admit',
+          namespace,
+          backfill,
+          { type: 'timer' },
+          { timings, afterStart: handOff(deps, queued) },
+        )
+        // How long this admission held its slot (the steps after it, in the lane, do not).
+        const slotMs = Math.round(performance.now() - heldFrom)
+        const startedAt = d?.actions.some((a) => a.type === 'createJob') ? d.state?.startedAt : undefined
+        if (startedAt) {
+          // The lateness profile (bench/README.md): lateMs is what the benchmark measures, startedAt − due. Logged
+          // once the bookkeeping is done too, so the line has its steps.
+          const line = () =>
+            deps.log.info(
+              {
+                namespace,
+                backfill,
+                due,
+                earlyMs: early,
+                lateMs: Date.parse(startedAt) - Date.parse(due),
+                slotMs,
+                ms: timings.ms,
+              },
+              'admission timings',
+            )
+          if (queued.done) void queued.done.then(line)
+          else line()
+        }
+      } else if (event.type === 'ai.flexinfer.backfill.admit') {
+        await reconcile(
+          deps,
+          'admit',
+          event.data.namespace,
+          event.data.backfill,
+          { type: 'admit' },
+          {
+            afterStart: handOff(deps, {}),
+          },
         )
       }
-    } else if (event.type === 'ai.flexinfer.backfill.admit') {
-      await reconcile(deps, 'admit', event.data.namespace, event.data.backfill, { type: 'admit' })
-    }
-  },
+    },
+  }
 }
+
+/** An admit instance (single-function entry points); the runner makes one per process (functions/index.ts). */
+export const admit: EventFunction = admitFunction()

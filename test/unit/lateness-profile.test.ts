@@ -1,7 +1,7 @@
 // The admission lateness profile: admit's step timings add up per step, and the benchmark's reader of its log lines
 // gives each step's percentiles and survives lines it cannot read.
 import { describe, expect, it } from 'vitest'
-import { latenessProfile } from '../../bench/lateness-profile.js'
+import { admissionLines, latenessProfile } from '../../bench/lateness-profile.js'
 import { StepTimings } from '../../runtime/step-timings.js'
 
 describe('StepTimings', () => {
@@ -33,7 +33,13 @@ describe('latenessProfile', () => {
   it('gives p50 and p99 of every step from the admission lines only', () => {
     const lines = [
       ...Array.from({ length: 100 }, (_, i) =>
-        JSON.stringify({ msg: 'admission timings', lateMs: i + 1, earlyMs: 300, ms: { claims: 2, fence: i } }),
+        JSON.stringify({
+          msg: 'admission timings',
+          lateMs: i + 1,
+          earlyMs: 300,
+          slotMs: 900,
+          ms: { claims: 2, fence: i },
+        }),
       ),
       JSON.stringify({ msg: 'job created', lateMs: 1e9 }),
       '{"msg":"admission timings", cut off',
@@ -43,6 +49,8 @@ describe('latenessProfile', () => {
     expect(rows.lateMs).toMatchObject({ n: 100, p50: 50, p99: 99 })
     expect(rows.claims).toMatchObject({ n: 100, p50: 2, p99: 2, mean: 2 })
     expect(rows.fence).toMatchObject({ p50: 49, p99: 98 })
-    expect(Object.keys(rows)).toEqual(['lateMs', 'earlyMs', 'claims', 'fence'])
+    expect(rows.slotMs).toMatchObject({ n: 100, p50: 900 })
+    expect(Object.keys(rows)).toEqual(['lateMs', 'earlyMs', 'slotMs', 'claims', 'fence'])
+    expect(admissionLines(lines.join('\n'))).toBe(101) // the cut-off line counts: it was written
   })
 })
