@@ -1,6 +1,7 @@
 // Admission lateness profile (issue 11): reads admit's 'admission timings' log lines (functions/admit) from a
 // benchmark log and gives p50 / p99 of each step. `npx tsx bench/lateness-profile.ts [bench/results/bench.log]`.
 import { readFileSync } from 'node:fs'
+import { percentileOfSorted } from './percentile.js'
 
 export interface StepProfile {
   step: string
@@ -8,11 +9,6 @@ export interface StepProfile {
   p50: number
   p99: number
   mean: number
-}
-
-function percentile(sorted: number[], p: number): number {
-  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)
-  return Math.round((sorted[Math.max(0, index)] as number) * 10) / 10
 }
 
 /** Admission lines in a log (admit writes each once the admission's bookkeeping is done too). */
@@ -48,7 +44,7 @@ export function latenessProfile(logText: string): StepProfile[] {
   return [...steps].map(([step, values]) => {
     const sorted = [...values].sort((a, b) => a - b)
     const mean = Math.round((values.reduce((a, b) => a + b, 0) / values.length) * 10) / 10
-    return { step, n: values.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), mean }
+    return { step, n: values.length, p50: percentileOfSorted(sorted, 50), p99: percentileOfSorted(sorted, 99), mean }
   })
 }
 

@@ -4,6 +4,7 @@
 // and the pods' deletecollection), and gives p50 / p99 of each hop. All epoch ms on one machine's clock (the stored
 // times are nats-server's). `npx tsx bench/preemption-profile.ts [bench/results/bench.log]`.
 import { readFileSync } from 'node:fs'
+import { percentileOfSorted } from './percentile.js'
 
 /** The benchmark's line for one preemption (bench/run.ts). */
 export const BENCH_LINE = 'bench: preemption'
@@ -36,11 +37,6 @@ export interface HopProfile {
   p50: number
   p99: number
   max: number
-}
-
-function percentile(sorted: number[], p: number): number {
-  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)
-  return Math.round((sorted[Math.max(0, index)] as number) * 10) / 10
 }
 
 const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : undefined)
@@ -106,7 +102,13 @@ export function preemptionProfile(logText: string): {
     const sorted = [...(values.get(hop) ?? [])].sort((a, b) => a - b)
     if (!sorted.length) return []
     return [
-      { hop, n: sorted.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: percentile(sorted, 100) },
+      {
+        hop,
+        n: sorted.length,
+        p50: percentileOfSorted(sorted, 50),
+        p99: percentileOfSorted(sorted, 99),
+        max: percentileOfSorted(sorted, 100),
+      },
     ]
   })
   return { rows, samples: benchJobs.length, vias }

@@ -30,6 +30,7 @@ import { ENTRY as COLD_START_ENTRY, COLD_START_FUNCTIONS, measureColdStart } fro
 import { DeletionWatch } from './deletion-watch.js'
 import { RemoteDeletionWatch } from './deletion-watch-process.js'
 import { admissionLines, formatProfile, latenessProfile } from './lateness-profile.js'
+import { percentile } from './percentile.js'
 import { BENCH_LINE, formatHops, preemptionProfile } from './preemption-profile.js'
 
 const QUICK = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1'
@@ -62,13 +63,6 @@ const runnerLog = createLogger('bench-runners', pino.destination({ fd: logFd, sy
  */
 const KNATIVE_PATH = process.env.BENCH_KNATIVE ?? 'broker'
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-
-function percentile(values: number[], p: number): number {
-  if (!values.length) return Number.NaN
-  const sorted = [...values].sort((a, b) => a - b)
-  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)
-  return Math.round((sorted[Math.max(0, index)] as number) * 10) / 10
-}
 
 /** `count` tasks, at most `width` at once. */
 async function inParallel(count: number, width: number, task: (i: number) => Promise<unknown>) {

@@ -87,10 +87,3 @@ export function parseSweeps(log: string): Sweep[] {
   }
   return out
 }
-
-export function percentile(values: number[], p: number): number {
-  if (!values.length) return Number.NaN
-  const sorted = [...values].sort((a, b) => a - b)
-  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)
-  return Math.round((sorted[Math.max(0, index)] as number) * 10) / 10
-}
