@@ -235,6 +235,7 @@ describe('least privilege on JetStream', () => {
       gateway: ['foreground.request'],
       bridge: [],
       provision: [],
+      operator: [],
     }
     const every = [...new Set(Object.values(owned).flat())]
     const results: string[] = []
