@@ -163,11 +163,30 @@ describe('the generated secrets on a real nats-server', () => {
     expect(keys.stdout).toContain('ops.seen')
     // The dead letters, as docs/operations.md reads them.
     await (await as('demand')).request('flexinfer.deadletter.demand', 'refused-event', { timeout: 5_000 })
-    const dead = await natsCli(['stream', 'view', 'FLEXINFER_DEADLETTER', '--raw'])
+    const dead = await natsCli(['stream', 'get', 'FLEXINFER_DEADLETTER', '--last-for', 'flexinfer.deadletter.demand'])
     expect(dead.code, dead.stderr).toBe(0)
     expect(dead.stdout).toContain('refused-event')
-    // A watch runs until stopped: the CLI's own timeout ends it once the current value has been printed.
-    const watch = await natsCli(['kv', 'watch', 'flexinfer-backfills', 'ops.seen', '--timeout', '3s'], 20_000)
+    // `stream view` pages interactively: under a terminal (script(1)), as a person runs it.
+    const view = await run(
+      'script',
+      [
+        '-qec',
+        [
+          env.binaries.nats,
+          '--context',
+          join(out, 'operator/nats-context.json'),
+          '--server',
+          `nats://${nats.hostPort}`,
+          'stream view FLEXINFER_DEADLETTER',
+        ].join(' '),
+        '/dev/null',
+      ],
+      { timeoutMs: 20_000, env: { ...process.env, XDG_CONFIG_HOME: join(out, 'xdg') } },
+    )
+    expect(view.stdout).toContain('refused-event')
+    expect(view.stdout).not.toMatch(/violation/i)
+    // A watch runs until stopped: killed after a few seconds, once the current value has been printed.
+    const watch = await natsCli(['kv', 'watch', 'flexinfer-backfills', 'ops.seen'], 6_000)
     expect(`${watch.stdout}${watch.stderr}`).toContain('Running')
     expect(`${watch.stdout}${watch.stderr}`).not.toMatch(/permissions violation/i)
     expect(await nats.log()).not.toMatch(/operator.*[Pp]ermissions [Vv]iolation|[Pp]ermissions [Vv]iolation.*operator/)
