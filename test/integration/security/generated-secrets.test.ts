@@ -18,7 +18,7 @@ import { authConfIdentities } from '../../../tools/secrets/generate.js'
 import { repoRoot } from '../../env/binaries.js'
 import { run } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { type AuthNats, FUNCTIONS, startAuthNats } from '../support/deploy.js'
+import { type AuthNats, FUNCTIONS, NATS_STREAMS, requestOutcome, startAuthNats } from '../support/deploy.js'
 
 const env = useTestEnv()
 let nats: AuthNats
@@ -49,17 +49,7 @@ const as = async (user: string) => {
   }
   return nc
 }
-async function attempt(user: string, subject: string, body = '{}'): Promise<'refused' | 'answered' | 'timeout'> {
-  try {
-    await (await as(user)).request(subject, body, { timeout: 3_000 })
-    return 'answered'
-  } catch (err) {
-    const text = `${(err as Error).message} ${String((err as { cause?: unknown }).cause ?? '')}`
-    if (/permissions violation/i.test(text)) return 'refused'
-    if (/timeout/i.test(text)) return 'timeout'
-    return 'answered'
-  }
-}
+const attempt = async (user: string, subject: string, body = '{}') => requestOutcome(await as(user), subject, body)
 /** The nats CLI as the operator, with the context file the generator wrote (its seed, its inbox prefix). */
 const natsCli = (args: string[], timeoutMs = 20_000) =>
   run(
@@ -238,16 +228,7 @@ describe('the generated secrets on a real nats-server', () => {
       await expectRefused(`$KV.${bucket}.forged`)
       await expectRefused(`flexinfer.kv.${bucket}.forged`)
     }
-    const streams = [
-      'FLEXINFER_EVENTS',
-      'FLEXINFER_TIMERS',
-      'FLEXINFER_DEADLETTER',
-      'FLEXINFER_FOREGROUND',
-      'FLEXINFER_FOREGROUND_LAST',
-      'KV_flexinfer-model-idle',
-      'KV_flexinfer-backfills',
-      'KV_flexinfer-claims',
-    ]
+    const streams = [...NATS_STREAMS]
     for (const stream of streams) {
       for (const op of ['CREATE', 'UPDATE', 'DELETE', 'PURGE']) await expectRefused(`$JS.API.STREAM.${op}.${stream}`)
       await expectRefused(`$JS.API.STREAM.MSG.DELETE.${stream}`, '{"seq":1}')

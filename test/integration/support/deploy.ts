@@ -155,6 +155,35 @@ export async function deleteClusterScoped(env: TestEnv, build: Build) {
 
 export const NATS_ACCOUNT = 'FLEXINFER'
 
+/** Every stream the provision step makes, the KV buckets' included. */
+export const NATS_STREAMS = [
+  'FLEXINFER_EVENTS',
+  'FLEXINFER_TIMERS',
+  'FLEXINFER_DEADLETTER',
+  'FLEXINFER_FOREGROUND',
+  'FLEXINFER_FOREGROUND_LAST',
+  'KV_flexinfer-model-idle',
+  'KV_flexinfer-backfills',
+  'KV_flexinfer-claims',
+] as const
+
+/** The server's answer to a request on `subject`: 'refused' (a permissions violation), 'answered' or 'timeout'. */
+export async function requestOutcome(
+  nc: { request(subject: string, body: string, opts: { timeout: number }): Promise<unknown> },
+  subject: string,
+  body = '{}',
+): Promise<'refused' | 'answered' | 'timeout'> {
+  try {
+    await nc.request(subject, body, { timeout: 3_000 })
+    return 'answered'
+  } catch (err) {
+    const text = `${(err as Error).message} ${String((err as { cause?: unknown }).cause ?? '')}`
+    if (/permissions violation/i.test(text)) return 'refused'
+    if (/timeout/i.test(text)) return 'timeout'
+    return 'answered'
+  }
+}
+
 /** The users of nats/auth.conf (test/unit/secrets.test.ts keeps this list equal to the file's). */
 export const NATS_USERS = [...FUNCTIONS, 'ingress', 'gateway', 'bridge', 'provision', 'operator'] as const
 export type NatsUser = (typeof NATS_USERS)[number]
