@@ -17,9 +17,15 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
 COPY core ./core
+COPY lib ./lib
 COPY events ./events
+COPY observability ./observability
+COPY jetstream ./jetstream
+COPY kube ./kube
+COPY transport ./transport
+COPY admission ./admission
 COPY functions ./functions
-COPY runtime ./runtime
+COPY process ./process
 COPY scripts/bundle.mjs ./scripts/bundle.mjs
 RUN npm run build
 

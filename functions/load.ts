@@ -2,7 +2,7 @@
 // start does not load cancel's, admit's or lifecycle's modules and, through them, the Kubernetes client (cold start,
 // issue 11). functions/index.ts is the same table with static imports (provision, tests);
 // test/unit/function-loaders.test.ts checks the two agree.
-import type { EventFunction } from '../runtime/function.js'
+import type { EventFunction } from '../transport/function.js'
 import type { FunctionName } from './names.js'
 
 export const functionLoaders = {
