@@ -724,8 +724,8 @@ async function isStale(deps: Deps, holder: Claim): Promise<boolean> {
  * (a timer and a lifecycle admit request, or a retry while the first try still runs) share the Job name, and the
  * later one replaces the earlier one's claim (takeClaim). Released by Job name alone, the earlier try — having
  * decided not to create the Job — deleted the claims of the later one, whose Job then ran without them: demand could
- * not find it to cancel, and another backfill took its node (failover run, 2026-12-02: a lost cancel and two live
- * attempts on one node). Ending an attempt (the `releaseClaims` action) gives back whatever claim names its Job.
+ * not find it to cancel, and another backfill took its node (seen in a failover: a lost cancel and two live attempts
+ * on one node). Ending an attempt (the `releaseClaims` action) gives back whatever claim names its Job.
  */
 export async function releaseClaimKeys(
   deps: Deps,

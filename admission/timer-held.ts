@@ -1,5 +1,5 @@
-// Whether a backfill's recorded timer is still on its way to admit, so that nobody arms it a second time (issue 11,
-// bench runs E: "timer recorded but not stored; arming it" for windows whose timer admit held, 691 unacknowledged).
+// Whether a backfill's recorded timer is still on its way to admit, so that nobody arms it a second time: arming
+// a timer that admit already holds admits the same window twice.
 //
 // A timer is stored as a schedule until it fires; the server then removes the schedule and stores the fired event on
 // `flexinfer.events.timer.<ns>.<backfill>` (one per backfill, kept: FLEXINFER_TIMERS is a limits stream) for admit's

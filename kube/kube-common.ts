@@ -1,6 +1,6 @@
 // What code without a Kubernetes client needs from kube/kube.ts: resource names, the request deadline setting and
 // how an apiserver error is read. No import of @kubernetes/client-node here: demand and source, which make no API
-// call, load this and never the client (~1 MB of the bundle, its model classes built at load: cold start, issue 11).
+// call, load this and never the client (~1 MB of the bundle, its model classes built at load: cold start).
 // kube/kube.ts re-exports all of it.
 
 export const PLURALS = {

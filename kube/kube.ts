@@ -619,7 +619,7 @@ export const backfillJobsCache = (kube: Kube, namespaces?: readonly string[]) =>
  * its node.
  *
  * With `admit` (the process serves admit): the ModelBackfills and the CronJobs too, in scope, so an admission
- * decides without the two apiserver GETs in front of it (issue 11, admission lateness). admit still GETs both on
+ * decides without the two apiserver GETs in front of it. admit still GETs both on
  * every decision, alongside its NATS steps, and commits nothing — creates no Job — unless they are what it decided
  * on (admission/fresh-check.ts): a copy only saves the wait, never decides on its own. The CronJob watch holds
  * every CronJob in scope (most are no template of ours): a scoped deployment bounds that to its namespaces.

@@ -1,4 +1,4 @@
-// Where one admission's milliseconds go (issue 11: admission lateness): admit logs one line per Job it creates with
+// Where one admission's milliseconds go: admit logs one line per Job it creates with
 // the time of each step, so a profile comes from the log of a real run rather than from reading the path.
 
 /** Milliseconds per named step of one handling, rounded to 0.1 ms; a step met twice (a CAS retry) adds up. */

@@ -1,6 +1,6 @@
 // The OpenTelemetry SDK side of observability/tracing.ts: the tracer provider, the OTLP/HTTP exporter and the context
 // manager. Loaded by startTracing() only when tracing is on, so a process with tracing off never loads the SDK or the
-// exporter (~0.2 MB of the bundle and their set-up at every cold start, issue 11).
+// exporter (~0.2 MB of the bundle and their set-up at every cold start).
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { type Context, type ContextManager, context, ROOT_CONTEXT, trace } from '@opentelemetry/api'
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http'

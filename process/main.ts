@@ -6,7 +6,7 @@
 
 import { readFileSync } from 'node:fs'
 // Only what every mode needs is imported here; each mode loads its own modules below (await import), so a function
-// that scales to zero does not pay at start for fastify, the bridge or the provision step (cold start, issue 11).
+// that scales to zero does not pay at start for fastify, the bridge or the provision step (cold start).
 import { FUNCTION_NAMES } from '../functions/names.js'
 import { natsReplicas } from '../jetstream/bus.js'
 import { kubeRequestTimeoutMs } from '../kube/kube-common.js'

@@ -66,7 +66,7 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
   }
 
   // Three GET routes on node:http, not fastify: loading fastify cost a scaled-to-zero function ~0.3 s and ~10 MB
-  // at every cold start (issue 11).
+  // at every cold start.
   let httpUrl: string | undefined
   let ready = true
   const send = (res: ServerResponse, code: number, type: string, body: string) => {

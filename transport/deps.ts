@@ -77,7 +77,7 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
 /**
  * Functions that make no Kubernetes API call on any path: demand decides from NATS alone, source and the ingress
  * only publish. A process that serves only these loads no Kubernetes client (@kubernetes/client-node is ~1 MB of
- * the bundle, its model classes built at load: most of a cold start, issue 11). test/integration/transport/
+ * the bundle, its model classes built at load: most of a cold start). test/integration/transport/
  * cold-start-modules.test.ts checks that demand's process loads none.
  */
 export const KUBE_FREE_FUNCTIONS: ReadonlySet<string> = new Set(['demand', 'source', 'ingress'])

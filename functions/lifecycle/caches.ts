@@ -1,4 +1,4 @@
-// lifecycle's watched copies (issue 11, the scale curve): every reconcile used to LIST sessions, leases and its own
+// lifecycle's watched copies: every reconcile used to LIST sessions, leases and its own
 // Jobs and GET the Model, and every sweep and every model event LISTed the ModelBackfills — at 1,000 backfills the
 // apiserver saw 60 requests/s and lifecycle handled ~12 events/s. With these it reads the same kinds from memory,
 // kept current by one watch each (admit's AdmissionCaches, shared when admit runs in the same process), plus the

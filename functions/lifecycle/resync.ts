@@ -190,7 +190,7 @@ const CONFIRM_CONCURRENCY = 16
 /**
  * The listing of stored schedules is one instant, the states are read over seconds after it (2–8 s at 10,000), and
  * admit arms a re-armed window's timer just after committing its state: 90–229 windows per sweep were listed
- * TimerNotStored during bench run E1's window phase while their schedules were stored, or their timers had fired
+ * TimerNotStored at 1,000 windows while their schedules were stored, or their timers had fired
  * and waited for admit (admission/timer-held.ts). Each is checked once more now; only those still not held are picked.
  * A check that fails picks it (a spare resync costs one reconcile; a missed one a lost timer). Returns how many
  * were held after all.
