@@ -17,7 +17,7 @@ import {
   type Trigger,
 } from '../core/decide.js'
 import { buildJob, gpuViolations } from '../core/job.js'
-import { backfillKey, backfillLabelValue, isObjectName, LABEL_BACKFILL, modelKey } from '../core/names.js'
+import { backfillKey, backfillLabelValue, claimKeys, isObjectName, LABEL_BACKFILL, modelKey } from '../core/names.js'
 import {
   type BackfillState,
   type Claim,
@@ -29,6 +29,7 @@ import {
   toKv,
 } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
+import { isCasConflict } from '../jetstream/bus.js'
 import type { Kube } from '../kube/kube.js'
 import { JobRejectedError, PLURALS } from '../kube/kube-common.js'
 import type { Logger } from '../observability/log.js'
@@ -45,11 +46,6 @@ export type Role = 'admit' | 'cancel' | 'lifecycle'
 /** A claim younger than this is live even before its holder's state names it (admission in flight). */
 export const CLAIM_GRACE_MS = 30_000
 const MAX_CAS_RETRIES = 8
-
-export const claimKeys = (namespace: string, model: string, node: string) => ({
-  model: `model.${modelKey(namespace, model)}`,
-  node: `node.${node}`,
-})
 
 /**
  * What a lifecycle event is about, read fresh once for every backfill it re-decides: lifecycle otherwise reads
@@ -354,9 +350,6 @@ export async function reconcile(
   )
   return null
 }
-
-const isCasConflict = (err: unknown) =>
-  /wrong last sequence|key exists|10071|10164/i.test(String((err as Error)?.message))
 
 /**
  * What applying a decision reported back, to be decided again: a Job the apiserver refused, or an admission a
