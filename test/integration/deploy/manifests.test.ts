@@ -6,8 +6,8 @@ import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
 import { APISERVER_TYPES, catalog } from '../../../events/catalog.js'
-import { PULLING_FUNCTIONS } from '../../../runtime/bridge.js'
-import { consumerName } from '../../../runtime/function.js'
+import { consumerName } from '../../../jetstream/names.js'
+import { PULLING_FUNCTIONS } from '../../../transport/bridge.js'
 import { repoRoot } from '../../env/binaries.js'
 import { useTestEnv } from '../../env/fixture.js'
 import {
@@ -195,7 +195,7 @@ describe('kubectl kustomize keda/', () => {
       expect(named.sort()).toEqual(expected.map((e) => `${e.stream}/${e.consumer}`).sort())
       for (const t of nats) expect(t.metadata.account).toBe(NATS_ACCOUNT)
       // Scale to zero everywhere but the watcher (the Kubernetes event source must always run in this overlay) and
-      // the preemption path (admit creates a Job only while demand and cancel pull: runtime/fence.ts).
+      // the preemption path (admit creates a Job only while demand and cancel pull: admission/fence.ts).
       expect(so?.spec.minReplicaCount, fn).toBe(['source', 'demand', 'cancel'].includes(fn) ? 1 : 0)
       expect(so?.spec.triggers.length, `${fn}: lag triggers only`).toBe(nats.length)
     }
