@@ -121,6 +121,9 @@ write_overlay() {
 	mkdir -p "$dir/overlay"
 	# kustomize takes a relative path to a base only.
 	base=$(node -e 'process.stdout.write(require("path").relative(process.argv[1], process.argv[2]))' "$dir/overlay" "$here/$overlay")
+	# The shipped overlay has already renamed the image: it is matched under that name here.
+	shipped=$(sed -n 's/^ *newName: *//p' "$here/$overlay/kustomization.yaml" | head -n 1)
+	[ -n "$shipped" ] || die "$overlay/kustomization.yaml names no image (images: newName)"
 	cat >"$dir/overlay/kustomization.yaml" <<EOF
 # Written by scripts/install.sh: this installation's overlay of $overlay/, with its own Secrets.
 apiVersion: kustomize.config.k8s.io/v1beta1
@@ -130,7 +133,7 @@ resources:
   - $base
   - ../secrets/model-backfill
 images:
-  - name: model-backfill
+  - name: $shipped
     newName: $repository
     newTag: "$tag"
 patches:
