@@ -6,14 +6,22 @@ import { homedir } from 'node:os'
 import { join } from 'node:path'
 import { KubeConfig } from '@kubernetes/client-node'
 import { type JetStreamManager, jetstream, jetstreamManager, PubHeaders } from '@nats-io/jetstream'
-import { type KV, Kvm } from '@nats-io/kv'
+import { type KV, type KvEntry, Kvm } from '@nats-io/kv'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { pino } from 'pino'
 import { checkFence } from '../admission/fence.js'
 import { observe } from '../admission/reconcile.js'
 import type { ModelBackfill } from '../core/api.js'
 import { backfillKey, claimKeys } from '../core/names.js'
-import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
+import {
+  type BackfillState,
+  type ModelIdleState,
+  type Parsed,
+  parseBackfillState,
+  parseClaim,
+  parseEntry,
+  parseModelIdleState,
+} from '../core/state.js'
 import {
   BUCKET_BACKFILLS,
   BUCKET_CLAIMS,
@@ -235,8 +243,22 @@ export async function openSession(args: Args, opened?: KubeSession): Promise<Ses
   }
 }
 
-const json = <T>(entry: { operation: string; json: <U>() => U } | null): T | null =>
-  entry && entry.operation === 'PUT' ? entry.json<T>() : null
+/**
+ * A stored value in this release's shape, or null: absent, deleted, or unreadable. An unreadable value (another
+ * release's, or written by hand) is named on stderr once and left out; it never stops the command.
+ */
+function stored<T>(entry: KvEntry | null, parse: (raw: unknown) => Parsed<T>): T | null {
+  if (entry?.operation !== 'PUT') return null
+  const r = parseEntry(entry.string(), parse)
+  if (r.ok) return r.value
+  const where = `${entry.bucket} ${entry.key}`
+  if (!unreadable.has(where) && unreadable.size < 100) {
+    unreadable.add(where)
+    process.stderr.write(`kubectl mbf: left out ${where}: ${r.error}\n`)
+  }
+  return null
+}
+const unreadable = new Set<string>()
 
 /** The ModelBackfill's Events (core/v1), oldest first. */
 export async function backfillEvents(
@@ -299,7 +321,8 @@ export async function stateHistory(s: Session, namespace: string, name: string):
   const out: BackfillState[] = []
   const iter = await s.backfills.history({ key: backfillKey(namespace, name) })
   for await (const e of iter) {
-    if (e.operation === 'PUT') out.push(e.json<BackfillState>())
+    const v = stored(e, parseBackfillState)
+    if (v) out.push(v)
     if (out.length >= 20) break
   }
   return out
@@ -316,19 +339,19 @@ export async function timerSchedule(s: Session, namespace: string, name: string)
 export async function gatherExplain(s: Session, namespace: string, name: string): Promise<ExplainInput> {
   const now = Date.now()
   const backfill = await s.kube.getBackfill(namespace, name)
-  const state = json<BackfillState>(await s.backfills.get(backfillKey(namespace, name)))
+  const state = stored(await s.backfills.get(backfillKey(namespace, name)), parseBackfillState)
   const { observed } = await observe(s.deps, namespace, name, state, backfill, 'admit')
   const model = observed.model
   const keys = backfill && model?.node ? claimKeys(namespace, backfill.spec.modelRef, model.node) : undefined
   const claimList: ExplainInput['claims'] = []
   if (keys) {
     for (const key of [keys.model, keys.node]) {
-      const c = json<Claim>(await s.claims.get(key))
+      const c = stored(await s.claims.get(key), parseClaim)
       if (c) claimList.push({ key, claim: c })
     }
   } else if (backfill) {
     const key = claimKeys(namespace, backfill.spec.modelRef, '').model
-    const c = json<Claim>(await s.claims.get(key).catch(() => null))
+    const c = stored(await s.claims.get(key).catch(() => null), parseClaim)
     if (c) claimList.push({ key, claim: c })
   }
   const fence = await checkFence(s.deps).catch((err: Error) => ({ error: err.message }))
@@ -363,7 +386,7 @@ export async function allStates(s: Session): Promise<BackfillState[]> {
   const out: BackfillState[] = []
   const keys = await s.backfills.keys()
   for await (const k of keys) {
-    const v = json<BackfillState>(await s.backfills.get(k))
+    const v = stored(await s.backfills.get(k), parseBackfillState)
     if (v) out.push(v)
     if (out.length >= 10_000) break
   }
@@ -374,7 +397,7 @@ export async function allIdle(s: Session): Promise<ModelIdleState[]> {
   const out: ModelIdleState[] = []
   const keys = await s.idle.keys()
   for await (const k of keys) {
-    const v = json<ModelIdleState>(await s.idle.get(k))
+    const v = stored(await s.idle.get(k), parseModelIdleState)
     if (v) out.push(v)
     if (out.length >= 10_000) break
   }
@@ -388,9 +411,8 @@ export async function sampleIdle(s: Session, ms: number, filter: (v: ModelIdleSt
   const watch = await s.idle.watch()
   const done = (async () => {
     for await (const e of watch) {
-      if (e.operation !== 'PUT') continue
-      const v = e.json<ModelIdleState>()
-      if (!filter(v)) continue
+      const v = stored(e, parseModelIdleState)
+      if (!v || !filter(v)) continue
       const key = `${v.namespace}/${v.model}`
       const list = seen.get(key) ?? []
       if (list.length < 10_000) list.push(v)

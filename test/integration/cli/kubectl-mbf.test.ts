@@ -8,11 +8,13 @@ import { writeFile } from 'node:fs/promises'
 import { createServer, type Server } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { Kvm } from '@nats-io/kv'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Explanation } from '../../../cli/explain.js'
 import { main } from '../../../cli/kubectl-mbf.js'
 import type { GetRow, TopRow } from '../../../cli/views.js'
 import { jobName } from '../../../core/names.js'
+import { BUCKET_BACKFILLS } from '../../../events/catalog.js'
 import type { Runner } from '../../../process/runner.js'
 import { repoRoot } from '../../env/binaries.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -110,6 +112,22 @@ describe('a live backfill', () => {
     expect(top[0]?.requests).toBeGreaterThanOrEqual(1)
     expect(top[0]?.usefulSeconds).toBeGreaterThan(0)
     expect(await ok('top', '-n', env.namespace, '--interval', '0')).toMatch(/NAMESPACE\s+MODEL\s+BACKFILLS/)
+  })
+
+  it('an unreadable stored state is named on stderr and left out; top and get keep answering', async () => {
+    const kv = await new Kvm(env.nc).open(BUCKET_BACKFILLS)
+    const key = `${env.namespace}.hand-written`
+    // A state without counters, as a hand edit or another release could leave: top used to crash on it.
+    await kv.put(key, JSON.stringify({ namespace: env.namespace, name: 'hand-written', phase: 'Running' }))
+    try {
+      const top = await mbf('top', '-n', env.namespace, '-o', 'json', '--interval', '0')
+      expect(top.code).toBe(0)
+      expect(top.stderr).toContain(`left out ${BUCKET_BACKFILLS} ${key}`)
+      expect(JSON.parse(top.stdout).items).toBeInstanceOf(Array)
+      expect((await mbf('get', '-n', env.namespace)).code).toBe(0)
+    } finally {
+      await kv.delete(key)
+    }
   })
 
   it('the bin runs as kubectl runs a plugin (environment: KUBECONFIG, NATS_URL)', async () => {
