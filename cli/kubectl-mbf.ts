@@ -20,6 +20,7 @@ import {
   ReachError,
   type Session,
   sampleIdle,
+  takeWarnings,
 } from './read.js'
 import { getRow, metricsByModel, renderGet, renderTop, topRows } from './views.js'
 
@@ -108,9 +109,17 @@ export async function main(argv: string[]): Promise<Output> {
       session = full
       return full
     }
-    return { stdout: `${await runCommand(args, kube, open)}\n`, stderr: '', code: 0 }
+    const stdout = `${await runCommand(args, kube, open)}\n`
+    return {
+      stdout,
+      stderr: takeWarnings()
+        .map((w) => `kubectl-mbf: ${w}\n`)
+        .join(''),
+      code: 0,
+    }
   } catch (err) {
     const message = err instanceof ReachError ? err.message : `unexpected error: ${(err as Error)?.message ?? err}`
+    takeWarnings()
     return { stdout: '', stderr: `kubectl-mbf: ${message}\n`, code: 1 }
   } finally {
     await session?.close()

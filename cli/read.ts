@@ -252,13 +252,18 @@ function stored<T>(entry: KvEntry | null, parse: (raw: unknown) => Parsed<T>): T
   const r = parseEntry(entry.string(), parse)
   if (r.ok) return r.value
   const where = `${entry.bucket} ${entry.key}`
-  if (!unreadable.has(where) && unreadable.size < 100) {
-    unreadable.add(where)
-    process.stderr.write(`kubectl mbf: left out ${where}: ${r.error}\n`)
-  }
+  if (!unreadable.has(where) && unreadable.size < 100) unreadable.set(where, `left out ${where}: ${r.error}`)
   return null
 }
-const unreadable = new Set<string>()
+/** What one command left out, by bucket and key (bounded: a bucket full of them is named 100 times at most). */
+const unreadable = new Map<string, string>()
+
+/** The warnings of the command that just ran, once each, and forgets them. */
+export function takeWarnings(): string[] {
+  const out = [...unreadable.values()]
+  unreadable.clear()
+  return out
+}
 
 /** The ModelBackfill's Events (core/v1), oldest first. */
 export async function backfillEvents(

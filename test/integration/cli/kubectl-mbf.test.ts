@@ -122,7 +122,7 @@ describe('a live backfill', () => {
     try {
       const top = await mbf('top', '-n', env.namespace, '-o', 'json', '--interval', '0')
       expect(top.code).toBe(0)
-      expect(top.stderr).toContain(`left out ${BUCKET_BACKFILLS} ${key}`)
+      expect(top.stderr).toContain(`kubectl-mbf: left out ${BUCKET_BACKFILLS} ${key}: `)
       expect(JSON.parse(top.stdout).items).toBeInstanceOf(Array)
       expect((await mbf('get', '-n', env.namespace)).code).toBe(0)
     } finally {
