@@ -18,7 +18,7 @@ import { GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION } from '..
 import { backfillKey, LABEL_BACKFILL } from '../core/names.js'
 import type { BackfillState, Counters } from '../core/state.js'
 import { BUCKET_BACKFILLS } from '../events/catalog.js'
-import { createForegroundEmitter } from '../events/emitter.js'
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { createLogger } from '../runtime/log.js'
 import { type Runner, startRunner } from '../runtime/runner.js'
 import { repoRoot } from '../test/env/binaries.js'

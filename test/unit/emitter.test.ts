@@ -5,7 +5,7 @@
 import type { NatsConnection } from '@nats-io/transport-node'
 import { Registry } from 'prom-client'
 import { expect, it } from 'vitest'
-import { createForegroundEmitter, emitterConnectionOptions, type ForegroundRequest } from '../../events/emitter.js'
+import { createForegroundEmitter, emitterConnectionOptions, type ForegroundRequest } from '@flexinfer/gateway-emitter'
 
 const never = new Promise<NatsConnection>(() => {})
 

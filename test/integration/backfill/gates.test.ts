@@ -4,7 +4,7 @@
 // troubleshooting tables. Tests run concurrently: each one has its own model, node, template and backfill.
 import { describe, inject, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'

@@ -2,7 +2,7 @@
 // its JetStream consumer, fed by the local ApiServerSource stand-in, exactly as `npm start` runs them.
 import { describe, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
 import { waitUntil } from '../support/backfill-world.js'

@@ -28,7 +28,7 @@ import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey, LABEL_BACKFILL, modelKe
 import type { BackfillState, ModelIdleState } from '../../../core/state.js'
 import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { sleep } from '../../env/exec.js'
 
 export class BackfillWorld {
