@@ -9,6 +9,11 @@ cache=${MODELBACKFILL_CACHE:-$HOME/.cache/modelbackfill}
 venv=$cache/py-clients
 say() { printf '[install-clients] %s\n' "$*" >&2; }
 
+mkdir -p "$cache"
+# Test files run in parallel: one install at a time.
+exec 9>"$cache/install-clients.lock"
+flock 9
+
 command -v python3 >/dev/null || { say "python3 (>= 3.9, with venv) is required for the Python client's tests"; exit 1; }
 command -v go >/dev/null || { say "go is required for the Go client's tests"; exit 1; }
 
