@@ -1,4 +1,11 @@
-export { type Credentials, gatewayConnectionOptions } from './connection.js'
+export {
+  type Credentials,
+  gatewayConnectionOptions,
+  type NatsServers,
+  parseNatsServers,
+  readCredentialsFile,
+  readNkeySeed,
+} from './connection.js'
 export {
   EVENT_TYPE,
   encodeForegroundRequest,
