@@ -86,8 +86,8 @@ def connection_settings(
     for entry in servers.split(","):
         parts = urlsplit(entry.strip() if "://" in entry else f"nats://{entry.strip()}")
         query = parse_qs(parts.query)
-        nkey_seed_file = nkey_seed_file or (query.get("nkey_seed_file") or [None])[0]
-        creds_file = creds_file or (query.get("creds_file") or [None])[0]
+        nkey_seed_file = nkey_seed_file or next(iter(query.get("nkey_seed_file", [])), None)
+        creds_file = creds_file or next(iter(query.get("creds_file", [])), None)
         if parts.username is not None:
             user = unquote(parts.username)
             password = unquote(parts.password) if parts.password is not None else None

@@ -34,7 +34,7 @@ from .model_map import ModelMap, request_is_background
 log = logging.getLogger("flexinfer_gateway")
 
 
-class FlexInferCallback(CustomLogger):
+class FlexInferCallback(CustomLogger):  # type: ignore[misc]  # LiteLLM is not type-checked here
     def __init__(
         self,
         servers: Optional[str] = None,
@@ -66,8 +66,8 @@ class FlexInferCallback(CustomLogger):
         return self.emitter
 
     async def async_pre_call_hook(
-        self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any
-    ) -> Optional[dict]:
+        self, user_api_key_dict: Any, cache: Any, data: Dict[str, Any], call_type: Any
+    ) -> Optional[Dict[str, Any]]:
         try:
             request: Dict[str, Any] = data.get("proxy_server_request") or {}
             headers = request.get("headers") or {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .contract import WORKLOAD_CLASS_ENV, WORKLOAD_CLASS_HEADER, invalid_target, is_background
 
@@ -37,7 +37,7 @@ class Rule:
 @dataclass(frozen=True)
 class ModelMap:
     default_namespace: str = DEFAULT_NAMESPACE
-    rules: tuple = ()
+    rules: Tuple[Rule, ...] = ()
 
     @staticmethod
     def parse(value: Any) -> "ModelMap":
