@@ -19,8 +19,8 @@ import { GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION } from '..
 import { backfillKey, LABEL_BACKFILL } from '../core/names.js'
 import type { BackfillState, Counters } from '../core/state.js'
 import { BUCKET_BACKFILLS } from '../events/catalog.js'
-import { createLogger } from '../runtime/log.js'
-import { type Runner, startRunner } from '../runtime/runner.js'
+import { createLogger } from '../observability/log.js'
+import { type Runner, startRunner } from '../process/runner.js'
 import { repoRoot } from '../test/env/binaries.js'
 import { belongsTo, readEnvironmentInfo, startEnvironment, stopEnvironment } from '../test/env/environment.js'
 
