@@ -2,4 +2,4 @@
 // NATS down at start, and the LiteLLM callback in the real LiteLLM proxy.
 import { clientSuite, venvPython } from './suites.js'
 
-clientSuite('python', venvPython, ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests'], 'clients/python', 300_000)
+clientSuite('python', venvPython, ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests'], 'clients/python', 480_000)
