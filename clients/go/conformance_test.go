@@ -262,7 +262,8 @@ func TestDownAtStartBoundedAndFlushed(t *testing.T) {
 	h.call(t, "POST", "/up", nil)
 	waitConnected(t, e)
 	deadline := time.Now().Add(20 * time.Second)
-	for e.Stats().Pending > 0 && time.Now().Before(deadline) {
+	// A batch being published is neither pending nor flushed yet: wait for the flushed count.
+	for st := e.Stats(); (st.Pending > 0 || st.Flushed < 50) && time.Now().Before(deadline); st = e.Stats() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if st := e.Stats(); st.Pending != 0 || st.Flushed != 50 {

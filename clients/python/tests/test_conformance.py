@@ -156,7 +156,8 @@ def test_down_at_start_never_raises_and_is_bounded(server: dict) -> None:
             await asyncio.to_thread(control.up)
             await wait_connected(emitter)
             deadline = time.monotonic() + 20
-            while emitter.stats.pending and time.monotonic() < deadline:
+            # A batch being published is neither pending nor flushed yet: wait for the flushed count.
+            while (emitter.stats.pending or emitter.stats.flushed < 50) and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             assert emitter.stats.pending == 0 and emitter.stats.flushed == 50
         finally:
