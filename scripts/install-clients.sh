@@ -18,7 +18,7 @@ command -v python3 >/dev/null || { say "python3 (>= 3.9, with venv) is required 
 command -v go >/dev/null || { say "go is required for the Go client's tests"; exit 1; }
 
 stamp=$(cd "$root" && find clients/python -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' \
-  -not -path '*/.pytest_cache/*' -not -path '*/build/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+  -not -path '*/.pytest_cache/*' -not -path '*/.mypy_cache/*' -not -path '*/build/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
 if [ -f "$venv/.stamp" ] && [ "$(cat "$venv/.stamp")" = "$stamp" ] && [ -x "$venv/bin/python" ]; then
   :
 else
