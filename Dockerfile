@@ -15,6 +15,8 @@
 FROM node:24-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
+# The gateway client is an npm workspace; the runtime takes its NATS connection options from it.
+COPY clients/ts ./clients/ts
 RUN npm ci --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
 COPY core ./core

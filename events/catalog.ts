@@ -40,7 +40,7 @@ export const catalog = {
   'ai.flexinfer.foreground.request': {
     subject: 'flexinfer.events.foreground.request',
     /** Also `<subject>.<namespace>.<model>` (foreground only): see foregroundSubject. */
-    producer: 'gateway (events/emitter.ts, the ingress, or any NATS client)',
+    producer: 'gateway (clients/: TypeScript, Python, Go, LiteLLM; the ingress, or any NATS client)',
     consumers: ['demand'],
     description: 'A foreground request reached a model. Resets its idle window and preempts any backfill on it.',
     data: z.object({

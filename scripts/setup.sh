@@ -21,8 +21,9 @@ command -v node >/dev/null 2>&1 || { say "Node >= 20 is required (https://nodejs
 major=$(node -p 'process.versions.node.split(".")[0]')
 [ "$major" -ge 20 ] || { say "Node >= 20 is required, this is $(node --version)"; exit 1; }
 
-# npm writes node_modules/.package-lock.json last: without it the install is absent or was interrupted.
-if [ ! -f node_modules/.package-lock.json ]; then
+# npm writes node_modules/.package-lock.json last: without it the install is absent or was interrupted. The
+# gateway client (clients/ts) is a workspace: an install from before it has no link to it.
+if [ ! -f node_modules/.package-lock.json ] || [ ! -e node_modules/@flexinfer/gateway-emitter ]; then
   if $dry_run; then
     say "would run: npm ci (node_modules is missing; about a minute)"
   else

@@ -1,5 +1,5 @@
 // The foreground request's decode fast path: every gateway request is one, at up to ~100k/s on one demand
-// instance. The usual well-formed request (as events/emitter.ts and the cloudevents SDK write it) is checked by hand
+// instance. The usual well-formed request (as clients/ts and the cloudevents SDK write it) is checked by hand
 // against exactly the rules of the zod schemas (events/codec.ts's envelope, events/catalog.ts's data) — no zod parse,
 // no copy of the data object. Anything it does not accept returns undefined and goes through the schemas, which
 // stay the one source of truth and say what is wrong: this only ever accepts what they accept, with the same value

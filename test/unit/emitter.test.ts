@@ -2,10 +2,14 @@
 // newest request per model is kept, older ones are coalesced, the least recently requested model is dropped past
 // the bound, and whatever is unsent at close is reported as dropped — each counted in stats, the callback and
 // the prom-client counters. (Reconnect and flush on the real nats-server: test/integration/transport/emitter-outage.)
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createForegroundEmitter, emitterConnectionOptions, type ForegroundRequest } from '@flexinfer/gateway-emitter'
+import { createUser } from '@nats-io/nkeys'
 import type { NatsConnection } from '@nats-io/transport-node'
 import { Registry } from 'prom-client'
 import { expect, it } from 'vitest'
-import { createForegroundEmitter, emitterConnectionOptions, type ForegroundRequest } from '../../events/emitter.js'
 
 const never = new Promise<NatsConnection>(() => {})
 
@@ -60,4 +64,34 @@ it('connection options reconnect forever, with jitter, and take credentials out 
     waitOnFirstConnect: true,
   })
   expect(o.reconnectJitter).toBeGreaterThan(0)
+})
+
+it('a namespace or model that is no Kubernetes name is refused and reported, never buffered as a subject', async () => {
+  const drops: [string, string][] = []
+  const emitter = createForegroundEmitter(never, { onDrop: (r, why) => drops.push([r.model, why]) })
+  expect(await emitter.emit({ namespace: 'ns', model: 'a.>' })).toBe('invalid')
+  expect(await emitter.emit({ namespace: 'Team A', model: 'a' })).toBe('invalid')
+  expect(await emitter.emit({ namespace: 'ns', model: 'a b' })).toBe('invalid')
+  expect(emitter.stats).toMatchObject({ invalid: 3, dropped: 3, buffered: 0, pending: 0 })
+  expect(drops).toEqual([
+    ['a.>', 'invalid'],
+    ['a', 'invalid'],
+    ['a b', 'invalid'],
+  ])
+  await emitter.close(10)
+})
+
+it('an NKey seed file names the inbox prefix from the user and is checked at start', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'emitter-seed-'))
+  const seed = join(dir, 'gateway.nk')
+  await writeFile(seed, new TextDecoder().decode(createUser().getSeed()))
+  const o = emitterConnectionOptions('nats://gateway@127.0.0.1:4222', 'gw', { nkeySeedFile: seed })
+  expect(o).toMatchObject({ servers: ['nats://127.0.0.1:4222'], inboxPrefix: '_INBOX_gateway' })
+  expect(o).not.toHaveProperty('user')
+  expect(o.authenticator).toBeTypeOf('function')
+  await writeFile(seed, 'REPLACE-ME')
+  expect(() => emitterConnectionOptions('nats://gateway@127.0.0.1:4222', 'gw', { nkeySeedFile: seed })).toThrow(
+    /holds no user seed/,
+  )
+  await rm(dir, { recursive: true, force: true })
 })

@@ -5,13 +5,17 @@
 //   core, lib ← observability ← events ← {jetstream, kube} ← transport ← admission ← functions ← process
 //
 // observability (the logger and tracing) sits below events because encoding an event stamps the active trace on it.
-// cli is a tool on top of everything but the functions. Tests, benchmarks and scripts are not checked.
+// cli is a tool on top of everything but the functions; clients (the gateway package) imports nothing of ours.
+// Tests, benchmarks and scripts are not checked.
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { dirname, join, relative, resolve, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
 
 const BELOW: Record<string, readonly string[]> = {
+  // The gateway client package (clients/ts): gateways import it without the functions, so it imports nothing of
+  // ours; jetstream takes its NATS connection helpers from it as from any package.
+  clients: [],
   core: [],
   lib: [],
   observability: ['core', 'lib'],
@@ -24,8 +28,8 @@ const BELOW: Record<string, readonly string[]> = {
   process: ['core', 'lib', 'observability', 'events', 'jetstream', 'kube', 'transport', 'admission', 'functions'],
   cli: ['core', 'lib', 'observability', 'events', 'jetstream', 'kube', 'transport', 'admission'],
 }
-/** Imports tolerated while their owner moves them out: the gateway emitter becomes the client package clients/ts. */
-const TOLERATED = new Set(['events/emitter.ts → jetstream/bus.ts'])
+/** Imports tolerated while their owner moves them out. */
+const TOLERATED = new Set<string>()
 /** Files in a room that are build tools, not product code (they run at development time only). */
 const TOOLING = new Set(['events/generate.ts', 'crds/generate.ts'])
 

@@ -2,9 +2,10 @@
 // resetting the window, no node), how it gets from the idle window to a running Job, and why it becomes Blocked
 // (model or template missing, GPU in the template, invalid spec) or stays Suspended. Rows of the guide's phase and
 // troubleshooting tables. Tests run concurrently: each one has its own model, node, template and backfill.
+
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { describe, inject, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'

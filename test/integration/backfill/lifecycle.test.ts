@@ -1,8 +1,9 @@
 // End to end against the real apiserver, Job controller and nats-server: every function runs in-process over
 // its JetStream consumer, fed by the local ApiServerSource stand-in, exactly as `npm start` runs them.
+
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { describe, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
 import { waitUntil } from '../support/backfill-world.js'

@@ -7,13 +7,14 @@
 // restoring minReplicaCount) show in each Deployment's spec.replicas (it scales through the /scale subresource),
 // which is exactly what the overlay's rules are about. A wrong trigger field, account, stream or consumer fails
 // here.
+
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { AppsV1Api, CustomObjectsApi } from '@kubernetes/client-node'
 import { jetstream } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { catalog, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
 import { natsServerOptions } from '../../../jetstream/bus.js'
 import { provision } from '../../../process/provision.js'
 import { pinnedKedaVersion } from '../../env/binaries.js'

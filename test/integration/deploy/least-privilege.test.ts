@@ -5,6 +5,8 @@
 // foreground request exactly as with admin rights, with no permission violation on either side; verbs outside a
 // role are Forbidden and subjects outside a user's permissions are refused; each ScaledObject's stream and
 // consumer exist in the configured account and /jsz reports their lag, as KEDA's nats-jetstream scaler reads it.
+
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import {
   BatchV1Api,
   CoreV1Api,
@@ -20,7 +22,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { GROUP, VERSION } from '../../../core/api.js'
 import { jobName } from '../../../core/names.js'
 import { encode } from '../../../events/codec.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
 import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
 import { sweep } from '../../../functions/lifecycle/resync.js'
 import { natsServerOptions } from '../../../jetstream/bus.js'

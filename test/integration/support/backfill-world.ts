@@ -2,6 +2,7 @@
 // FlexInfer would), CronJob templates, ModelBackfills, finishing a Job's pods the way a kubelet would, and
 // waiting for a backfill to reach a phase. Everything goes through the real apiserver.
 import { randomUUID } from 'node:crypto'
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import {
   BatchV1Api,
   CoreV1Api,
@@ -28,7 +29,6 @@ import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey, LABEL_BACKFILL, modelKe
 import type { BackfillState, ModelIdleState } from '../../../core/state.js'
 import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
 import { sleep } from '../../env/exec.js'
 
 export class BackfillWorld {

@@ -3,11 +3,12 @@
 // CloudEvent with the same id and data, and what the preemption path pulls itself (foreground and cancel requests)
 // never does; a 503 is retried until the sink takes it; a 400 is dead-lettered with the status and the answer. The
 // bridge runs on durable consumers of its own (instance-scoped, this namespace).
+
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { STREAM_DEAD_LETTER, STREAM_EVENTS, STREAM_TIMERS } from '../../../events/catalog.js'
 import { decode, type InboundEvent } from '../../../events/codec.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
 import { Bus, DEAD_LETTER_REASON } from '../../../jetstream/bus.js'
 import { type RunningBridge, startBridge } from '../../../transport/bridge.js'
 import { useTestEnv } from '../../env/fixture.js'

@@ -3,11 +3,12 @@
 // gateway keeps emitting; every emit() returns in bounded time, the buffer keeps the newest request per model
 // (older ones coalesced, the least recently requested dropped beyond its bound — both counted), and after the
 // restart the buffered request and the first one after recovery still cancel the running Job.
+
+import { type EmitOutcome, openForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { Registry } from 'prom-client'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { type EmitOutcome, openForegroundEmitter } from '../../../events/emitter.js'
 import { type Runner, startRunner } from '../../../process/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'

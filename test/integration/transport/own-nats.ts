@@ -3,9 +3,9 @@
 // parallel) must never see.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { createWriteStream, type WriteStream } from 'node:fs'
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { copyFile, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { basename, join } from 'node:path'
 import { waitFor } from '../../env/exec.js'
 import { freePorts, LOOPBACK } from '../../env/net.js'
 
@@ -19,7 +19,14 @@ export interface OwnNats {
   destroy(): Promise<void>
 }
 
-export async function startOwnNats(natsServer: string): Promise<OwnNats> {
+export interface OwnNatsOptions {
+  /** Copied beside the configuration and included by it (e.g. nats/auth.conf, as in a ConfigMap). */
+  include?: string
+  /** The server's environment on top of this process's (the NKeys auth.conf reads). */
+  env?: Record<string, string>
+}
+
+export async function startOwnNats(natsServer: string, options: OwnNatsOptions = {}): Promise<OwnNats> {
   const dir = await mkdtemp(join(tmpdir(), 'nats-own-'))
   const [port, monitorPort] = (await freePorts(2)) as [number, number]
   await mkdir(join(dir, 'js'))
@@ -31,9 +38,11 @@ export async function startOwnNats(natsServer: string): Promise<OwnNats> {
       `listen: "${LOOPBACK}:${port}"`,
       `http: "${LOOPBACK}:${monitorPort}"`,
       `jetstream { store_dir: ${JSON.stringify(join(dir, 'js'))}, max_memory_store: 256MB, max_file_store: 2GB }`,
+      ...(options.include ? [`include ${JSON.stringify(basename(options.include))}`] : []),
       '',
     ].join('\n'),
   )
+  if (options.include) await copyFile(options.include, join(dir, basename(options.include)))
   const out: WriteStream = createWriteStream(join(dir, 'nats-server.log'), { flags: 'a' })
   let child: ChildProcess | undefined
   const monitorUrl = `http://${LOOPBACK}:${monitorPort}`
@@ -41,7 +50,10 @@ export async function startOwnNats(natsServer: string): Promise<OwnNats> {
     url: `nats://${LOOPBACK}:${port}`,
     async start() {
       if (child && child.exitCode === null) throw new Error('nats-server is running')
-      const c = spawn(natsServer, ['-c', conf], { stdio: ['ignore', 'pipe', 'pipe'] })
+      const c = spawn(natsServer, ['-c', conf], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...process.env, ...options.env },
+      })
       c.stdout?.pipe(out, { end: false })
       c.stderr?.pipe(out, { end: false })
       child = c

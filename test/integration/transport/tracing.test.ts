@@ -4,11 +4,12 @@
 // the status. Every span is in the request's trace and each hop is the child of the one before:
 //   gateway request → Create foreground.request → Process foreground.request (demand)
 //   → Create backfill.cancel → Process backfill.cancel (cancel) → DELETE Job, write ModelBackfill status
+
+import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { context, trace } from '@opentelemetry/api'
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { createForegroundEmitter } from '../../../events/emitter.js'
 import { CE_ATTR, startTracing, stopTracing } from '../../../observability/tracing.js'
 import type { Runner } from '../../../process/runner.js'
 import { useTestEnv } from '../../env/fixture.js'

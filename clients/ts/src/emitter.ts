@@ -11,13 +11,13 @@
 // What is coalesced or dropped (buffer full, closed) is counted: stats, a callback, and prom-client counters.
 
 import { randomUUID } from 'node:crypto'
+import { createRequire } from 'node:module'
 import { type JetStreamClient, jetstream } from '@nats-io/jetstream'
-import { type ConnectionOptions, connect, type NatsConnection, type Status } from '@nats-io/transport-node'
-import { Counter, Gauge, type Registry } from 'prom-client'
-import { natsServerOptions } from '../jetstream/bus.js'
-import { eventTraceContext } from '../observability/tracing.js'
-import { subjectFor } from './catalog.js'
-import { type Extensions, encode } from './codec.js'
+import { connect, type NatsConnection, type Status } from '@nats-io/transport-node'
+import type { Counter, Gauge, Registry } from 'prom-client'
+import { type Credentials, gatewayConnectionOptions } from './connection.js'
+import { encodeForegroundRequest, invalidTarget, isBackground, perModelSubject } from './contract.js'
+import { traceContext } from './tracing.js'
 
 export interface ForegroundRequest {
   namespace: string
@@ -37,10 +37,12 @@ export type EmitOutcome =
   | 'buffered'
   /** A background-class request: never published. */
   | 'background'
+  /** A namespace or model that is no Kubernetes name (it cannot name a subject): never published, reported to onDrop. */
+  | 'invalid'
   /** Lost: the emitter is closed (or its connection closed for good). Counted and reported to onDrop. */
   | 'dropped'
 
-export type DropReason = 'overflow' | 'closed'
+export type DropReason = 'overflow' | 'closed' | 'invalid'
 
 export interface EmitterOptions {
   /** Per-model throttle interval in ms; 0 (default) publishes every request. */
@@ -59,6 +61,8 @@ export interface EmitterOptions {
   onDrop?: (request: ForegroundRequest, why: DropReason) => void
   /** Registers the emitter's counters (flexinfer_gateway_emitter_*) in the gateway's prom-client registry. */
   registry?: Registry
+  /** How openForegroundEmitter logs in (else `?nkey_seed_file=` on the URL, or NATS_NKEY_SEED_FILE / NATS_CREDS_FILE). */
+  credentials?: Credentials
 }
 
 export interface EmitterStats {
@@ -66,6 +70,8 @@ export interface EmitterStats {
   emitted: number
   throttled: number
   background: number
+  /** Requests whose namespace or model is no Kubernetes name (also counted as dropped). */
+  invalid: number
   /** Requests that went to the buffer (NATS unreachable, or no ack in time). */
   buffered: number
   /** Buffered requests replaced by a newer one for the same model. */
@@ -103,25 +109,9 @@ const FLUSH_RETRY_MAX_MS = 5000
 /** Buffered requests published at once during a flush. */
 const FLUSH_BATCH = 256
 
-/**
- * Connection options for a gateway's NATS connection: credentials from the URL (natsServerOptions), reconnect
- * forever (nats.js gives up after 10 attempts by default, ~20 s: a longer outage would close the connection for
- * good and every later request would be lost), 1 s between attempts with up to 1 s of jitter (so a fleet of
- * gateways does not reconnect in lockstep), and keep trying when NATS is down at start.
- */
-export function emitterConnectionOptions(servers: string, name = 'flexinfer-gateway'): ConnectionOptions {
-  return {
-    ...natsServerOptions(servers),
-    name,
-    maxReconnectAttempts: -1,
-    reconnectTimeWait: 1000,
-    reconnectJitter: 1000,
-    waitOnFirstConnect: true,
-    // Notice a dead server within ~10 s even when the TCP connection is not reset (a partition).
-    pingInterval: 5000,
-    maxPingOut: 2,
-    noAsyncTraces: true,
-  }
+/** Connection options for a gateway (see gatewayConnectionOptions); kept under the emitter's name too. */
+export function emitterConnectionOptions(servers: string, name = 'flexinfer-gateway', credentials: Credentials = {}) {
+  return gatewayConnectionOptions(servers, credentials, name)
 }
 
 /**
@@ -130,7 +120,9 @@ export function emitterConnectionOptions(servers: string, name = 'flexinfer-gate
  */
 export function openForegroundEmitter(servers: string, options: EmitterOptions = {}): ForegroundEmitter {
   let nc: NatsConnection | undefined
-  const connecting = connect(emitterConnectionOptions(servers, options.source ?? 'flexinfer-gateway'))
+  const connecting = connect(
+    gatewayConnectionOptions(servers, options.credentials, options.source ?? 'flexinfer-gateway'),
+  )
   const emitter = createForegroundEmitter(connecting, options)
   void connecting.then(
     (c) => {
@@ -158,6 +150,8 @@ interface Counters {
 /** The same metric objects for every emitter of a registry (prom-client refuses a name registered twice). */
 function countersFor(registry: Registry | undefined): Counters | undefined {
   if (!registry) return undefined
+  // prom-client is an optional peer: loaded only when the gateway hands the emitter its registry.
+  const { Counter, Gauge } = createRequire(import.meta.url)('prom-client') as typeof import('prom-client')
   const get = <T>(name: string, make: () => T) => (registry.getSingleMetric(name) as T | undefined) ?? make()
   return {
     requests: get(
@@ -202,7 +196,7 @@ function countersFor(registry: Registry | undefined): Counters | undefined {
 }
 
 /** A request as sent: its time, event id and trace context fixed when it was made (not when it is flushed). */
-type Stamped = ForegroundRequest & { time: Date; id: string; extensions: Extensions }
+type Stamped = ForegroundRequest & { time: Date; id: string; extensions: Record<string, string> }
 
 export function createForegroundEmitter(
   connection: NatsConnection | Promise<NatsConnection>,
@@ -218,6 +212,7 @@ export function createForegroundEmitter(
     emitted: 0,
     throttled: 0,
     background: 0,
+    invalid: 0,
     buffered: 0,
     coalesced: 0,
     dropped: 0,
@@ -279,16 +274,10 @@ export function createForegroundEmitter(
 
   const publish = async (request: Stamped) => {
     if (!nc || !js) throw new Error('not connected')
-    const data = { namespace: request.namespace, model: request.model, workloadClass: 'foreground' as const }
     const id = request.id
-    const body = encode('ai.flexinfer.foreground.request', data, {
-      id,
-      time: request.time.toISOString(),
-      source,
-      extensions: request.extensions,
-    })
+    const body = encodeForegroundRequest({ ...request, source })
     // The per-model subject: admission reads the model's newest request from it directly (events/README.md).
-    const subject = subjectFor('ai.flexinfer.foreground.request', data)
+    const subject = perModelSubject(request.namespace, request.model)
     // msgID: a publish whose ack was lost and that is sent again from the buffer is stored once.
     if (acknowledged) await js.publish(subject, body, { msgID: id, timeout: publishTimeoutMs })
     else nc.publish(subject, body)
@@ -421,13 +410,18 @@ export function createForegroundEmitter(
       return connected
     },
     async emit(request) {
-      if (request.workloadClass === 'background') {
+      if (isBackground(request.workloadClass)) {
         stats.background++
         return outcome('background')
       }
+      if (invalidTarget(request.namespace, request.model)) {
+        stats.invalid++
+        drop(request, 'invalid')
+        return outcome('invalid')
+      }
       const id = randomUUID()
       // The gateway's active trace (its request span), if any, goes with the event: CloudEvents distributed tracing.
-      const extensions = eventTraceContext({ type: 'ai.flexinfer.foreground.request', id, source }) ?? {}
+      const extensions = traceContext(id, source)
       const stamped: Stamped = { ...request, time: request.time ?? new Date(), id, extensions }
       if (throttleMs <= 0) return outcome(await send(stamped))
       const key = keyOf(request)
