@@ -5,7 +5,7 @@
 import type { Contender } from '../core/decide.js'
 import { backfillKey, modelKey } from '../core/names.js'
 import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEntry, toKv } from '../core/state.js'
-import type { Logger } from '../runtime/log.js'
+import type { Logger } from '../observability/log.js'
 import { type ClaimStore, type Clock, type Entry, isCasConflict, type StateReader } from './ports.js'
 
 /** A claim younger than this is live even before its holder's state names it (admission in flight). */

@@ -3,7 +3,7 @@
 // and whether it fails — before it takes effect, or after (the reply lost) — or never answers (a crash there).
 import type { V1Job } from '@kubernetes/client-node'
 import { modelKey } from '../core/names.js'
-import type { Logger } from '../runtime/log.js'
+import type { Logger } from '../observability/log.js'
 import type {
   AdmissionPorts,
   CasStore,

@@ -6,9 +6,9 @@ import type { KV, KvEntry } from '@nats-io/kv'
 import { modelKey } from '../core/names.js'
 import { STREAM_FOREGROUND } from '../events/catalog.js'
 import { decode } from '../events/codec.js'
-import { checkFence, lastRequestAt } from '../runtime/fence.js'
-import { isNotFound } from '../runtime/nats.js'
-import type { Deps } from '../runtime/reconcile.js'
+import { isNotFound } from '../jetstream/bus.js'
+import type { Deps } from '../transport/function.js'
+import { checkFence, lastRequestAt } from './fence.js'
 import type { AdmissionPorts, CasStore, Cursor, Entry, RequestLog } from './ports.js'
 
 /**

@@ -2,7 +2,7 @@
 // admission/claims.ts) is written against these only, so the same code runs on NATS and Kubernetes
 // (admission/nats-ports.ts) and on in-memory ones (admission/memory-ports.ts) under the deterministic simulation.
 import type { V1Job } from '@kubernetes/client-node'
-import type { Logger } from '../runtime/log.js'
+import type { Logger } from '../observability/log.js'
 
 /** One key-value entry as admission reads it. A delete leaves a marker (operation DEL or PURGE), not nothing. */
 export interface Entry {
@@ -47,7 +47,7 @@ export type FenceResult = { ready: true; cursor: Cursor } | { ready: false; why:
 /** The foreground requests as stored, whatever subject they came on. */
 export interface RequestLog {
   /**
-   * The preemption path's readiness (runtime/fence.ts): demand and cancel consuming, and demand caught up with every
+   * The preemption path's readiness (admission/fence.ts): demand and cancel consuming, and demand caught up with every
    * request the documented subject held when the check began.
    */
   fence(): Promise<FenceResult>
@@ -65,7 +65,7 @@ export interface RequestLog {
 export type CreateResult = { result: 'created' | 'exists' | 'predecessor'; uid?: string }
 export type DeleteResult = 'deleted' | 'absent' | 'replaced'
 
-/** The Job API: a refusal no retry can fix throws JobRejectedError (runtime/kube-common.ts). */
+/** The Job API: a refusal no retry can fix throws JobRejectedError (kube/kube-common.ts). */
 export interface JobApi {
   create(job: V1Job): Promise<CreateResult>
   /** With `uid`, only that Job (a same-named replacement answers 'replaced'). */

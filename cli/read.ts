@@ -1,5 +1,5 @@
 // The plugin's reads: the user's kubeconfig and NATS, read-only, every call with a deadline. Explain observes a
-// backfill with the functions' own observe() (runtime/reconcile.ts) and fence check (runtime/fence.ts), so what it
+// backfill with the functions' own observe() (admission/reconcile.ts) and fence check (admission/fence.ts), so what it
 // shows is what admit sees; nothing here writes anything (no stream, bucket or consumer is created).
 import { existsSync, readFileSync } from 'node:fs'
 import { homedir } from 'node:os'
@@ -9,6 +9,8 @@ import { type JetStreamManager, jetstream, jetstreamManager, PubHeaders } from '
 import { type KV, Kvm } from '@nats-io/kv'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { pino } from 'pino'
+import { checkFence } from '../admission/fence.js'
+import { claimKeys, observe } from '../admission/reconcile.js'
 import type { ModelBackfill } from '../core/api.js'
 import { backfillKey, modelKey } from '../core/names.js'
 import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
@@ -21,10 +23,9 @@ import {
   STREAM_TIMERS,
   scheduleSubject,
 } from '../events/catalog.js'
-import { checkFence } from '../runtime/fence.js'
-import { Kube } from '../runtime/kube.js'
-import { Bus, isNotFound, natsServerOptions } from '../runtime/nats.js'
-import { claimKeys, type Deps, observe } from '../runtime/reconcile.js'
+import { Bus, isNotFound, natsServerOptions } from '../jetstream/bus.js'
+import { Kube } from '../kube/kube.js'
+import type { Deps } from '../transport/function.js'
 import type { Args } from './args.js'
 import type { CancelRequestSeen, EventSeen, ExplainInput } from './explain.js'
 

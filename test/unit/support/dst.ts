@@ -26,15 +26,15 @@ import {
   type StoredJob,
   type Verdict,
 } from '../../../admission/memory-ports.js'
+import { type AdmissionDeps, type Role, reconcile } from '../../../admission/reconcile.js'
 import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../core/api.js'
 import type { Trigger } from '../../../core/decide.js'
 import { ANNOTATION_MODEL, backfillKey, modelKey } from '../../../core/names.js'
 import { type Claim, parseClaim, parseEntry, toKv } from '../../../core/state.js'
 import { awaitAdmittedJob } from '../../../functions/cancel/in-flight.js'
-import type { Kube } from '../../../runtime/kube.js'
-import type { Logger } from '../../../runtime/log.js'
-import type { Bus } from '../../../runtime/nats.js'
-import { type Deps, type Role, reconcile } from '../../../runtime/reconcile.js'
+import type { Bus } from '../../../jetstream/bus.js'
+import type { Kube } from '../../../kube/kube.js'
+import type { Logger } from '../../../observability/log.js'
 
 export const LATE_MS = 100
 export const RACED_MS = 1_000
@@ -161,7 +161,7 @@ export class Simulation {
   private demandAcked = new Set<number>()
   private readonly claimless = new Map<string, number>()
   private actors = 0
-  readonly deps: Deps
+  readonly deps: AdmissionDeps
 
   constructor(readonly options: SimOptions) {
     this.random = rng(options.seed)
