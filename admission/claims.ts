@@ -33,6 +33,8 @@ export interface Claimed {
   keys?: ClaimKeys
   /** The claim taken (both keys hold it). */
   claim?: Claim
+  /** Key → the claim of another try of the same Job that this one replaced (put back if this one gives up). */
+  replaced?: Record<string, string>
   contender?: Contender
 }
 
@@ -62,24 +64,29 @@ export async function readStateEntry(
 /** Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. */
 export async function takeClaimKeys(p: ClaimPorts, keys: ClaimKeys, claim: Claim): Promise<Claimed> {
   const taken: string[] = []
+  const replaced: Record<string, string> = {}
   for (const [on, key] of Object.entries(keys) as ['model' | 'node', string][]) {
-    const holder = await takeClaim(p, key, claim)
+    const { holder, sameJob } = await takeClaim(p, key, claim)
     if (holder) {
-      for (const k of taken) await releaseClaimKeys(p, { model: k, node: k }, claim)
+      for (const k of taken) await releaseClaimKeys(p, { model: k, node: k }, claim, replaced)
       return { contender: { namespace: holder.namespace, backfill: holder.backfill, jobName: holder.jobName, on } }
     }
+    if (sameJob !== undefined) replaced[key] = sameJob
     taken.push(key)
   }
-  return { keys, claim }
+  return Object.keys(replaced).length ? { keys, claim, replaced } : { keys, claim }
 }
 
-/** Takes `key` for `claim`; returns the live holder when someone else has it. */
-async function takeClaim(p: ClaimPorts, key: string, claim: Claim): Promise<Claim | null> {
+/**
+ * Takes `key` for `claim`; `holder`: the live holder when someone else has it; `sameJob`: the claim of another try of
+ * this Job that was replaced.
+ */
+async function takeClaim(p: ClaimPorts, key: string, claim: Claim): Promise<{ holder?: Claim; sameJob?: string }> {
   const body = toKv(claim)
   for (let i = 0; i < 4; i++) {
     try {
       await p.claims.create(key, body)
-      return null
+      return {}
     } catch (err) {
       if (!isCasConflict(err)) throw err
     }
@@ -88,25 +95,26 @@ async function takeClaim(p: ClaimPorts, key: string, claim: Claim): Promise<Clai
     const holder = readClaimEntry(p.log, key, entry)
     const ours = holder?.jobName === claim.jobName
     // Ours and naming this very admission (a retry, a second replica): nothing to write.
-    if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return null
+    if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return {}
     // Someone else's live hold stands.
-    if (holder && !ours && !(await isStale(p, holder))) return holder
+    if (holder && !ours && !(await isStale(p, holder))) return { holder }
     // Replaced by compare-and-set on what was read: an unreadable claim (nobody can prove a hold with it), a stale
     // holder's, or ours left by a try that failed after taking it — it must name this admission (its window start,
     // and its time, by which demand remembers the cancel it sent): left as it was, a request after this admission
     // counted as already cancelled and the Job this one creates stayed up.
+    // That try may be alive and its Job created: should this one give up, it puts that claim back (release).
     try {
       await p.claims.update(key, body, entry.revision)
-      return null
+      return ours ? { sameJob: entry.text } : {}
     } catch (err) {
       if (!isCasConflict(err)) throw err
     }
   }
   // Still contended after the retries: report whoever holds it now; an unreadable holder counts as held (safe).
   const last = await p.claims.get(key)
-  return (
+  const holder =
     readClaimEntry(p.log, key, last) ?? (last?.operation === 'PUT' ? { ...claim, jobName: '(unreadable claim)' } : null)
-  )
+  return holder ? { holder } : {}
 }
 
 /** A claim is stale when its holder's state has moved on from that Job and the grace period is over. */
@@ -123,11 +131,15 @@ async function isStale(p: ClaimPorts, holder: Claim): Promise<boolean> {
  * decided not to create the Job — would delete the claims of the later one, whose Job then runs without them: demand
  * cannot find it to cancel, and another backfill takes its node. Ending an attempt (the `releaseClaims` action) gives
  * back whatever claim names its Job.
+ *
+ * The other way round, the later try replaced the earlier one's claim, and the earlier one may have created the Job
+ * by then: a later try giving up puts back the claim it replaced (`restore`), rather than leave that Job unclaimed.
  */
 export async function releaseClaimKeys(
   p: ClaimPorts,
   keys: ClaimKeys,
   who: string | Pick<Claim, 'jobName' | 'claimedAt'>,
+  restore: Record<string, string> = {},
 ) {
   const jobName = typeof who === 'string' ? who : who.jobName
   const claimedAt = typeof who === 'string' ? undefined : who.claimedAt
@@ -137,7 +149,9 @@ export async function releaseClaimKeys(
     if (!entry || holder?.jobName !== jobName) continue
     if (claimedAt !== undefined && holder.claimedAt !== claimedAt) continue
     try {
-      await p.claims.delete(key, entry.revision)
+      const previous = restore[key]
+      if (previous !== undefined) await p.claims.update(key, previous, entry.revision)
+      else await p.claims.delete(key, entry.revision)
     } catch (err) {
       if (!isCasConflict(err)) throw err
     }

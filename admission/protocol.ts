@@ -26,6 +26,8 @@ import type { AdmissionPorts, Cursor, DeleteResult } from './ports.js'
 export interface Held {
   keys: ClaimKeys
   claim: Claim
+  /** The claims of another try of this Job that this one replaced, put back if it gives up. */
+  replaced?: Record<string, string>
 }
 
 /** A decision after the admission's checks, with what it holds for its Job. */
@@ -88,16 +90,17 @@ export async function admit(
   timings?.mark('decide')
   const stillCreates = again.actions.some((a) => a.type === 'createJob')
   if (!claimed.keys || !claimed.claim) return { decision: again }
+  const held: Held = { keys: claimed.keys, claim: claimed.claim, replaced: claimed.replaced }
   if (!stillCreates) {
-    await releaseClaimKeys(ports, claimed.keys, claimed.claim)
+    await giveBack(ports, held)
     return { decision: again }
   }
-  return { decision: again, held: { keys: claimed.keys, claim: claimed.claim }, fencedAt, cursor }
+  return { decision: again, held, fencedAt, cursor }
 }
 
 /** Gives back the claims an admission took and did not commit (the watched copy proved behind, a failure). */
 export function giveBack(ports: AdmissionPorts, held: Held | undefined) {
-  return held ? releaseClaimKeys(ports, held.keys, held.claim) : Promise.resolve()
+  return held ? releaseClaimKeys(ports, held.keys, held.claim, held.replaced) : Promise.resolve()
 }
 
 /** What became of the POST (step 4). */
