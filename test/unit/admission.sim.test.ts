@@ -3,7 +3,7 @@
 import { expect, it } from 'vitest'
 import { searchSeeds, simulate } from './support/dst.js'
 
-const SEEDS = Number(process.env.SIM_SEEDS ?? 24)
+const SEEDS = Number(process.env.SIM_SEEDS ?? 16)
 
 it(`${SEEDS} seeded schedules keep every invariant`, { timeout: 120_000 }, async () => {
   const r = await searchSeeds(1, SEEDS, { steps: 300 })

@@ -98,6 +98,9 @@ interface Waiting {
   op: string
   actor: Actor
   issuedAt: number
+  /** When it is answered: its latency was drawn when it was made. */
+  due: number
+  seq: number
   resolve: (v: Verdict) => void
 }
 
@@ -214,13 +217,16 @@ export class Simulation {
   private wait(op: string): Promise<Verdict> {
     const actor = this.current
     if (!actor) throw new Error(`port call outside an actor: ${op}`)
-    return new Promise<Verdict>((resolve) => this.waiting.push({ op, actor, resolve, issuedAt: this.now })).then(
-      (v) => {
-        // The continuation runs as this actor again.
-        this.current = actor
-        return v
-      },
-    )
+    const slow = this.faultsOn && this.random.chance(this.faults.slow)
+    const due = this.now + (slow ? 100 + this.random.int(900) : 1 + this.random.int(20))
+    const seq = this.timerSeq++
+    return new Promise<Verdict>((resolve) =>
+      this.waiting.push({ op, actor, resolve, issuedAt: this.now, due, seq }),
+    ).then((v) => {
+      // The continuation runs as this actor again.
+      this.current = actor
+      return v
+    })
   }
 
   private at(delayMs: number, label: string, fire: () => void) {
@@ -269,8 +275,7 @@ export class Simulation {
       await this.settle()
       for (; this.steps < steps; this.steps++) {
         this.externalEvents()
-        await this.fireDue()
-        if (!(await this.step())) this.advanceToTimer()
+        if (!this.next()) break
         await this.settle()
         this.check()
       }
@@ -278,13 +283,7 @@ export class Simulation {
       this.faultsOn = false
       this.log('--- quiet ---')
       const horizon = this.now + 5 * 60_000
-      for (let i = 0; i < 20_000; i++) {
-        await this.fireDue()
-        if (!(await this.step())) {
-          const next = this.nextTimer()
-          if (!next || next.at > horizon) break
-          this.advanceToTimer()
-        }
+      for (let i = 0; i < 20_000 && this.next(horizon); i++) {
         await this.settle()
         this.check()
       }
@@ -308,19 +307,37 @@ export class Simulation {
     }
   }
 
-  /** Runs one waiting call (its verdict drawn); false when none waits. */
-  private async step(): Promise<boolean> {
-    if (this.waiting.length === 0) return false
-    const [w] = this.waiting.splice(this.random.int(this.waiting.length), 1) as [Waiting]
+  /**
+   * Runs whatever comes first in virtual time, a call's answer or a timer (up to `horizon`); false when nothing is
+   * left. Calls run concurrently: each took its own latency when it was made.
+   */
+  private next(horizon = Number.POSITIVE_INFINITY): boolean {
+    let call: Waiting | undefined
+    for (const w of this.waiting) if (!call || w.due < call.due || (w.due === call.due && w.seq < call.seq)) call = w
+    const timer = this.nextTimer()
+    if (call && (!timer || call.due <= timer.at)) {
+      this.waiting.splice(this.waiting.indexOf(call), 1)
+      this.now = Math.max(this.now, call.due)
+      this.answer(call)
+      return true
+    }
+    if (!timer || timer.at > horizon) return false
+    this.cancelTimer(timer)
+    this.now = Math.max(this.now, timer.at)
+    this.log(`timer ${timer.label}`)
+    timer.fire()
+    return true
+  }
+
+  /** Answers a call: its verdict drawn, or its caller crashed there (never answered; the event redelivered). */
+  private answer(w: Waiting) {
     const f = this.faults
-    const slow = this.faultsOn && this.random.chance(f.slow)
-    this.now += slow ? 100 + this.random.int(700) : this.random.int(30)
     if (this.faultsOn && this.random.chance(f.crash)) {
       w.actor.crashed = true
       w.actor.faultedAt = this.now
       this.log(`crash ${w.actor.name} at ${w.op}`)
       w.actor.redeliver?.()
-      return true // never answered
+      return
     }
     const verdict: Verdict = !this.faultsOn
       ? 'ok'
@@ -329,35 +346,17 @@ export class Simulation {
         : this.random.chance(f.failAfter)
           ? 'failAfter'
           : 'ok'
-    // A failure, or a call that took longer than SLOW_CALL_MS (slow, or queued behind others): the actor's own
-    // deadlines are not the oracle's to hold it to.
-    if (verdict !== 'ok' || this.now - w.issuedAt > SLOW_CALL_MS) w.actor.faultedAt = this.now
+    const slow = this.now - w.issuedAt > SLOW_CALL_MS
+    // A failure, or a slow call: the actor's own deadlines are not the oracle's to hold it to.
+    if (verdict !== 'ok' || slow) w.actor.faultedAt = this.now
     this.log(`${w.actor.name} ${w.op}${verdict === 'ok' ? '' : ` ${verdict}`}${slow ? ' (slow)' : ''}`)
     w.resolve(verdict)
-    return true
   }
 
   private nextTimer(): Timer | undefined {
     let first: Timer | undefined
     for (const t of this.timers) if (!first || t.at < first.at || (t.at === first.at && t.seq < first.seq)) first = t
     return first
-  }
-
-  /** Timers due by now fire before the next call runs (time moved on while calls were waiting). */
-  private async fireDue() {
-    for (let t = this.nextTimer(); t && t.at <= this.now; t = this.nextTimer()) {
-      this.advanceToTimer()
-      await this.settle()
-    }
-  }
-
-  private advanceToTimer() {
-    const t = this.nextTimer()
-    if (!t) return
-    this.cancelTimer(t)
-    this.now = Math.max(this.now, t.at)
-    this.log(`timer ${t.label}`)
-    t.fire()
   }
 
   // ---- the outside world: foreground requests, Jobs running and finishing ---------------------------------------
@@ -374,8 +373,8 @@ export class Simulation {
       // Demand handles it a little later (it may lag: the fence then holds admission back).
       this.at(r.int(r.chance(0.2) ? 1500 : 150), `demand ${b.model}`, () => this.deliverDemand(stored))
     }
-    // Quiet stretches: time moves on.
-    if (r.chance(0.1)) this.now += r.int(r.chance(0.3) ? 3000 : 300)
+    // Quiet stretches: time moves on (calls in flight are answered in their order).
+    if (r.chance(0.05)) this.now += r.int(r.chance(0.3) ? 3000 : 300)
     // A live Job's pod starts, or the Job finishes.
     if (r.chance(0.03)) {
       const live = [...this.jobs.jobs.values()].filter((j) => j.deletedAt === undefined && !j.outcome)
