@@ -367,9 +367,8 @@ async function apply(
   /** `armed`: a timer already armed by the part of this decision applied before (bookkeeping handed over). */
   opts: { fencedAt?: number; cursor?: Cursor; timings?: StepTimings; afterStart?: AfterStart; armed?: boolean } = {},
 ): Promise<Applied> {
-  const { fencedAt, timings, afterStart } = opts
+  const { timings } = opts
   const { kube, bus, log } = deps
-  const ports = portsOf(deps)
   const b = o.backfill as ModelBackfill | null
   const prior = o.state
   let armed = opts.armed ?? false
@@ -384,88 +383,9 @@ async function apply(
         break
       case 'createJob': {
         if (!b || !template) break
-        const job = buildJob({
-          backfill: b,
-          template,
-          name: action.jobName,
-          node: action.node,
-          maxRunDurationMs: action.spec.maxRunDurationMs,
-        })
-        const { namespace, name } = b.metadata
-        // The POST between two reads of the newest request (admission/protocol.ts).
-        const outcome = await post(
-          ports,
-          job,
-          d.state,
-          { namespace, model: b.spec.modelRef, jobName: action.jobName, cursor: opts.cursor },
-          timings,
-        )
-        if (outcome.kind === 'racedBefore') {
-          log.info(
-            { namespace, backfill: name, job: action.jobName, lastRequestAt: outcome.lastRequestAt },
-            'foreground request stored since the fence; not creating the Job',
-          )
-          return { raced: trigger }
-        }
-        // Refused for good: the rest of this decision (the Started event, its status) never happened; decide
-        // again with the refusal, which releases the claims and blocks.
-        if (outcome.kind === 'rejected') return { rejected: { jobName: action.jobName, message: outcome.message } }
-        if (outcome.kind === 'predecessor') {
-          // The name was held by a Job of an earlier ModelBackfill of the same name, now being deleted. The attempt
-          // stays Starting (nothing reported as running) and a re-check shortly creates it once the name is free.
-          log.warn(
-            { namespace, backfill: name, job: action.jobName, result: 'predecessor' },
-            'job name held by a predecessor ModelBackfill; deleted it, retrying the attempt',
-          )
-          await bus.armTimer(b.metadata.namespace, b.metadata.name, new Date(deps.now() + 1000).toISOString())
-          armed = true
-          break
-        }
-        const where = { namespace, backfill: name, job: action.jobName, result: outcome.result }
-        log.debug(
-          {
-            ...where,
-            fenceToPostMs: fencedAt === undefined ? undefined : outcome.postAt - fencedAt,
-            postMs: outcome.postMs,
-          },
-          'fence → POST gap',
-        )
-        if (outcome.kind === 'racedAfter') {
-          // Foreground wins at once: admit deleted the Job it had just created (only that one, by its UID) rather
-          // than leaving it to demand → cancel, and the attempt is recorded as preempted.
-          const at = outcome.lastRequestAt
-          if (outcome.deleted === 'deleted') {
-            preemptionLatency.observe({ reason: 'ForegroundDemand' }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
-          }
-          log.info(
-            { ...where, lastRequestAt: at, deleted: outcome.deleted },
-            'foreground request stored while the Job was being created; deleted it at once',
-          )
-          // The attempt did start (and is about to be recorded as cancelled): its Started event still belongs.
-          for (const e of d.actions) {
-            if (e.type === 'recordEvent' && e.reason === 'BackfillStarted') {
-              await kube.recordEvent(b, e.eventType, e.reason, e.message)
-            }
-          }
-          return { raced: { type: 'cancel', reason: 'ForegroundDemand', at } }
-        }
-        log.info(where, 'job created')
-        if (afterStart) {
-          // The attempt is committed, its Job exists and no request raced the POST: the rest (the Started Event,
-          // the status) is bookkeeping no foreground path waits for, done off this admission's slot. Lost with the
-          // process, it is redone by the next decision on the backfill (functions/admit/bookkeeping.ts).
-          const rest = d.actions.slice(i + 1)
-          const wasArmed = armed
-          await afterStart(
-            async () => {
-              timings?.mark('bookkeepingWait')
-              const later = { ...d, actions: rest }
-              await apply(deps, role, o, template, later, revision, trigger, { timings, armed: wasArmed })
-            },
-            { namespace, backfill: name, job: action.jobName },
-          )
-          return {}
-        }
+        const created = await createAttemptJob(deps, role, o, b, template, d, i, revision, trigger, { ...opts, armed })
+        if (created === 'predecessor') armed = true
+        else if (created) return created
         break
       }
       case 'deleteJob': {
@@ -555,6 +475,111 @@ async function apply(
     }
   }
   return {}
+}
+
+/**
+ * The createJob action: the POST between the admission's last reads (admission/protocol.ts), and what its outcome
+ * means for this decision — decided again (a request raced it, the apiserver refused it), the rest handed to the
+ * bookkeeping lane, or `predecessor` (a re-check armed). undefined: carry on with the decision's next action.
+ */
+async function createAttemptJob(
+  deps: Deps,
+  role: Role,
+  o: Observed,
+  b: ModelBackfill,
+  template: V1CronJob,
+  d: Decision,
+  i: number,
+  revision: number,
+  trigger: Trigger,
+  opts: { fencedAt?: number; cursor?: Cursor; timings?: StepTimings; afterStart?: AfterStart; armed?: boolean },
+): Promise<Applied | 'predecessor' | undefined> {
+  const { fencedAt, timings, afterStart } = opts
+  const { kube, log } = deps
+  const ports = portsOf(deps)
+  const action = d.actions[i] as Extract<Action, { type: 'createJob' }>
+  const job = buildJob({
+    backfill: b,
+    template,
+    name: action.jobName,
+    node: action.node,
+    maxRunDurationMs: action.spec.maxRunDurationMs,
+  })
+  const { namespace, name } = b.metadata
+  // The POST between two reads of the newest request (admission/protocol.ts).
+  const outcome = await post(
+    ports,
+    job,
+    d.state,
+    { namespace, model: b.spec.modelRef, jobName: action.jobName, cursor: opts.cursor },
+    timings,
+  )
+  if (outcome.kind === 'racedBefore') {
+    log.info(
+      { namespace, backfill: name, job: action.jobName, lastRequestAt: outcome.lastRequestAt },
+      'foreground request stored since the fence; not creating the Job',
+    )
+    return { raced: trigger }
+  }
+  // Refused for good: the rest of this decision (the Started event, its status) never happened; decide
+  // again with the refusal, which releases the claims and blocks.
+  if (outcome.kind === 'rejected') return { rejected: { jobName: action.jobName, message: outcome.message } }
+  if (outcome.kind === 'predecessor') {
+    // The name was held by a Job of an earlier ModelBackfill of the same name, now being deleted. The attempt
+    // stays Starting (nothing reported as running) and a re-check shortly creates it once the name is free.
+    log.warn(
+      { namespace, backfill: name, job: action.jobName, result: 'predecessor' },
+      'job name held by a predecessor ModelBackfill; deleted it, retrying the attempt',
+    )
+    await deps.bus.armTimer(b.metadata.namespace, b.metadata.name, new Date(deps.now() + 1000).toISOString())
+    return 'predecessor'
+  }
+  const where = { namespace, backfill: name, job: action.jobName, result: outcome.result }
+  log.debug(
+    {
+      ...where,
+      fenceToPostMs: fencedAt === undefined ? undefined : outcome.postAt - fencedAt,
+      postMs: outcome.postMs,
+    },
+    'fence → POST gap',
+  )
+  if (outcome.kind === 'racedAfter') {
+    // Foreground wins at once: admit deleted the Job it had just created (only that one, by its UID) rather
+    // than leaving it to demand → cancel, and the attempt is recorded as preempted.
+    const at = outcome.lastRequestAt
+    if (outcome.deleted === 'deleted') {
+      preemptionLatency.observe({ reason: 'ForegroundDemand' }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
+    }
+    log.info(
+      { ...where, lastRequestAt: at, deleted: outcome.deleted },
+      'foreground request stored while the Job was being created; deleted it at once',
+    )
+    // The attempt did start (and is about to be recorded as cancelled): its Started event still belongs.
+    for (const e of d.actions) {
+      if (e.type === 'recordEvent' && e.reason === 'BackfillStarted') {
+        await kube.recordEvent(b, e.eventType, e.reason, e.message)
+      }
+    }
+    return { raced: { type: 'cancel', reason: 'ForegroundDemand', at } }
+  }
+  log.info(where, 'job created')
+  if (afterStart) {
+    // The attempt is committed, its Job exists and no request raced the POST: the rest (the Started Event,
+    // the status) is bookkeeping no foreground path waits for, done off this admission's slot. Lost with the
+    // process, it is redone by the next decision on the backfill (functions/admit/bookkeeping.ts).
+    const rest = d.actions.slice(i + 1)
+    const wasArmed = opts.armed
+    await afterStart(
+      async () => {
+        timings?.mark('bookkeepingWait')
+        const later = { ...d, actions: rest }
+        await apply(deps, role, o, template, later, revision, trigger, { timings, armed: wasArmed })
+      },
+      { namespace, backfill: name, job: action.jobName },
+    )
+    return {}
+  }
+  return undefined
 }
 
 /**

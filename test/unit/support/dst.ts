@@ -373,8 +373,8 @@ export class Simulation {
       // Demand handles it a little later (it may lag: the fence then holds admission back).
       this.at(r.int(r.chance(0.2) ? 1500 : 150), `demand ${b.model}`, () => this.deliverDemand(stored))
     }
-    // Quiet stretches: time moves on (calls in flight are answered in their order).
-    if (r.chance(0.05)) this.now += r.int(r.chance(0.3) ? 3000 : 300)
+    // Quiet stretches, when nothing is in flight: time moves on.
+    if (this.waiting.length === 0 && r.chance(0.2)) this.now += r.int(r.chance(0.3) ? 3000 : 300)
     // A live Job's pod starts, or the Job finishes.
     if (r.chance(0.03)) {
       const live = [...this.jobs.jobs.values()].filter((j) => j.deletedAt === undefined && !j.outcome)
