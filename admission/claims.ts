@@ -3,7 +3,7 @@
 // start and when this admission took it; demand finds the attempt to cancel by the model key.
 
 import type { Contender } from '../core/decide.js'
-import { backfillKey, modelKey } from '../core/names.js'
+import { backfillKey, claimKeys } from '../core/names.js'
 import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEntry, toKv } from '../core/state.js'
 import type { Logger } from '../observability/log.js'
 import { type ClaimStore, type Clock, type Entry, isCasConflict, type StateReader } from './ports.js'
@@ -11,15 +11,8 @@ import { type ClaimStore, type Clock, type Entry, isCasConflict, type StateReade
 /** A claim younger than this is live even before its holder's state names it (admission in flight). */
 export const CLAIM_GRACE_MS = 30_000
 
-export interface ClaimKeys {
-  model: string
-  node: string
-}
-
-export const claimKeys = (namespace: string, model: string, node: string): ClaimKeys => ({
-  model: `model.${modelKey(namespace, model)}`,
-  node: `node.${node}`,
-})
+export type ClaimKeys = ReturnType<typeof claimKeys>
+export { claimKeys }
 
 /** What the claim functions need: the bucket, the states (to judge staleness), a clock and a log. */
 export interface ClaimPorts {

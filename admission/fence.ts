@@ -11,7 +11,7 @@
 // before this check, so it cancels whatever this admission creates (see functions/demand).
 import type { JetStreamManager } from '@nats-io/jetstream'
 import { foregroundSubject, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../events/catalog.js'
-import { isNotFound } from '../jetstream/bus.js'
+import { isNotFound, lastBySubject } from '../jetstream/bus.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
 import type { Deps } from '../transport/function.js'
 import type { FenceResult } from './ports.js'
@@ -29,15 +29,8 @@ export type { FenceResult } from './ports.js'
  * every request that got a PubAck (nats/CLUSTER.md; test/integration/cluster/linearizable-reads.test.ts).
  */
 export async function lastRequestAt(jsm: JetStreamManager, namespace: string, model: string): Promise<string | null> {
-  try {
-    const msg = await jsm.streams.getMessage(STREAM_FOREGROUND_LAST, {
-      last_by_subj: foregroundSubject(namespace, model),
-    })
-    return msg ? msg.time.toISOString() : null
-  } catch (err) {
-    if (isNotFound(err)) return null
-    throw err
-  }
+  const msg = await lastBySubject(jsm, STREAM_FOREGROUND_LAST, foregroundSubject(namespace, model))
+  return msg ? msg.time.toISOString() : null
 }
 
 /** The durable consumer names of this system's demand and cancel (tests run several systems on one server). */

@@ -86,5 +86,4 @@ export interface AdmissionPorts {
 }
 
 /** A compare-and-set that lost: NATS's wrong-last-sequence and key-exists answers (the memory ports throw the same). */
-export const isCasConflict = (err: unknown) =>
-  /wrong last sequence|key exists|10071|10164/i.test(String((err as Error)?.message))
+export { isCasConflict } from '../jetstream/bus.js'

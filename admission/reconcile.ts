@@ -16,7 +16,7 @@ import {
   type Trigger,
 } from '../core/decide.js'
 import { buildJob, gpuViolations } from '../core/job.js'
-import { backfillKey, backfillLabelValue, isObjectName, LABEL_BACKFILL, modelKey } from '../core/names.js'
+import { backfillKey, backfillLabelValue, claimKeys, isObjectName, LABEL_BACKFILL, modelKey } from '../core/names.js'
 import {
   type BackfillState,
   type Claim,
@@ -28,6 +28,7 @@ import {
   toKv,
 } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
+import { isCasConflict } from '../jetstream/bus.js'
 import { PLURALS } from '../kube/kube-common.js'
 import type { Logger } from '../observability/log.js'
 import { preemptionLatency } from '../observability/ops-metrics.js'
@@ -37,14 +38,13 @@ import type { Deps } from '../transport/function.js'
 import {
   type Claimed,
   type ClaimKeys,
-  claimKeys,
   readStateEntry,
   releaseClaimKeys as releaseKeys,
   takeClaimKeys as takeKeys,
 } from './claims.js'
 import { type FreshReads, readFresh, sameBackfill, sameTemplate } from './fresh-check.js'
 import { admissionPorts } from './nats-ports.js'
-import { type AdmissionPorts, type Cursor, isCasConflict } from './ports.js'
+import type { AdmissionPorts, Cursor } from './ports.js'
 import { admit, giveBack, post } from './protocol.js'
 import { timerHeld } from './timer-held.js'
 
@@ -59,7 +59,7 @@ export interface AdmissionDeps extends Deps {
 /** The admission ports a reconcile runs on. */
 export const portsOf = (deps: Deps): AdmissionPorts => (deps as AdmissionDeps).admission ?? admissionPorts(deps)
 
-export { CLAIM_GRACE_MS, claimKeys } from './claims.js'
+export { CLAIM_GRACE_MS } from './claims.js'
 
 const MAX_CAS_RETRIES = 8
 

@@ -11,20 +11,15 @@
 
 import { STREAM_TIMERS, subjectFor } from '../events/catalog.js'
 import { decode } from '../events/codec.js'
-import { type Bus, isNotFound } from '../jetstream/bus.js'
+import { type Bus, lastBySubject } from '../jetstream/bus.js'
 
 /** The timer event fired for `timerAt` is stored, its handling not yet committed. */
 export async function firedNotHandled(bus: Bus, namespace: string, backfill: string, timerAt: string) {
-  try {
-    const subject = subjectFor('ai.flexinfer.timer.fired', { namespace, backfill, due: timerAt })
-    const stored = await bus.jsm.streams.getMessage(STREAM_TIMERS, { last_by_subj: subject })
-    if (!stored) return false
-    const r = decode(stored.data)
-    return r.ok && r.event.type === 'ai.flexinfer.timer.fired' && r.event.data.due === timerAt
-  } catch (err) {
-    if (isNotFound(err)) return false
-    throw err
-  }
+  const subject = subjectFor('ai.flexinfer.timer.fired', { namespace, backfill, due: timerAt })
+  const stored = await lastBySubject(bus.jsm, STREAM_TIMERS, subject)
+  if (!stored) return false
+  const r = decode(stored.data)
+  return r.ok && r.event.type === 'ai.flexinfer.timer.fired' && r.event.data.due === timerAt
 }
 
 /** The timer recorded at `timerAt` will reach admit: its schedule is stored, or it fired and awaits handling. */

@@ -14,6 +14,7 @@ import {
   PubHeaders,
   RetentionPolicy,
   StorageType,
+  type StoredMsg,
   type StreamConfig,
 } from '@nats-io/jetstream'
 import { type KV, Kvm } from '@nats-io/kv'
@@ -192,6 +193,28 @@ export async function awaitReplicas(jsm: JetStreamManager, stream: string, repli
 
 /** JetStream's "stream not found", "consumer not found", "no message found". */
 export const isNotFound = (err: unknown) => /not found|no message found/i.test(String((err as Error)?.message ?? err))
+
+/**
+ * A compare-and-set write refused because the key moved (KV update, create of an existing key, or an expected-last
+ * sequence publish): JetStream's descriptions and error codes, as nats.js and the raw requests (js-requests.ts)
+ * report them.
+ */
+export const isCasConflict = (err: unknown) =>
+  /wrong last sequence|key exists|10071|10164/i.test(String((err as Error)?.message ?? err))
+
+/**
+ * The newest message stored on `subject` in `stream`, or null when there is none. A STREAM.MSG.GET, answered by the
+ * stream's leader: on a cluster it sees every message that got a PubAck (a direct get may be answered by a
+ * follower behind it).
+ */
+export async function lastBySubject(jsm: JetStreamManager, stream: string, subject: string): Promise<StoredMsg | null> {
+  try {
+    return (await jsm.streams.getMessage(stream, { last_by_subj: subject })) ?? null
+  } catch (err) {
+    if (isNotFound(err)) return null
+    throw err
+  }
+}
 
 export interface TopologyOptions {
   /**
@@ -511,15 +534,8 @@ export class Bus {
 
   /** Whether the backfill's timer schedule is stored (armed and not yet fired); a tombstone is no timer. */
   async timerArmed(namespace: string, backfill: string): Promise<boolean> {
-    try {
-      const stored = await this.jsm.streams.getMessage(STREAM_TIMERS, {
-        last_by_subj: scheduleSubject(namespace, backfill),
-      })
-      return Boolean(stored?.header.get(PubHeaders.Schedule))
-    } catch (err) {
-      if (isNotFound(err)) return false
-      throw err
-    }
+    const stored = await lastBySubject(this.jsm, STREAM_TIMERS, scheduleSubject(namespace, backfill))
+    return Boolean(stored?.header.get(PubHeaders.Schedule))
   }
 
   /**
@@ -530,12 +546,8 @@ export class Bus {
    */
   async armResync(intervalMs: number): Promise<boolean> {
     const specification = `@every ${Math.max(1000, Math.round(intervalMs))}ms`
-    try {
-      const stored = await this.jsm.streams.getMessage(STREAM_TIMERS, { last_by_subj: RESYNC_SCHEDULE_SUBJECT })
-      if (stored?.header.get(PubHeaders.Schedule) === specification) return false
-    } catch (err) {
-      if (!isNotFound(err)) throw err
-    }
+    const stored = await lastBySubject(this.jsm, STREAM_TIMERS, RESYNC_SCHEDULE_SUBJECT)
+    if (stored?.header.get(PubHeaders.Schedule) === specification) return false
     const data = { intervalMs: Math.max(1000, Math.round(intervalMs)) }
     await this.js.publish(RESYNC_SCHEDULE_SUBJECT, encode('ai.flexinfer.resync.due', data), {
       schedule: { specification, target: subjectFor('ai.flexinfer.resync.due', data) },

@@ -77,3 +77,6 @@ export function apiMessage(err: unknown): string {
   const message = (parsed as { message?: unknown } | undefined)?.message
   return typeof message === 'string' && message ? message : String((err as Error)?.message ?? err)
 }
+
+/** The label the Job controller puts on every pod of a Job (Kubernetes ≥ 1.27), with the Job's UID. */
+export const CONTROLLER_UID_LABEL = 'batch.kubernetes.io/controller-uid'

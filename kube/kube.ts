@@ -28,6 +28,7 @@ import { FINALIZER, GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION
 import { backfillLabelValue, LABEL_BACKFILL } from '../core/names.js'
 import {
   apiMessage,
+  CONTROLLER_UID_LABEL,
   JobRejectedError,
   KubeRequestTimeout,
   kubeRequestTimeoutMs,
@@ -40,6 +41,7 @@ import { checkNamespaceCount } from './scope.js'
 
 export {
   apiMessage,
+  CONTROLLER_UID_LABEL,
   DEFAULT_KUBE_REQUEST_TIMEOUT_MS,
   JobRejectedError,
   KubeRequestTimeout,
@@ -222,6 +224,26 @@ export class Kube {
   getModel(namespace: string, name: string): Promise<unknown | null> {
     this.requests.read++
     return orNull(this.custom.getNamespacedCustomObject(this.crd(PLURALS.models, namespace, name)))
+  }
+
+  /** One of our custom resources in one namespace, or (no namespace) across the cluster. */
+  async listCustom(plural: string, namespace?: string): Promise<unknown[]> {
+    if (!namespace) return this.listAll(plural)
+    this.requests.list++
+    const list = await this.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, plural, namespace })
+    return (list as { items: unknown[] }).items
+  }
+
+  /**
+   * Every pod of one Job, by its controller-uid label, in one DELETE of the collection and no read before it: no pod
+   * of another Job (a same-named successor included) is ever matched. No grace period is passed: each pod keeps the
+   * one its template sets, as a Job deletion would.
+   */
+  async deleteJobPods(namespace: string, jobUid: string): Promise<void> {
+    this.requests.write++
+    // No resourceVersion: the apiserver applies it to each pod's delete as a precondition too (409 for every pod),
+    // so the selection is a consistent read.
+    await this.core.deleteCollectionNamespacedPod({ namespace, labelSelector: `${CONTROLLER_UID_LABEL}=${jobUid}` })
   }
 
   /** GamingSessions and GPULeases target nodes and GPU groups, which are cluster-wide: list all namespaces. */
@@ -608,6 +630,23 @@ export const backfillJobsCache = (kube: Kube, namespaces?: readonly string[]) =>
     LABEL_BACKFILL,
   )
 
+/** A watched copy of one of our custom resources (ai.flexinfer/v1alpha2), per managed namespace or cluster-wide. */
+export function customObjectsCache<T extends KubernetesObject = KubernetesObject>(
+  kube: Kube,
+  plural: string,
+  namespaces: readonly string[] | undefined,
+): ObjectCache<T> {
+  return new ScopedWatchCache<T>(
+    kube.kc,
+    namespaces,
+    (ns) => collection(`/apis/${GROUP}/${VERSION}`, plural, ns),
+    async (ns) =>
+      (ns
+        ? await kube.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, plural, namespace: ns })
+        : await kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as never,
+  )
+}
+
 /**
  * What admit reads on every admission, kept current by watches: the gates then cost no apiserver round trip
  * (a burst of admissions made the apiserver the bottleneck). A watch lags by milliseconds; whatever changes in
@@ -636,19 +675,8 @@ export class AdmissionCaches {
   readonly templates?: ObjectCache<V1CronJob>
 
   constructor(kube: Kube, namespaces?: readonly string[], opts: { admit?: boolean } = {}) {
-    const custom = <T extends KubernetesObject = KubernetesObject>(
-      plural: string,
-      scope: readonly string[] | undefined,
-    ) =>
-      new ScopedWatchCache<T>(
-        kube.kc,
-        scope,
-        (ns) => collection(`/apis/${GROUP}/${VERSION}`, plural, ns),
-        async (ns) =>
-          (ns
-            ? await kube.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, plural, namespace: ns })
-            : await kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as never,
-      )
+    const custom = <T extends KubernetesObject>(plural: string, scope: readonly string[] | undefined) =>
+      customObjectsCache<T>(kube, plural, scope)
     this.jobs = backfillJobsCache(kube, namespaces)
     this.models = custom(PLURALS.models, namespaces)
     this.gamingSessions = custom(PLURALS.gamingSessions, undefined)

@@ -7,9 +7,6 @@
 // has more than cancel's concurrency in flight, and each lane holds at most that many.
 import type { Kube } from '../../kube/kube.js'
 
-/** The label the Job controller puts on every pod of a Job (Kubernetes ≥ 1.27), with the Job's UID. */
-export const CONTROLLER_UID_LABEL = 'batch.kubernetes.io/controller-uid'
-
 /**
  * Deletes the pods of the Job with this UID — the attempt's work — without waiting for the garbage collector to
  * follow the Job's deletion (it does, but later: what stops the load on the model is the kubelet's SIGTERM, which
@@ -17,11 +14,8 @@ export const CONTROLLER_UID_LABEL = 'batch.kubernetes.io/controller-uid'
  * no pod of another Job (a same-named successor included) is ever matched. No grace period is passed: each pod
  * keeps the one its template sets (terminationGracePeriodSeconds), as a Job deletion would.
  */
-export async function deleteAttemptPods(kube: Kube, namespace: string, jobUid: string): Promise<void> {
-  kube.requests.write++
-  // No resourceVersion: the apiserver applies it to each pod's delete as a precondition too (409 for every pod),
-  // so the selection is a consistent read.
-  await kube.core.deleteCollectionNamespacedPod({ namespace, labelSelector: `${CONTROLLER_UID_LABEL}=${jobUid}` })
+export function deleteAttemptPods(kube: Kube, namespace: string, jobUid: string): Promise<void> {
+  return kube.deleteJobPods(namespace, jobUid)
 }
 
 /**

@@ -5,8 +5,8 @@
 // running). So a foreground cancel that finds no Job waits for it while the claim still stands for that Job on a
 // window the request broke, and deletes it the moment it exists.
 import type { V1Job } from '@kubernetes/client-node'
-import { claimKeys, readClaim } from '../../admission/reconcile.js'
-import { isObjectName } from '../../core/names.js'
+import { readClaim } from '../../admission/reconcile.js'
+import { claimKeys, isObjectName } from '../../core/names.js'
 import type { ObjectCache } from '../../kube/kube.js'
 import type { Deps } from '../../transport/function.js'
 

@@ -4,11 +4,11 @@
 // immediately (leading edge) — while a cancel is never delayed by any of it.
 import type { KV } from '@nats-io/kv'
 import { readIdle } from '../../admission/reconcile.js'
-import { modelKey } from '../../core/names.js'
+import { modelClaimKey, modelKey } from '../../core/names.js'
 import { type Claim, type ModelIdleState, parseClaim, parseEntry, toKv } from '../../core/state.js'
 import { catalog, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
-import { KvMirror } from '../../jetstream/bus.js'
+import { isCasConflict, KvMirror } from '../../jetstream/bus.js'
 import { JsRequests, kvUpdate } from '../../jetstream/js-requests.js'
 import type { Deps, EventFunction } from '../../transport/function.js'
 import { ClaimReads } from './claim-reads.js'
@@ -167,7 +167,7 @@ export class Demand {
         namespace,
         model,
         key,
-        claimKey: `model.${key}`,
+        claimKey: modelClaimKey(namespace, model),
         seen: 0,
         persisted: 0,
         requests: 0,
@@ -345,7 +345,7 @@ export class Demand {
         else entry.revision = await this.idle.create(key, toKv(value))
         return
       } catch (err) {
-        if (!/wrong last sequence|key exists/i.test(String((err as Error).message))) throw err
+        if (!isCasConflict(err)) throw err
         const current = await this.idle.get(key)
         entry.revision = current?.revision ?? 0
         // An unreadable value is overwritten (compare-and-set on its revision): it proves no newer request.

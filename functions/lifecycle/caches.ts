@@ -11,8 +11,8 @@
 // and an event handled against a copy that has not seen it yet would lose the cancel it carries. Lifecycle never
 // creates a Job: admission is admit's, behind its fence.
 import type { KubernetesObject } from '@kubernetes/client-node'
-import { GROUP, type ModelBackfill, VERSION } from '../../core/api.js'
-import { AdmissionCaches, type Kube, type ObjectCache, PLURALS, ScopedWatchCache } from '../../kube/kube.js'
+import type { ModelBackfill } from '../../core/api.js'
+import { AdmissionCaches, customObjectsCache, type Kube, type ObjectCache, PLURALS } from '../../kube/kube.js'
 import type { Deps } from '../../transport/function.js'
 
 export class LifecycleCaches {
@@ -26,18 +26,8 @@ export class LifecycleCaches {
   ) {
     // admit's copy when shared (one watch per process), else one of lifecycle's own.
     this.ownBackfills = !admission.backfills
-    const plural = PLURALS.backfills
     this.backfills =
-      admission.backfills ??
-      new ScopedWatchCache<ModelBackfill & KubernetesObject>(
-        kube.kc,
-        namespaces,
-        (ns) => `/apis/${GROUP}/${VERSION}${ns ? `/namespaces/${ns}` : ''}/${plural}`,
-        async (ns) =>
-          (ns
-            ? await kube.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, plural, namespace: ns })
-            : await kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as never,
-      )
+      admission.backfills ?? customObjectsCache<ModelBackfill & KubernetesObject>(kube, PLURALS.backfills, namespaces)
   }
 
   /** Shares admit's copies when the process has them; resolves once every initial list is in. */

@@ -7,8 +7,7 @@
 
 import { readState } from '../../admission/reconcile.js'
 import { timerHeld } from '../../admission/timer-held.js'
-import { GROUP, VERSION } from '../../core/api.js'
-import { backfillKey, LABEL_BACKFILL } from '../../core/names.js'
+import { backfillKey } from '../../core/names.js'
 import { needsResync, RESYNC_MS, type ResyncReason } from '../../core/resync.js'
 import type { BackfillState } from '../../core/state.js'
 import { type JobView, jobView, type ModelView, modelView } from '../../core/world.js'
@@ -221,22 +220,11 @@ async function confirmNotStored(
 
 /** Backfill Jobs (by label) in one list per scope. */
 async function listBackfillJobs(deps: Deps, namespace?: string): Promise<JobView[]> {
-  if (!namespace) return (await deps.kube.listBackfillJobs()).map(jobView)
-  deps.kube.requests.list++
-  const list = await deps.kube.batch.listNamespacedJob({ namespace, labelSelector: LABEL_BACKFILL })
-  return list.items.map(jobView)
+  return (await deps.kube.listBackfillJobs(namespace ? [namespace] : undefined)).map(jobView)
 }
 
 async function listModels(deps: Deps, namespace?: string): Promise<ModelView[]> {
-  if (!namespace) return (await deps.kube.listAll(PLURALS.models)).map(modelView)
-  deps.kube.requests.list++
-  const list = (await deps.kube.custom.listNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    plural: PLURALS.models,
-    namespace,
-  })) as { items: unknown[] }
-  return list.items.map(modelView)
+  return (await deps.kube.listCustom(PLURALS.models, namespace)).map(modelView)
 }
 
 /**
