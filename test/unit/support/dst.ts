@@ -336,6 +336,8 @@ export class Simulation {
       w.actor.crashed = true
       w.actor.faultedAt = this.now
       this.log(`crash ${w.actor.name} at ${w.op}`)
+      // Its process is gone, and with it demand's memory of the cancels it sent.
+      if (w.actor.name.startsWith('demand')) this.cancelsSent.clear()
       w.actor.redeliver?.()
       return
     }
