@@ -42,7 +42,6 @@ export const CANCEL_MS = 10_000
 export const CLAIMLESS_MS = 2_000
 const SLOW_CALL_MS = 300
 const NS = 'sim'
-const IDLE_FOR_MS = 2_000
 const ACK_WAIT_MS = 2_000
 const DEDUPE_MS = 60_000
 const T0 = Date.parse('2026-06-01T00:00:00.000Z')
@@ -130,11 +129,13 @@ const silent = (() => {
 interface SimBackfill {
   name: string
   model: string
+  idleForMs: number
 }
 
+/** A short window, and one longer than a cancel's wait for a Job still being admitted (ADMISSION_WAIT_MS). */
 const BACKFILLS: SimBackfill[] = [
-  { name: 'bf-a', model: 'model-a' },
-  { name: 'bf-b', model: 'model-b' },
+  { name: 'bf-a', model: 'model-a', idleForMs: 2_000 },
+  { name: 'bf-b', model: 'model-b', idleForMs: 16_000 },
 ]
 const NODE = 'node-0'
 
@@ -533,7 +534,7 @@ export class Simulation {
         resourceVersion: '1',
         finalizers: [],
       },
-      spec: { modelRef: b.model, templateRef: 'eval', idleFor: `${IDLE_FOR_MS / 1000}s`, maxRunDuration: '30m' },
+      spec: { modelRef: b.model, templateRef: 'eval', idleFor: `${b.idleForMs / 1000}s`, maxRunDuration: '30m' },
     }
   }
 
@@ -667,7 +668,8 @@ export class Simulation {
       for (const r of this.requests.stored) {
         if (r.model !== model || r.background) continue
         // A request stored inside the Job's window before its POST was sent (give or take LATE_MS).
-        if (r.at > j.createdAt - IDLE_FOR_MS && r.at < sent - LATE_MS) {
+        const idleForMs = BACKFILLS.find((b) => b.model === model)?.idleForMs ?? 0
+        if (r.at > j.createdAt - idleForMs && r.at < sent - LATE_MS) {
           this.fail(`Job ${name} created at ${j.createdAt - T0} over a request for ${model} stored at ${r.at - T0}`)
         }
         // Stored while the POST was in flight: the Job deleted within RACED_MS by the admission itself — unless a
