@@ -14,12 +14,13 @@ import { foregroundSubject, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_
 import { isNotFound, lastBySubject } from '../jetstream/bus.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
 import type { Deps } from '../transport/function.js'
+import type { FenceResult } from './ports.js'
 
 /** How long admission waits for demand to work through the documented subject's backlog before it re-checks. */
 export const FENCE_WAIT_MS = 2_000
 const POLL_MS = 25
 
-export type FenceResult = { ready: true } | { ready: false; why: string }
+export type { FenceResult } from './ports.js'
 
 /**
  * The time NATS stored the model's newest request on its per-model subject, or null when there is none. A
@@ -60,21 +61,30 @@ export async function checkFence(deps: Deps): Promise<FenceResult> {
     consumerInfo(jsm, STREAM_FOREGROUND_LAST, names.demandLast),
     consumerInfo(jsm, STREAM_EVENTS, names.cancel),
   ])
+  // What demand has acknowledged is in the idle state read after this: the reads around the POST look at the
+  // documented subject only past it (all of it when there is no demand consumer at all).
+  const floor = demandForeground?.ack_floor.stream_seq ?? 0
   if (!demandForeground?.num_waiting || !demandLast?.num_waiting) {
-    return { ready: false, why: 'no demand instance is pulling foreground requests' }
+    return { ready: false, why: 'no demand instance is pulling foreground requests', cursor: floor }
   }
-  if (!cancel?.num_waiting) return { ready: false, why: 'no cancel instance is pulling cancel requests' }
+  if (!cancel?.num_waiting) return { ready: false, why: 'no cancel instance is pulling cancel requests', cursor: floor }
   const target = stream.state.last_seq
   const deadline = Date.now() + FENCE_WAIT_MS
   for (let info = demandForeground; ; ) {
-    if (info.ack_floor.stream_seq >= target || info.num_pending + info.num_ack_pending === 0) return { ready: true }
+    if (info.ack_floor.stream_seq >= target || info.num_pending + info.num_ack_pending === 0) {
+      return { ready: true, cursor: target }
+    }
     if (Date.now() >= deadline) {
       const behind = target - info.ack_floor.stream_seq
-      return { ready: false, why: `demand has not yet processed ${behind} foreground requests` }
+      return {
+        ready: false,
+        why: `demand has not yet processed ${behind} foreground requests`,
+        cursor: info.ack_floor.stream_seq,
+      }
     }
     await new Promise((r) => setTimeout(r, POLL_MS))
     const next = await consumerInfo(jsm, STREAM_FOREGROUND, names.demandForeground)
-    if (!next) return { ready: false, why: 'no demand instance is pulling foreground requests' }
+    if (!next) return { ready: false, why: 'no demand instance is pulling foreground requests', cursor: 0 }
     info = next
   }
 }

@@ -12,7 +12,6 @@ import {
   type Decision,
   decide,
   type Observed,
-  racedAdmission,
   sameState,
   type Trigger,
 } from '../core/decide.js'
@@ -30,21 +29,38 @@ import {
 } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
 import { isCasConflict } from '../jetstream/bus.js'
-import type { Kube } from '../kube/kube.js'
-import { JobRejectedError, PLURALS } from '../kube/kube-common.js'
+import { PLURALS } from '../kube/kube-common.js'
 import type { Logger } from '../observability/log.js'
 import { preemptionLatency } from '../observability/ops-metrics.js'
 import { type StepTimings, timed } from '../observability/step-timings.js'
 import { traced } from '../observability/tracing.js'
 import type { Deps } from '../transport/function.js'
-import { checkFence, lastRequestAt } from './fence.js'
+import {
+  type Claimed,
+  type ClaimKeys,
+  readStateEntry,
+  releaseClaimKeys as releaseKeys,
+  takeClaimKeys as takeKeys,
+} from './claims.js'
 import { type FreshReads, readFresh, sameBackfill, sameTemplate } from './fresh-check.js'
+import { admissionPorts } from './nats-ports.js'
+import type { AdmissionPorts, Cursor } from './ports.js'
+import { admit, giveBack, post } from './protocol.js'
 import { timerHeld } from './timer-held.js'
 
 export type Role = 'admit' | 'cancel' | 'lifecycle'
 
-/** A claim younger than this is live even before its holder's state names it (admission in flight). */
-export const CLAIM_GRACE_MS = 30_000
+/** Deps with the admission protocol's ports replaced (the simulation's in-memory ones). */
+export interface AdmissionDeps extends Deps {
+  /** undefined: the real ones on `bus` and `kube` (admission/nats-ports.ts). */
+  admission?: AdmissionPorts
+}
+
+/** The admission ports a reconcile runs on. */
+export const portsOf = (deps: Deps): AdmissionPorts => (deps as AdmissionDeps).admission ?? admissionPorts(deps)
+
+export { CLAIM_GRACE_MS } from './claims.js'
+
 const MAX_CAS_RETRIES = 8
 
 /**
@@ -154,7 +170,15 @@ export async function observe(
         ? caches.jobs.list()
         : kube.listBackfillJobs(deps.namespaces),
     modelOk ? timed(timings, 'observe.idle', bus.kv.idle.get(modelKey(namespace, modelName))) : null,
-    modelOk ? timed(timings, 'observe.lastRequest', lastRequestAt(bus.jsm, namespace, modelName)) : null,
+    modelOk
+      ? timed(
+          timings,
+          'observe.lastRequest',
+          portsOf(deps)
+            .requests.newest(namespace, modelName)
+            .then((r) => r.at),
+        )
+      : null,
   ])
   const modelV = model ? modelView(model) : null
   const contenders: Contender[] = []
@@ -225,6 +249,7 @@ export async function reconcile(
   // admit decides on its watched copies when it has them, checked against fresh GETs before it commits anything
   // (admission/fresh-check.ts); after a copy proved behind, this reconcile reads the apiserver first again.
   let onCopies = role === 'admit' && Boolean(deps.caches?.backfills && deps.caches.templates)
+  const ports = portsOf(deps)
   for (let round = 0; round < MAX_CAS_RETRIES; round++) {
     // The object before the state: a status written by a newer decision then shows up as a conflict on our
     // status write (its KV commit came first), never as a current-looking object paired with an older state. A
@@ -249,60 +274,29 @@ export async function reconcile(
     timings?.mark('observe')
     let decision = decide(observed, trigger, deps.now())
     timings?.mark('decide')
-    const create = decision.actions.find((a) => a.type === 'createJob')
-    // When this admission's fence read the newest request: the start of the gap the POST must close quickly.
-    let fencedAt: number | undefined
-    /** Claims this decision holds for its Job (released if the fresh check below sends it round again). */
-    let held: { keys: { model: string; node: string }; claim: Claim } | undefined
-    if (create && role !== 'admit') {
+    if (role !== 'admit' && decision.actions.some((a) => a.type === 'createJob')) {
       // Only admit creates Jobs (it holds the claims); hand the backfill over to it, committing nothing.
       await deps.bus.publish('ai.flexinfer.backfill.admit', { namespace, backfill: name })
       return decision
     }
-    if (create) {
-      const claimed = await acquireClaims(deps, observed, decision)
-      timings?.mark('claims')
-      if (claimed.contender) {
-        observed.contenders.push(claimed.contender)
-      } else {
-        // Dekker-style re-check: demand writes idleness before it looks for claims, and we look at the requests
-        // after taking ours, so a foreground request racing this admission is seen by one side. The fence also
-        // makes sure demand and cancel are running and demand has caught up (admission/fence.ts); the idle state
-        // is read after it, so it holds everything demand acknowledged.
-        const model = observed.backfill?.spec.modelRef ?? ''
-        const fence = await checkFence(deps)
-        timings?.mark('fence')
-        const [idle, lastRequest] = await Promise.all([
-          deps.bus.kv.idle.get(modelKey(namespace, model)),
-          lastRequestAt(deps.bus.jsm, namespace, model),
-        ])
-        fencedAt = deps.now()
-        timings?.mark('reread')
-        observed.idle = readIdle(deps.log, idle)
-        observed.lastRequestAt = lastRequest ?? undefined
-        if (!fence.ready) observed.preemptionPath = { ready: false, why: fence.why }
-      }
-      decision = decide(observed, trigger, deps.now())
-      timings?.mark('decide')
-      if (!decision.actions.some((a) => a.type === 'createJob') && claimed.keys && claimed.claim) {
-        await releaseClaimKeys(deps, claimed.keys, claimed.claim)
-      } else if (claimed.keys && claimed.claim) {
-        held = { keys: claimed.keys, claim: claimed.claim }
-      }
-    }
+    // A decision to create: the claims, the fence and the re-reads, decided again on what they read
+    // (admission/protocol.ts). `held`: the claims it took, given back if the fresh check sends it round again.
+    const admitted = role === 'admit' ? await admit(ports, observed, trigger, decision, timings) : { decision }
+    decision = admitted.decision
+    const { held } = admitted
     if (copy && freshReads) {
       // Decided on watched copies: commit nothing (no state, no Job) unless the apiserver still has those.
       let current: [ModelBackfill | null, V1CronJob | null]
       try {
         current = await Promise.all([freshReads.backfill, freshReads.template])
       } catch (err) {
-        if (held) await releaseClaimKeys(deps, held.keys, held.claim)
+        await giveBack(ports, held)
         throw err
       }
       timings?.mark('freshCheck')
       const [freshBackfill, freshTemplate] = current
       if (!sameBackfill(copy, freshBackfill) || (freshReads.template && !sameTemplate(template, freshTemplate))) {
-        if (held) await releaseClaimKeys(deps, held.keys, held.claim)
+        await giveBack(ports, held)
         deps.log.info(
           { namespace, backfill: name, resourceVersion: copy.metadata.resourceVersion },
           'watched copy behind the apiserver; deciding again from a fresh read',
@@ -328,7 +322,8 @@ export async function reconcile(
     }
     timings?.mark('stateWrite')
     const applied = await apply(deps, role, observed, template, decision, revision, trigger, {
-      fencedAt,
+      fencedAt: 'fencedAt' in admitted ? admitted.fencedAt : undefined,
+      cursor: 'cursor' in admitted ? admitted.cursor : undefined,
       timings,
       afterStart,
     })
@@ -370,9 +365,9 @@ async function apply(
   revision: number,
   trigger: Trigger,
   /** `armed`: a timer already armed by the part of this decision applied before (bookkeeping handed over). */
-  opts: { fencedAt?: number; timings?: StepTimings; afterStart?: AfterStart; armed?: boolean } = {},
+  opts: { fencedAt?: number; cursor?: Cursor; timings?: StepTimings; afterStart?: AfterStart; armed?: boolean } = {},
 ): Promise<Applied> {
-  const { fencedAt, timings, afterStart } = opts
+  const { timings } = opts
   const { kube, bus, log } = deps
   const b = o.backfill as ModelBackfill | null
   const prior = o.state
@@ -388,96 +383,9 @@ async function apply(
         break
       case 'createJob': {
         if (!b || !template) break
-        const job = buildJob({
-          backfill: b,
-          template,
-          name: action.jobName,
-          node: action.node,
-          maxRunDurationMs: action.spec.maxRunDurationMs,
-        })
-        const { namespace, name } = b.metadata
-        // The fence's newest-request read once more, as the very last step before the POST: what stood between the
-        // fence and here (the state write, a finalizer, cleanups; slow under load) is no gap for a request.
-        const before = await lastRequestAt(bus.jsm, namespace, b.spec.modelRef)
-        timings?.mark('prePostRead')
-        if (racedAdmission(d.state, before)) {
-          log.info(
-            { namespace, backfill: name, job: action.jobName, lastRequestAt: before },
-            'foreground request stored since the fence; not creating the Job',
-          )
-          return { raced: trigger }
-        }
-        const postAt = deps.now()
-        let created: Awaited<ReturnType<Kube['createJob']>>
-        try {
-          created = await kube.createJob(job)
-        } catch (err) {
-          // Refused for good: the rest of this decision (the Started event, its status) never happened; decide
-          // again with the refusal, which releases the claims and blocks.
-          if (err instanceof JobRejectedError) return { rejected: { jobName: action.jobName, message: err.message } }
-          throw err
-        }
-        timings?.mark('post')
-        const { result, uid } = created
-        const where = { namespace, backfill: name, job: action.jobName, result }
-        log.debug(
-          {
-            ...where,
-            fenceToPostMs: fencedAt === undefined ? undefined : postAt - fencedAt,
-            postMs: deps.now() - postAt,
-          },
-          'fence → POST gap',
-        )
-        if (result !== 'predecessor') {
-          // And once more after it: a request stored while the POST was in flight is one no read before it could
-          // see. Foreground wins at once: admit deletes the Job it has just created (only that one, by its UID)
-          // rather than leaving it to demand → cancel, and the attempt is recorded as preempted.
-          const after = await lastRequestAt(bus.jsm, namespace, b.spec.modelRef)
-          timings?.mark('afterPostRead')
-          if (racedAdmission(d.state, after)) {
-            const deleted = await kube.deleteJob(namespace, action.jobName, uid)
-            const at = after as string
-            if (deleted === 'deleted') {
-              preemptionLatency.observe({ reason: 'ForegroundDemand' }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
-            }
-            log.info(
-              { ...where, lastRequestAt: at, deleted },
-              'foreground request stored while the Job was being created; deleted it at once',
-            )
-            // The attempt did start (and is about to be recorded as cancelled): its Started event still belongs.
-            for (const e of d.actions) {
-              if (e.type === 'recordEvent' && e.reason === 'BackfillStarted') {
-                await kube.recordEvent(b, e.eventType, e.reason, e.message)
-              }
-            }
-            return { raced: { type: 'cancel', reason: 'ForegroundDemand', at } }
-          }
-        }
-        if (result === 'predecessor') {
-          // The name was held by a Job of an earlier ModelBackfill of the same name, now being deleted. The attempt
-          // stays Starting (nothing reported as running) and a re-check shortly creates it once the name is free.
-          log.warn(where, 'job name held by a predecessor ModelBackfill; deleted it, retrying the attempt')
-          await bus.armTimer(b.metadata.namespace, b.metadata.name, new Date(deps.now() + 1000).toISOString())
-          armed = true
-          break
-        }
-        log.info(where, 'job created')
-        if (afterStart && b) {
-          // The attempt is committed, its Job exists and no request raced the POST: the rest (the Started Event,
-          // the status) is bookkeeping no foreground path waits for, done off this admission's slot. Lost with the
-          // process, it is redone by the next decision on the backfill (functions/admit/bookkeeping.ts).
-          const rest = d.actions.slice(i + 1)
-          const wasArmed = armed
-          await afterStart(
-            async () => {
-              timings?.mark('bookkeepingWait')
-              const later = { ...d, actions: rest }
-              await apply(deps, role, o, template, later, revision, trigger, { timings, armed: wasArmed })
-            },
-            { namespace, backfill: name, job: action.jobName },
-          )
-          return {}
-        }
+        const created = await createAttemptJob(deps, role, o, b, template, d, i, revision, trigger, { ...opts, armed })
+        if (created === 'predecessor') armed = true
+        else if (created) return created
         break
       }
       case 'deleteJob': {
@@ -570,6 +478,111 @@ async function apply(
 }
 
 /**
+ * The createJob action: the POST between the admission's last reads (admission/protocol.ts), and what its outcome
+ * means for this decision — decided again (a request raced it, the apiserver refused it), the rest handed to the
+ * bookkeeping lane, or `predecessor` (a re-check armed). undefined: carry on with the decision's next action.
+ */
+async function createAttemptJob(
+  deps: Deps,
+  role: Role,
+  o: Observed,
+  b: ModelBackfill,
+  template: V1CronJob,
+  d: Decision,
+  i: number,
+  revision: number,
+  trigger: Trigger,
+  opts: { fencedAt?: number; cursor?: Cursor; timings?: StepTimings; afterStart?: AfterStart; armed?: boolean },
+): Promise<Applied | 'predecessor' | undefined> {
+  const { fencedAt, timings, afterStart } = opts
+  const { kube, log } = deps
+  const ports = portsOf(deps)
+  const action = d.actions[i] as Extract<Action, { type: 'createJob' }>
+  const job = buildJob({
+    backfill: b,
+    template,
+    name: action.jobName,
+    node: action.node,
+    maxRunDurationMs: action.spec.maxRunDurationMs,
+  })
+  const { namespace, name } = b.metadata
+  // The POST between two reads of the newest request (admission/protocol.ts).
+  const outcome = await post(
+    ports,
+    job,
+    d.state,
+    { namespace, model: b.spec.modelRef, jobName: action.jobName, cursor: opts.cursor },
+    timings,
+  )
+  if (outcome.kind === 'racedBefore') {
+    log.info(
+      { namespace, backfill: name, job: action.jobName, lastRequestAt: outcome.lastRequestAt },
+      'foreground request stored since the fence; not creating the Job',
+    )
+    return { raced: trigger }
+  }
+  // Refused for good: the rest of this decision (the Started event, its status) never happened; decide
+  // again with the refusal, which releases the claims and blocks.
+  if (outcome.kind === 'rejected') return { rejected: { jobName: action.jobName, message: outcome.message } }
+  if (outcome.kind === 'predecessor') {
+    // The name was held by a Job of an earlier ModelBackfill of the same name, now being deleted. The attempt
+    // stays Starting (nothing reported as running) and a re-check shortly creates it once the name is free.
+    log.warn(
+      { namespace, backfill: name, job: action.jobName, result: 'predecessor' },
+      'job name held by a predecessor ModelBackfill; deleted it, retrying the attempt',
+    )
+    await deps.bus.armTimer(b.metadata.namespace, b.metadata.name, new Date(deps.now() + 1000).toISOString())
+    return 'predecessor'
+  }
+  const where = { namespace, backfill: name, job: action.jobName, result: outcome.result }
+  log.debug(
+    {
+      ...where,
+      fenceToPostMs: fencedAt === undefined ? undefined : outcome.postAt - fencedAt,
+      postMs: outcome.postMs,
+    },
+    'fence → POST gap',
+  )
+  if (outcome.kind === 'racedAfter') {
+    // Foreground wins at once: admit deleted the Job it had just created (only that one, by its UID) rather
+    // than leaving it to demand → cancel, and the attempt is recorded as preempted.
+    const at = outcome.lastRequestAt
+    if (outcome.deleted === 'deleted') {
+      preemptionLatency.observe({ reason: 'ForegroundDemand' }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
+    }
+    log.info(
+      { ...where, lastRequestAt: at, deleted: outcome.deleted },
+      'foreground request stored while the Job was being created; deleted it at once',
+    )
+    // The attempt did start (and is about to be recorded as cancelled): its Started event still belongs.
+    for (const e of d.actions) {
+      if (e.type === 'recordEvent' && e.reason === 'BackfillStarted') {
+        await kube.recordEvent(b, e.eventType, e.reason, e.message)
+      }
+    }
+    return { raced: { type: 'cancel', reason: 'ForegroundDemand', at } }
+  }
+  log.info(where, 'job created')
+  if (afterStart) {
+    // The attempt is committed, its Job exists and no request raced the POST: the rest (the Started Event,
+    // the status) is bookkeeping no foreground path waits for, done off this admission's slot. Lost with the
+    // process, it is redone by the next decision on the backfill (functions/admit/bookkeeping.ts).
+    const rest = d.actions.slice(i + 1)
+    const wasArmed = opts.armed
+    await afterStart(
+      async () => {
+        timings?.mark('bookkeepingWait')
+        const later = { ...d, actions: rest }
+        await apply(deps, role, o, template, later, revision, trigger, { timings, armed: wasArmed })
+      },
+      { namespace, backfill: name, job: action.jobName },
+    )
+    return {}
+  }
+  return undefined
+}
+
+/**
  * A live attempt holds its claims; if they are gone (the claims bucket lost or purged), demand could no longer find
  * it to cancel and admit could no longer see it: retake them. One KV read per decision on a live attempt.
  *
@@ -584,10 +597,11 @@ export async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decis
   if (!b || !s?.jobName || !s.nodeName || (s.phase !== 'Starting' && s.phase !== 'Running')) return
   if (d.actions.some((a) => a.type === 'createJob' || a.type === 'takeClaims')) return
   const keys = claimKeys(s.namespace, b.spec.modelRef, s.nodeName)
-  const held = await deps.bus.kv.claims.get(keys.model)
+  const ports = portsOf(deps)
+  const held = await ports.claims.get(keys.model)
   if (held?.operation === 'PUT') return
   const stillLive = async () => {
-    const fresh = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(s.namespace, s.name)))
+    const fresh = await readStateEntry(ports, s.namespace, s.name)
     return fresh?.jobName === s.jobName && (fresh?.phase === 'Starting' || fresh?.phase === 'Running')
   }
   if (!(await stillLive())) return
@@ -609,7 +623,7 @@ export async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decis
 
 /** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */
 async function isCurrentAttempt(deps: Deps, b: ModelBackfill, jobName: string): Promise<boolean> {
-  const fresh = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(b.metadata.namespace, b.metadata.name)))
+  const fresh = await readStateEntry(portsOf(deps), b.metadata.namespace, b.metadata.name)
   return fresh?.jobName === jobName
 }
 
@@ -632,111 +646,10 @@ function sameStatus(b: ModelBackfill, d: Decision): boolean {
   return JSON.stringify(b.status ?? {}) === JSON.stringify(d.status ?? {})
 }
 
-interface Claimed {
-  keys?: { model: string; node: string }
-  /** The claim taken (both keys hold it). */
-  claim?: Claim
-  contender?: Contender
-}
+/** Takes both claims for `claim`, or none (admission/claims.ts). */
+export const takeClaimKeys = (deps: Deps, keys: ClaimKeys, claim: Claim): Promise<Claimed> =>
+  takeKeys(portsOf(deps), keys, claim)
 
-async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Claimed> {
-  const create = d.actions.find((a) => a.type === 'createJob')
-  const b = o.backfill
-  if (create?.type !== 'createJob' || !b) return {}
-  const namespace = b.metadata.namespace
-  const keys = claimKeys(namespace, b.spec.modelRef, create.node)
-  const claim: Claim = {
-    namespace,
-    backfill: b.metadata.name,
-    attempt: create.attempt,
-    jobName: create.jobName,
-    claimedAt: new Date(deps.now()).toISOString(),
-    idleSince: d.state?.idleSince,
-  }
-  return takeClaimKeys(deps, keys, claim)
-}
-
-/** Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. */
-export async function takeClaimKeys(deps: Deps, keys: { model: string; node: string }, claim: Claim): Promise<Claimed> {
-  const taken: string[] = []
-  for (const [on, key] of Object.entries(keys) as ['model' | 'node', string][]) {
-    const holder = await takeClaim(deps, key, claim)
-    if (holder) {
-      for (const k of taken) await releaseClaimKeys(deps, { model: k, node: k }, claim)
-      return { contender: { namespace: holder.namespace, backfill: holder.backfill, jobName: holder.jobName, on } }
-    }
-    taken.push(key)
-  }
-  return { keys, claim }
-}
-
-/** Takes `key` for `claim`; returns the live holder when someone else has it. */
-async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim | null> {
-  const kv = deps.bus.kv.claims
-  const body = toKv(claim)
-  for (let i = 0; i < 4; i++) {
-    try {
-      await kv.create(key, body)
-      return null
-    } catch (err) {
-      if (!isCasConflict(err)) throw err
-    }
-    const entry = await kv.get(key)
-    if (entry?.operation !== 'PUT') continue // released meanwhile (a delete marker): try create again
-    const holder = readClaim(deps.log, entry)
-    const ours = holder?.jobName === claim.jobName
-    // Ours and naming this very admission (a retry, a second replica): nothing to write.
-    if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return null
-    // Someone else's live hold stands.
-    if (holder && !ours && !(await isStale(deps, holder))) return holder
-    // Replaced by compare-and-set on what was read: an unreadable claim (nobody can prove a hold with it), a stale
-    // holder's, or ours left by a try that failed after taking it — it must name this admission (its window start,
-    // and its time, by which demand remembers the cancel it sent): left as it was, a request after this admission
-    // counted as already cancelled and the Job this one creates stayed up (retried-admission-claim.test.ts).
-    try {
-      await kv.update(key, body, entry.revision)
-      return null
-    } catch (err) {
-      if (!isCasConflict(err)) throw err
-    }
-  }
-  // Still contended after the retries: report whoever holds it now; an unreadable holder counts as held (safe).
-  const last = await kv.get(key)
-  return readClaim(deps.log, last) ?? (last?.operation === 'PUT' ? { ...claim, jobName: '(unreadable claim)' } : null)
-}
-
-/** A claim is stale when its holder's state has moved on from that Job and the grace period is over. */
-async function isStale(deps: Deps, holder: Claim): Promise<boolean> {
-  if (deps.now() - Date.parse(holder.claimedAt) < CLAIM_GRACE_MS) return false
-  const state = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(holder.namespace, holder.backfill)))
-  return state?.jobName !== holder.jobName
-}
-
-/**
- * Gives back the claims held for `who`. An admission names its own claim (`claimedAt`): two tries of one attempt
- * (a timer and a lifecycle admit request, or a retry while the first try still runs) share the Job name, and the
- * later one replaces the earlier one's claim (takeClaim). Released by Job name alone, the earlier try — having
- * decided not to create the Job — deleted the claims of the later one, whose Job then ran without them: demand could
- * not find it to cancel, and another backfill took its node (seen in a failover: a lost cancel and two live attempts
- * on one node). Ending an attempt (the `releaseClaims` action) gives back whatever claim names its Job.
- */
-export async function releaseClaimKeys(
-  deps: Deps,
-  keys: { model: string; node: string },
-  who: string | Pick<Claim, 'jobName' | 'claimedAt'>,
-) {
-  const kv = deps.bus.kv.claims
-  const jobName = typeof who === 'string' ? who : who.jobName
-  const claimedAt = typeof who === 'string' ? undefined : who.claimedAt
-  for (const key of new Set([keys.model, keys.node])) {
-    const entry = await kv.get(key)
-    const holder = readClaim(deps.log, entry)
-    if (!entry || holder?.jobName !== jobName) continue
-    if (claimedAt !== undefined && holder.claimedAt !== claimedAt) continue
-    try {
-      await kv.delete(key, { previousSeq: entry.revision })
-    } catch (err) {
-      if (!isCasConflict(err)) throw err
-    }
-  }
-}
+/** Gives back the claims held for `who`: an admission's own claim, or whatever names an ended attempt's Job. */
+export const releaseClaimKeys = (deps: Deps, keys: ClaimKeys, who: string | Pick<Claim, 'jobName' | 'claimedAt'>) =>
+  releaseKeys(portsOf(deps), keys, who)

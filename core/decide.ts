@@ -334,7 +334,10 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       // Admitted, but the Job is not there: a crash between the state write and the create. Re-check the gates
       // with the attempt's own claim: still admissible → create it (same name, so at most one Job); else abandon.
       const reason = cancelReason(w, trigger)
-      if (trigger.type === 'cancel') {
+      // A foreground cancel whose request came before this attempt's window is an earlier try's (redelivered, or
+      // late): this admission may be creating the Job right now, and it stands (re-asked below).
+      const earlierTry = trigger.type === 'cancel' && trigger.reason === 'ForegroundDemand' && !reason
+      if (trigger.type === 'cancel' && !earlierTry) {
         // The cancel function deleted it (so it did exist): a preempted attempt, not an abandoned admission.
         preempted(w, jobName, reason ?? trigger.reason, reason ?? trigger.reason)
         return false

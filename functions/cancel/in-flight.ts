@@ -16,6 +16,13 @@ export const ADMISSION_WAIT_MS = 15_000
 const POLL_MS = 25
 const RECHECK_MS = 1_000
 
+/** The wait's clock and sleep (the deterministic simulation runs it on virtual time). */
+export interface WaitTime {
+  now(): number
+  sleep(ms: number): Promise<void>
+}
+const realTime: WaitTime = { now: Date.now, sleep: (ms) => new Promise((r) => setTimeout(r, ms)) }
+
 export interface AimedCancel {
   namespace: string
   backfill: string
@@ -34,6 +41,7 @@ export async function awaitAdmittedJob(
   jobs: ObjectCache<V1Job> | undefined,
   c: AimedCancel,
   waitMs = ADMISSION_WAIT_MS,
+  time: WaitTime = realTime,
 ): Promise<V1Job | null> {
   const backfill = await deps.kube.getBackfill(c.namespace, c.backfill)
   const model = backfill?.spec.modelRef
@@ -45,17 +53,17 @@ export async function awaitAdmittedJob(
     return claim?.jobName === c.jobName && at > Date.parse(claim.idleSince ?? claim.claimedAt)
   }
   if (!(await claimStands())) return null
-  const deadline = Date.now() + waitMs
-  let recheckAt = Date.now() + RECHECK_MS
-  while (Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, POLL_MS))
-    const due = Date.now() >= recheckAt
+  const deadline = time.now() + waitMs
+  let recheckAt = time.now() + RECHECK_MS
+  while (time.now() < deadline) {
+    await time.sleep(POLL_MS)
+    const due = time.now() >= recheckAt
     const job = jobs?.get(c.namespace, c.jobName) ?? (due ? await deps.kube.getJob(c.namespace, c.jobName) : null)
     // Checked again when it appears: a retried admission may have taken the claim on a window of its own.
     if (job) return (await claimStands()) ? job : null
     if (due) {
       if (!(await claimStands())) return null
-      recheckAt = Date.now() + RECHECK_MS
+      recheckAt = time.now() + RECHECK_MS
     }
   }
   return null

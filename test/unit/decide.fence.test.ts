@@ -131,6 +131,18 @@ describe('decide: the admission fence', () => {
       expect(d.actions).toContainEqual({ type: 'releaseClaims', jobName: J(1) })
     })
 
+    it('a foreground cancel for an earlier window, the Job not created yet: the admission in flight stands', () => {
+      // A redelivered cancel of an earlier try (its request before this attempt's window) decided while this
+      // admission's POST is in flight: preempted, the attempt's claims were released and the Job the POST then
+      // created ran with neither state nor claims (the deterministic simulation, seed 2514).
+      const t = admitted()
+      t.change(() => ({ job: null }))
+      const d = t.step(T0 + WINDOW + 20, cancelRequest(T0 - SECOND))
+      expect(d.state).toMatchObject({ phase: 'Starting', attempts: 1, jobName: J(1) })
+      expect(d.actions.some((a) => a.type === 'releaseClaims')).toBe(false)
+      expect(d.state?.counters.preemptions).toEqual({})
+    })
+
     it('seen after the POST, the Job already gone when admit decides again: preempted, not abandoned', () => {
       const t = admitted()
       const at = T0 + WINDOW + 5

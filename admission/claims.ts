@@ -1,0 +1,152 @@
+// Claims: at most one live attempt per model and per node, even with admit replicas and retries racing. An attempt
+// holds both keys of the claims bucket (`model.<ns>.<model>`, `node.<node>`) with a Claim naming its Job, its window
+// start and when this admission took it; demand finds the attempt to cancel by the model key.
+
+import type { Contender } from '../core/decide.js'
+import { backfillKey, claimKeys } from '../core/names.js'
+import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEntry, toKv } from '../core/state.js'
+import type { Logger } from '../observability/log.js'
+import { type ClaimStore, type Clock, type Entry, isCasConflict, type StateReader } from './ports.js'
+
+/** A claim younger than this is live even before its holder's state names it (admission in flight). */
+export const CLAIM_GRACE_MS = 30_000
+
+export type ClaimKeys = ReturnType<typeof claimKeys>
+export { claimKeys }
+
+/** What the claim functions need: the bucket, the states (to judge staleness), a clock and a log. */
+export interface ClaimPorts {
+  claims: ClaimStore
+  states: StateReader
+  clock: Clock
+  log: Logger
+}
+
+export interface Claimed {
+  keys?: ClaimKeys
+  /** The claim taken (both keys hold it). */
+  claim?: Claim
+  /** Key → the claim of another try of the same Job that this one replaced (put back if this one gives up). */
+  replaced?: Record<string, string>
+  contender?: Contender
+}
+
+/** A claim as stored, or null: absent, released, or unreadable (logged; nobody can prove a hold with it). */
+export function readClaimEntry(log: Logger, key: string, entry: Entry | null): Claim | null {
+  if (entry?.operation !== 'PUT') return null
+  const r = parseEntry(entry.text, parseClaim)
+  if (r.ok) return r.value
+  log.error({ key, revision: entry.revision, error: r.error }, 'unreadable claim ignored; it is replaced when taken')
+  return null
+}
+
+export async function readStateEntry(
+  p: ClaimPorts,
+  namespace: string,
+  backfill: string,
+): Promise<BackfillState | null> {
+  const key = backfillKey(namespace, backfill)
+  const entry = await p.states.get(key)
+  if (entry?.operation !== 'PUT') return null
+  const r = parseEntry(entry.text, parseBackfillState)
+  if (r.ok) return r.value
+  p.log.error({ key, revision: entry.revision, error: r.error }, 'unreadable backfill state ignored')
+  return null
+}
+
+/** Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. */
+export async function takeClaimKeys(p: ClaimPorts, keys: ClaimKeys, claim: Claim): Promise<Claimed> {
+  const taken: string[] = []
+  const replaced: Record<string, string> = {}
+  for (const [on, key] of Object.entries(keys) as ['model' | 'node', string][]) {
+    const { holder, sameJob } = await takeClaim(p, key, claim)
+    if (holder) {
+      for (const k of taken) await releaseClaimKeys(p, { model: k, node: k }, claim, replaced)
+      return { contender: { namespace: holder.namespace, backfill: holder.backfill, jobName: holder.jobName, on } }
+    }
+    if (sameJob !== undefined) replaced[key] = sameJob
+    taken.push(key)
+  }
+  return Object.keys(replaced).length ? { keys, claim, replaced } : { keys, claim }
+}
+
+/**
+ * Takes `key` for `claim`; `holder`: the live holder when someone else has it; `sameJob`: the claim of another try of
+ * this Job that was replaced.
+ */
+async function takeClaim(p: ClaimPorts, key: string, claim: Claim): Promise<{ holder?: Claim; sameJob?: string }> {
+  const body = toKv(claim)
+  for (let i = 0; i < 4; i++) {
+    try {
+      await p.claims.create(key, body)
+      return {}
+    } catch (err) {
+      if (!isCasConflict(err)) throw err
+    }
+    const entry = await p.claims.get(key)
+    if (entry?.operation !== 'PUT') continue // released meanwhile (a delete marker): try create again
+    const holder = readClaimEntry(p.log, key, entry)
+    const ours = holder?.jobName === claim.jobName
+    // Ours and naming this very admission (a retry, a second replica): nothing to write.
+    if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return {}
+    // Someone else's live hold stands.
+    if (holder && !ours && !(await isStale(p, holder))) return { holder }
+    // Replaced by compare-and-set on what was read: an unreadable claim (nobody can prove a hold with it), a stale
+    // holder's, or ours left by a try that failed after taking it — it must name this admission (its window start,
+    // and its time, by which demand remembers the cancel it sent): left as it was, a request after this admission
+    // counted as already cancelled and the Job this one creates stayed up.
+    // That try may be alive and its Job created: should this one give up, it puts that claim back (release).
+    try {
+      await p.claims.update(key, body, entry.revision)
+      return ours ? { sameJob: entry.text } : {}
+    } catch (err) {
+      if (!isCasConflict(err)) throw err
+    }
+  }
+  // Still contended after the retries: report whoever holds it now; an unreadable holder counts as held (safe).
+  const last = await p.claims.get(key)
+  const holder =
+    readClaimEntry(p.log, key, last) ?? (last?.operation === 'PUT' ? { ...claim, jobName: '(unreadable claim)' } : null)
+  return holder ? { holder } : {}
+}
+
+/** A claim is stale when its holder's state has moved on from that Job and the grace period is over. */
+async function isStale(p: ClaimPorts, holder: Claim): Promise<boolean> {
+  if (p.clock.now() - Date.parse(holder.claimedAt) < CLAIM_GRACE_MS) return false
+  const state = await readStateEntry(p, holder.namespace, holder.backfill)
+  return state?.jobName !== holder.jobName
+}
+
+/**
+ * Gives back the claims held for `who`. An admission names its own claim (`claimedAt`): two tries of one attempt
+ * (a timer and a lifecycle admit request, or a retry while the first try still runs) share the Job name, and the
+ * later one replaces the earlier one's claim (takeClaim). Released by Job name alone, the earlier try — having
+ * decided not to create the Job — would delete the claims of the later one, whose Job then runs without them: demand
+ * cannot find it to cancel, and another backfill takes its node. Ending an attempt (the `releaseClaims` action) gives
+ * back whatever claim names its Job.
+ *
+ * The other way round, the later try replaced the earlier one's claim, and the earlier one may have created the Job
+ * by then: a later try giving up puts back the claim it replaced (`restore`), rather than leave that Job unclaimed.
+ */
+export async function releaseClaimKeys(
+  p: ClaimPorts,
+  keys: ClaimKeys,
+  who: string | Pick<Claim, 'jobName' | 'claimedAt'>,
+  restore: Record<string, string> = {},
+) {
+  const jobName = typeof who === 'string' ? who : who.jobName
+  const claimedAt = typeof who === 'string' ? undefined : who.claimedAt
+  for (const key of new Set([keys.model, keys.node])) {
+    const entry = await p.claims.get(key)
+    const holder = readClaimEntry(p.log, key, entry)
+    if (!entry || holder?.jobName !== jobName) continue
+    if (claimedAt !== undefined && holder.claimedAt !== claimedAt) continue
+    try {
+      const previous = restore[key]
+      if (previous !== undefined) await p.claims.update(key, previous, entry.revision)
+      else await p.claims.delete(key, entry.revision)
+    } catch (err) {
+      if (!isCasConflict(err)) throw err
+    }
+  }
+}

@@ -1,0 +1,273 @@
+// The admission ports in memory: the same contracts as the real ones (admission/nats-ports.ts), for the
+// deterministic simulation and unit tests. Every call first waits at a gate, where a scheduler decides when it runs
+// and whether it fails — before it takes effect, or after (the reply lost) — or never answers (a crash there).
+import type { V1Job } from '@kubernetes/client-node'
+import { modelKey } from '../core/names.js'
+import type { Logger } from '../observability/log.js'
+import type {
+  AdmissionPorts,
+  CasStore,
+  Clock,
+  CreateResult,
+  Cursor,
+  DeleteResult,
+  Entry,
+  FenceResult,
+  JobApi,
+  RequestLog,
+} from './ports.js'
+
+export type Verdict = 'ok' | 'failBefore' | 'failAfter'
+/** Where a call waits for its turn; `op` names it (for a schedule's printout). */
+export type Gate = (op: string) => Promise<Verdict>
+export const immediate: Gate = async () => 'ok'
+
+async function step<T>(gate: Gate, op: string, effect: () => T): Promise<T> {
+  const verdict = await gate(op)
+  if (verdict === 'failBefore') throw new Error(`${op}: timeout (not applied)`)
+  const result = effect()
+  if (verdict === 'failAfter') throw new Error(`${op}: timeout (applied, reply lost)`)
+  return result
+}
+
+/** A NATS KV entry's shape, for code that reads a bucket directly. */
+export interface KvEntryLike extends Entry {
+  bucket: string
+  key: string
+  string(): string
+}
+
+export class MemoryKv implements CasStore {
+  private readonly entries = new Map<string, Entry>()
+  private seq = 0
+
+  constructor(
+    readonly bucket: string,
+    private readonly gate: Gate = immediate,
+  ) {}
+
+  /** The entry as stored now, without a gate (the simulation's oracle). */
+  peek(key: string): Entry | null {
+    return this.entries.get(key) ?? null
+  }
+
+  keys(): string[] {
+    return [...this.entries.keys()]
+  }
+
+  private view(key: string, e: Entry | undefined): KvEntryLike | null {
+    return e ? { ...e, bucket: this.bucket, key, string: () => e.text } : null
+  }
+
+  private write(key: string, operation: Entry['operation'], text: string) {
+    this.seq++
+    this.entries.set(key, { operation, revision: this.seq, text })
+    return this.seq
+  }
+
+  private conflict(key: string): never {
+    throw new Error(`wrong last sequence: ${this.bucket}/${key} (10071)`)
+  }
+
+  get(key: string) {
+    return step(this.gate, `${this.bucket}.get ${key}`, () => this.view(key, this.entries.get(key)))
+  }
+
+  /** A write's label in a schedule: the key, and the value's phase and Job when it has them. */
+  private label(op: string, key: string, text: string) {
+    const m = /"phase":"(\w+)".*?"reason":"(\w+)"/.exec(text)
+    const j = /"jobName":"([^"]+)"/.exec(text)
+    const at = /"claimedAt":"[^"]*T([^"Z]+)/.exec(text)
+    return `${this.bucket}.${op} ${key}${m ? ` ${m[1]}/${m[2]}` : ''}${j ? ` ${j[1]}` : ''}${at ? `@${at[1]}` : ''}`
+  }
+
+  create(key: string, text: string) {
+    return step(this.gate, this.label('create', key, text), () => {
+      if (this.entries.get(key)?.operation === 'PUT') this.conflict(key)
+      return this.write(key, 'PUT', text)
+    })
+  }
+
+  update(key: string, text: string, revision: number) {
+    return step(this.gate, this.label('update', key, text), () => {
+      if ((this.entries.get(key)?.revision ?? 0) !== revision) this.conflict(key)
+      return this.write(key, 'PUT', text)
+    })
+  }
+
+  /** Without a revision: unconditional (a NATS KV delete without previousSeq). */
+  delete(key: string, revision?: number | { previousSeq?: number }) {
+    const expected = typeof revision === 'number' ? revision : revision?.previousSeq
+    return step(this.gate, `${this.bucket}.delete ${key}`, () => {
+      if (expected !== undefined && (this.entries.get(key)?.revision ?? 0) !== expected) this.conflict(key)
+      this.write(key, 'DEL', '')
+    })
+  }
+
+  /** Unconditional write (the simulation's setup). */
+  put(key: string, text: string) {
+    return step(this.gate, `${this.bucket}.put ${key}`, () => this.write(key, 'PUT', text))
+  }
+}
+
+export interface StoredRequest {
+  seq: number
+  namespace: string
+  model: string
+  at: number
+  subject: 'documented' | 'perModel'
+  background?: boolean
+}
+
+/**
+ * The two foreground streams and the idle bucket. `store` is a request's publish; demand's progress is `ackFloor`
+ * (the documented subject's requests it acknowledged), whether demand and cancel consume is `consuming`.
+ */
+export class MemoryRequests implements RequestLog {
+  readonly stored: StoredRequest[] = []
+  private readonly newestPerModel = new Map<string, number>()
+  lastSeq = 0
+  ackFloor = 0
+  consuming = { demand: true, cancel: true }
+  /** The documented subject's requests one read may look at (admission/nats-ports.ts MAX_UNSEEN_REQUESTS). */
+  maxUnseen = 256
+
+  constructor(
+    readonly idleKv: MemoryKv,
+    private readonly clock: Clock,
+    private readonly gate: Gate = immediate,
+  ) {}
+
+  store(r: Omit<StoredRequest, 'seq'>): StoredRequest {
+    const stored = { ...r, seq: r.subject === 'documented' ? ++this.lastSeq : 0 }
+    this.stored.push(stored)
+    if (r.subject === 'perModel') this.newestPerModel.set(modelKey(r.namespace, r.model), r.at)
+    return stored
+  }
+
+  fence(): Promise<FenceResult> {
+    return step(this.gate, 'requests.fence', (): FenceResult => {
+      const cursor = this.ackFloor
+      if (!this.consuming.demand)
+        return { ready: false, why: 'no demand instance is pulling foreground requests', cursor }
+      if (!this.consuming.cancel) return { ready: false, why: 'no cancel instance is pulling cancel requests', cursor }
+      // Not waited for here (the real fence polls up to FENCE_WAIT_MS): behind is not ready.
+      if (this.ackFloor < this.lastSeq) {
+        const why = `demand has not yet processed ${this.lastSeq - this.ackFloor} foreground requests`
+        return { ready: false, why, cursor }
+      }
+      return { ready: true, cursor: this.lastSeq }
+    })
+  }
+
+  idle(namespace: string, model: string) {
+    return this.idleKv.get(modelKey(namespace, model))
+  }
+
+  newest(namespace: string, model: string, since?: Cursor) {
+    return step(this.gate, `requests.newest ${model}`, () => {
+      const perModel = this.newestPerModel.get(modelKey(namespace, model))
+      let newest = perModel ?? Number.NEGATIVE_INFINITY
+      let cursor: Cursor | undefined
+      if (since !== undefined) {
+        cursor = this.lastSeq
+        if (this.lastSeq - since > this.maxUnseen) {
+          newest = this.clock.now()
+          cursor = since
+        } else {
+          for (const r of this.stored) {
+            if (r.seq <= since || r.subject !== 'documented' || r.background) continue
+            if (r.namespace === namespace && r.model === model) newest = Math.max(newest, r.at)
+          }
+        }
+      }
+      return { at: Number.isFinite(newest) ? new Date(newest).toISOString() : null, cursor }
+    })
+  }
+}
+
+export interface StoredJob {
+  job: V1Job
+  uid: string
+  createdAt: number
+  deletedAt?: number
+  outcome?: 'Complete' | 'Failed'
+  started?: boolean
+}
+
+/** Jobs by `<namespace>/<name>`; `onChange` is the watch (lifecycle's wake-ups). */
+export class MemoryJobs implements JobApi {
+  readonly jobs = new Map<string, StoredJob>()
+  private uids = 0
+  /** Every create that took effect (the oracle's record, kept after the Job is gone). */
+  readonly created: StoredJob[] = []
+
+  constructor(
+    private readonly clock: Clock,
+    private readonly gate: Gate = immediate,
+    private readonly onChange: (j: StoredJob) => void = () => {},
+  ) {}
+
+  create(job: V1Job) {
+    const namespace = job.metadata?.namespace ?? ''
+    const name = job.metadata?.name ?? ''
+    return step(this.gate, `jobs.create ${name}`, (): CreateResult => {
+      const key = `${namespace}/${name}`
+      const existing = this.jobs.get(key)
+      if (existing) return { result: 'exists', uid: existing.uid }
+      const uid = `job-uid-${++this.uids}`
+      const now = this.clock.now()
+      const stored: StoredJob = {
+        job: structuredClone({
+          ...job,
+          metadata: { ...job.metadata, uid, creationTimestamp: new Date(now) as unknown as Date },
+        }),
+        uid,
+        createdAt: now,
+      }
+      this.jobs.set(key, stored)
+      this.created.push(stored)
+      this.onChange(stored)
+      return { result: 'created', uid }
+    })
+  }
+
+  delete(namespace: string, name: string, uid?: string) {
+    return step(this.gate, `jobs.delete ${name}`, (): DeleteResult => {
+      const stored = this.jobs.get(`${namespace}/${name}`)
+      if (!stored) return 'absent'
+      if (uid && stored.uid !== uid) return 'replaced'
+      if (stored.deletedAt === undefined) {
+        stored.deletedAt = this.clock.now()
+        stored.job.metadata = {
+          ...stored.job.metadata,
+          deletionTimestamp: new Date(stored.deletedAt) as unknown as Date,
+        }
+        this.onChange(stored)
+      }
+      return 'deleted'
+    })
+  }
+
+  get(namespace: string, name: string) {
+    return step(this.gate, `jobs.get ${name}`, () => {
+      const s = this.jobs.get(`${namespace}/${name}`)
+      return s ? structuredClone(s.job) : null
+    })
+  }
+
+  list() {
+    return step(this.gate, 'jobs.list', () => [...this.jobs.values()].map((s) => structuredClone(s.job)))
+  }
+}
+
+export function memoryPorts(o: {
+  claims: MemoryKv
+  states: MemoryKv
+  requests: MemoryRequests
+  jobs: JobApi
+  clock: Clock
+  log: Logger
+}): AdmissionPorts {
+  return { ...o }
+}

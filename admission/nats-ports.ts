@@ -1,0 +1,100 @@
+// The admission ports on the real servers: the claims and backfill-state buckets and the foreground streams on
+// NATS JetStream, Jobs on the Kubernetes API.
+
+import type { JetStreamManager } from '@nats-io/jetstream'
+import type { KV, KvEntry } from '@nats-io/kv'
+import { modelKey } from '../core/names.js'
+import { STREAM_FOREGROUND } from '../events/catalog.js'
+import { decode } from '../events/codec.js'
+import { isNotFound } from '../jetstream/bus.js'
+import type { Deps } from '../transport/function.js'
+import { checkFence, lastRequestAt } from './fence.js'
+import type { AdmissionPorts, CasStore, Cursor, Entry, RequestLog } from './ports.js'
+
+/**
+ * Most documented-subject requests one newest-request read looks at (one leader-answered read each, in parallel).
+ * Past it the read answers with its own time: the admission waits for a quieter moment (the fence re-check).
+ */
+export const MAX_UNSEEN_REQUESTS = 256
+
+const entry = (e: KvEntry | null): Entry | null =>
+  e ? { operation: e.operation as Entry['operation'], revision: e.revision, text: e.string() } : null
+
+export function kvStore(kv: KV): CasStore {
+  return {
+    get: async (key) => entry(await kv.get(key)),
+    create: (key, text) => kv.create(key, text),
+    update: (key, text, revision) => kv.update(key, text, revision),
+    delete: (key, revision) => kv.delete(key, { previousSeq: revision }),
+  }
+}
+
+/**
+ * The foreground requests stored on the documented subject after `since`, up to the stream's end when the read
+ * began: the newest store time among those for `namespace`/`model` (foreground class only), and where the read
+ * ended. Requests there carry their model only in the payload, so each is read (STREAM.MSG.GET: the stream leader
+ * answers, and has every request that got a PubAck).
+ */
+export async function documentedSince(
+  jsm: JetStreamManager,
+  namespace: string,
+  model: string,
+  since: Cursor,
+  now: () => number,
+): Promise<{ at: string | null; cursor: Cursor }> {
+  const last = (await jsm.streams.info(STREAM_FOREGROUND)).state.last_seq
+  if (last <= since) return { at: null, cursor: since }
+  if (last - since > MAX_UNSEEN_REQUESTS) return { at: new Date(now()).toISOString(), cursor: since }
+  const seqs = Array.from({ length: last - since }, (_, i) => since + 1 + i)
+  const stored = await Promise.all(
+    seqs.map((seq) =>
+      jsm.streams.getMessage(STREAM_FOREGROUND, { seq }).catch((err) => {
+        // Removed by the stream's limits (or never stored at that sequence): nothing to look at.
+        if (isNotFound(err)) return null
+        throw err
+      }),
+    ),
+  )
+  let newest: Date | null = null
+  for (const m of stored) {
+    if (!m) continue
+    const r = decode(m.data)
+    // An undecodable one is demand's to dead-letter; a background one is no demand.
+    if (!r.ok || r.event.type !== 'ai.flexinfer.foreground.request') continue
+    const d = r.event.data
+    if (d.namespace !== namespace || d.model !== model || d.workloadClass === 'background') continue
+    if (!newest || m.time > newest) newest = m.time
+  }
+  return { at: newest ? newest.toISOString() : null, cursor: last }
+}
+
+export function natsRequestLog(deps: Deps): RequestLog {
+  const { bus } = deps
+  return {
+    fence: () => checkFence(deps),
+    idle: async (namespace, model) => entry(await bus.kv.idle.get(modelKey(namespace, model))),
+    async newest(namespace, model, since) {
+      if (since === undefined) return { at: await lastRequestAt(bus.jsm, namespace, model) }
+      const [perModel, documented] = await Promise.all([
+        lastRequestAt(bus.jsm, namespace, model),
+        documentedSince(bus.jsm, namespace, model, since, deps.now),
+      ])
+      const at = [perModel, documented.at].filter((t): t is string => t !== null).sort()
+      return { at: at[at.length - 1] ?? null, cursor: documented.cursor }
+    },
+  }
+}
+
+export function admissionPorts(deps: Deps): AdmissionPorts {
+  return {
+    claims: kvStore(deps.bus.kv.claims),
+    states: kvStore(deps.bus.kv.backfills),
+    requests: natsRequestLog(deps),
+    jobs: {
+      create: (job) => deps.kube.createJob(job),
+      delete: (namespace, name, uid) => deps.kube.deleteJob(namespace, name, uid),
+    },
+    clock: { now: deps.now },
+    log: deps.log,
+  }
+}

@@ -1,0 +1,170 @@
+// The admission protocol: what stands between a decision to create an attempt's Job and the Job itself, so that
+// foreground always wins even against an admission in flight.
+//
+//   1. Take the model and node claims (admission/claims.ts). Demand writes idleness before it looks for claims, and
+//      admission looks at the requests after taking its claims (Dekker): a request racing the admission is seen by
+//      one side or the other.
+//   2. The fence (RequestLog.fence): demand and cancel consuming, demand caught up with the documented subject.
+//   3. Re-read the idle state and the newest request, and decide again on them. Not admitted: the claims this
+//      admission took (by their claimedAt, never another try's) are given back.
+//   4. (The caller commits the Starting state.) The newest request once more as the very last step before the POST,
+//      and once more right after it: a request stored while the POST was in flight makes the admission delete the
+//      Job it has just created (by its UID) rather than leave it to demand → cancel.
+//
+// The newest-request reads see every request stored before them, whichever subject it came on: the per-model
+// subject's newest, and the documented subject's requests past the fence's cursor (RequestLog.newest).
+import type { V1Job } from '@kubernetes/client-node'
+import { type Decision, decide, type Observed, racedAdmission, type Trigger } from '../core/decide.js'
+import type { BackfillState, Claim } from '../core/state.js'
+import { parseEntry, parseModelIdleState } from '../core/state.js'
+import { JobRejectedError } from '../kube/kube-common.js'
+import type { StepTimings } from '../observability/step-timings.js'
+import { type ClaimKeys, claimKeys, releaseClaimKeys, takeClaimKeys } from './claims.js'
+import type { AdmissionPorts, Cursor, DeleteResult } from './ports.js'
+
+/** Claims an admission holds for the Job it is about to create. */
+export interface Held {
+  keys: ClaimKeys
+  claim: Claim
+  /** The claims of another try of this Job that this one replaced, put back if it gives up. */
+  replaced?: Record<string, string>
+}
+
+/** A decision after the admission's checks, with what it holds for its Job. */
+export interface Admitted {
+  decision: Decision
+  /** The claims taken, when the decision still creates the Job (give them back if it is not committed). */
+  held?: Held
+  /** When the fence's re-read was done: the start of the gap the POST must close quickly. */
+  fencedAt?: number
+  /** Up to where the documented subject is in the idle state just read: the reads around the POST look past it. */
+  cursor?: Cursor
+}
+
+/**
+ * Steps 1–3 for a decision that creates a Job; any other decision is returned as it is. `observed` is updated with
+ * what the checks read (a contender, the idle state, the newest request, the preemption path).
+ */
+export async function admit(
+  ports: AdmissionPorts,
+  observed: Observed,
+  trigger: Trigger,
+  decision: Decision,
+  timings?: StepTimings,
+): Promise<Admitted> {
+  const create = decision.actions.find((a) => a.type === 'createJob')
+  const b = observed.backfill
+  if (create?.type !== 'createJob' || !b) return { decision }
+  const namespace = b.metadata.namespace
+  const model = b.spec.modelRef
+  const claim: Claim = {
+    namespace,
+    backfill: b.metadata.name,
+    attempt: create.attempt,
+    jobName: create.jobName,
+    claimedAt: new Date(ports.clock.now()).toISOString(),
+    idleSince: decision.state?.idleSince,
+  }
+  const claimed = await takeClaimKeys(ports, claimKeys(namespace, model, create.node), claim)
+  timings?.mark('claims')
+  let fencedAt: number | undefined
+  let cursor: Cursor | undefined
+  if (claimed.contender) {
+    observed.contenders.push(claimed.contender)
+  } else {
+    const fence = await ports.requests.fence()
+    timings?.mark('fence')
+    // The idle state after the fence: it holds everything demand acknowledged.
+    const [idle, newest] = await Promise.all([
+      ports.requests.idle(namespace, model),
+      ports.requests.newest(namespace, model),
+    ])
+    fencedAt = ports.clock.now()
+    timings?.mark('reread')
+    observed.idle = readIdle(ports, idle)
+    observed.lastRequestAt = newest.at ?? undefined
+    cursor = fence.cursor
+    if (!fence.ready) observed.preemptionPath = { ready: false, why: fence.why }
+  }
+  const again = decide(observed, trigger, ports.clock.now())
+  timings?.mark('decide')
+  const stillCreates = again.actions.some((a) => a.type === 'createJob')
+  if (!claimed.keys || !claimed.claim) return { decision: again }
+  const held: Held = { keys: claimed.keys, claim: claimed.claim, replaced: claimed.replaced }
+  if (!stillCreates) {
+    await giveBack(ports, held)
+    return { decision: again }
+  }
+  return { decision: again, held, fencedAt, cursor }
+}
+
+/** Gives back the claims an admission took and did not commit (the watched copy proved behind, a failure). */
+export function giveBack(ports: AdmissionPorts, held: Held | undefined) {
+  return held ? releaseClaimKeys(ports, held.keys, held.claim, held.replaced) : Promise.resolve()
+}
+
+/** What became of the POST (step 4). */
+export type PostOutcome =
+  /** A request stored since the fence: no POST. */
+  | { kind: 'racedBefore'; lastRequestAt: string }
+  | { kind: 'rejected'; message: string }
+  /** The name is held by a predecessor's Job, now being deleted: retry once it is gone. */
+  | { kind: 'predecessor' }
+  | { kind: 'created'; result: 'created' | 'exists'; uid?: string; postAt: number; postMs: number }
+  /** A request stored while the POST was in flight: the Job just created was deleted (by UID). */
+  | {
+      kind: 'racedAfter'
+      lastRequestAt: string
+      deleted: DeleteResult
+      result: 'created' | 'exists'
+      postAt: number
+      postMs: number
+    }
+
+/** Step 4: the POST of `job` for the committed Starting `state`, between two reads of the newest request. */
+export async function post(
+  ports: AdmissionPorts,
+  job: V1Job,
+  state: BackfillState | null,
+  where: { namespace: string; model: string; jobName: string; cursor?: Cursor },
+  timings?: StepTimings,
+): Promise<PostOutcome> {
+  const { namespace, model, jobName } = where
+  // The very last step before the POST: what stood between the fence and here (the state write, a finalizer,
+  // cleanups; slow under load) is no gap for a request.
+  const before = await ports.requests.newest(namespace, model, where.cursor)
+  timings?.mark('prePostRead')
+  if (racedAdmission(state, before.at)) return { kind: 'racedBefore', lastRequestAt: before.at as string }
+  const postAt = ports.clock.now()
+  let created: Awaited<ReturnType<AdmissionPorts['jobs']['create']>>
+  try {
+    created = await ports.jobs.create(job)
+  } catch (err) {
+    // Refused for good: decided again with the refusal, which releases the claims and blocks.
+    if (err instanceof JobRejectedError) return { kind: 'rejected', message: err.message }
+    throw err
+  }
+  timings?.mark('post')
+  const postMs = ports.clock.now() - postAt
+  const { result, uid } = created
+  if (result === 'predecessor') return { kind: 'predecessor' }
+  // And once more after it: a request stored while the POST was in flight is one no read before it could see.
+  const after = await ports.requests.newest(namespace, model, before.cursor ?? where.cursor)
+  timings?.mark('afterPostRead')
+  if (racedAdmission(state, after.at)) {
+    const deleted = await ports.jobs.delete(namespace, jobName, uid)
+    return { kind: 'racedAfter', lastRequestAt: after.at as string, deleted, result, postAt, postMs }
+  }
+  return { kind: 'created', result, uid, postAt, postMs }
+}
+
+function readIdle(ports: AdmissionPorts, entry: Awaited<ReturnType<AdmissionPorts['requests']['idle']>>) {
+  if (entry?.operation !== 'PUT') return null
+  const r = parseEntry(entry.text, parseModelIdleState)
+  if (r.ok) return r.value
+  ports.log.error(
+    { revision: entry.revision, error: r.error },
+    'unreadable KV value ignored; its object is taken over from Kubernetes',
+  )
+  return null
+}

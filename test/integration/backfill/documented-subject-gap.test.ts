@@ -1,0 +1,124 @@
+// A request on the documented subject (flexinfer.events.foreground.request, no model in the subject: any plain NATS
+// client of the contract) reached admission only through demand: the reads around the Job's POST looked at the
+// per-model subject alone, so one stored after the fence was invisible to them (a trace replay saw a Job created
+// 317 ms after such a request). Now they also read the documented subject's requests past the fence's cursor. Each
+// scenario slows one step of the running system (a hook around a real call; the servers are real) and publishes a
+// request on the documented subject in the gap; the oracle is a watch on the Jobs and the request's store time.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { BackfillState } from '../../../core/state.js'
+import type { Runner } from '../../../process/runner.js'
+import { useTestEnv } from '../../env/fixture.js'
+import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { hook as hookCall, watchJobs } from '../support/job-watch.js'
+import { startTestRunner, testInstance } from '../support/runner.js'
+
+const env = useTestEnv()
+let runner: Runner
+let world: BackfillWorld
+let jobWatch: Awaited<ReturnType<typeof watchJobs>> | undefined
+const restore: (() => void)[] = []
+
+beforeAll(async () => {
+  runner = await startTestRunner(env, { instance: testInstance() })
+  world = new BackfillWorld(env.kc, env.namespace, env.nc)
+  jobWatch = await watchJobs(env.kc, env.namespace)
+})
+afterAll(async () => {
+  for (const undo of restore.splice(0)) undo()
+  jobWatch?.stop()
+  world?.close()
+  await runner?.stop()
+})
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+const jobsSeenOf = (backfill: string) => jobWatch?.of(backfill) ?? []
+
+function hook<T extends object, K extends keyof T>(obj: T, key: K, wrap: (original: T[K]) => T[K]) {
+  restore.push(hookCall(obj, key, wrap))
+}
+
+/** Nothing but admission itself may delete the backfill's Job: every cancel request for it is dropped. */
+function dropCancels(backfill: string) {
+  const bus = runner.deps.bus
+  hook(
+    bus,
+    'publish',
+    (original) =>
+      (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
+        if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
+        return (original as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
+      }) as typeof bus.publish,
+  )
+}
+
+describe('a request on the documented subject, stored after the fence', () => {
+  it('stored between the fence and the POST: no Job is created over it', async () => {
+    const { backfill, model, template, node } = world.names('doc-before')
+    await world.model(model, { node })
+    await world.template(template)
+    dropCancels(backfill)
+    let storedAt: number | undefined
+    // The slow step: the Starting state write between the fence and the POST.
+    const kv = runner.deps.bus.kv.backfills
+    hook(
+      kv,
+      'update',
+      (original) =>
+        (async (key: string, value: Uint8Array | string, version: number) => {
+          const text = typeof value === 'string' ? value : new TextDecoder().decode(value)
+          const s = JSON.parse(text) as BackfillState
+          const revision = await original(key, value, version)
+          if (storedAt === undefined && s.name === backfill && s.phase === 'Starting') {
+            storedAt = await world.foregroundOnDocumentedSubject(model)
+            await sleep(300)
+          }
+          return revision
+        }) as typeof kv.update,
+    )
+    await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
+    await waitUntil('the admission to reach its state write', async () => storedAt)
+    await sleep(1500)
+    const stored = storedAt as number
+    // The chaos oracle's rule: a Job seen at c breaks the window of a request stored at s when
+    // c - idleFor + 250 ms < s < c - 250 ms.
+    const over = jobsSeenOf(backfill).filter((j) => j.addedAt - 2000 + 250 < stored && stored < j.addedAt - 250)
+    expect(over, 'a Job created over a request stored before its POST').toEqual([])
+  })
+
+  it('stored while the POST is in flight: admit deletes the Job itself at once', async () => {
+    const { backfill, model, template, node } = world.names('doc-post')
+    await world.model(model, { node })
+    await world.template(template)
+    dropCancels(backfill)
+    let storedAt: number | undefined
+    const kube = runner.deps.kube
+    hook(
+      kube,
+      'createJob',
+      (original) =>
+        (async (job: Parameters<typeof kube.createJob>[0]) => {
+          const owner = job.metadata?.ownerReferences?.[0]?.name
+          if (storedAt === undefined && owner === backfill) {
+            storedAt = await world.foregroundOnDocumentedSubject(model)
+            await sleep(300)
+          }
+          return original(job)
+        }) as typeof kube.createJob,
+    )
+    await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
+    await waitUntil('the admission to reach its POST', async () => storedAt)
+    const [job] = await waitUntil('the Job created', async () => {
+      const jobs = jobsSeenOf(backfill)
+      return jobs.length ? jobs : undefined
+    })
+    const deleted = await waitUntil('the Job deleted', async () => job?.deletingAt, 10_000)
+    const liveMs = deleted - (job?.addedAt as number)
+    process.stderr.write(`[documented-subject-gap] raced Job seen live for ${liveMs} ms\n`)
+    expect(liveMs).toBeLessThan(3000)
+    const state = await waitUntil('the attempt ended', async () => {
+      const s = await world.state(backfill)
+      return s && !['Starting', 'Running', 'Cancelling'].includes(s.phase) ? s : undefined
+    })
+    expect(state.counters.preemptions.foreground).toBe(1)
+  })
+})

@@ -1,0 +1,740 @@
+// Deterministic simulation of admission against preemption. A seeded scheduler runs the real reconcile() — its
+// admission protocol (admission/), decide(), apply() — for admit, lifecycle and cancel, over the in-memory ports
+// (admission/memory-ports.ts) and an in-memory apiserver and bus, with demand and cancel's event handling as thin
+// drivers around the same real parts (the claims, awaitAdmittedJob). Every call to a port waits at a gate, where the
+// scheduler picks which waiting call runs next, how much virtual time it takes, whether it fails (before or after
+// taking effect) and whether its caller crashes there (it never answers; the event is redelivered). Foreground
+// requests, on either subject, come at any step; events are redelivered and duplicated (two tries of one attempt).
+//
+// The oracle does not trust the functions' state: it reads the world (the Jobs, the requests as stored, the claims
+// bucket) and checks
+//   - no Job created more than LATE_MS after a foreground request for its model was stored inside its window, unless
+//     deleted within RACED_MS (a request stored while its POST was in flight),
+//   - one live attempt per model and per node,
+//   - no live Job without its claims,
+//   - no lost cancel: a Job live when a foreground request for its model was stored is deleting CANCEL_MS later,
+//   - convergence: once faults and requests stop, every live Job is its backfill's current attempt, holding its claims.
+// A failing seed replays exactly (nothing here reads the real clock or Math.random) and prints its schedule.
+import type { V1CronJob, V1Job } from '@kubernetes/client-node'
+import { claimKeys } from '../../../admission/claims.js'
+import {
+  type Gate,
+  MemoryJobs,
+  MemoryKv,
+  MemoryRequests,
+  memoryPorts,
+  type StoredJob,
+  type Verdict,
+} from '../../../admission/memory-ports.js'
+import { type AdmissionDeps, type Role, reconcile } from '../../../admission/reconcile.js'
+import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../core/api.js'
+import type { Trigger } from '../../../core/decide.js'
+import { ANNOTATION_MODEL, backfillKey, modelKey } from '../../../core/names.js'
+import { type Claim, parseClaim, parseEntry, toKv } from '../../../core/state.js'
+import { awaitAdmittedJob } from '../../../functions/cancel/in-flight.js'
+import type { Bus } from '../../../jetstream/bus.js'
+import type { Kube } from '../../../kube/kube.js'
+import type { Logger } from '../../../observability/log.js'
+
+export const LATE_MS = 100
+export const RACED_MS = 1_000
+export const CANCEL_MS = 10_000
+export const CLAIMLESS_MS = 2_000
+const SLOW_CALL_MS = 300
+const NS = 'sim'
+const ACK_WAIT_MS = 2_000
+const DEDUPE_MS = 60_000
+const T0 = Date.parse('2026-06-01T00:00:00.000Z')
+
+/** How hostile a schedule is: probabilities per step or per call. */
+export interface Faults {
+  /** A call fails before it takes effect / after (its reply lost). */
+  failBefore: number
+  failAfter: number
+  /** The caller crashes at this await (never answered; its event redelivered after the ack wait). */
+  crash: number
+  /** An event delivered twice at once (a redelivery while the first delivery still runs). */
+  duplicate: number
+  /** A slow call: up to 800 ms instead of up to 30 ms. */
+  slow: number
+}
+
+export const DEFAULT_FAULTS: Faults = { failBefore: 0.02, failAfter: 0.02, crash: 0.01, duplicate: 0.15, slow: 0.08 }
+
+export interface SimOptions {
+  seed: number
+  /** Steps with requests and faults before the quiet tail that checks convergence. */
+  steps?: number
+  faults?: Faults
+}
+
+export interface SimResult {
+  seed: number
+  ok: boolean
+  violation?: string
+  steps: number
+  jobs: number
+  requests: number
+  schedule: string[]
+}
+
+/** mulberry32: small, fast, and the same sequence on every machine. */
+function rng(seed: number) {
+  let a = seed >>> 0
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+  return { next, int: (n: number) => Math.floor(next() * n), chance: (p: number) => next() < p }
+}
+
+class Violation extends Error {}
+
+interface Waiting {
+  op: string
+  actor: Actor
+  issuedAt: number
+  /** When it is answered: its latency was drawn when it was made. */
+  due: number
+  seq: number
+  resolve: (v: Verdict) => void
+}
+
+interface Timer {
+  at: number
+  seq: number
+  label: string
+  fire: () => void
+}
+
+interface Actor {
+  name: string
+  crashed: boolean
+  /** When a fault was last injected into one of its calls (a failure or its crash). */
+  faultedAt?: number
+  /** The delivery to repeat when this one crashes or fails (at-least-once). */
+  redeliver?: () => void
+}
+
+const silent = (() => {
+  const noop = () => {}
+  const log = { info: noop, warn: noop, error: noop, debug: noop, trace: noop, fatal: noop }
+  return { ...log, isLevelEnabled: () => false, child: () => log } as unknown as Logger
+})()
+
+/** A backfill of the simulated world: its model, and so its node (both models share one node). */
+interface SimBackfill {
+  name: string
+  model: string
+  idleForMs: number
+}
+
+/** A short window, and one longer than a cancel's wait for a Job still being admitted (ADMISSION_WAIT_MS). */
+const BACKFILLS: SimBackfill[] = [
+  { name: 'bf-a', model: 'model-a', idleForMs: 2_000 },
+  { name: 'bf-b', model: 'model-b', idleForMs: 16_000 },
+]
+const NODE = 'node-0'
+
+export class Simulation {
+  readonly random: ReturnType<typeof rng>
+  now = T0
+  private readonly waiting: Waiting[] = []
+  private readonly timers: Timer[] = []
+  private timerSeq = 0
+  readonly schedule: string[] = []
+  private steps = 0
+  private readonly faults: Faults
+  private faultsOn = true
+
+  // The world.
+  readonly claims: MemoryKv
+  readonly states: MemoryKv
+  readonly idle: MemoryKv
+  readonly requests: MemoryRequests
+  readonly jobs: MemoryJobs
+  private readonly backfills = new Map<string, ModelBackfill>()
+  private readonly armed = new Map<string, { at: string; timer: Timer }>()
+  /** When each Job's POST was sent, and by whom: requests before it were the admission's to see. */
+  private readonly postSent = new Map<string, number>()
+  private readonly postedBy = new Map<string, Actor>()
+  private readonly cancelsSent = new Map<string, number>()
+  private demandAcked = new Set<number>()
+  private readonly claimless = new Map<string, number>()
+  private actors = 0
+  readonly deps: AdmissionDeps
+
+  constructor(readonly options: SimOptions) {
+    this.random = rng(options.seed)
+    this.faults = options.faults ?? DEFAULT_FAULTS
+    const clock = { now: () => this.now }
+    // Every port call of every actor passes the gate of the actor running it (see `as`).
+    const gate: Gate = (op) => this.wait(op)
+    this.claims = new MemoryKv('claims', gate)
+    this.states = new MemoryKv('backfills', gate)
+    this.idle = new MemoryKv('idle', gate)
+    this.requests = new MemoryRequests(this.idle, clock, gate)
+    this.jobs = new MemoryJobs(clock, gate, (j) => this.jobChanged(j))
+    const jobs = this.jobs
+    const recordPost = (job: V1Job) => {
+      const name = job.metadata?.name ?? ''
+      if (!this.postSent.has(name) || !jobs.jobs.has(`${NS}/${name}`)) {
+        this.postSent.set(name, this.now)
+        if (this.current) this.postedBy.set(name, this.current)
+      }
+    }
+    const ports = memoryPorts({
+      claims: this.claims,
+      states: this.states,
+      requests: this.requests,
+      jobs: {
+        create: (job) => {
+          recordPost(job)
+          return jobs.create(job)
+        },
+        delete: (ns, name, uid) => jobs.delete(ns, name, uid),
+      },
+      clock,
+      log: silent,
+    })
+    for (const b of BACKFILLS) this.backfills.set(b.name, this.aBackfill(b))
+    this.deps = {
+      kube: this.kube() as unknown as Kube,
+      bus: this.bus() as unknown as Bus,
+      log: silent,
+      now: () => this.now,
+      admission: ports,
+    }
+  }
+
+  // ---- the scheduler -----------------------------------------------------------------------------------------
+
+  /** The actor whose code is running: set around each synchronous slice of it (see `run`). */
+  private current: Actor | undefined
+
+  private wait(op: string): Promise<Verdict> {
+    const actor = this.current
+    if (!actor) throw new Error(`port call outside an actor: ${op}`)
+    const slow = this.faultsOn && this.random.chance(this.faults.slow)
+    const due = this.now + (slow ? 100 + this.random.int(900) : 1 + this.random.int(20))
+    const seq = this.timerSeq++
+    return new Promise<Verdict>((resolve) =>
+      this.waiting.push({ op, actor, resolve, issuedAt: this.now, due, seq }),
+    ).then((v) => {
+      // The continuation runs as this actor again.
+      this.current = actor
+      return v
+    })
+  }
+
+  private at(delayMs: number, label: string, fire: () => void) {
+    const t = { at: this.now + delayMs, seq: this.timerSeq++, label, fire }
+    this.timers.push(t)
+    return t
+  }
+
+  private cancelTimer(t: Timer) {
+    const i = this.timers.indexOf(t)
+    if (i >= 0) this.timers.splice(i, 1)
+  }
+
+  private log(line: string) {
+    this.schedule.push(`${String(this.now - T0).padStart(7)} ${line}`)
+  }
+
+  /** Runs `body` as a new actor (one delivery of one event); a failure redelivers it after the ack wait. */
+  private spawn(name: string, body: () => Promise<void>, redeliver: boolean) {
+    const actor: Actor = { name: `${name}#${++this.actors}`, crashed: false }
+    const again = () => this.spawn(name, body, redeliver)
+    if (redeliver) actor.redeliver = () => this.at(ACK_WAIT_MS, `redeliver ${name}`, again)
+    const prev = this.current
+    this.current = actor
+    this.log(`start ${actor.name}`)
+    body().then(
+      () => this.log(`done  ${actor.name}`),
+      (err) => {
+        if (err instanceof Violation) throw err
+        this.log(`fail  ${actor.name}: ${String((err as Error).message ?? err).slice(0, 120)}`)
+        actor.redeliver?.()
+      },
+    )
+    this.current = prev
+  }
+
+  /** Lets every runnable continuation run (they are all microtasks: nothing here waits on real I/O or timers). */
+  private async settle() {
+    await new Promise<void>((r) => setImmediate(r))
+  }
+
+  async run(): Promise<SimResult> {
+    const steps = this.options.steps ?? 400
+    try {
+      for (const b of BACKFILLS) this.deliver('lifecycle', b.name, { type: 'resource' })
+      await this.settle()
+      for (; this.steps < steps; this.steps++) {
+        this.externalEvents()
+        if (!this.next()) break
+        await this.settle()
+        this.check()
+      }
+      // The quiet tail: no faults, no requests; everything in flight and every timer within the horizon runs out.
+      this.faultsOn = false
+      this.log('--- quiet ---')
+      const horizon = this.now + 5 * 60_000
+      for (let i = 0; i < 20_000 && this.next(horizon); i++) {
+        await this.settle()
+        this.check()
+      }
+      this.checkConverged()
+      return this.result(true)
+    } catch (err) {
+      if (!(err instanceof Violation)) throw err
+      return this.result(false, err.message)
+    }
+  }
+
+  private result(ok: boolean, violation?: string): SimResult {
+    return {
+      seed: this.options.seed,
+      ok,
+      violation,
+      steps: this.steps,
+      jobs: this.jobs.created.length,
+      requests: this.requests.stored.length,
+      schedule: this.schedule,
+    }
+  }
+
+  /**
+   * Runs whatever comes first in virtual time, a call's answer or a timer (up to `horizon`); false when nothing is
+   * left. Calls run concurrently: each took its own latency when it was made.
+   */
+  private next(horizon = Number.POSITIVE_INFINITY): boolean {
+    let call: Waiting | undefined
+    for (const w of this.waiting) if (!call || w.due < call.due || (w.due === call.due && w.seq < call.seq)) call = w
+    const timer = this.nextTimer()
+    if (call && (!timer || call.due <= timer.at)) {
+      this.waiting.splice(this.waiting.indexOf(call), 1)
+      this.now = Math.max(this.now, call.due)
+      this.answer(call)
+      return true
+    }
+    if (!timer || timer.at > horizon) return false
+    this.cancelTimer(timer)
+    this.now = Math.max(this.now, timer.at)
+    this.log(`timer ${timer.label}`)
+    timer.fire()
+    return true
+  }
+
+  /** Answers a call: its verdict drawn, or its caller crashed there (never answered; the event redelivered). */
+  private answer(w: Waiting) {
+    const f = this.faults
+    if (this.faultsOn && this.random.chance(f.crash)) {
+      w.actor.crashed = true
+      w.actor.faultedAt = this.now
+      this.log(`crash ${w.actor.name} at ${w.op}`)
+      // Its process is gone, and with it demand's memory of the cancels it sent.
+      if (w.actor.name.startsWith('demand')) this.cancelsSent.clear()
+      w.actor.redeliver?.()
+      return
+    }
+    const verdict: Verdict = !this.faultsOn
+      ? 'ok'
+      : this.random.chance(f.failBefore)
+        ? 'failBefore'
+        : this.random.chance(f.failAfter)
+          ? 'failAfter'
+          : 'ok'
+    const slow = this.now - w.issuedAt > SLOW_CALL_MS
+    // A failure, or a slow call: the actor's own deadlines are not the oracle's to hold it to.
+    if (verdict !== 'ok' || slow) w.actor.faultedAt = this.now
+    this.log(`${w.actor.name} ${w.op}${verdict === 'ok' ? '' : ` ${verdict}`}${slow ? ' (slow)' : ''}`)
+    w.resolve(verdict)
+  }
+
+  private nextTimer(): Timer | undefined {
+    let first: Timer | undefined
+    for (const t of this.timers) if (!first || t.at < first.at || (t.at === first.at && t.seq < first.seq)) first = t
+    return first
+  }
+
+  // ---- the outside world: foreground requests, Jobs running and finishing ---------------------------------------
+
+  private externalEvents() {
+    const r = this.random
+    // A foreground request now and then, on either subject (the documented one reaches admission only through
+    // demand, unless the protocol reads it itself).
+    if (this.faultsOn && r.chance(0.04)) {
+      const b = BACKFILLS[r.int(BACKFILLS.length)] as SimBackfill
+      const subject = r.chance(0.5) ? 'documented' : 'perModel'
+      const stored = this.requests.store({ namespace: NS, model: b.model, at: this.now, subject })
+      this.log(`request ${b.model} on ${subject}${stored.seq ? ` seq ${stored.seq}` : ''}`)
+      // Demand handles it a little later (it may lag: the fence then holds admission back).
+      this.at(r.int(r.chance(0.2) ? 1500 : 150), `demand ${b.model}`, () => this.deliverDemand(stored))
+    }
+    // Quiet stretches, when nothing is in flight: time moves on.
+    if (this.waiting.length === 0 && r.chance(0.2)) this.now += r.int(r.chance(0.3) ? 3000 : 300)
+    // A live Job's pod starts, or the Job finishes.
+    if (r.chance(0.03)) {
+      const live = [...this.jobs.jobs.values()].filter((j) => j.deletedAt === undefined && !j.outcome)
+      const j = live[r.int(live.length)]
+      if (j) {
+        if (!j.started) j.started = true
+        else j.outcome = r.chance(0.8) ? 'Complete' : 'Failed'
+        this.setJobStatus(j)
+        this.log(`job ${j.job.metadata?.name} ${j.outcome ?? 'started'}`)
+        this.jobChanged(j)
+      }
+    }
+  }
+
+  private setJobStatus(j: StoredJob) {
+    const t = new Date(this.now).toISOString()
+    j.job.status = {
+      ...(j.started ? { startTime: t as unknown as Date, active: j.outcome ? 0 : 1 } : {}),
+      ...(j.outcome
+        ? {
+            completionTime: t as unknown as Date,
+            conditions: [{ type: j.outcome, status: 'True', lastTransitionTime: t as unknown as Date }],
+          }
+        : {}),
+    }
+  }
+
+  /** The watch: lifecycle decides the Job's backfill again. */
+  private jobChanged(j: StoredJob) {
+    const backfill = j.job.metadata?.ownerReferences?.[0]?.name
+    if (backfill)
+      this.at(this.random.int(50), `watch ${j.job.metadata?.name}`, () => {
+        this.deliver('lifecycle', backfill, { type: 'resource' })
+      })
+  }
+
+  // ---- deliveries ---------------------------------------------------------------------------------------------
+
+  private deliver(role: Role, backfill: string, trigger: Trigger) {
+    const once = () =>
+      this.spawn(`${role}(${backfill} ${trigger.type})`, () => this.reconcile(role, backfill, trigger), true)
+    once()
+    if (this.faultsOn && this.random.chance(this.faults.duplicate)) once()
+  }
+
+  private async reconcile(role: Role, backfill: string, trigger: Trigger) {
+    await reconcile(this.deps, role, NS, backfill, trigger)
+  }
+
+  /** The cancel function: the Job's DELETE first (waiting for one still being admitted), then its decision. */
+  private deliverCancel(data: { backfill: string; jobName: string; reason: string; at: string }) {
+    const once = () =>
+      this.spawn(
+        `cancel(${data.jobName})`,
+        async () => {
+          const job = await this.jobs.get(NS, data.jobName)
+          let result = job ? await this.jobs.delete(NS, data.jobName, job.metadata?.uid) : 'absent'
+          if (result === 'absent' && data.reason === 'ForegroundDemand') {
+            const late = await awaitAdmittedJob(this.deps, undefined, { namespace: NS, ...data }, undefined, {
+              now: () => this.now,
+              sleep: (ms) => this.sleep(ms),
+            })
+            if (late) result = await this.jobs.delete(NS, data.jobName, late.metadata?.uid)
+          }
+          await reconcile(this.deps, 'cancel', NS, data.backfill, {
+            type: 'cancel',
+            reason: data.reason as 'ForegroundDemand',
+            at: data.at,
+          })
+        },
+        true,
+      )
+    once()
+    if (this.faultsOn && this.random.chance(this.faults.duplicate)) once()
+  }
+
+  /**
+   * Demand, its cancel half: the idle state written (never moved back), then the model's claim read; a claim whose
+   * window the request breaks gets one cancel per admission (remembered by namespace, Job and claimedAt).
+   */
+  private deliverDemand(r: { seq: number; model: string; at: number }) {
+    this.spawn(
+      `demand(${r.model}${r.seq ? ` seq ${r.seq}` : ''})`,
+      async () => {
+        const key = modelKey(NS, r.model)
+        for (let i = 0; ; i++) {
+          const cur = await this.idle.get(key)
+          const stored = cur?.operation === 'PUT' ? Date.parse(JSON.parse(cur.text).lastForegroundAt) : 0
+          if (stored >= r.at) break
+          const value = toKv({
+            namespace: NS,
+            model: r.model,
+            lastForegroundAt: new Date(r.at).toISOString(),
+            requests: 1,
+            updatedAt: new Date(this.now).toISOString(),
+          })
+          try {
+            if (cur) await this.idle.update(key, value, cur.revision)
+            else await this.idle.create(key, value)
+            break
+          } catch (err) {
+            if (i > 4 || !/wrong last sequence/.test(String(err))) throw err
+          }
+        }
+        const entry = await this.claims.get(`model.${key}`)
+        const parsed = entry?.operation === 'PUT' ? parseEntry(entry.text, parseClaim) : null
+        const claim = parsed?.ok ? parsed.value : null
+        if (claim && r.at > Date.parse(claim.idleSince ?? claim.claimedAt)) {
+          const dedupe = `${claim.namespace}.${claim.jobName}.${claim.claimedAt}`
+          const sent = this.cancelsSent.get(dedupe)
+          if (sent === undefined || this.now - sent >= DEDUPE_MS) {
+            this.cancelsSent.set(dedupe, this.now)
+            try {
+              await this.publish('ai.flexinfer.backfill.cancel', {
+                namespace: NS,
+                backfill: claim.backfill,
+                jobName: claim.jobName,
+                reason: 'ForegroundDemand',
+                at: new Date(r.at).toISOString(),
+              })
+            } catch (err) {
+              this.cancelsSent.delete(dedupe)
+              throw err
+            }
+          }
+        }
+        if (r.seq) {
+          this.demandAcked.add(r.seq)
+          while (this.demandAcked.has(this.requests.ackFloor + 1)) this.requests.ackFloor++
+        }
+      },
+      true,
+    )
+  }
+
+  private sleep(ms: number): Promise<void> {
+    const actor = this.current
+    return new Promise<void>((resolve) => this.at(ms, `sleep ${actor?.name}`, resolve)).then(() => {
+      this.current = actor
+    })
+  }
+
+  // ---- the in-memory apiserver and bus that reconcile() reads and writes through Deps ---------------------------
+
+  private aBackfill(b: SimBackfill): ModelBackfill {
+    return {
+      apiVersion: 'ai.flexinfer/v1alpha2',
+      kind: 'ModelBackfill',
+      metadata: {
+        name: b.name,
+        namespace: NS,
+        uid: `uid-${b.name}`,
+        generation: 1,
+        resourceVersion: '1',
+        finalizers: [],
+      },
+      spec: { modelRef: b.model, templateRef: 'eval', idleFor: `${b.idleForMs / 1000}s`, maxRunDuration: '30m' },
+    }
+  }
+
+  private kube() {
+    const template: V1CronJob = {
+      metadata: { name: 'eval', namespace: NS, uid: 'uid-eval' },
+      spec: {
+        schedule: '0 0 1 1 *',
+        jobTemplate: {
+          spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'eval', image: 'busybox' }] } } },
+        },
+      },
+    }
+    const models = new Map(
+      BACKFILLS.map((b) => [
+        b.model,
+        { metadata: { namespace: NS, name: b.model }, status: { phase: 'Ready', gpu: { node: NODE } } },
+      ]),
+    )
+    const bumped = (b: ModelBackfill) => {
+      b.metadata.resourceVersion = String(Number(b.metadata.resourceVersion) + 1)
+    }
+    const ownJobs = (name: string) =>
+      this.jobs.list().then((l) => l.filter((j) => j.metadata?.ownerReferences?.[0]?.name === name))
+    return {
+      getBackfill: (_ns: string, name: string) =>
+        this.gated(`kube.getBackfill ${name}`, () => structuredClone(this.backfills.get(name) ?? null)),
+      getModel: async (_ns: string, name: string) => structuredClone(models.get(name) ?? null),
+      getCronJob: async () => structuredClone(template),
+      getJob: (ns: string, name: string) => this.jobs.get(ns, name),
+      listAll: async () => [],
+      listOwnJobs: (_ns: string, name: string) => ownJobs(name),
+      listBackfillJobs: () => this.jobs.list(),
+      setFinalizer: (b: ModelBackfill, present: boolean) =>
+        this.gated(`kube.setFinalizer ${b.metadata.name}`, () => {
+          const cur = this.backfills.get(b.metadata.name)
+          if (!cur) return
+          cur.metadata.finalizers = present ? [FINALIZER] : []
+          bumped(cur)
+        }),
+      recordEvent: async () => {},
+      writeStatus: (b: ModelBackfill, status: ModelBackfillStatus) =>
+        this.gated(`kube.writeStatus ${b.metadata.name}`, () => {
+          const cur = this.backfills.get(b.metadata.name)
+          if (!cur || cur.metadata.resourceVersion !== b.metadata.resourceVersion) return false
+          cur.status = structuredClone(status)
+          bumped(cur)
+          return true
+        }),
+      createJob: (job: V1Job) => this.deps.admission?.jobs.create(job),
+      deleteJob: (ns: string, name: string, uid?: string) => this.jobs.delete(ns, name, uid),
+    }
+  }
+
+  private gated<T>(op: string, effect: () => T): Promise<T> {
+    return this.wait(op).then((v) => {
+      if (v === 'failBefore') throw new Error(`${op}: timeout (not applied)`)
+      const r = effect()
+      if (v === 'failAfter') throw new Error(`${op}: timeout (applied, reply lost)`)
+      return r
+    })
+  }
+
+  private publish(type: string, data: Record<string, string>) {
+    return this.gated(`publish ${type.replace('ai.flexinfer.', '')} ${data.jobName ?? data.backfill}`, () => {
+      // Stored: delivered a moment later (at least once).
+      this.at(this.random.int(20), `deliver ${type}`, () => {
+        if (type === 'ai.flexinfer.backfill.admit') this.deliver('admit', data.backfill as string, { type: 'admit' })
+        else if (type === 'ai.flexinfer.backfill.cancel')
+          this.deliverCancel(data as { backfill: string; jobName: string; reason: string; at: string })
+      })
+      return { seq: 0 }
+    })
+  }
+
+  private bus() {
+    const notFound = () => Promise.reject(new Error('no message found'))
+    return {
+      kv: { backfills: this.states, idle: this.idle, claims: this.claims },
+      publish: (type: string, data: Record<string, string>) => this.publish(type, data),
+      armTimer: (_ns: string, name: string, at: string) =>
+        this.gated(`armTimer ${name} ${at.slice(11, 23)}`, () => {
+          const prior = this.armed.get(name)
+          if (prior) this.cancelTimer(prior.timer)
+          // A message schedule fires up to a tick early; admit waits that out (functions/admit), modelled as on time.
+          const timer = this.at(Math.max(0, Date.parse(at) - this.now), `fire ${name}`, () => {
+            this.armed.delete(name)
+            this.deliver('admit', name, { type: 'timer' })
+          })
+          this.armed.set(name, { at, timer })
+        }),
+      cancelTimer: (_ns: string, name: string) =>
+        this.gated(`cancelTimer ${name}`, () => {
+          const prior = this.armed.get(name)
+          if (prior) this.cancelTimer(prior.timer)
+          this.armed.delete(name)
+        }),
+      timerArmed: async (_ns: string, name: string) => this.armed.has(name),
+      jsm: { streams: { getMessage: notFound } },
+    }
+  }
+
+  // ---- the oracle ----------------------------------------------------------------------------------------------
+
+  private fail(message: string): never {
+    this.log(`VIOLATION ${message}`)
+    throw new Violation(message)
+  }
+
+  private claimOf(key: string): Claim | null {
+    const e = this.claims.peek(key)
+    if (e?.operation !== 'PUT') return null
+    const r = parseEntry(e.text, parseClaim)
+    return r.ok ? r.value : null
+  }
+
+  private modelOf(j: StoredJob) {
+    return j.job.metadata?.annotations?.[ANNOTATION_MODEL] ?? ''
+  }
+
+  private check() {
+    const live = [...this.jobs.jobs.values()].filter((j) => j.deletedAt === undefined && !j.outcome)
+    // One live attempt per model and per node (both models share the node).
+    if (live.length > 1) {
+      this.fail(`two live attempts on ${NODE}: ${live.map((j) => j.job.metadata?.name).join(', ')}`)
+    }
+    for (const j of this.jobs.created) {
+      const name = j.job.metadata?.name ?? ''
+      const model = this.modelOf(j)
+      const sent = this.postSent.get(name) ?? j.createdAt
+      for (const r of this.requests.stored) {
+        if (r.model !== model || r.background) continue
+        // A request stored inside the Job's window before its POST was sent (give or take LATE_MS).
+        const idleForMs = BACKFILLS.find((b) => b.model === model)?.idleForMs ?? 0
+        if (r.at > j.createdAt - idleForMs && r.at < sent - LATE_MS) {
+          this.fail(`Job ${name} created at ${j.createdAt - T0} over a request for ${model} stored at ${r.at - T0}`)
+        }
+        // Stored while the POST was in flight: the Job deleted within RACED_MS by the admission itself — unless a
+        // fault or a slow call hit the admission after its POST (then it is demand → cancel's, within CANCEL_MS).
+        const faulted = (this.postedBy.get(name)?.faultedAt ?? Number.NEGATIVE_INFINITY) >= sent
+        const bound = faulted ? CANCEL_MS : RACED_MS
+        if (r.at >= sent - LATE_MS && r.at <= j.createdAt && (j.deletedAt ?? this.now) - j.createdAt > bound) {
+          if (!j.outcome)
+            this.fail(`Job ${name} raced by a request at ${r.at - T0} still live ${this.now - j.createdAt} ms later`)
+        }
+        // No lost cancel: live when the request was stored, deleting (or done) CANCEL_MS later.
+        const end = j.deletedAt ?? this.now
+        if (r.at > j.createdAt && end > r.at && end - r.at > CANCEL_MS && !j.outcome) {
+          this.fail(`lost cancel: Job ${name} live ${end - r.at} ms after a request for ${model} at ${r.at - T0}`)
+        }
+      }
+    }
+    // No live Job without its claims (taken before its POST, released only after its DELETE) for longer than
+    // CLAIMLESS_MS: a Job whose attempt a decision ended while its POST was in flight is a stray until lifecycle
+    // deletes it.
+    const unclaimed = new Set<string>()
+    for (const j of live) {
+      const name = j.job.metadata?.name ?? ''
+      const keys = claimKeys(NS, this.modelOf(j), NODE)
+      const m = this.claimOf(keys.model)
+      const n = this.claimOf(keys.node)
+      if (m?.jobName === name && n?.jobName === name) continue
+      unclaimed.add(name)
+      const since = this.claimless.get(name) ?? this.now
+      this.claimless.set(name, since)
+      if (this.now - since > CLAIMLESS_MS) {
+        this.fail(
+          `live Job ${name} without its claims for ${this.now - since} ms (model: ${m?.jobName ?? '-'}, node: ${n?.jobName ?? '-'})`,
+        )
+      }
+    }
+    for (const name of this.claimless.keys()) if (!unclaimed.has(name)) this.claimless.delete(name)
+  }
+
+  private checkConverged() {
+    if (this.waiting.length) this.fail(`not quiet: ${this.waiting.length} calls still waiting`)
+    for (const j of this.jobs.jobs.values()) {
+      if (j.deletedAt !== undefined || j.outcome) continue
+      const owner = j.job.metadata?.ownerReferences?.[0]?.name ?? ''
+      const e = this.states.peek(backfillKey(NS, owner))
+      const s = e?.operation === 'PUT' ? JSON.parse(e.text) : null
+      if (s?.jobName !== j.job.metadata?.name || !['Starting', 'Running'].includes(s?.phase)) {
+        this.fail(`not converged: live Job ${j.job.metadata?.name}, state ${s?.phase}/${s?.jobName}`)
+      }
+    }
+  }
+}
+
+export function simulate(options: SimOptions): Promise<SimResult> {
+  return new Simulation(options).run()
+}
+
+/** Runs seeds from `first` until one fails or `count` passed; how long it took. */
+export async function searchSeeds(first: number, count: number, options: Omit<SimOptions, 'seed'> = {}) {
+  const started = performance.now()
+  let steps = 0
+  for (let seed = first; seed < first + count; seed++) {
+    const r = await simulate({ ...options, seed })
+    steps += r.steps
+    if (!r.ok) return { failed: r, runs: seed - first + 1, ms: performance.now() - started, steps }
+  }
+  return { failed: undefined, runs: count, ms: performance.now() - started, steps }
+}
