@@ -16,7 +16,8 @@ import {
   sameState,
   type Trigger,
 } from '../core/decide.js'
-import { buildJob, gpuViolations } from '../core/job.js'
+import type { GateDeployment } from '../core/gate.js'
+import { buildJob, gateProblem, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, isObjectName, LABEL_BACKFILL, modelKey } from '../core/names.js'
 import {
   type BackfillState,
@@ -59,6 +60,8 @@ export interface Deps {
    * direct get per backfill.
    */
   backfillStates?: ReadonlyMap<string, BackfillState>
+  /** The background gate admit injects into the Jobs of backfills that opt in (runtime/deps.ts gateDeployment). */
+  gate?: GateDeployment
 }
 
 /** A claim younger than this is live even before its holder's state names it (admission in flight). */
@@ -207,7 +210,9 @@ export async function observe(
       lastRequestAt: lastRequest ?? undefined,
       gamingSessions: sessions.map(gamingSessionView),
       leases: leases.map(gpuLeaseView),
-      template: template ? { found: true, gpu: gpuViolations(template) } : { found: false },
+      template: template
+        ? { found: true, gpu: gpuViolations(template), gate: gateProblem(backfill, template, deps.gate) }
+        : { found: false },
       // A Job of that name is the attempt's only when this ModelBackfill (by UID) controls it: a predecessor of the
       // same name left one behind (orphaned, or not yet collected), and its outcome is not ours to report.
       job: job && ownedBy(jobView(job), backfill) ? jobView(job) : null,
@@ -420,6 +425,7 @@ async function apply(
           name: action.jobName,
           node: action.node,
           maxRunDurationMs: action.spec.maxRunDurationMs,
+          gate: deps.gate,
         })
         const { namespace, name } = b.metadata
         // The fence's newest-request read once more, as the very last step before the POST: what stood between the
