@@ -30,6 +30,8 @@ export interface ProcessOptions {
   provision?: boolean
   /** With provision false: how long to wait for the provisioned topology before failing (default 120 s). */
   topologyWaitMs?: number
+  /** The background gate admit injects; default: from GATE_IMAGE and GATE_NATS_URL (gateDeployment). */
+  gate?: GateDeployment
 }
 
 export interface DepsOptions extends ProcessOptions {
@@ -58,7 +60,7 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
     log,
     now: opts.now ?? Date.now,
     namespaces: opts.namespaces,
-    gate: gateDeployment(),
+    gate: opts.gate ?? gateDeployment(),
   }
   if (client && opts.functions?.includes('admit')) {
     // Scoped: Jobs, Models, ModelBackfills and CronJobs watched per managed namespace (a Role each), sessions and

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import { createUser } from '@nats-io/nkeys'
 import { parseAllDocuments, stringify } from 'yaml'
+import { gateNkeyEnv, gatesConf } from '../../../jetstream/gates-conf.js'
 import { repoRoot } from '../../env/binaries.js'
 import { waitFor } from '../../env/exec.js'
 import type { TestEnv } from '../../env/fixture.js'
@@ -156,6 +157,8 @@ export interface AuthNats {
   url(user: NatsUser): string
   /** Path of a user's NKey seed file (what its mounted Secret holds when deployed). */
   seedFile(user: NatsUser): string
+  /** Seed file of a namespace's gate user (what its `model-backfill-gate` Secret holds). */
+  gateSeedFile(namespace: string): string
   /** Public NKey of a user (what nats-server is given). */
   publicKey(user: NatsUser): string
   hostPort: string
@@ -191,13 +194,28 @@ export async function makeNatsNkeys(dir: string): Promise<NatsNkeys> {
   }
 }
 
-/** A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf with fresh NKeys. */
-export async function startAuthNats(natsServer: string): Promise<AuthNats> {
+/**
+ * A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf with fresh NKeys, and
+ * nats/gates.conf as shipped — or, with `gateNamespaces`, as `npm run nats:gates` writes it for those namespaces,
+ * each gate user with a fresh NKey (`gateSeedFile`).
+ */
+export async function startAuthNats(natsServer: string, opts: { gateNamespaces?: string[] } = {}): Promise<AuthNats> {
   const dir = await mkdtemp(join(tmpdir(), 'nats-auth-'))
   const [port, monitorPort] = (await freePorts(2)) as [number, number]
   const nkeys = await makeNatsNkeys(dir)
   await mkdir(join(dir, 'js'))
   await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'auth.conf'))
+  const gateSeeds = new Map<string, string>()
+  if (opts.gateNamespaces) {
+    await writeFile(join(dir, 'gates.conf'), gatesConf(opts.gateNamespaces))
+    for (const ns of opts.gateNamespaces) {
+      const pair = createUser()
+      nkeys.serverEnv[gateNkeyEnv(ns)] = pair.getPublicKey()
+      const file = join(dir, 'seeds', `gate-${ns}.nk`)
+      await writeFile(file, new TextDecoder().decode(pair.getSeed()), { mode: 0o600 })
+      gateSeeds.set(ns, file)
+    }
+  } else await copyFile(join(repoRoot, 'nats/gates.conf'), join(dir, 'gates.conf'))
   const conf = join(dir, 'nats-server.conf')
   await writeFile(
     conf,
@@ -237,6 +255,11 @@ export async function startAuthNats(natsServer: string): Promise<AuthNats> {
   const hostPort = `${LOOPBACK}:${port}`
   return {
     url: (user) => `nats://${user}@${hostPort}?nkey_seed_file=${encodeURIComponent(nkeys.seedFile(user))}`,
+    gateSeedFile: (namespace) => {
+      const file = gateSeeds.get(namespace)
+      if (!file) throw new Error(`no gate user for namespace ${namespace} (startAuthNats gateNamespaces)`)
+      return file
+    },
     seedFile: nkeys.seedFile,
     publicKey: nkeys.publicKey,
     hostPort,
