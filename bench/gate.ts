@@ -37,7 +37,7 @@ const num = (name: string, fallback: number) => {
 }
 const quick = process.argv.includes('--quick')
 const cfg = {
-  armSeconds: num('BENCH_ARM_SECONDS', quick ? 14 : 45),
+  armSeconds: num('BENCH_ARM_SECONDS', quick ? 14 : 40),
   busyMs: num('BENCH_BUSY_MS', 5_000),
   quietMs: num('BENCH_QUIET_MS', 4_000),
   idleForMs: num('BENCH_IDLE_FOR_MS', 1_000),
@@ -196,7 +196,10 @@ function backgroundJob(url: string, headers: Record<string, string>) {
 interface ArmResult {
   ttfts: number[]
   bgTokens: number
+  /** Foreground published → last background request aborted (at the engine, or in the gate with a real engine). */
   aborts: number[]
+  /** Inside the gate: preempt received → last upstream connection closed. */
+  inGate: number[]
 }
 
 async function main() {
@@ -228,60 +231,66 @@ async function main() {
   )
 
   let attempt = 0
-  /** One background attempt: its claim (so demand preempts it), its gate (gate arm), its Job. */
-  async function startAttempt(arm: Arm) {
-    attempt++
-    const job = `bench-${attempt}-00000000`
+  /**
+   * The attempt's gate, started before its claim exists, as the sidecar starts with the pod; at the start of a quiet
+   * period, so no earlier attempt's preemption (demand sends one per foreground request while a claim stands) hits it.
+   */
+  async function startGateProcess(job: string) {
+    const gate = spawnChild(['runtime/main.ts'], {
+      FUNCTION: 'gate',
+      NATS_URL: natsUrl,
+      GATE_UPSTREAM: engineUrl,
+      GATE_NAMESPACE: NS,
+      GATE_MODEL: MODEL,
+      GATE_JOB: job,
+      GATE_ENGINE: cfg.engine,
+      GATE_MAX_IN_FLIGHT: String(cfg.gateMaxInFlight),
+      GATE_PORT: '0',
+      LOG_LEVEL: 'info',
+    })
+    const listening = waitLine(gate, (o) => o.msg === 'gate listening', 'gate listening')
+    const open = waitLine(gate, (o) => o.msg === 'gate open', 'gate open')
+    const url = (await listening).url as string
+    await open
+    return { gate, url }
+  }
+
+  /** One background attempt: its claim (so demand preempts it, as admit writes it), then its Job's requests. */
+  async function startAttempt(job: string, url: string) {
     const now = new Date().toISOString()
     await claims.put(
       `model.${modelKey(NS, MODEL)}`,
       toKv({ namespace: NS, backfill: 'bench', attempt, jobName: job, claimedAt: now, idleSince: now }),
     )
-    let url = engineUrl
-    let gate: ChildProcess | undefined
-    if (arm === 'gate') {
-      gate = spawnChild(['runtime/main.ts'], {
-        FUNCTION: 'gate',
-        NATS_URL: natsUrl,
-        GATE_UPSTREAM: engineUrl,
-        GATE_NAMESPACE: NS,
-        GATE_MODEL: MODEL,
-        GATE_JOB: job,
-        GATE_ENGINE: cfg.engine,
-        GATE_MAX_IN_FLIGHT: String(cfg.gateMaxInFlight),
-        GATE_PORT: '0',
-        LOG_LEVEL: 'info',
-      })
-      const listening = waitLine(gate, (o) => o.msg === 'gate listening', 'gate listening')
-      const open = waitLine(gate, (o) => o.msg === 'gate open', 'gate open')
-      url = (await listening).url as string
-      await open
-    }
-    const bg = backgroundJob(url, arm === 'gate' ? {} : { 'x-flexinfer-workload-class': 'background' })
-    return { job, gate, gateUrl: gate ? url : undefined, bg }
+    return backgroundJob(url, url === engineUrl ? { 'x-flexinfer-workload-class': 'background' } : {})
   }
 
   async function runArm(arm: Arm): Promise<ArmResult> {
     const t0 = performance.now()
     const at = (offset: number) => sleep(Math.max(0, offset - (performance.now() - t0)))
-    const result: ArmResult = { ttfts: [], bgTokens: 0, aborts: [] }
+    const result: ArmResult = { ttfts: [], bgTokens: 0, aborts: [], inGate: [] }
     const pending: Promise<unknown>[] = []
     // Background: an attempt in each quiet period, from idleFor in until the next foreground request.
     const background = (async () => {
       if (arm === 'none') return
       for (const q of trace.quiet) {
         if (q.to - q.from <= cfg.idleForMs) continue
+        await at(q.from)
+        const job = `bench-${++attempt}-00000000`
+        const gate = arm === 'gate' ? await startGateProcess(job) : undefined
         await at(q.from + cfg.idleForMs)
-        const a = await startAttempt(arm)
+        const bg = await startAttempt(job, gate?.url ?? engineUrl)
         const next = trace.offsets.find((o) => o >= q.to)
         await at(next ?? q.to)
         const publishedAt = epochMs()
         // The Job's deletion reaches its pod later; the gate (if any) has closed long before.
         await sleep(cfg.killDelayMs)
-        if (arm === 'gate') {
-          const state = (await (await fetch(`${a.gateUrl}/flexinfer-gate/state`)).json()) as {
-            lastPreemption?: { lastAbortAt: number; aborted: number }
+        if (gate) {
+          const state = (await (await fetch(`${gate.url}/flexinfer-gate/state`)).json()) as {
+            lastPreemption?: { signalAt: number; lastAbortAt: number; aborted: number }
           }
+          const p = state.lastPreemption
+          if (p) result.inGate.push(p.lastAbortAt - p.signalAt)
           if (sim) {
             const aborts = (await (await fetch(`${engineUrl}/sim/aborts`)).json()) as {
               klass: string
@@ -292,9 +301,9 @@ async function main() {
             if (seen.length) result.aborts.push(Math.max(...seen.map((x) => x.seenAt)) - publishedAt)
           } else if (state.lastPreemption) result.aborts.push(state.lastPreemption.lastAbortAt - publishedAt)
         }
-        await a.bg.kill()
-        result.bgTokens += a.bg.tokens
-        a.gate?.kill('SIGTERM')
+        await bg.kill()
+        result.bgTokens += bg.tokens
+        gate?.gate.kill('SIGTERM')
       }
     })()
     for (const offset of trace.offsets) {
@@ -336,6 +345,8 @@ async function main() {
   }
   out.gate_abort_ms_p50 = percentile(results.gate.aborts, 50)
   out.gate_abort_ms_p99 = percentile(results.gate.aborts, 99)
+  out.gate_abort_samples = results.gate.aborts.length
+  out.gate_internal_abort_ms_max = Math.round(Math.max(...results.gate.inGate, 0) * 1000) / 1000
   out.gate_p99_vs_none =
     Math.round(((out.fg_ttft_ms_p99_gate as number) / (out.fg_ttft_ms_p99_none as number)) * 1000) / 1000
   out.load_before = loadBefore.map((l) => Math.round(l * 100) / 100)
