@@ -54,7 +54,7 @@ describe('explain: the background gate', () => {
     [{ ready: false, started: false, state: { running: {} } }, 'starting: background refused'],
     [
       { ready: false, state: { waiting: { reason: 'ContainerCreating' } } },
-      'is Secret model-backfill-gate in the namespace?',
+      'not running: waiting: ContainerCreating (is Secret model-backfill-gate in the namespace?)',
     ],
     [{ ready: false, state: { terminated: { reason: 'Completed' } } }, 'stopped: terminated: Completed'],
   ])('a gate container %j reads as "%s"', (status, text) => {
