@@ -25,6 +25,7 @@ import { foregroundSubject } from '../events/catalog.js'
 import { encode } from '../events/codec.js'
 import { epochMs } from '../functions/gate/proxy.js'
 import { startNats } from '../test/env/nats.js'
+import { streamCompletion } from './engine-sim/client.js'
 import { percentile } from './percentile.js'
 
 const repoRoot = join(import.meta.dirname, '..')
@@ -132,42 +133,6 @@ function waitLine(child: ChildProcess, match: (obj: Record<string, unknown>) => 
   })
 }
 
-/** One streamed completion; resolves with its time to first token (ms) and the tokens it got, however it ended. */
-async function streamCompletion(
-  url: string,
-  maxTokens: number,
-  opts: { signal?: AbortSignal; onToken?: () => void; headers?: Record<string, string> } = {},
-): Promise<{ status: number; ttftMs?: number; tokens: number; cut: boolean }> {
-  const start = performance.now()
-  let tokens = 0
-  let ttftMs: number | undefined
-  try {
-    const r = await fetch(`${url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...opts.headers },
-      body: JSON.stringify({ model: cfg.model, prompt: 'x'.repeat(400), max_tokens: maxTokens, stream: true }),
-      signal: opts.signal,
-    })
-    if (r.status !== 200 || !r.body) {
-      await r.body?.cancel()
-      return { status: r.status, tokens: 0, cut: false }
-    }
-    const decoder = new TextDecoder()
-    for await (const chunk of r.body) {
-      const text = decoder.decode(chunk as Uint8Array)
-      const n = text.split('data: ').length - 1 - (text.includes('[DONE]') ? 1 : 0)
-      if (n > 0) {
-        ttftMs ??= performance.now() - start
-        tokens += n
-        for (let i = 0; i < n; i++) opts.onToken?.()
-      }
-    }
-    return { status: 200, ttftMs, tokens, cut: false }
-  } catch {
-    return { status: 200, ttftMs, tokens, cut: true }
-  }
-}
-
 /**
  * A background Job: `concurrency` loops of streaming requests, through `url`, until killed (its connections closed,
  * as SIGTERM to a harness that does not handle it). A refused request (503/429) is retried after a short pause — a
@@ -178,7 +143,13 @@ function backgroundJob(url: string, headers: Record<string, string>) {
   let tokens = 0
   const loops = Array.from({ length: cfg.bgConcurrency }, async () => {
     while (!ac.signal.aborted) {
-      const r = await streamCompletion(url, cfg.bgMaxTokens, { signal: ac.signal, headers, onToken: () => tokens++ })
+      const r = await streamCompletion(url, {
+        maxTokens: cfg.bgMaxTokens,
+        model: cfg.model,
+        signal: ac.signal,
+        headers,
+        onToken: () => tokens++,
+      })
       if (r.status !== 200 && !ac.signal.aborted) await sleep(100)
     }
   })
@@ -314,7 +285,7 @@ async function main() {
         encode('ai.flexinfer.foreground.request', { namespace: NS, model: MODEL }),
       )
       pending.push(
-        streamCompletion(engineUrl, cfg.fgMaxTokens).then((r) => {
+        streamCompletion(engineUrl, { maxTokens: cfg.fgMaxTokens, model: cfg.model }).then((r) => {
           if (r.ttftMs !== undefined) result.ttfts.push(r.ttftMs)
         }),
       )

@@ -144,15 +144,16 @@ export class Gate {
     this.closeReason = reason
     this.metrics.setState(this.state)
     let aborted = 0
+    // The engine's connections first: they are what frees its batch; the workload's side after.
     for (const flight of this.flights) {
       if (!flight.upstream) continue
       flight.abortedByGate = true
       flight.upstream.destroy()
-      // A stream under way can only be ended by cutting it; one not yet answered gets its 503 from the error path.
-      if (flight.res.headersSent) flight.res.destroy()
       aborted++
     }
     const lastAbortAt = epochMs()
+    // A stream under way can only be ended by cutting it; one not yet answered gets its 503 from the error path.
+    for (const flight of this.flights) if (flight.res.headersSent) flight.res.destroy()
     let refusedQueued = 0
     for (let w = this.queue.shift(); w; w = this.queue.shift()) {
       w.refuse(503, `background gate closed (${reason})`)

@@ -5,6 +5,7 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
+import { ending, streamCompletion } from '../../bench/engine-sim/client.js'
 import { EngineSim } from '../../bench/engine-sim/engine.js'
 import { epochMs, Gate } from '../../functions/gate/proxy.js'
 import { createLogger } from '../../runtime/log.js'
@@ -122,20 +123,7 @@ describe('the gate proxy', () => {
     const { gate, url } = await startGate(engine, { maxInFlight: 3 })
     gate.open()
     // Three streaming requests in flight, two waiting for a place.
-    const requests = Array.from({ length: 5 }, () =>
-      post(url, { prompt: 'x', max_tokens: 10_000, stream: true }).then(
-        async (r) => {
-          if (r.status !== 200) return r.status
-          try {
-            await r.text()
-            return 'completed'
-          } catch {
-            return 'cut'
-          }
-        },
-        () => 'cut',
-      ),
-    )
+    const requests = Array.from({ length: 5 }, () => streamCompletion(url, { maxTokens: 10_000 }).then(ending))
     await expect.poll(() => sim.stats.tokens.background, { timeout: 5_000 }).toBeGreaterThan(5)
     expect(gate.inFlight).toBe(3)
     const signalAt = epochMs()

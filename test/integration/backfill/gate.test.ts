@@ -6,6 +6,7 @@
 // workload ignoring the 503 gets nothing more through. A gate whose NATS goes away closes within its bound too.
 import type { V1CronJob } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ending, streamCompletion } from '../../../bench/engine-sim/client.js'
 import { EngineSim } from '../../../bench/engine-sim/engine.js'
 import { ANNOTATION_GATE_ENDPOINT_ENV, GATE_CONTAINER } from '../../../core/gate.js'
 import { gpuViolations } from '../../../core/job.js'
@@ -40,24 +41,8 @@ afterAll(async () => {
 const envOf = (c?: { env?: { name: string; value?: string }[] }) =>
   Object.fromEntries((c?.env ?? []).map((e) => [e.name, e.value ?? '']))
 
-/** Streams a completion through the gate; resolves with how it ended. */
-const stream = (url: string) =>
-  fetch(`${url}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', prompt: 'background work', max_tokens: 100_000, stream: true }),
-  }).then(
-    async (r) => {
-      if (r.status !== 200) return r.status
-      try {
-        await r.text()
-        return 'completed'
-      } catch {
-        return 'cut'
-      }
-    },
-    () => 'cut',
-  )
+/** Streams a long completion through the gate; resolves with how it ended (refusal status, 'cut', 'completed'). */
+const stream = (url: string) => streamCompletion(url, { maxTokens: 100_000 }).then(ending)
 
 describe('the background gate', () => {
   it('is injected, and a foreground request closes it and aborts its requests at the engine within the bound', async () => {
