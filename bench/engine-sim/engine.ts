@@ -178,15 +178,21 @@ export class EngineSim {
       res,
       gone: false,
     }
-    // The client went away (a gate aborting, a workload killed): noticed now, removed at the next step boundary.
-    res.on('close', () => {
+    // The client went away (a gate aborting, a workload killed): noticed at once — the connection's end, as an ASGI
+    // server sees it, not the next failed write — and the request leaves the batch at the next step boundary.
+    const socket = req.socket
+    const gone = () => {
+      socket.off('end', gone)
       if (s.gone || res.writableFinished) return
       s.gone = true
       s.goneAt = now()
       this.counts.aborted[s.klass]++
       if (this.aborts.length < MAX_ABORT_LOG)
         this.aborts.push({ id: s.id, klass: s.klass, seenAt: s.goneAt, generated: s.generated })
-    })
+    }
+    res.on('close', gone)
+    socket.once('end', gone)
+    res.on('finish', () => socket.off('end', gone))
     this.waiting.push(s)
     if (!this.stepping) this.schedule()
   }
