@@ -186,7 +186,7 @@ async function main() {
 
   const nats = process.env.BENCH_NATS_URL ? undefined : await startNats({ cluster: false })
   const natsUrl = process.env.BENCH_NATS_URL ?? (nats?.natsUrl as string)
-  const demand = spawnChild(['runtime/main.ts'], {
+  const demand = spawnChild(['process/main.ts'], {
     FUNCTION: 'demand',
     NATS_URL: natsUrl,
     PORT: '0',
@@ -207,7 +207,7 @@ async function main() {
    * period, so no earlier attempt's preemption (demand sends one per foreground request while a claim stands) hits it.
    */
   async function startGateProcess(job: string) {
-    const gate = spawnChild(['runtime/main.ts'], {
+    const gate = spawnChild(['process/main.ts'], {
       FUNCTION: 'gate',
       NATS_URL: natsUrl,
       GATE_UPSTREAM: engineUrl,

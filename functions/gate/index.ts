@@ -5,8 +5,8 @@
 // cancelled, and a preempt missed while NATS was away cannot be told from none.
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { preemptSubject } from '../../events/catalog.js'
-import type { Logger } from '../../runtime/log.js'
-import { natsServerOptions } from '../../runtime/nats.js'
+import { natsServerOptions } from '../../jetstream/bus.js'
+import type { Logger } from '../../observability/log.js'
 import type { GateConfig } from './config.js'
 import { epochMs, Gate } from './proxy.js'
 

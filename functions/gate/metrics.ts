@@ -1,6 +1,5 @@
 // The gate's own metrics (a registry per gate: one sidecar per Job pod, scraped at /flexinfer-gate/metrics).
 import { Counter, Gauge, Histogram, Registry } from 'prom-client'
-import type { GateState } from './proxy.js'
 
 export class GateMetrics {
   readonly registry = new Registry()
@@ -37,7 +36,7 @@ export class GateMetrics {
     registers: [this.registry],
   })
 
-  setState(state: GateState) {
-    this.open.set(state === 'open' ? 1 : 0)
+  setOpen(open: boolean) {
+    this.open.set(open ? 1 : 0)
   }
 }

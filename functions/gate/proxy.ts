@@ -8,8 +8,8 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http'
 import https from 'node:https'
 import type { AddressInfo } from 'node:net'
 import { ENGINE_PRIORITY, type GateEngine } from '../../core/gate.js'
-import { WaitQueue } from '../../runtime/jetstream-adapter.js'
-import type { Logger } from '../../runtime/log.js'
+import type { Logger } from '../../observability/log.js'
+import { WaitQueue } from '../../transport/jetstream-adapter.js'
 import { GateMetrics } from './metrics.js'
 
 export const WORKLOAD_CLASS_HEADER = 'x-flexinfer-workload-class'
@@ -107,7 +107,7 @@ export class Gate {
     this.queue = new WaitQueue<Waiter>(this.opts.maxQueued)
     const Agent = this.upstream.protocol === 'https:' ? https.Agent : http.Agent
     this.agent = new Agent({ keepAlive: true, maxSockets: options.maxInFlight })
-    this.metrics.setState(this.state)
+    this.metrics.setOpen(this.state === 'open')
   }
 
   get inFlight() {
@@ -130,7 +130,7 @@ export class Gate {
   open() {
     if (this.state !== 'starting') return
     this.state = 'open'
-    this.metrics.setState(this.state)
+    this.metrics.setOpen(this.state === 'open')
     this.opts.log.info({ upstream: this.upstream.origin, maxInFlight: this.opts.maxInFlight }, 'gate open')
   }
 
@@ -142,7 +142,7 @@ export class Gate {
     if (this.state === 'closed') return undefined
     this.state = 'closed'
     this.closeReason = reason
-    this.metrics.setState(this.state)
+    this.metrics.setOpen(false)
     let aborted = 0
     // The engine's connections first: they are what frees its batch; the workload's side after.
     for (const flight of this.flights) {

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { ending, streamCompletion } from '../../bench/engine-sim/client.js'
 import { EngineSim } from '../../bench/engine-sim/engine.js'
 import { epochMs, Gate } from '../../functions/gate/proxy.js'
-import { createLogger } from '../../runtime/log.js'
+import { createLogger } from '../../observability/log.js'
 
 const log = createLogger('gate-test')
 log.level = 'silent'
