@@ -92,11 +92,16 @@ function foregroundTrace(): { offsets: number[]; quiet: { from: number; to: numb
 }
 
 /** A process of ours, its stdout lines to `onLine`; killed at exit. */
-function spawnChild(args: string[], env: Record<string, string>, onLine?: (line: string) => void) {
+function spawnChild(
+  args: string[],
+  env: Record<string, string>,
+  onLine?: (line: string) => void,
+  stdin: 'ignore' | 'pipe' = 'ignore',
+) {
   const child = spawn(process.execPath, ['--import', 'tsx', ...args], {
     cwd: repoRoot,
     env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: [stdin, 'pipe', 'inherit'],
   })
   children.push(child)
   let buffered = ''
@@ -133,33 +138,36 @@ function waitLine(child: ChildProcess, match: (obj: Record<string, unknown>) => 
   })
 }
 
-/**
- * A background Job: `concurrency` loops of streaming requests, through `url`, until killed (its connections closed,
- * as SIGTERM to a harness that does not handle it). A refused request (503/429) is retried after a short pause — a
- * harness that ignores Retry-After, the worst case for the gate.
- */
-function backgroundJob(url: string, headers: Record<string, string>) {
-  const ac = new AbortController()
+/** The attempt's Job (bench/gate-job.ts), started and waiting for "go". */
+async function spawnJob(url: string, direct: boolean) {
   let tokens = 0
-  const loops = Array.from({ length: cfg.bgConcurrency }, async () => {
-    while (!ac.signal.aborted) {
-      const r = await streamCompletion(url, {
-        maxTokens: cfg.bgMaxTokens,
-        model: cfg.model,
-        signal: ac.signal,
-        headers,
-        onToken: () => tokens++,
-      })
-      if (r.status !== 200 && !ac.signal.aborted) await sleep(100)
-    }
-  })
-  return {
-    get tokens() {
-      return tokens
+  const child = spawnChild(
+    ['bench/gate-job.ts'],
+    {
+      BENCH_JOB_URL: url,
+      BENCH_JOB_CONCURRENCY: String(cfg.bgConcurrency),
+      BENCH_JOB_MAX_TOKENS: String(cfg.bgMaxTokens),
+      BENCH_MODEL: cfg.model,
+      // Straight to the engine the sim cannot tell it from foreground otherwise; the gate marks its own.
+      BENCH_JOB_HEADER: direct ? 'x-flexinfer-workload-class' : '',
     },
+    (line) => {
+      try {
+        const o = JSON.parse(line)
+        if (typeof o.tokens === 'number') tokens = o.tokens
+      } catch {}
+    },
+    'pipe',
+  )
+  await waitLine(child, (o) => o.ready, 'background job ready')
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
+  return {
+    go: () => child.stdin?.write('go\n'),
+    /** SIGTERM, as the kubelet sends it; resolves with the tokens it received. */
     async kill() {
-      ac.abort()
-      await Promise.all(loops)
+      child.kill('SIGTERM')
+      await exited
+      return tokens
     },
   }
 }
@@ -171,6 +179,8 @@ interface ArmResult {
   aborts: number[]
   /** Inside the gate: preempt received → last upstream connection closed. */
   inGate: number[]
+  /** The three slowest foreground requests: [ttft ms, offset in the trace ms], to see where a tail comes from. */
+  slowest: [number, number][]
 }
 
 async function main() {
@@ -227,30 +237,33 @@ async function main() {
   }
 
   /** One background attempt: its claim (so demand preempts it, as admit writes it), then its Job's requests. */
-  async function startAttempt(job: string, url: string) {
+  async function startAttempt(job: string, bg: Awaited<ReturnType<typeof spawnJob>>) {
     const now = new Date().toISOString()
     await claims.put(
       `model.${modelKey(NS, MODEL)}`,
       toKv({ namespace: NS, backfill: 'bench', attempt, jobName: job, claimedAt: now, idleSince: now }),
     )
-    return backgroundJob(url, url === engineUrl ? { 'x-flexinfer-workload-class': 'background' } : {})
+    bg.go()
   }
 
   async function runArm(arm: Arm): Promise<ArmResult> {
     const t0 = performance.now()
     const at = (offset: number) => sleep(Math.max(0, offset - (performance.now() - t0)))
-    const result: ArmResult = { ttfts: [], bgTokens: 0, aborts: [], inGate: [] }
+    const result: ArmResult = { ttfts: [], bgTokens: 0, aborts: [], inGate: [], slowest: [] }
     const pending: Promise<unknown>[] = []
     // Background: an attempt in each quiet period, from idleFor in until the next foreground request.
     const background = (async () => {
       if (arm === 'none') return
+      const retired: ChildProcess[] = []
       for (const q of trace.quiet) {
         if (q.to - q.from <= cfg.idleForMs) continue
         await at(q.from)
+        for (const g of retired.splice(0)) g.kill('SIGTERM')
         const job = `bench-${++attempt}-00000000`
         const gate = arm === 'gate' ? await startGateProcess(job) : undefined
+        const bg = await spawnJob(gate?.url ?? engineUrl, !gate)
         await at(q.from + cfg.idleForMs)
-        const bg = await startAttempt(job, gate?.url ?? engineUrl)
+        await startAttempt(job, bg)
         const next = trace.offsets.find((o) => o >= q.to)
         await at(next ?? q.to)
         const publishedAt = epochMs()
@@ -272,10 +285,12 @@ async function main() {
             if (seen.length) result.aborts.push(Math.max(...seen.map((x) => x.seenAt)) - publishedAt)
           } else if (state.lastPreemption) result.aborts.push(state.lastPreemption.lastAbortAt - publishedAt)
         }
-        await bg.kill()
-        result.bgTokens += bg.tokens
-        gate?.gate.kill('SIGTERM')
+        result.bgTokens += await bg.kill()
+        // The closed gate's process ends once the busy period is over: its exit is CPU on this machine, which the
+        // simulated engine shares, and no part of what a foreground user waits for.
+        if (gate) retired.push(gate.gate)
       }
+      return retired
     })()
     for (const offset of trace.offsets) {
       await at(offset)
@@ -286,15 +301,26 @@ async function main() {
       )
       pending.push(
         streamCompletion(engineUrl, { maxTokens: cfg.fgMaxTokens, model: cfg.model }).then((r) => {
-          if (r.ttftMs !== undefined) result.ttfts.push(r.ttftMs)
+          if (r.ttftMs !== undefined) {
+            result.ttfts.push(r.ttftMs)
+            result.slowest.push([r.ttftMs, offset])
+            result.slowest = result.slowest.sort((a, b) => b[0] - a[0]).slice(0, 3)
+          }
         }),
       )
     }
     await Promise.all(pending)
-    await background
+    const retiredAtEnd = await background
+    for (const g of retiredAtEnd ?? []) g.kill('SIGTERM')
     return result
   }
 
+  // Warm-up, not measured: connections, JIT and the engine's first steps would otherwise land on the first arm only.
+  await Promise.all(
+    Array.from({ length: 20 }, (_, i) =>
+      sleep(i * 50).then(() => streamCompletion(engineUrl, { maxTokens: cfg.fgMaxTokens, model: cfg.model })),
+    ),
+  )
   const results = {} as Record<Arm, ArmResult>
   for (const arm of ARMS) {
     // Nothing carries over: the engine drains between arms.
@@ -303,7 +329,7 @@ async function main() {
     const r = results[arm]
     console.log(
       `bench:gate: arm ${arm}: fg ttft p50 ${percentile(r.ttfts, 50)} / p99 ${percentile(r.ttfts, 99)} ms ` +
-        `(${r.ttfts.length}), bg tokens ${r.bgTokens}${arm === 'gate' ? `, aborts ${r.aborts.map((a) => a.toFixed(1)).join(' ')} ms` : ''}`,
+        `(${r.ttfts.length}; slowest ${r.slowest.map(([t, o]) => `${t.toFixed(0)} ms at +${(o / 1000).toFixed(1)} s`).join(', ')}), bg tokens ${r.bgTokens}${arm === 'gate' ? `, aborts ${r.aborts.map((a) => a.toFixed(1)).join(' ')} ms` : ''}`,
     )
   }
   const out: Record<string, number | string | number[]> = {
