@@ -13,17 +13,11 @@ export const gateNkeyEnv = (namespace: string) => `FLEXINFER_GATE_${namespace.to
 export function gatesConf(namespaces: readonly string[]): string {
   const bad = namespaces.filter((n) => !DNS_LABEL.test(n))
   if (bad.length) throw new Error(`not namespace names: ${bad.join(', ')}`)
-  const envs = new Map<string, string>()
-  for (const n of namespaces) {
-    const env = gateNkeyEnv(n)
-    const other = envs.get(env)
-    if (other && other !== n) throw new Error(`namespaces ${other} and ${n} share the key variable ${env}`)
-    envs.set(env, n)
-  }
-  const users = [...envs].map(
-    ([env, n]) => `    # namespace ${n}: its gates may hear that namespace's foreground preemptions, nothing else
+  // Namespaces are DNS labels (lower case, no underscore): each maps to its own key variable.
+  const users = [...new Set(namespaces)].map(
+    (n) => `    # namespace ${n}: its gates may hear that namespace's foreground preemptions, nothing else
     {
-      nkey: $${env}
+      nkey: $${gateNkeyEnv(n)}
       permissions: {
         publish: { deny: [">"] }
         subscribe: { allow: ["${preemptSubject(n, '>')}"] }
