@@ -217,7 +217,7 @@ export class Demand {
     // The attempt's background gate, if it has one, closes on this at once instead of waiting for the Job's deletion.
     // Core NATS, nothing stored, so it is sent for every request that breaks the window, not once: a gate that missed
     // one (NATS away for less than its bound) closes on the next.
-    this.deps.bus.nc.publish(preemptSubject(claim.namespace, model), `{"job":"${claim.jobName}","at":${at}}`)
+    this.deps.bus.nc.publish(preemptSubject(claim.namespace, model), JSON.stringify({ job: claim.jobName, at }))
     // One cancel per admission: Job names repeat across namespaces (and when a backfill is re-created), so the
     // key names the namespace and the claim's time too — else JetStream's duplicate window would drop the cancel.
     const cancelKey = `${claim.namespace}.${claim.jobName}.${claim.claimedAt}`
