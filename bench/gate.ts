@@ -8,14 +8,16 @@
 //               background, at most BENCH_GATE_MAX_IN_FLIGHT in flight, closed by demand's preempt subject (demand
 //               runs as its own process against a real nats-server, the attempt's claim in KV as admit writes it).
 // A background attempt starts BENCH_IDLE_FOR_MS into each quiet period and runs until the next foreground request.
+// demand and the gates run from the esbuild bundle of process/main.ts (what the image runs); the Job is one process
+// (bench/gate-job.ts) running one attempt at a time.
 // Reports fg_ttft_ms_p50/p99_<arm> (time to the first streamed token), gate_abort_ms_p50/p99 (foreground published →
 // the engine saw the last background request disconnect; with BENCH_ENGINE_URL, → the gate's last abort), and
 // bg_tokens_<arm> (background tokens streamed back: the harvest). The engine is the SIMULATED one
 // (bench/engine-sim) unless BENCH_ENGINE_URL names a real OpenAI-compatible server (then also BENCH_MODEL).
 // Prints the load average before and after; one JSON object on the last line, also in bench/results/gate-latest.json.
-import { type ChildProcess, spawn } from 'node:child_process'
-import { mkdirSync, writeFileSync } from 'node:fs'
-import { loadavg } from 'node:os'
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Kvm } from '@nats-io/kv'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
@@ -98,7 +100,7 @@ function spawnChild(
   onLine?: (line: string) => void,
   stdin: 'ignore' | 'pipe' = 'ignore',
 ) {
-  const child = spawn(process.execPath, ['--import', 'tsx', ...args], {
+  const child = spawn(process.execPath, args, {
     cwd: repoRoot,
     env: { ...process.env, ...env },
     stdio: [stdin, 'pipe', 'inherit'],
@@ -138,37 +140,33 @@ function waitLine(child: ChildProcess, match: (obj: Record<string, unknown>) => 
   })
 }
 
-/** The attempt's Job (bench/gate-job.ts), started and waiting for "go". */
-async function spawnJob(url: string, direct: boolean) {
-  let tokens = 0
+/** The background Job's process (bench/gate-job.ts): one attempt at a time, `go` to `stop`. */
+async function spawnJob() {
+  let onTokens: ((n: number) => void) | undefined
   const child = spawnChild(
-    ['bench/gate-job.ts'],
+    ['--import', 'tsx', 'bench/gate-job.ts'],
     {
-      BENCH_JOB_URL: url,
       BENCH_JOB_CONCURRENCY: String(cfg.bgConcurrency),
       BENCH_JOB_MAX_TOKENS: String(cfg.bgMaxTokens),
       BENCH_MODEL: cfg.model,
-      // Straight to the engine the sim cannot tell it from foreground otherwise; the gate marks its own.
-      BENCH_JOB_HEADER: direct ? 'x-flexinfer-workload-class' : '',
     },
     (line) => {
       try {
         const o = JSON.parse(line)
-        if (typeof o.tokens === 'number') tokens = o.tokens
+        if (typeof o.tokens === 'number') onTokens?.(o.tokens)
       } catch {}
     },
     'pipe',
   )
   await waitLine(child, (o) => o.ready, 'background job ready')
-  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
   return {
-    go: () => child.stdin?.write('go\n'),
-    /** SIGTERM, as the kubelet sends it; resolves with the tokens it received. */
-    async kill() {
-      child.kill('SIGTERM')
-      await exited
-      return tokens
-    },
+    go: (url: string, direct: boolean) => child.stdin?.write(`go ${url}${direct ? ' direct' : ''}\n`),
+    /** The pod killed: its connections closed; resolves with the tokens the attempt received. */
+    stop: () =>
+      new Promise<number>((resolve) => {
+        onTokens = resolve
+        child.stdin?.write('stop\n')
+      }),
   }
 }
 
@@ -179,6 +177,9 @@ interface ArmResult {
   aborts: number[]
   /** Inside the gate: preempt received → last upstream connection closed. */
   inGate: number[]
+  /** Background attempts started, and skipped because their gate was not up before the quiet period ended. */
+  attempts: number
+  skipped: number
   /** The three slowest foreground requests: [ttft ms, offset in the trace ms], to see where a tail comes from. */
   slowest: [number, number][]
 }
@@ -186,17 +187,23 @@ interface ArmResult {
 async function main() {
   const loadBefore = loadavg()
   console.log(`bench:gate: load average ${loadBefore.map((l) => l.toFixed(2)).join(' ')} (1/5/15 min)`)
+  // demand and the gates run as the image runs them (the esbuild bundle of process/main.ts): a gate starts in a
+  // fraction of a second, as in its pod, instead of compiling TypeScript on a machine the engine shares.
+  const bundleDir = mkdtempSync(join(tmpdir(), 'bench-gate-'))
+  const built = spawnSync(process.execPath, ['scripts/bundle.mjs', bundleDir], { cwd: repoRoot, stdio: 'inherit' })
+  if (built.status !== 0) throw new Error(`scripts/bundle.mjs failed (${built.status})`)
+  const entry = join(bundleDir, 'main.js')
   const sim = !cfg.engineUrl
   let engineUrl = cfg.engineUrl as string
   if (sim) {
-    const child = spawnChild(['bench/engine-sim/main.ts'], {})
+    const child = spawnChild(['--import', 'tsx', 'bench/engine-sim/main.ts'], {})
     engineUrl = (await waitLine(child, (o) => o.url, 'engine-sim')).url as string
     console.log(`bench:gate: SIMULATED engine at ${engineUrl} (bench/engine-sim: scheduling behaviour, not speed)`)
   } else console.log(`bench:gate: engine ${engineUrl} (model ${cfg.model})`)
 
   const nats = process.env.BENCH_NATS_URL ? undefined : await startNats({ cluster: false })
   const natsUrl = process.env.BENCH_NATS_URL ?? (nats?.natsUrl as string)
-  const demand = spawnChild(['process/main.ts'], {
+  const demand = spawnChild([entry], {
     FUNCTION: 'demand',
     NATS_URL: natsUrl,
     PORT: '0',
@@ -205,6 +212,7 @@ async function main() {
   await waitLine(demand, (o) => String(o.msg ?? '').includes('metrics at'), 'demand started')
   const nc: NatsConnection = await connect({ servers: natsUrl, name: 'bench-gate' })
   const claims = await new Kvm(nc).open('flexinfer-claims')
+  const bg = await spawnJob()
   const trace = foregroundTrace()
   console.log(
     `bench:gate: ${trace.offsets.length} foreground requests per arm over ${cfg.armSeconds} s; ` +
@@ -217,7 +225,7 @@ async function main() {
    * period, so no earlier attempt's preemption (demand sends one per foreground request while a claim stands) hits it.
    */
   async function startGateProcess(job: string) {
-    const gate = spawnChild(['process/main.ts'], {
+    const gate = spawnChild([entry], {
       FUNCTION: 'gate',
       NATS_URL: natsUrl,
       GATE_UPSTREAM: engineUrl,
@@ -237,19 +245,19 @@ async function main() {
   }
 
   /** One background attempt: its claim (so demand preempts it, as admit writes it), then its Job's requests. */
-  async function startAttempt(job: string, bg: Awaited<ReturnType<typeof spawnJob>>) {
+  async function startAttempt(job: string, url: string) {
     const now = new Date().toISOString()
     await claims.put(
       `model.${modelKey(NS, MODEL)}`,
       toKv({ namespace: NS, backfill: 'bench', attempt, jobName: job, claimedAt: now, idleSince: now }),
     )
-    bg.go()
+    bg.go(url, url === engineUrl)
   }
 
   async function runArm(arm: Arm): Promise<ArmResult> {
     const t0 = performance.now()
     const at = (offset: number) => sleep(Math.max(0, offset - (performance.now() - t0)))
-    const result: ArmResult = { ttfts: [], bgTokens: 0, aborts: [], inGate: [], slowest: [] }
+    const result: ArmResult = { ttfts: [], bgTokens: 0, aborts: [], inGate: [], slowest: [], attempts: 0, skipped: 0 }
     const pending: Promise<unknown>[] = []
     // Background: an attempt in each quiet period, from idleFor in until the next foreground request.
     const background = (async () => {
@@ -261,9 +269,16 @@ async function main() {
         for (const g of retired.splice(0)) g.kill('SIGTERM')
         const job = `bench-${++attempt}-00000000`
         const gate = arm === 'gate' ? await startGateProcess(job) : undefined
-        const bg = await spawnJob(gate?.url ?? engineUrl, !gate)
+        // A gate that took the whole quiet period to start (a loaded machine) would start their attempt inside the
+        // next busy period: no attempt in this window, counted, rather than one started under foreground.
+        if (performance.now() - t0 > q.to - 500) {
+          result.skipped++
+          gate?.gate.kill('SIGTERM')
+          continue
+        }
         await at(q.from + cfg.idleForMs)
-        await startAttempt(job, bg)
+        await startAttempt(job, gate?.url ?? engineUrl)
+        result.attempts++
         const next = trace.offsets.find((o) => o >= q.to)
         await at(next ?? q.to)
         const publishedAt = epochMs()
@@ -285,7 +300,7 @@ async function main() {
             if (seen.length) result.aborts.push(Math.max(...seen.map((x) => x.seenAt)) - publishedAt)
           } else if (state.lastPreemption) result.aborts.push(state.lastPreemption.lastAbortAt - publishedAt)
         }
-        result.bgTokens += await bg.kill()
+        result.bgTokens += await bg.stop()
         // The closed gate's process ends once the busy period is over: its exit is CPU on this machine, which the
         // simulated engine shares, and no part of what a foreground user waits for.
         if (gate) retired.push(gate.gate)
@@ -329,7 +344,7 @@ async function main() {
     const r = results[arm]
     console.log(
       `bench:gate: arm ${arm}: fg ttft p50 ${percentile(r.ttfts, 50)} / p99 ${percentile(r.ttfts, 99)} ms ` +
-        `(${r.ttfts.length}; slowest ${r.slowest.map(([t, o]) => `${t.toFixed(0)} ms at +${(o / 1000).toFixed(1)} s`).join(', ')}), bg tokens ${r.bgTokens}${arm === 'gate' ? `, aborts ${r.aborts.map((a) => a.toFixed(1)).join(' ')} ms` : ''}`,
+        `(${r.ttfts.length}; slowest ${r.slowest.map(([t, o]) => `${t.toFixed(0)} ms at +${(o / 1000).toFixed(1)} s`).join(', ')}), bg tokens ${r.bgTokens} in ${r.attempts} attempt(s)${r.skipped ? ` (${r.skipped} skipped: gate not up in time)` : ''}${arm === 'gate' ? `, aborts ${r.aborts.map((a) => a.toFixed(1)).join(' ')} ms` : ''}`,
     )
   }
   const out: Record<string, number | string | number[]> = {
@@ -339,6 +354,7 @@ async function main() {
     out[`fg_ttft_ms_p50_${arm}`] = percentile(results[arm].ttfts, 50)
     out[`fg_ttft_ms_p99_${arm}`] = percentile(results[arm].ttfts, 99)
     out[`bg_tokens_${arm}`] = results[arm].bgTokens
+    out[`bg_attempts_${arm}`] = results[arm].attempts
   }
   out.gate_abort_ms_p50 = percentile(results.gate.aborts, 50)
   out.gate_abort_ms_p99 = percentile(results.gate.aborts, 99)
@@ -356,6 +372,7 @@ async function main() {
   await nc.close()
   for (const c of children) c.kill('SIGTERM')
   await nats?.stop()
+  rmSync(bundleDir, { recursive: true, force: true })
   mkdirSync(join(repoRoot, 'bench/results'), { recursive: true })
   writeFileSync(join(repoRoot, 'bench/results/gate-latest.json'), `${JSON.stringify(out, null, 2)}\n`)
   console.log(JSON.stringify(out))
