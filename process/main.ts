@@ -1,6 +1,7 @@
 // `npm start` (every function, the local watcher and the metrics endpoint in one process) and the container
 // entry point: `FUNCTION=admit` runs one function on its JetStream consumer (KEDA); with `TRANSPORT=http` it is
-// served over HTTP instead (Knative); `FUNCTION=ingress` is the authenticated HTTP ingress for gateways;
+// served over HTTP instead (Knative); `FUNCTION=ingress` is the authenticated HTTP ingress for gateways; `FUNCTION=gate`
+// is the background gate sidecar admit injects into opted-in Jobs (functions/gate, docs/gate.md);
 // `FUNCTION=bridge` forwards JetStream's events to the Knative Broker at K_SINK (transport/bridge.ts);
 // `FUNCTION=provision` creates the NATS topology and exits (process/provision.ts).
 
