@@ -50,7 +50,7 @@ async function received(sub: { getReceived(): number }, ms = 300) {
 }
 
 beforeAll(async () => {
-  nats = await startAuthNats(ensureBinaries().natsServer, { gateNamespaces: ['team-a', 'team-b'] })
+  nats = await startAuthNats(ensureBinaries().natsServer, undefined, { gateNamespaces: ['team-a', 'team-b'] })
 })
 
 afterAll(async () => {
