@@ -23,8 +23,11 @@ const env = useTestEnv()
 const sys = useBackfillSystem(env, { gate: { image: 'model-backfill:test', natsUrl: 'nats://gate@nats.test:4222' } })
 const log = createLogger('gate-test')
 log.level = 'silent'
-/** Foreground published → the engine saw the last background request disconnect, on a shared two-core machine. */
-const ABORT_BOUND_MS = 500
+/**
+ * Foreground published → the engine saw the last background request disconnect, on a shared two-core machine with
+ * the whole system in this process (167-490 ms seen at load 12-17; bench:gate measures it alone: milliseconds).
+ */
+const ABORT_BOUND_MS = 1_500
 
 let sim: EngineSim
 let engineUrl: string
