@@ -15,7 +15,7 @@ import {
   sameState,
   type Trigger,
 } from '../core/decide.js'
-import { buildJob, gpuViolations } from '../core/job.js'
+import { buildJob, gateProblem, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, claimKeys, isObjectName, LABEL_BACKFILL, modelKey } from '../core/names.js'
 import {
   type BackfillState,
@@ -208,7 +208,9 @@ export async function observe(
       lastRequestAt: lastRequest ?? undefined,
       gamingSessions: sessions.map(gamingSessionView),
       leases: leases.map(gpuLeaseView),
-      template: template ? { found: true, gpu: gpuViolations(template) } : { found: false },
+      template: template
+        ? { found: true, gpu: gpuViolations(template), gate: gateProblem(backfill, template, deps.gate) }
+        : { found: false },
       // A Job of that name is the attempt's only when this ModelBackfill (by UID) controls it: a predecessor of the
       // same name left one behind (orphaned, or not yet collected), and its outcome is not ours to report.
       job: job && ownedBy(jobView(job), backfill) ? jobView(job) : null,
@@ -504,6 +506,7 @@ async function createAttemptJob(
     name: action.jobName,
     node: action.node,
     maxRunDurationMs: action.spec.maxRunDurationMs,
+    gate: deps.gate,
   })
   const { namespace, name } = b.metadata
   // The POST between two reads of the newest request (admission/protocol.ts).

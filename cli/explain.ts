@@ -5,6 +5,7 @@
 // observation without applying anything: what admit would do if woken now.
 import { checkSpec } from '../core/api.js'
 import { decide, type Observed } from '../core/decide.js'
+import { GATE_CONTAINER, GATE_SECRET, gateSettings } from '../core/gate.js'
 import type { BackfillState, Claim } from '../core/state.js'
 import { firstWindowStart } from '../core/takeover.js'
 import { blockingGamingSession, blockingLease } from '../core/world.js'
@@ -51,6 +52,25 @@ export interface ExplainInput {
   events: EventSeen[]
   /** Cancel requests for this backfill found in FLEXINFER_EVENTS, oldest first. */
   cancelRequests: CancelRequestSeen[]
+  /** The gate sidecar of the attempt's pods (absent: no attempt, or the pods could not be read). */
+  gatePods?: GatePodSeen[]
+}
+
+/** A pod's gate container as the kubelet reports it: its readiness is the gate's state (open = ready). */
+export interface GatePodSeen {
+  pod: string
+  phase?: string
+  started?: boolean
+  ready?: boolean
+  /** running | waiting: <reason> | terminated: <reason> | absent */
+  state: string
+  restarts?: number
+}
+
+export interface GateView {
+  requested: string
+  problem?: string
+  pods: { pod: string; gate: string }[]
 }
 
 export interface LastCancel {
@@ -80,6 +100,82 @@ export interface Explanation {
   /** What decide() makes of this observation now (admit woken by its timer), nothing applied. */
   decideNow?: { phase: string; reason: string; message: string; wouldCreateJob: boolean }
   counters?: BackfillState['counters']
+  /** The background gate the backfill asks for (annotation) and, while an attempt runs, its state per pod. */
+  backgroundGate?: GateView
+}
+
+/**
+ * What the gate sidecar's container status says: ready while it admits background requests (open); started but not
+ * ready once closed (a preemption, or foreground demand out of sight) or before it sees NATS; a waiting container is
+ * most often the namespace's gate Secret missing.
+ */
+export function gateState(p: GatePodSeen): string {
+  if (p.state === 'absent') return 'no gate container (Job created before the gate was requested?)'
+  if (p.state.startsWith('waiting')) {
+    const hint = /ContainerCreating|CreateContainerConfigError/.test(p.state)
+      ? ` (is Secret ${GATE_SECRET} in the namespace?)`
+      : ''
+    return `not running: ${p.state}${hint}`
+  }
+  if (p.state.startsWith('terminated')) return `stopped: ${p.state}`
+  if (p.ready) return 'open: admitting background requests'
+  return p.started
+    ? 'closed: refusing background requests (preempted, or foreground demand out of sight)'
+    : 'starting: background refused until it sees foreground demand'
+}
+
+function gateView(input: ExplainInput): GateView | undefined {
+  const b = input.observed.backfill
+  if (!b) return undefined
+  const { settings, problem } = gateSettings(b)
+  if (!settings && !problem) return undefined
+  const template = input.observed.template
+  return {
+    requested: settings
+      ? `${settings.endpointEnv} through the gate, engine ${settings.engine}, at most ${settings.maxInFlight} in flight`
+      : 'requested with a bad setting',
+    problem: problem ?? (template.found ? template.gate : undefined),
+    pods: (input.gatePods ?? []).map((p) => ({
+      pod: p.pod,
+      gate: `${gateState(p)}${p.restarts ? `; restarted ${p.restarts}×` : ''}`,
+    })),
+  }
+}
+
+/** Reduces a pod to its gate container's status (what gatePods carries). */
+export function gatePodSeen(pod: {
+  metadata?: { name?: string }
+  status?: {
+    phase?: string
+    initContainerStatuses?: {
+      name: string
+      ready: boolean
+      started?: boolean
+      restartCount: number
+      state?: { running?: object; waiting?: { reason?: string }; terminated?: { reason?: string } }
+    }[]
+  }
+}): GatePodSeen {
+  const c = pod.status?.initContainerStatuses?.find((s) => s.name === GATE_CONTAINER)
+  const state = !c
+    ? pod.status?.phase === 'Pending'
+      ? 'waiting: pod Pending (not scheduled or not started)'
+      : 'absent'
+    : c.state?.running
+      ? 'running'
+      : c.state?.waiting
+        ? `waiting: ${c.state.waiting.reason ?? '?'}`
+        : c.state?.terminated
+          ? `terminated: ${c.state.terminated.reason ?? '?'}`
+          : 'waiting: ?'
+  return {
+    pod: pod.metadata?.name ?? '?',
+    phase: pod.status?.phase,
+    started: c?.started,
+    ready: c?.ready,
+    state,
+    restarts: c?.restartCount,
+  }
 }
 
 const latest = (...times: (string | undefined)[]) =>
@@ -128,6 +224,7 @@ export function explain(input: ExplainInput): Explanation {
     node: b.status?.nodeName,
   }
   out.counters = s?.counters
+  out.backgroundGate = gateView(input)
   const inFlight = s?.jobName && (s.phase === 'Starting' || s.phase === 'Running' || s.phase === 'Cancelling')
   if (inFlight && s?.jobName) {
     const job = o.job
@@ -442,6 +539,12 @@ export function renderExplanation(e: Explanation): string {
     lines.push(
       `Counters:     starts ${e.counters.starts}, succeeded ${e.counters.success}, failed ${e.counters.failed}, preemptions ${p || '0'}, useful ${human(e.counters.usefulSeconds * 1000)}`,
     )
+  }
+  const g = e.backgroundGate
+  if (g) {
+    lines.push(`Background gate: ${g.requested}${g.problem ? `; BLOCKS: ${g.problem}` : ''}`)
+    for (const p of g.pods) lines.push(`  pod ${p.pod}: ${p.gate}`)
+    if (e.attempt && !g.pods.length) lines.push('  no pod of the attempt seen yet')
   }
   if (e.decideNow) {
     const d = e.decideNow

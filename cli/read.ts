@@ -12,6 +12,7 @@ import { pino } from 'pino'
 import { checkFence } from '../admission/fence.js'
 import { observe } from '../admission/reconcile.js'
 import type { ModelBackfill } from '../core/api.js'
+import { ANNOTATION_GATE_ENDPOINT_ENV } from '../core/gate.js'
 import { backfillKey, claimKeys } from '../core/names.js'
 import {
   type BackfillState,
@@ -35,7 +36,7 @@ import { Bus, isNotFound, lastBySubject, natsServerOptions } from '../jetstream/
 import { Kube } from '../kube/kube.js'
 import type { Deps } from '../transport/function.js'
 import type { Args } from './args.js'
-import type { CancelRequestSeen, EventSeen, ExplainInput } from './explain.js'
+import { type CancelRequestSeen, type EventSeen, type ExplainInput, gatePodSeen } from './explain.js'
 
 /** A failure the user can act on: printed as one line, exit code 1. */
 export class ReachError extends Error {}
@@ -369,7 +370,16 @@ export async function gatherExplain(s: Session, namespace: string, name: string)
   const cancelling = [...history].reverse().find((h) => h.phase === 'Cancelling')
   const since = Math.min(Date.parse(cancelling?.updatedAt ?? '') || now, now) - 10 * 60_000
   const requests = await cancelRequests(s, namespace, name, Math.max(since, now - 3_600_000))
+  // The attempt's gate sidecar, as the kubelet reports it (only for a backfill that asks for one).
+  const gatePods =
+    backfill && state?.jobName && backfill.metadata.annotations?.[ANNOTATION_GATE_ENDPOINT_ENV] !== undefined
+      ? await s.deps.kube.core
+          .listNamespacedPod({ namespace, labelSelector: `job-name=${state.jobName}`, limit: 20 })
+          .then((list) => list.items.map(gatePodSeen))
+          .catch(() => undefined)
+      : undefined
   return {
+    gatePods,
     namespace,
     name,
     now: Date.now(),

@@ -50,7 +50,10 @@ export interface Contender {
   on: 'model' | 'node'
 }
 
-export type TemplateObservation = { found: false } | { found: true; gpu: GpuViolation[] }
+export type TemplateObservation =
+  | { found: false }
+  /** gate: why the background gate this backfill asks for cannot be built (core/job.ts gateProblem). */
+  | { found: true; gpu: GpuViolation[]; gate?: string }
 
 export interface Observed {
   /** null: the ModelBackfill no longer exists. */
@@ -695,6 +698,10 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
       'GPURequestForbidden',
       `CronJob ${b.spec.templateRef} ${g.container ? `container ${g.container}` : 'pod spec'} sets ${g.resource}=${g.quantity}; backfill must not request a GPU`,
     )
+  }
+  if (o.template.gate) {
+    armTimer(w, now + RECHECK_MS)
+    return set(w, 'Blocked', 'InvalidEnvironment', `background gate: ${o.template.gate}`)
   }
   if (!model.ready) {
     // Not warm: there is no idle window to speak of (the reference clears idleSince too).

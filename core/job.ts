@@ -1,6 +1,7 @@
 // Copies an attempt's Job out of the CronJob template, exactly as contract.md pins it.
-import type { V1Container, V1CronJob, V1EnvVar, V1Job } from '@kubernetes/client-node'
+import type { V1Container, V1CronJob, V1EnvVar, V1Job, V1PodSpec } from '@kubernetes/client-node'
 import { API_VERSION, type ModelBackfill } from './api.js'
+import { type GateDeployment, gateSettings, injectGate, planGate } from './gate.js'
 import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillLabelValue, LABEL_BACKFILL, WORKLOAD_CLASS_ENV } from './names.js'
 
 export interface GpuViolation {
@@ -81,6 +82,31 @@ export interface JobParams {
   name: string
   node: string
   maxRunDurationMs: number
+  /** The installation's gate settings; a backfill that opts in cannot get a Job without them. */
+  gate?: GateDeployment
+}
+
+/** The pod spec as the template and spec.env give it, before any gate. */
+function workloadPod(backfill: ModelBackfill, podSpec: V1PodSpec): V1PodSpec {
+  return {
+    ...podSpec,
+    initContainers: podSpec.initContainers?.map((c) => withEnv(c, undefined)),
+    containers: (podSpec.containers ?? []).map((c) => withEnv(c, backfill.spec.env)),
+  }
+}
+
+/**
+ * Why this backfill's Job cannot carry the gate it asks for (undefined: it asks for none, or the gate fits). Checked
+ * at admission beside the GPU guard, so a bad annotation or template blocks with this message instead of failing
+ * the Job build.
+ */
+export function gateProblem(backfill: ModelBackfill, template: V1CronJob, gate?: GateDeployment): string | undefined {
+  const { settings, problem } = gateSettings(backfill)
+  if (problem) return problem
+  if (!settings) return undefined
+  if (!gate) return 'the gate is not enabled in this installation (admit has no GATE_IMAGE and GATE_NATS_URL)'
+  const pod = template.spec?.jobTemplate?.spec?.template?.spec ?? { containers: [] }
+  return planGate(workloadPod(backfill, pod), settings).problem
 }
 
 /**
@@ -88,11 +114,21 @@ export interface JobParams {
  * collector removes it with its owner), labelled for the contender gate, bounded by maxRunDuration, and forced to
  * the background workload class in every container and init container. spec.env applies to regular containers.
  */
-export function buildJob({ backfill, template, name, node, maxRunDurationMs }: JobParams): V1Job {
+export function buildJob({ backfill, template, name, node, maxRunDurationMs, gate }: JobParams): V1Job {
   const jobTemplate = structuredClone(template.spec?.jobTemplate ?? { spec: { template: {} } })
   const spec = jobTemplate.spec ?? { template: {} }
   const podSpec = spec.template.spec ?? { containers: [] }
   const meta = backfill.metadata
+  let pod = workloadPod(backfill, podSpec)
+  // Admission blocks on gateProblem first; this is the last line: an opted-in Job never runs without its gate.
+  const { settings, problem: badSetting } = gateSettings(backfill)
+  if (settings || badSetting) {
+    const problem = gateProblem(backfill, template, gate)
+    const plan = settings && planGate(pod, settings).plan
+    if (problem || !plan || !gate)
+      throw new Error(`backfill ${meta.name} asks for a gate that cannot be built: ${problem}`)
+    pod = injectGate(pod, plan, { namespace: meta.namespace ?? '', model: backfill.spec.modelRef, job: name }, gate)
+  }
   return {
     apiVersion: 'batch/v1',
     kind: 'Job',
@@ -121,11 +157,7 @@ export function buildJob({ backfill, template, name, node, maxRunDurationMs }: J
       activeDeadlineSeconds: Math.max(1, Math.floor(maxRunDurationMs / 1000)),
       template: {
         ...spec.template,
-        spec: {
-          ...podSpec,
-          initContainers: podSpec.initContainers?.map((c) => withEnv(c, undefined)),
-          containers: (podSpec.containers ?? []).map((c) => withEnv(c, backfill.spec.env)),
-        },
+        spec: pod,
       },
     },
   }

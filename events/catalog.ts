@@ -173,6 +173,15 @@ export const isCatalogType = (type: string): type is EventType => type in catalo
 export const foregroundSubject = (namespace: string, model: string) =>
   `${catalog['ai.flexinfer.foreground.request'].subject}.${namespace}.${model}`
 
+/**
+ * Core NATS (no stream, nothing stored): demand publishes here when a foreground request breaks the window of the
+ * attempt holding the model, beside its cancel request, so the attempt's background gate closes without waiting for
+ * the Job's deletion. Not a CloudEvent: the subject is the message; the body ({ at, job }) is for logs only.
+ * One namespace per gate identity: nats/auth.conf lets a namespace's gate subscribe to `flexinfer.preempt.<ns>.>`.
+ */
+export const PREEMPT_PREFIX = 'flexinfer.preempt'
+export const preemptSubject = (namespace: string, model: string) => `${PREEMPT_PREFIX}.${namespace}.${model}`
+
 /** Subject an event of this type is published on; timers get one subject per backfill. */
 export function subjectFor<T extends EventType>(type: T, data: EventData<T>): string {
   const entry = catalog[type]

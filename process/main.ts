@@ -1,6 +1,7 @@
 // `npm start` (every function, the local watcher and the metrics endpoint in one process) and the container
 // entry point: `FUNCTION=admit` runs one function on its JetStream consumer (KEDA); with `TRANSPORT=http` it is
-// served over HTTP instead (Knative); `FUNCTION=ingress` is the authenticated HTTP ingress for gateways;
+// served over HTTP instead (Knative); `FUNCTION=ingress` is the authenticated HTTP ingress for gateways; `FUNCTION=gate`
+// is the background gate sidecar admit injects into opted-in Jobs (functions/gate, docs/gate.md);
 // `FUNCTION=bridge` forwards JetStream's events to the Knative Broker at K_SINK (transport/bridge.ts);
 // `FUNCTION=provision` creates the NATS topology and exits (process/provision.ts).
 
@@ -24,7 +25,7 @@ usage: node dist/bundle/main.js [function]         (or: npm start)
 environment:
   NATS_URL            NATS server (required)
   KUBECONFIG          kubeconfig (in a pod: its ServiceAccount)
-  FUNCTION            all (default) | ${FUNCTION_NAMES.join(' | ')} | ingress | bridge | provision
+  FUNCTION            all (default) | ${FUNCTION_NAMES.join(' | ')} | ingress | bridge | provision | gate
                       (comma-separated: several functions in one process)
   NATS_PROVISION      true (default): create the streams, buckets and consumers at start; false: only bind to what
                       FUNCTION=provision made (deployed: the functions' NATS users may not create them)
@@ -54,6 +55,12 @@ environment:
   HTTP_REQUEST_TIMEOUT_MS time to receive a whole request (408 after; default ${DEFAULT_REQUEST_TIMEOUT_MS})
   KUBE_REQUEST_TIMEOUT_MS  deadline of every Kubernetes API request, answer included (default 10000); one that
                       runs out fails as a transient error and its event is retried (watches are exempt)
+  GATE_IMAGE, GATE_NATS_URL  admit: the background gate it injects into the Jobs of backfills that opt in (the
+                      ai.flexinfer/gate-endpoint-env annotation): this release's image, and NATS as pods in the users'
+                      namespaces reach it (docs/gate.md)
+  FUNCTION=gate       the gate sidecar itself (admit sets these): GATE_UPSTREAM, GATE_NAMESPACE, GATE_MODEL, GATE_JOB,
+                      GATE_ENGINE (vllm | sglang | none), GATE_MAX_IN_FLIGHT, GATE_PORT, GATE_PRIORITY (overrides the
+                      engine's value), GATE_NATS_BOUND_MS (NATS unanswered this long closes the gate; default 2000)
   LOG_LEVEL           pino level (default info)
 `
 
@@ -115,7 +122,20 @@ try {
 // What every long-running process below starts with.
 const common = { natsUrl, provision: process.env.NATS_PROVISION !== 'false', logger: log }
 let stop: () => Promise<void>
-if (only === 'provision') {
+if (only === 'gate') {
+  const { gateConfig } = await import('../functions/gate/config.js')
+  const { startGate } = await import('../functions/gate/index.js')
+  let config: ReturnType<typeof gateConfig>
+  try {
+    config = gateConfig(process.env)
+  } catch (err) {
+    log.error((err as Error).message)
+    process.exit(2)
+  }
+  const gate = await startGate(config, log)
+  log.info({ url: gate.url, model: `${config.namespace}/${config.model}` }, 'gate listening')
+  stop = gate.stop
+} else if (only === 'provision') {
   try {
     const { provision } = await import('./provision.js')
     await provision({

@@ -2,6 +2,7 @@
 // NATS bus, a Kubernetes client and, where admit runs, its watched caches. Also the per-instance scoping that lets
 // several independent systems share one NATS server.
 import type { KubeConfig } from '@kubernetes/client-node'
+import type { GateDeployment } from '../core/gate.js'
 import { STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST, STREAM_TIMERS } from '../events/catalog.js'
 import type { InboundEvent } from '../events/codec.js'
 import { Bus } from '../jetstream/bus.js'
@@ -29,6 +30,8 @@ export interface ProcessOptions {
   provision?: boolean
   /** With provision false: how long to wait for the provisioned topology before failing (default 120 s). */
   topologyWaitMs?: number
+  /** The background gate admit injects; default: from GATE_IMAGE and GATE_NATS_URL (gateDeployment). */
+  gate?: GateDeployment
 }
 
 export interface DepsOptions extends ProcessOptions {
@@ -57,6 +60,7 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
     log,
     now: opts.now ?? Date.now,
     namespaces: opts.namespaces,
+    gate: opts.gate ?? gateDeployment(),
   }
   if (client && opts.functions?.includes('admit')) {
     // Scoped: Jobs, Models, ModelBackfills and CronJobs watched per managed namespace (a Role each), sessions and
@@ -72,6 +76,19 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
       kube.close()
     },
   }
+}
+
+/**
+ * The background gate admit injects (core/gate.ts): GATE_IMAGE (this release's image) and GATE_NATS_URL (NATS as
+ * pods in the users' namespaces reach it) together; neither: backfills that opt in are blocked with the reason.
+ */
+export function gateDeployment(env: NodeJS.ProcessEnv = process.env): GateDeployment | undefined {
+  const image = env.GATE_IMAGE?.trim()
+  const natsUrl = env.GATE_NATS_URL?.trim()
+  if (!image && !natsUrl) return undefined
+  if (!image || !natsUrl)
+    throw new Error('GATE_IMAGE and GATE_NATS_URL enable the background gate together; one is unset')
+  return { image, natsUrl }
 }
 
 /**

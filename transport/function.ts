@@ -1,6 +1,7 @@
 // What a function is, independent of how events reach it (JetStream pull consumer for KEDA and `npm start`,
 // HTTP for Knative): a name, the events it takes, and a handler.
 
+import type { GateDeployment } from '../core/gate.js'
 import type { BackfillState } from '../core/state.js'
 import type { InboundEvent } from '../events/codec.js'
 import type { Bus } from '../jetstream/bus.js'
@@ -32,6 +33,8 @@ export interface Deps {
    * direct get per backfill.
    */
   backfillStates?: ReadonlyMap<string, BackfillState>
+  /** The background gate admit injects into the Jobs of backfills that opt in (transport/deps.ts gateDeployment). */
+  gate?: GateDeployment
 }
 
 export interface EventFunction {

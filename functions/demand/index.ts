@@ -6,7 +6,7 @@ import type { KV } from '@nats-io/kv'
 import { readIdle } from '../../admission/reconcile.js'
 import { modelClaimKey, modelKey } from '../../core/names.js'
 import { type Claim, type ModelIdleState, parseClaim, parseEntry, toKv } from '../../core/state.js'
-import { catalog, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
+import { catalog, preemptSubject, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
 import { isCasConflict, KvMirror } from '../../jetstream/bus.js'
 import { JsRequests, kvUpdate } from '../../jetstream/js-requests.js'
@@ -139,7 +139,7 @@ export class Demand {
 
     // Only a claimed model can need a cancel: the usual request allocates nothing for it (no key, no promise).
     const claim = this.claims.values.get(entry.claimKey)
-    const cancelling = claim ? this.cancelIfClaimed(at, claim, 'watch') : undefined
+    const cancelling = claim ? this.cancelIfClaimed(at, claim, 'watch', entry.model) : undefined
     entry.requests++
     if (at <= entry.persisted) return cancelling
     entry.seen = Math.max(entry.seen, at)
@@ -211,9 +211,13 @@ export class Demand {
    * Cancels the attempt holding the model if this request breaks the window it was admitted on. `via`: the watched
    * claim (on the request itself) or the read after the idle write (the slow way: it waits for that write).
    */
-  private async cancelIfClaimed(at: number, claim: Claim, via: 'watch' | 'read') {
+  private async cancelIfClaimed(at: number, claim: Claim, via: 'watch' | 'read', model: string) {
     const windowStart = Date.parse(claim.idleSince ?? claim.claimedAt)
     if (!(at > windowStart)) return
+    // The attempt's background gate, if it has one, closes on this at once instead of waiting for the Job's deletion.
+    // Core NATS, nothing stored, so it is sent for every request that breaks the window, not once: a gate that missed
+    // one (NATS away for less than its bound) closes on the next.
+    this.deps.bus.nc.publish(preemptSubject(claim.namespace, model), JSON.stringify({ job: claim.jobName, at }))
     // One cancel per admission: Job names repeat across namespaces (and when a backfill is re-created), so the
     // key names the namespace and the claim's time too — else JetStream's duplicate window would drop the cancel.
     const cancelKey = `${claim.namespace}.${claim.jobName}.${claim.claimedAt}`
@@ -296,7 +300,7 @@ export class Demand {
           'idle written; claim read',
         )
       }
-      if (claim) await this.cancelIfClaimed(target, claim, 'read')
+      if (claim) await this.cancelIfClaimed(target, claim, 'read', entry.model)
       // Only now: a request at or before `persisted` is answered without a write or a claim check.
       entry.persisted = Math.max(entry.persisted, target)
       answered.resolve()

@@ -2,10 +2,11 @@
 // support, states produced by decide itself), `get` rows and `top`'s idle ratio and metrics parsing.
 import { describe, expect, it } from 'vitest'
 import { parseArgs, UsageError } from '../../cli/args.js'
-import { type ExplainInput, explain, renderExplanation } from '../../cli/explain.js'
+import { type ExplainInput, explain, gatePodSeen, renderExplanation } from '../../cli/explain.js'
 import { human, table } from '../../cli/format.js'
 import { getRow, idleShare, metricsByModel, renderGet, topRows } from '../../cli/views.js'
 import type { Observed } from '../../core/decide.js'
+import { ANNOTATION_GATE_ENDPOINT_ENV, ANNOTATION_GATE_MAX_IN_FLIGHT, GATE_CONTAINER } from '../../core/gate.js'
 import {
   aBackfill,
   aGamingSession,
@@ -285,5 +286,60 @@ describe('top', () => {
     )
     // Idle from T0 (the request before was a minute earlier) to the request at +5 s, then from +7 s to +10 s.
     expect(sampled[0]).toMatchObject({ ratePerS: 2, idleRatio: 0.8, source: 'kv' })
+  })
+})
+
+const gated = (annotations: Record<string, string> = {}) => {
+  const b = aBackfill()
+  b.metadata.annotations = { [ANNOTATION_GATE_ENDPOINT_ENV]: 'OPENAI_BASE_URL', ...annotations }
+  return b
+}
+const pod = (status: object) => ({
+  metadata: { name: 'bf-1-abc-x1' },
+  status: {
+    phase: 'Running',
+    initContainerStatuses: [{ name: GATE_CONTAINER, restartCount: 0, ready: false, ...status }],
+  },
+})
+
+describe('explain: the background gate', () => {
+  it('says nothing for a backfill without the gate', () => {
+    expect(explain(input(aWorld(), T0)).backgroundGate).toBeUndefined()
+    expect(renderExplanation(explain(input(aWorld(), T0)))).not.toContain('Background gate')
+  })
+
+  it('shows what was asked for, and a problem that blocks it', () => {
+    const e = explain(
+      input(
+        aWorld({ backfill: gated(), template: { found: true, gpu: [], gate: 'no container sets OPENAI_BASE_URL' } }),
+        T0,
+      ),
+    )
+    expect(renderExplanation(e)).toContain(
+      'Background gate: OPENAI_BASE_URL through the gate, engine vllm, at most 2 in flight; BLOCKS: no container sets OPENAI_BASE_URL',
+    )
+    const bad = explain(input(aWorld({ backfill: gated({ [ANNOTATION_GATE_MAX_IN_FLIGHT]: '0' }) }), T0))
+    expect(bad.backgroundGate?.problem).toContain('expected a whole number from 1 to 64')
+  })
+
+  it.each([
+    [{ ready: true, started: true, state: { running: {} } }, 'open: admitting background requests'],
+    [{ ready: false, started: true, state: { running: {} } }, 'closed: refusing background requests'],
+    [{ ready: false, started: false, state: { running: {} } }, 'starting: background refused'],
+    [
+      { ready: false, state: { waiting: { reason: 'ContainerCreating' } } },
+      'not running: waiting: ContainerCreating (is Secret model-backfill-gate in the namespace?)',
+    ],
+    [{ ready: false, state: { terminated: { reason: 'Completed' } } }, 'stopped: terminated: Completed'],
+  ])('a gate container %j reads as "%s"', (status, text) => {
+    const e = explain(input(aWorld({ backfill: gated() }), T0, { gatePods: [gatePodSeen(pod(status))] }))
+    expect(renderExplanation(e)).toContain(`  pod bf-1-abc-x1: ${text}`)
+  })
+
+  it('a pending pod (no container status yet) and a pod without the gate', () => {
+    expect(gatePodSeen({ metadata: { name: 'p' }, status: { phase: 'Pending' } }).state).toContain('Pending')
+    expect(
+      gatePodSeen({ metadata: { name: 'p' }, status: { phase: 'Running', initContainerStatuses: [] } }).state,
+    ).toBe('absent')
   })
 })

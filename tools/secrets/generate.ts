@@ -21,6 +21,7 @@ import { createUser } from '@nats-io/nkeys'
 import { stringify } from 'yaml'
 
 export const AUTH_CONF = new URL('../../nats/auth.conf', import.meta.url)
+export const GATES_CONF = new URL('../../nats/gates.conf', import.meta.url)
 /** The Secret nats-server mounts (at /etc/nats-auth) and includes. */
 export const NATS_AUTH_SECRET = 'model-backfill-nats-auth'
 /** Identities whose seed does not belong in the install namespace: gateways run elsewhere, the operator is a human. */
@@ -128,7 +129,12 @@ export function render(authConf: string, g: Generated, opts: Options): Record<st
 
   files['nats/kustomization.yaml'] = kustomization(opts.natsNamespace, ['secret.yaml'])
   files['nats/secret.yaml'] = yamlDocs([
-    secret(NATS_AUTH_SECRET, undefined, 'nats-auth', { 'auth.conf': fillAuthConf(authConf, publicKeys) }),
+    // auth.conf includes gates.conf from beside itself: the background gates' account, shipped as is (its users, one
+    // per namespace that opts in, are added with `npm run nats:gates`; docs/gate.md).
+    secret(NATS_AUTH_SECRET, undefined, 'nats-auth', {
+      'auth.conf': fillAuthConf(authConf, publicKeys),
+      'gates.conf': readFileSync(GATES_CONF, 'utf8'),
+    }),
   ])
   files['public-keys.env'] = users.map((u) => `FLEXINFER_${u.toUpperCase()}_NKEY=${publicKeys[u]}\n`).join('')
 

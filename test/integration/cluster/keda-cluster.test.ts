@@ -58,6 +58,7 @@ beforeAll(async () => {
   await mkdir(dir, { recursive: true })
   reaper.removeDir(dir)
   await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'auth.conf'))
+  await copyFile(join(repoRoot, 'nats/gates.conf'), join(dir, 'gates.conf'))
   nkeys = await makeNatsNkeys(dir)
   await Promise.all(
     HOSTS.map(async (host, i) => {

@@ -144,10 +144,14 @@ export class BackfillWorld {
     })
   }
 
-  async backfill(name: string, spec: Partial<ModelBackfillSpec> & { modelRef: string; templateRef: string }) {
+  async backfill(
+    name: string,
+    spec: Partial<ModelBackfillSpec> & { modelRef: string; templateRef: string },
+    annotations?: Record<string, string>,
+  ) {
     return (await this.custom.createNamespacedCustomObject({
       ...this.crd('modelbackfills'),
-      body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ModelBackfill', metadata: { name }, spec },
+      body: { apiVersion: `${GROUP}/${VERSION}`, kind: 'ModelBackfill', metadata: { name, annotations }, spec },
     })) as ModelBackfill
   }
 

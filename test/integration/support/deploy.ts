@@ -7,7 +7,9 @@ import { createWriteStream, existsSync } from 'node:fs'
 import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
+import { createUser } from '@nats-io/nkeys'
 import { parseAllDocuments, stringify } from 'yaml'
+import { gateNkeyEnv, gatesConf } from '../../../jetstream/gates-conf.js'
 import {
   AUTH_CONF,
   authConfIdentities,
@@ -196,6 +198,8 @@ export interface AuthNats {
   url(user: NatsUser): string
   /** Path of a user's NKey seed file (what its mounted Secret holds when deployed). */
   seedFile(user: NatsUser): string
+  /** Seed file of a namespace's gate user (what its `model-backfill-gate` Secret holds). */
+  gateSeedFile(namespace: string): string
   /** Public NKey of a user (what nats-server is given). */
   publicKey(user: NatsUser): string
   hostPort: string
@@ -232,21 +236,37 @@ export async function makeNatsNkeys(dir: string): Promise<NatsNkeys> {
 /**
  * A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf with fresh NKeys given
  * in its environment — or, with `generated`, the auth.conf `npm run gen:secrets` filled in (mounted beside the
- * server's config as in a pod: `include "../nats-auth/auth.conf"`), with no key in the environment.
+ * server's config as in a pod: `include "../nats-auth/auth.conf"`), with no key in the environment. Beside it
+ * nats/gates.conf as shipped, or with `gateNamespaces` as `npm run nats:gates` writes it for those namespaces, each
+ * gate user with a fresh NKey (`gateSeedFile`).
  */
 export async function startAuthNats(
   natsServer: string,
   generated?: { authConf: string; nkeys: Pick<NatsNkeys, 'seedFile' | 'publicKey'> },
+  opts: { gateNamespaces?: string[] } = {},
 ): Promise<AuthNats> {
   const dir = await mkdtemp(join(tmpdir(), 'nats-auth-'))
   const [port, monitorPort] = (await freePorts(2)) as [number, number]
   const nkeys = generated?.nkeys ?? (await makeNatsNkeys(dir))
-  const serverEnv = generated ? {} : (nkeys as NatsNkeys).serverEnv
+  const serverEnv: Record<string, string> = generated ? {} : { ...(nkeys as NatsNkeys).serverEnv }
   await mkdir(join(dir, 'js'))
   await mkdir(join(dir, 'nats-config'))
   await mkdir(join(dir, 'nats-auth'))
   if (generated) await writeFile(join(dir, 'nats-auth', 'auth.conf'), generated.authConf)
   else await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'nats-auth', 'auth.conf'))
+  // auth.conf includes gates.conf from beside itself.
+  const gateSeeds = new Map<string, string>()
+  if (opts.gateNamespaces) {
+    await writeFile(join(dir, 'nats-auth', 'gates.conf'), gatesConf(opts.gateNamespaces))
+    await mkdir(join(dir, 'gate-seeds'), { mode: 0o700 })
+    for (const ns of opts.gateNamespaces) {
+      const pair = createUser()
+      serverEnv[gateNkeyEnv(ns)] = pair.getPublicKey()
+      const file = join(dir, 'gate-seeds', `${ns}.nk`)
+      await writeFile(file, new TextDecoder().decode(pair.getSeed()), { mode: 0o600 })
+      gateSeeds.set(ns, file)
+    }
+  } else await copyFile(join(repoRoot, 'nats/gates.conf'), join(dir, 'nats-auth', 'gates.conf'))
   const conf = join(dir, 'nats-config', 'nats-server.conf')
   await writeFile(
     conf,
@@ -288,6 +308,11 @@ export async function startAuthNats(
   const hostPort = `${LOOPBACK}:${port}`
   return {
     url: (user) => `nats://${user}@${hostPort}?nkey_seed_file=${encodeURIComponent(nkeys.seedFile(user))}`,
+    gateSeedFile: (namespace) => {
+      const file = gateSeeds.get(namespace)
+      if (!file) throw new Error(`no gate user for namespace ${namespace} (startAuthNats gateNamespaces)`)
+      return file
+    },
     seedFile: nkeys.seedFile,
     publicKey: nkeys.publicKey,
     hostPort,
