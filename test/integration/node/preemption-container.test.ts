@@ -1,0 +1,178 @@
+// Foreground wins, down to the container: on a real node (kubelet, containerd, runc), a backfill Job's pod runs a
+// real container; a foreground request for the model makes the functions delete the Job, the garbage collector
+// deletes the pod, the kubelet stops the container with SIGTERM, and the container exits. Measured per preemption:
+//   preemption_sigterm_ms  foreground request published → the container's SIGTERM handler wrote its line
+//                          (the time containerd read that line from the container)
+//   preemption_exit_ms     foreground request published → the container's process exited (containerd's exited_at)
+// MBF_NODE_PREEMPTIONS=N repeats it N times (npm run test:node:preemption: 10) and prints p50/p99; npm test runs 2.
+import { randomBytes } from 'node:crypto'
+import type { V1Pod } from '@kubernetes/client-node'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { percentile } from '../../../bench/percentile.js'
+import { jobName } from '../../../core/names.js'
+import { type Runner, startRunner } from '../../../runtime/runner.js'
+import { nodeUnavailableReason } from '../../env/node.js'
+import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { containerLog, type NodeEnv, startNodeEnv, TaskEvents } from './node-support.js'
+
+const unavailable = nodeUnavailableReason()
+const PREEMPTIONS = Number(process.env.MBF_NODE_PREEMPTIONS ?? 2)
+/** The template's grace period (the Kubernetes default); the container exits on SIGTERM long before it. */
+const GRACE_SECONDS = 30
+
+/** A template whose container reports SIGTERM on stdout and exits at once; `wait` returns as the signal arrives. */
+const SCRIPT = "trap 'echo SIGTERM; exit 143' TERM; echo started; sleep 3600 & wait $!"
+
+describe.skipIf(unavailable)('preemption reaches the container (real node)', () => {
+  let ne: NodeEnv
+  let runner: Runner
+  let world: BackfillWorld
+  let events: TaskEvents
+
+  beforeAll(async () => {
+    ne = await startNodeEnv(`t-node-preemption-${randomBytes(3).toString('hex')}`)
+    runner = await startRunner({
+      natsUrl: ne.env.natsUrl,
+      kubeconfig: ne.kc,
+      watch: true,
+      namespaces: [ne.namespace],
+      instance: `t${randomBytes(4).toString('hex')}`,
+    })
+    world = new BackfillWorld(ne.kc, ne.namespace, ne.nc)
+    events = new TaskEvents(ne.node)
+  }, 240_000)
+
+  afterAll(async () => {
+    events?.close()
+    world?.close()
+    await runner?.stop()
+    await ne?.stop()
+  }, 120_000)
+
+  it(`foreground request → SIGTERM in the container → exited, ${PREEMPTIONS}×`, {
+    timeout: 60_000 + PREEMPTIONS * 45_000,
+  }, async () => {
+    const model = 'gemma'
+    const template = 'eval'
+    const backfill = 'eval-gemma'
+    await world.model(model, { node: ne.node.name })
+    await world.batch.createNamespacedCronJob({
+      namespace: ne.namespace,
+      body: {
+        metadata: { name: template },
+        spec: {
+          schedule: '0 0 1 1 *',
+          suspend: true,
+          jobTemplate: {
+            spec: {
+              backoffLimit: 0,
+              template: {
+                spec: {
+                  restartPolicy: 'Never',
+                  terminationGracePeriodSeconds: GRACE_SECONDS,
+                  containers: [
+                    {
+                      name: 'eval',
+                      image: ne.node.images.busybox.ref,
+                      imagePullPolicy: 'Never',
+                      command: ['sh', '-c', SCRIPT],
+                    },
+                  ],
+                },
+              },
+            },
+          },
+        },
+      },
+    })
+    await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
+
+    const sigterm: number[] = []
+    const jobGone: number[] = []
+    const podDeleting: number[] = []
+    const exited: number[] = []
+    for (let attempt = 1; attempt <= PREEMPTIONS; attempt++) {
+      const job = jobName(backfill, attempt)
+      // Running, and the container has started its work (its first line is in the log).
+      const pod = await waitUntil(
+        `attempt ${attempt}: Job ${job}'s container started`,
+        async () => {
+          const pods = await world.core.listNamespacedPod({ namespace: ne.namespace, labelSelector: `job-name=${job}` })
+          const p = pods.items.find((i) => i.status?.containerStatuses?.[0]?.state?.running)
+          if (!p) return undefined
+          return (await containerLog(ne.node, p, 'eval')).some((l) => l.text === 'started') ? p : undefined
+        },
+        40_000,
+      )
+      const containerId = (pod.status?.containerStatuses?.[0]?.containerID ?? '').replace(/^containerd:\/\//, '')
+      expect(containerId).toMatch(/^[0-9a-f]{64}$/)
+      expect(pod.spec?.nodeName).toBe(ne.node.name)
+
+      // Where the time goes: when the Job's delete and the pod's deletion are first seen (polled every 20 ms).
+      const seen = observeDeletion(world, ne.namespace, job, pod.metadata?.name as string)
+      const requestAt = await world.foreground(model)
+      const requestNs = BigInt(requestAt) * 1_000_000n
+      const termLine = await waitUntil(
+        `attempt ${attempt}: SIGTERM in the container`,
+        async () => (await containerLog(ne.node, pod as V1Pod, 'eval')).find((l) => l.text === 'SIGTERM'),
+        20_000,
+      )
+      const exitNs = await events.exitOf(containerId, 20_000)
+      const deletion = await seen
+      jobGone.push(deletion.job - requestAt)
+      podDeleting.push(deletion.pod - requestAt)
+      sigterm.push(Number(termLine.atNs - requestNs) / 1e6)
+      exited.push(Number(exitNs - requestNs) / 1e6)
+      // The backfill saw it as a foreground preemption, and the next quiet window starts the next attempt.
+      await world.waitForStatus(
+        backfill,
+        `attempt ${attempt} cancelled by foreground demand`,
+        (s) => (s.attempts ?? 0) >= attempt && s.phase !== 'Running',
+      )
+    }
+
+    const result = {
+      preemptions: PREEMPTIONS,
+      preemption_sigterm_ms: sigterm.map(round),
+      preemption_exit_ms: exited.map(round),
+      preemption_sigterm_ms_p50: percentile(sigterm, 50),
+      preemption_sigterm_ms_p99: percentile(sigterm, 99),
+      preemption_exit_ms_p50: percentile(exited, 50),
+      preemption_exit_ms_p99: percentile(exited, 99),
+      // The steps before the kubelet: the functions' Job DELETE, then the garbage collector's pod delete.
+      job_deleted_ms: jobGone,
+      pod_deletion_ms: podDeleting,
+      grace_seconds: GRACE_SECONDS,
+    }
+    console.log(`[node] ${JSON.stringify(result)}`)
+    // SIGTERM well inside the grace period; the container's exit right after its handler ran.
+    for (let i = 0; i < PREEMPTIONS; i++) {
+      expect(sigterm[i]).toBeGreaterThan(0)
+      expect(sigterm[i]).toBeLessThan(10_000)
+      expect(exited[i]).toBeGreaterThanOrEqual(sigterm[i] as number)
+      expect((exited[i] as number) - (sigterm[i] as number)).toBeLessThan(2_000)
+    }
+    const state = await world.state(backfill)
+    expect(state?.counters.preemptions).toEqual({ foreground: PREEMPTIONS })
+  })
+})
+
+const round = (n: number) => Math.round(n * 10) / 10
+
+/** When (ms since the epoch, to ±20 ms) the Job is first seen deleting or gone, and its pod first seen deleting. */
+async function observeDeletion(world: BackfillWorld, namespace: string, job: string, pod: string) {
+  let jobAt = 0
+  let podAt = 0
+  const deadline = Date.now() + 20_000
+  while ((!jobAt || !podAt) && Date.now() < deadline) {
+    const [j, p] = await Promise.all([
+      jobAt ? undefined : world.job(job),
+      podAt ? undefined : world.core.readNamespacedPod({ namespace, name: pod }).catch(() => null),
+    ])
+    const now = Date.now()
+    if (!jobAt && (j === null || j?.metadata?.deletionTimestamp)) jobAt = now
+    if (!podAt && (p === null || p?.metadata?.deletionTimestamp)) podAt = now
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  return { job: jobAt, pod: podAt }
+}
