@@ -39,7 +39,7 @@ async function up(natsCluster: boolean, node: boolean): Promise<void> {
   }
   await stopStragglers()
   if (existsSync(dir)) await rm(dir, { recursive: true, force: true })
-  const env = await startEnvironment({ dir, detached: true, natsCluster, node })
+  const env = await startEnvironment({ dir, detached: true, natsCluster, node: node && { appImage: true } })
   console.log(
     `Environment up in ${(env.startupMs / 1000).toFixed(1)}s: Kubernetes ${env.kubernetesVersion}, nats-server ${env.natsServerVersion}`,
   )

@@ -104,8 +104,9 @@ export interface StartOptions {
   /**
    * A real node: containerd + runc, a kubelet, kube-scheduler, kube-proxy and CoreDNS (test/env/node.ts), so pods
    * run containers. Needs root and the machine's containerd/runc/CNI packages. Default false: pods stay Pending.
+   * `{ appImage: true }` also imports the project's image (images/build.sh --app) into it.
    */
-  node?: boolean
+  node?: boolean | { appImage?: boolean }
 }
 
 const owned = new WeakMap<object, Reaper>()
@@ -325,6 +326,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
           start,
           log,
           elapsed,
+          appImage: typeof opts.node === 'object' && opts.node.appImage === true,
         })
       : undefined
     await natsReady

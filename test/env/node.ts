@@ -83,6 +83,17 @@ export interface NodeContext {
   start: (name: string, command: string, args: string[]) => ServerProcess
   log: (line: string) => void
   elapsed: () => string
+  /** Also import the project's image, when images/build.sh --app has made it. */
+  appImage?: boolean
+}
+
+function ctr(address: string, args: string[]) {
+  return runOk(CTR, ['--address', address, '--namespace', K8S_NAMESPACE, ...args], { timeoutMs: 120_000 })
+}
+
+/** Imports docker-archives (images/build.sh) into the node's containerd, where the kubelet finds them. */
+export async function importImages(containerdAddress: string, archives: string[]): Promise<void> {
+  for (const archive of archives) await ctr(containerdAddress, ['images', 'import', '--no-unpack', archive])
 }
 
 /** Certificates the apiserver needs for a node (created before the apiserver starts). */
@@ -391,14 +402,20 @@ export async function startNode(ctx: NodeContext): Promise<NodeInfo> {
     }),
   )
   const containerd = ctx.start('containerd', CONTAINERD, ['--config', containerdConfigPath])
-  const ctr = (args: string[]) =>
-    runOk(CTR, ['--address', containerdAddress, '--namespace', K8S_NAMESPACE, ...args], { timeoutMs: 120_000 })
   await whileRunning(
     containerd,
-    waitFor('containerd', async () => (await ctr(['version'])).code === 0, { timeoutMs: 30_000, intervalMs: 100 }),
+    waitFor('containerd', async () => (await ctr(containerdAddress, ['version'])).code === 0, {
+      timeoutMs: 30_000,
+      intervalMs: 100,
+    }),
   )
-  const archives = [images.pause.archive, images.busybox.archive, ...(images.app ? [images.app.archive] : [])]
-  for (const archive of archives) await ctr(['images', 'import', '--no-unpack', archive])
+  // The project's image (~250 MB) only when asked: importing it takes seconds most tests do not need.
+  const archives = [
+    images.pause.archive,
+    images.busybox.archive,
+    ...(ctx.appImage && images.app ? [images.app.archive] : []),
+  ]
+  await importImages(containerdAddress, archives)
   log(`containerd ready, ${archives.length} images imported (${elapsed()})`)
 
   // Identities: the kubelet (a Node), kube-proxy, kube-scheduler and CoreDNS, each with its own certificate.
@@ -648,3 +665,62 @@ const NODE_RBAC = stringify({
     },
   ],
 })
+
+/**
+ * What a node can leave on this machine outside its directory (the things cleanup.sh undoes), as comparable lists:
+ * equal before a node starts and after it is gone means nothing was left behind.
+ */
+export interface Footprint {
+  cgroups: string[]
+  links: string[]
+  iptables: string[]
+  mounts: string[]
+  processes: string[]
+  files: string[]
+  sysctls: string[]
+}
+
+export async function machineFootprint(): Promise<Footprint> {
+  const lines = async (cmd: string, args: string[]) =>
+    (await run(cmd, args)).stdout.split('\n').filter((l) => l && !l.startsWith('#'))
+  const ls = async (dir: string) => (await readdir(dir).catch(() => [] as string[])).map((f) => join(dir, f))
+  const cgroups: string[] = []
+  for (const h of await readdir(CGROUP_FS).catch(() => [] as string[])) {
+    for (const d of await ls(join(CGROUP_FS, h))) if (/\/(modelbackfill-|kubepods)/.test(d)) cgroups.push(d)
+  }
+  const rules = async (cmd: string) =>
+    (await lines(cmd, [])).filter((l) => /KUBE-|modelbackfill/.test(l)).map((l) => `${cmd}: ${l}`)
+  const processes = [] as string[]
+  for (const pid of await readdir('/proc').catch(() => [] as string[])) {
+    if (!/^\d+$/.test(pid)) continue
+    let cmd = ''
+    try {
+      cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ')
+    } catch {
+      continue
+    }
+    if (/containerd-shim|\/pause\b/.test(cmd)) processes.push(cmd.trim())
+  }
+  return {
+    cgroups: cgroups.sort(),
+    links: (await lines('ip', ['-o', 'link', 'show']))
+      .map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '')
+      .filter((n) => /^(mbf|veth|cni)/.test(n))
+      .sort(),
+    iptables: [...(await rules('iptables-save')), ...(await rules('ip6tables-save'))],
+    mounts: readFileSync('/proc/self/mountinfo', 'utf8')
+      .split('\n')
+      .map((l) => l.split(' ')[4] ?? '')
+      .filter((m) => /modelbackfill-env-|\/run\/containerd|\/var\/lib\/kubelet|\/run\/netns\/cni-/.test(m))
+      .sort(),
+    processes: processes.sort(),
+    files: [
+      ...(await ls('/run/containerd/s')),
+      ...(await ls('/var/log/containers')),
+      ...(await ls('/var/log/pods')),
+      ...(await ls('/var/lib/cni/results')),
+      ...(await ls('/var/lib/cni/networks')),
+    ].sort(),
+    sysctls: TOUCHED_SYSCTLS.map((k) => `${k}=${readFileSync(sysctlPath(k), 'utf8').trim()}`),
+  }
+}

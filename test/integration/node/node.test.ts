@@ -1,17 +1,24 @@
-// Foreground wins, down to the container: on a real node (kubelet, containerd, runc), a backfill Job's pod runs a
+// The real node (test/env/node.ts), in one file because one node runs per machine at a time:
+// 1. nothing of a node is left on the machine when its owner is SIGKILLed (the reaper runs its cleanup script);
+// 2. foreground wins, down to the container: a backfill Job's pod runs a
 // real container; a foreground request for the model makes the functions delete the Job, the garbage collector
 // deletes the pod, the kubelet stops the container with SIGTERM, and the container exits. Measured per preemption:
 //   preemption_sigterm_ms  foreground request published → the container's SIGTERM handler wrote its line
 //                          (the time containerd read that line from the container)
 //   preemption_exit_ms     foreground request published → the container's process exited (containerd's exited_at)
-// MBF_NODE_PREEMPTIONS=N repeats it N times (npm run test:node:preemption: 10) and prints p50/p99; npm test runs 2.
+// MBF_NODE_PREEMPTIONS=N repeats it N times (npm run test:node:preemption: 10) and prints p50/p99; npm test runs 2;
+// 3. the project's image (images/build.sh --app, from the Dockerfile unchanged) runs as a function pod and is Ready.
 import { randomBytes } from 'node:crypto'
+import { existsSync } from 'node:fs'
 import type { V1Pod } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { percentile } from '../../../bench/percentile.js'
 import { jobName } from '../../../core/names.js'
 import { type Runner, startRunner } from '../../../process/runner.js'
-import { nodeUnavailableReason } from '../../env/node.js'
+import { isAlive, runOk, waitFor } from '../../env/exec.js'
+import { freePorts } from '../../env/net.js'
+import { importImages, machineFootprint, nodeUnavailableReason } from '../../env/node.js'
+import { startOwnerProcess } from '../../env/owner.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { containerLog, type NodeEnv, startNodeEnv, TaskEvents } from './node-support.js'
 
@@ -22,6 +29,52 @@ const GRACE_SECONDS = 30
 
 /** A template whose container reports SIGTERM on stdout and exits at once; `wait` returns as the signal arrives. */
 const SCRIPT = "trap 'echo SIGTERM; exit 143' TERM; echo started; sleep 3600 & wait $!"
+
+describe.skipIf(unavailable)('a node leaves nothing behind', () => {
+  it('its owner SIGKILLed with a pod running: no process, mount, cgroup, link, rule, file or sysctl left', {
+    timeout: 180_000,
+  }, async () => {
+    const before = await machineFootprint()
+    const { child, info } = await startOwnerProcess(['--node'])
+    try {
+      const kubectl = (args: string[], input?: string) =>
+        runOk(info.binaries.kubectl, ['--kubeconfig', info.kubeconfigPath, ...args], { input })
+      await kubectl(['create', 'namespace', 'leftovers'])
+      await waitFor(
+        'the default ServiceAccount',
+        async () => (await kubectl(['-n', 'leftovers', 'get', 'sa', 'default'])).code === 0,
+      )
+      await kubectl([
+        '-n',
+        'leftovers',
+        'run',
+        'sleeper',
+        `--image=${info.node?.images.busybox.ref}`,
+        '--image-pull-policy=Never',
+        '--restart=Never',
+        '--',
+        'sleep',
+        '3600',
+      ])
+      await kubectl(['-n', 'leftovers', 'wait', '--for=condition=Ready', 'pod/sleeper', '--timeout=60s'])
+      const during = await machineFootprint()
+      // The running pod is visible in every place the cleanup covers.
+      expect(during.cgroups.length).toBeGreaterThan(before.cgroups.length)
+      expect(during.links.length).toBeGreaterThan(before.links.length)
+      expect(during.processes.length).toBeGreaterThan(before.processes.length)
+      expect(during.iptables.length).toBeGreaterThan(before.iptables.length)
+      expect(during.mounts.length).toBeGreaterThan(before.mounts.length)
+
+      process.kill(info.ownerPid, 'SIGKILL')
+      await waitFor('the owner process to die', () => !isAlive(info.ownerPid), { timeoutMs: 5_000 })
+      await waitFor('the environment directory to be removed', () => !existsSync(info.dir), { timeoutMs: 90_000 })
+      expect(info.processes.filter((p) => isAlive(p.pid))).toEqual([])
+      expect(await machineFootprint()).toEqual(before)
+    } finally {
+      child.kill('SIGKILL')
+    }
+  })
+})
 
 describe.skipIf(unavailable)('preemption reaches the container (real node)', () => {
   let ne: NodeEnv
@@ -176,3 +229,91 @@ async function observeDeletion(world: BackfillWorld, namespace: string, job: str
   }
   return { job: jobAt, pod: podAt }
 }
+
+describe.skipIf(unavailable)("the project's image on the node", () => {
+  // Its own environment keeps this independent of the preemption runs above (and of their runner's functions).
+  let ne: NodeEnv
+
+  beforeAll(async () => {
+    ne = await startNodeEnv(`t-node-image-${randomBytes(3).toString('hex')}`)
+  }, 240_000)
+
+  afterAll(async () => {
+    await ne?.stop()
+  }, 120_000)
+
+  it('the demand function runs as a pod from the image, non-root on a read-only root filesystem, and is Ready', {
+    timeout: 120_000,
+  }, async (ctx) => {
+    const app = ne.node.images.app
+    if (!app) ctx.skip('no project image: images/build.sh --app (npm run images) has not been run')
+    const image = app as NonNullable<typeof app>
+    await importImages(ne.node.containerdAddress, [image.archive])
+    const port = (await freePorts(1))[0] as number
+    // On the host's network: the environment's NATS listens on loopback. As the manifests run it otherwise.
+    await world(ne).core.createNamespacedPod({
+      namespace: ne.namespace,
+      body: {
+        metadata: { name: 'demand', labels: { 'app.kubernetes.io/component': 'demand' } },
+        spec: {
+          hostNetwork: true,
+          dnsPolicy: 'ClusterFirstWithHostNet',
+          automountServiceAccountToken: false,
+          securityContext: { runAsNonRoot: true, runAsUser: 1000, seccompProfile: { type: 'RuntimeDefault' } },
+          containers: [
+            {
+              name: 'function',
+              image: image.ref,
+              imagePullPolicy: 'Never',
+              env: [
+                { name: 'FUNCTION', value: 'demand' },
+                { name: 'TRANSPORT', value: 'jetstream' },
+                { name: 'WATCH', value: 'false' },
+                { name: 'HOST', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
+                { name: 'PORT', value: String(port) },
+                { name: 'NATS_URL', value: ne.env.natsUrl },
+              ],
+              readinessProbe: { httpGet: { path: '/readyz', port }, periodSeconds: 1 },
+              livenessProbe: { httpGet: { path: '/healthz', port } },
+              securityContext: {
+                readOnlyRootFilesystem: true,
+                allowPrivilegeEscalation: false,
+                capabilities: { drop: ['ALL'] },
+              },
+            },
+          ],
+        },
+      },
+    })
+    const ready = await waitUntil(
+      'the demand pod Ready',
+      async () => {
+        const pod = await world(ne).core.readNamespacedPod({ namespace: ne.namespace, name: 'demand' })
+        return pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ? pod : undefined
+      },
+      90_000,
+    )
+    expect(ready.spec?.nodeName).toBe(ne.node.name)
+    // The image's own user (the Dockerfile's USER node), not root.
+    const metrics = await fetch(`http://${ne.node.hostIp}:${port}/metrics`)
+    expect(metrics.status).toBe(200)
+    const exec = await runOk(ne.env.binaries.kubectl, [
+      '--kubeconfig',
+      ne.env.kubeconfigPath,
+      '-n',
+      ne.namespace,
+      'exec',
+      'demand',
+      '--',
+      'node',
+      '-e',
+      'console.log(process.getuid(), process.version); try { require("fs").writeFileSync("/app/x", "") } catch (e) { console.log(e.code) }',
+    ])
+    const [uid, version, write] = exec.stdout.trim().split(/\s+/)
+    expect(uid).toBe('1000')
+    expect(write).toBe('EROFS')
+    console.log(`[node] demand pod Ready from ${image.ref} (FROM ${image.from}, Node ${version})`)
+  })
+})
+
+const world = (ne: NodeEnv) => new BackfillWorld(ne.kc, ne.namespace, ne.nc)
