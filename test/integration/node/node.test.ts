@@ -10,13 +10,14 @@
 // 3. the project's image (images/build.sh --app, from the Dockerfile unchanged) runs as a function pod and is Ready.
 import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
+import { join } from 'node:path'
 import type { V1Pod } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { percentile } from '../../../bench/percentile.js'
 import { jobName } from '../../../core/names.js'
 import { type Runner, startRunner } from '../../../process/runner.js'
-import { isAlive, runOk, waitFor } from '../../env/exec.js'
-import { freePorts } from '../../env/net.js'
+import { isAlive, run, runOk, waitFor } from '../../env/exec.js'
+import { freePorts, httpGet } from '../../env/net.js'
 import { importImages, machineFootprint, nodeUnavailableReason } from '../../env/node.js'
 import { startOwnerProcess } from '../../env/owner.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
@@ -317,3 +318,79 @@ describe.skipIf(unavailable)("the project's image on the node", () => {
 })
 
 const world = (ne: NodeEnv) => new BackfillWorld(ne.kc, ne.namespace, ne.nc)
+
+describe.skipIf(unavailable)("the node's boundaries (refusals)", () => {
+  let ne: NodeEnv
+
+  beforeAll(async () => {
+    ne = await startNodeEnv(`t-node-refusals-${randomBytes(3).toString('hex')}`)
+  }, 240_000)
+
+  afterAll(async () => {
+    await ne?.stop()
+  }, 120_000)
+
+  it("the kubelet's identity is a node's, not an admin's; its API refuses strangers; pods cannot leave the machine", {
+    timeout: 120_000,
+  }, async () => {
+    const kubectl = (kubeconfig: string, args: string[]) =>
+      run(ne.env.binaries.kubectl, ['--kubeconfig', kubeconfig, ...args])
+    const kubeletKc = join(ne.env.dir, 'node', 'kubelet.kubeconfig')
+    // Node authorizer + NodeRestriction: no Secrets beyond its pods', no pods of its own making, no other Node.
+    const secrets = await kubectl(kubeletKc, ['get', 'secrets', '-A'])
+    expect(secrets.code).not.toBe(0)
+    expect(secrets.stderr).toMatch(/forbidden/)
+    const pod = await kubectl(kubeletKc, ['-n', ne.namespace, 'run', 'x', '--image=busybox', '--restart=Never'])
+    expect(pod.stderr).toMatch(/forbidden/)
+    const other = await kubectl(kubeletKc, ['label', 'node', ne.node.name, 'x=y', '--dry-run=server'])
+    expect(other.code).toBe(0) // its own Node it may label (within NodeRestriction's allowed labels)...
+    const foreign = await kubectl(kubeletKc, ['label', 'node', ne.node.name, 'node-role.kubernetes.io/control-plane='])
+    expect(foreign.stderr).toMatch(/forbidden|not allowed/) // ...but not the restricted ones.
+    // kube-proxy reads Services and EndpointSlices; it writes no pod.
+    const proxy = await kubectl(join(ne.env.dir, 'node', 'kube-proxy.kubeconfig'), [
+      '-n',
+      ne.namespace,
+      'delete',
+      'pods',
+      '--all',
+    ])
+    expect(proxy.stderr).toMatch(/forbidden/)
+
+    // The kubelet's API: no anonymous access (x509 from the environment's CA only).
+    const port = JSON.parse((await kubectl(ne.env.kubeconfigPath, ['get', 'node', ne.node.name, '-o', 'json'])).stdout)
+      .status.daemonEndpoints.kubeletEndpoint.Port as number
+    const anonymous = await httpGet(`https://${ne.node.hostIp}:${port}/pods`, { insecure: true })
+    expect(anonymous.status).toBe(401)
+
+    // A pod's packets to an address off this machine are dropped where the bridge meets the rest (no NAT either).
+    const dropped = async () => {
+      const rules = (await runOk('iptables', ['-S', 'FORWARD', '-v'])).stdout.split('\n')
+      const out = rules.find((r) => r.includes(`-i ${ne.node.bridge} ! -o ${ne.node.bridge}`) && r.includes('DROP'))
+      return Number(/ -c (\d+) /.exec(out ?? '')?.[1] ?? Number.NaN)
+    }
+    const before = await dropped()
+    const ping = await kubectl(ne.env.kubeconfigPath, [
+      '-n',
+      ne.namespace,
+      'run',
+      'leaver',
+      `--image=${ne.node.images.busybox.ref}`,
+      '--image-pull-policy=Never',
+      '--restart=Never',
+      '--attach',
+      '--rm',
+      '--quiet',
+      '--command',
+      '--',
+      'sh',
+      '-c',
+      // TEST-NET-3: an address of documentation, routed nowhere.
+      'ping -c 2 -W 1 203.0.113.7 >/dev/null 2>&1 && echo reached || echo unreachable',
+    ])
+    expect(ping.stdout.trim()).toBe('unreachable')
+    expect(await dropped()).toBeGreaterThanOrEqual(before + 2)
+    expect((await runOk('iptables-save', ['-t', 'nat'])).stdout).not.toMatch(
+      new RegExp(`MASQUERADE.*${ne.node.podCidr.replace(/[./]/g, '\\$&')}`),
+    )
+  })
+})
