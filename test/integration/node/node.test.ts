@@ -7,7 +7,8 @@
 //                          (the time containerd read that line from the container)
 //   preemption_exit_ms     foreground request published → the container's process exited (containerd's exited_at)
 // MBF_NODE_PREEMPTIONS=N repeats it N times (npm run test:node:preemption: 10) and prints p50/p99; npm test runs 2;
-// 3. the project's image (images/build.sh --app, from the Dockerfile unchanged) runs as a function pod and is Ready.
+// 3. the project's image (images/build.sh --app, from the Dockerfile unchanged) runs as a function pod and is Ready;
+// 4. refusals: the kubelet's node identity, anonymous access to the kubelet, a pod's packets off the machine.
 import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
@@ -110,34 +111,10 @@ describe.skipIf(unavailable)('preemption reaches the container (real node)', () 
     const template = 'eval'
     const backfill = 'eval-gemma'
     await world.model(model, { node: ne.node.name })
-    await world.batch.createNamespacedCronJob({
-      namespace: ne.namespace,
-      body: {
-        metadata: { name: template },
-        spec: {
-          schedule: '0 0 1 1 *',
-          suspend: true,
-          jobTemplate: {
-            spec: {
-              backoffLimit: 0,
-              template: {
-                spec: {
-                  restartPolicy: 'Never',
-                  terminationGracePeriodSeconds: GRACE_SECONDS,
-                  containers: [
-                    {
-                      name: 'eval',
-                      image: ne.node.images.busybox.ref,
-                      imagePullPolicy: 'Never',
-                      command: ['sh', '-c', SCRIPT],
-                    },
-                  ],
-                },
-              },
-            },
-          },
-        },
-      },
+    await world.template(template, {
+      image: ne.node.images.busybox.ref,
+      script: SCRIPT,
+      terminationGracePeriodSeconds: GRACE_SECONDS,
     })
     await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
 
@@ -231,7 +208,7 @@ async function observeDeletion(world: BackfillWorld, namespace: string, job: str
   return { job: jobAt, pod: podAt }
 }
 
-describe.skipIf(unavailable)("the project's image on the node", () => {
+describe.skipIf(unavailable)("the project's image on the node, and the node's boundaries", () => {
   // Its own environment keeps this independent of the preemption runs above (and of their runner's functions).
   let ne: NodeEnv
 
@@ -315,20 +292,6 @@ describe.skipIf(unavailable)("the project's image on the node", () => {
     expect(write).toBe('EROFS')
     console.log(`[node] demand pod Ready from ${image.ref} (FROM ${image.from}, Node ${version})`)
   })
-})
-
-const world = (ne: NodeEnv) => new BackfillWorld(ne.kc, ne.namespace, ne.nc)
-
-describe.skipIf(unavailable)("the node's boundaries (refusals)", () => {
-  let ne: NodeEnv
-
-  beforeAll(async () => {
-    ne = await startNodeEnv(`t-node-refusals-${randomBytes(3).toString('hex')}`)
-  }, 240_000)
-
-  afterAll(async () => {
-    await ne?.stop()
-  }, 120_000)
 
   it("the kubelet's identity is a node's, not an admin's; its API refuses strangers; pods cannot leave the machine", {
     timeout: 120_000,
@@ -394,3 +357,5 @@ describe.skipIf(unavailable)("the node's boundaries (refusals)", () => {
     )
   })
 })
+
+const world = (ne: NodeEnv) => new BackfillWorld(ne.kc, ne.namespace, ne.nc)
