@@ -49,7 +49,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ "$(id -u)" -eq 0 ] || { log "making images needs root (podman storage, debootstrap's chroot)"; exit 1; }
 
-pause_src=$(cd "$root/tools/k8s" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause
+# The module's source (downloaded if this runs before any Kubernetes build, e.g. beside it in .ci/run).
+pause_src=$(cd "$root/tools/k8s" && go mod download -json k8s.io/kubernetes |
+  sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')/build/pause
+[ -f "$pause_src/linux/pause.c" ] || { log "no build/pause/linux/pause.c in the k8s.io/kubernetes module ($pause_src)"; exit 1; }
 pause_tag=$(awk '$1 == "TAG" && $2 == "?=" { print $3; exit }' "$pause_src/Makefile")
 busybox_version=$(dpkg-query -W -f '${Version}' busybox-static | sed 's/^[0-9]*://; s/[^A-Za-z0-9_.-]/_/g')
 pause_ref="localhost/modelbackfill/pause:$pause_tag"
