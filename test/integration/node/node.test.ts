@@ -3,8 +3,9 @@
 // 2. foreground wins, down to the container: a backfill Job's pod runs a
 // real container; a foreground request for the model makes the functions delete the Job, the garbage collector
 // deletes the pod, the kubelet stops the container with SIGTERM, and the container exits. Measured per preemption:
-//   preemption_sigterm_ms  foreground request published → the container's SIGTERM handler wrote its line
-//                          (the time containerd read that line from the container)
+//   preemption_sigterm_ms  foreground request published → the container's SIGTERM handler ran: the earlier of the
+//                          time containerd read the handler's line and the exit (both come after the signal; the
+//                          line's copier can lag the exit by tens of ms on a loaded machine)
 //   preemption_exit_ms     foreground request published → the container's process exited (containerd's exited_at)
 // MBF_NODE_PREEMPTIONS=N repeats it N times (npm run test:node:preemption: 10) and prints p50/p99; npm test runs 2;
 // 3. the project's image (images/build.sh --app, from the Dockerfile unchanged) runs as a function pod and is Ready;
@@ -152,8 +153,9 @@ describe.skipIf(unavailable)('preemption reaches the container (real node)', () 
       const deletion = await seen
       jobGone.push(deletion.job - requestAt)
       podDeleting.push(deletion.pod - requestAt)
-      sigterm.push(Number(termLine.atNs - requestNs) / 1e6)
-      exited.push(Number(exitNs - requestNs) / 1e6)
+      const exitMs = Number(exitNs - requestNs) / 1e6
+      sigterm.push(Math.min(Number(termLine.atNs - requestNs) / 1e6, exitMs))
+      exited.push(exitMs)
       // The backfill saw it as a foreground preemption, and the next quiet window starts the next attempt.
       await world.waitForStatus(
         backfill,
