@@ -36,9 +36,18 @@ export const CONTROLLERS = [
 
 /**
  * With a node, also: the node lifecycle controller (it lifts the not-ready taint a kubelet registers with, and
- * taints a node that stops reporting) and EndpointSlices for Services (kube-proxy and CoreDNS read them).
+ * taints a node that stops reporting), EndpointSlices for Services (kube-proxy and CoreDNS read them), and the
+ * workload controllers an installation's pods come from (Deployments, StatefulSets, DaemonSets, PDBs).
  */
-export const NODE_CONTROLLERS = ['node-lifecycle-controller', 'endpointslice-controller']
+export const NODE_CONTROLLERS = [
+  'node-lifecycle-controller',
+  'endpointslice-controller',
+  'deployment-controller',
+  'replicaset-controller',
+  'statefulset-controller',
+  'daemonset-controller',
+  'disruption-controller',
+]
 
 export const SERVICE_ACCOUNT_ISSUER = 'https://kubernetes.default.svc.cluster.local'
 

@@ -295,6 +295,50 @@ describe.skipIf(unavailable)("the project's image on the node, and the node's bo
     console.log(`[node] demand pod Ready from ${image.ref} (FROM ${image.from}, Node ${version})`)
   })
 
+  it('a Deployment behind a Service: its ClusterIP from cluster DNS, reached through kube-proxy from a pod', {
+    timeout: 120_000,
+  }, async () => {
+    const kubectl = (args: string[]) =>
+      runOk(ne.env.binaries.kubectl, ['--kubeconfig', ne.env.kubeconfigPath, '-n', ne.namespace, ...args], {
+        timeoutMs: 90_000,
+      })
+    const image = ne.node.images.busybox.ref
+    await kubectl([
+      'create',
+      'deployment',
+      'web',
+      `--image=${image}`,
+      '--',
+      'sh',
+      '-c',
+      'mkdir -p /www && echo hello-from-web >/www/index.html && httpd -f -p 8080 -h /www',
+    ])
+    await kubectl(['expose', 'deployment', 'web', '--port=80', '--target-port=8080'])
+    await kubectl(['wait', '--for=condition=Available', 'deployment/web', '--timeout=60s'])
+    // busybox's own resolver (nslookup) and nc with an address: its static build has no NSS for names.
+    const fqdn = `web.${ne.namespace}.svc.cluster.local`
+    const client = await kubectl([
+      'run',
+      'client',
+      `--image=${image}`,
+      '--image-pull-policy=Never',
+      '--restart=Never',
+      '--attach',
+      '--rm',
+      '--quiet',
+      '--command',
+      '--',
+      'sh',
+      '-c',
+      // A few tries: CoreDNS learns of the new Service from its watch.
+      `for i in 1 2 3 4 5 6 7 8 9 10; do ip=$(nslookup ${fqdn} 2>/dev/null | awk '/^Address: / { print $2 }' | tail -1); [ -n "$ip" ] && break; sleep 1; done; echo "$ip"; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 "$ip" 80 | tail -1`,
+    ])
+    const [ip, body] = client.stdout.trim().split('\n')
+    const service = JSON.parse((await kubectl(['get', 'service', 'web', '-o', 'json'])).stdout)
+    expect(ip).toBe(service.spec.clusterIP)
+    expect(body).toBe('hello-from-web')
+  })
+
   it("the kubelet's identity is a node's, not an admin's; its API refuses strangers; pods cannot leave the machine", {
     timeout: 120_000,
   }, async () => {
