@@ -11,7 +11,8 @@
 # files instead of ~2,000 modules from node_modules, and only its mode's and its function's code: demand and source
 # never load the Kubernetes client, and no process loads the OpenTelemetry SDK unless OTEL_* turns tracing on
 # (cold start; test/integration/transport/cold-start-modules.test.ts).
-FROM node:20-slim AS build
+# Node 24 LTS (Node 20 reached its end of life in April 2026); the bundle targets node20, so it still runs there.
+FROM node:24-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts
@@ -29,7 +30,7 @@ COPY process ./process
 COPY scripts/bundle.mjs ./scripts/bundle.mjs
 RUN npm run build
 
-FROM node:20-slim
+FROM node:24-slim
 ENV NODE_ENV=production
 WORKDIR /app
 # The bundle carries its dependencies; nothing is installed here.

@@ -94,13 +94,13 @@ describe('monitoring', () => {
   it('the chart ships the sources’ own CRD, dashboard and alert groups', async () => {
     const [crd, chartCrd, dashboard, chartDashboard, rule, chartRules] = await Promise.all([
       read('crds/modelbackfill.yaml'),
-      read('charts/model-backfill/crds/modelbackfill.yaml'),
+      read('charts/model-backfill/files/crd-modelbackfill.yaml'),
       read('base/grafana-dashboard.json'),
       read('charts/model-backfill/files/grafana-dashboard.json'),
       read('monitoring/prometheusrule.yaml'),
       read('charts/model-backfill/files/alert-rules.yaml'),
     ])
-    expect(chartCrd, 'cp crds/modelbackfill.yaml charts/model-backfill/crds/').toBe(crd)
+    expect(chartCrd, 'cp crds/modelbackfill.yaml charts/model-backfill/files/crd-modelbackfill.yaml').toBe(crd)
     expect(chartDashboard, 'cp base/grafana-dashboard.json charts/model-backfill/files/').toBe(dashboard)
     expect(
       parse(chartRules),

@@ -60,7 +60,7 @@ file), items (whether to mount only that key). Each user has a Secret of its own
 {{- fail (printf "nats.credentials.%s: set seed (an NKey seed, SU...) or existingSecret (and key)" .user) -}}
 {{- end -}}
 {{- if not (hasPrefix "SU" $c.seed) -}}
-{{- fail (printf "nats.credentials.%s.seed is not an NKey user seed (SU...): nk -gen user -pubout" .user) -}}
+{{- fail (printf "nats.credentials.%s.seed is not an NKey user seed (SU...): npm run gen:secrets -- --format helm makes them all" .user) -}}
 {{- end -}}
 {{- toJson (dict "secret" (printf "%s-nats-%s" (include "mbf.fullname" .root) .user) "key" "seed" "file" "NATS_NKEY_SEED_FILE" "items" false) -}}
 {{- end -}}

@@ -170,7 +170,14 @@ describe.each(['keda', 'knative'] as const)('helm template --set mode=%s', (mode
     )
     const applied = await apply(release, chart)
     expect(applied).toHaveLength(chart.filter((m) => !isCrd(m)).length)
-    expect(chart.filter(isCrd).map((c) => c.metadata.name)).toEqual(['modelbackfills.ai.flexinfer'])
+    // The CRD: a template (so `helm upgrade` updates it) that `helm uninstall` keeps, with the generated schema.
+    const crds = chart.filter(isCrd)
+    expect(crds.map((c) => c.metadata.name)).toEqual(['modelbackfills.ai.flexinfer'])
+    expect((crds[0] as Manifest).metadata).toMatchObject({ annotations: { 'helm.sh/resource-policy': 'keep' } })
+    const generated = parse(await readFile(join(repoRoot, 'crds/modelbackfill.yaml'), 'utf8'))[0] as Manifest
+    expect(crds[0]?.spec).toEqual(generated.spec)
+    const without = await render(`${release}-nocrd`, { mode, crd: { install: false } }, { crds: true })
+    expect(without.filter(isCrd)).toEqual([])
     const got = await env.kubectl(['get', 'podmonitor,prometheusrule', '-n', env.namespace, '-o', 'name'])
     expect(got.stdout).toContain(`podmonitor.monitoring.coreos.com/${release}`)
     expect(got.stdout).toContain(`prometheusrule.monitoring.coreos.com/${release}`)

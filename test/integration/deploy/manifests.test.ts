@@ -1,10 +1,14 @@
 // The install manifests against the real schemas: the upstream Knative Serving/Eventing, KEDA and eventing-natss
 // CRDs are installed into the test apiserver, and the `kubectl kustomize` output of both overlays (re-namespaced
 // into this file's namespace) is applied with strict field validation — every object must be accepted.
+import { readFile } from 'node:fs/promises'
+import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { parseAllDocuments } from 'yaml'
 import { APISERVER_TYPES, catalog } from '../../../events/catalog.js'
 import { consumerName } from '../../../jetstream/names.js'
 import { PULLING_FUNCTIONS } from '../../../transport/bridge.js'
+import { repoRoot } from '../../env/binaries.js'
 import { useTestEnv } from '../../env/fixture.js'
 import {
   applyBuild,
@@ -42,8 +46,9 @@ describe('kubectl kustomize knative/', () => {
   it('applies cleanly: Services, Broker on the JetStream channel, Triggers, ApiServerSources, RBAC', async () => {
     const { build, applied } = await buildAndApply('knative')
     const ms = build.manifests
-    // Everything but the CRD (dry-run only) was created, and is readable back from the apiserver.
-    expect(applied).toHaveLength(ms.length - of(ms, 'CustomResourceDefinition').length)
+    // No CRD (base/crds/ is a kustomization of its own); everything was created and is readable back.
+    expect(of(ms, 'CustomResourceDefinition')).toEqual([])
+    expect(applied).toHaveLength(ms.length)
     const services = of(ms, 'Service').filter((m) => m.apiVersion === 'serving.knative.dev/v1')
     expect(services.map((s) => s.metadata.name).sort()).toEqual(
       FUNCTIONS.map((f) => build.name(`model-backfill-${f}`)).sort(),
@@ -162,7 +167,8 @@ describe('kubectl kustomize keda/', () => {
   it('applies cleanly: Deployments, ScaledObjects with nats-jetstream triggers only, RBAC', async () => {
     const { build, applied } = await buildAndApply('keda')
     const ms = build.manifests
-    expect(applied).toHaveLength(ms.length - of(ms, 'CustomResourceDefinition').length)
+    expect(of(ms, 'CustomResourceDefinition')).toEqual([])
+    expect(applied).toHaveLength(ms.length)
     // Nothing for KEDA to authenticate with: every trigger reads the NATS monitoring endpoint.
     expect(kinds(ms)).not.toContain('TriggerAuthentication')
     const got = await env.kubectl(['get', 'deploy,scaledobject', '-n', env.namespace, '-o', 'name'])
@@ -311,5 +317,45 @@ describe('the upstream schemas do validate (a typo fails here, not in a cluster)
       expect(r.code, `${m.kind} ${m.metadata.name}`).not.toBe(0)
       expect(r.stderr).toMatch(/unknown field|must be of type|Invalid value/)
     }
+  })
+})
+
+describe('uninstall safety: the CRD is a kustomization of its own', () => {
+  it('base/crds/ builds exactly the generated ModelBackfill CRD, and the apiserver accepts it', async () => {
+    const built = await env.kubectl(['kustomize', join(repoRoot, 'base/crds')])
+    expect(built.code, built.stderr).toBe(0)
+    const ms = parseAllDocuments(built.stdout).map((d) => d.toJS() as Manifest)
+    expect(ms.map((m) => `${m.kind}/${m.metadata.name}`)).toEqual([
+      'CustomResourceDefinition/modelbackfills.ai.flexinfer',
+    ])
+    const generated = parseAllDocuments(await readFile(join(repoRoot, 'crds/modelbackfill.yaml'), 'utf8'))[0]?.toJS()
+    expect(ms[0]?.spec).toEqual(generated.spec)
+    const dry = await env.kubectl(['apply', '--server-side', '--dry-run=server', '-f', '-'], { input: built.stdout })
+    expect(dry.code, dry.stderr).toBe(0)
+  })
+
+  it('deleting an overlay as applied (kubectl delete -k) leaves the CRD and every ModelBackfill', async () => {
+    const mbf = {
+      apiVersion: 'ai.flexinfer/v1alpha2',
+      kind: 'ModelBackfill',
+      metadata: { name: 'survives-uninstall', namespace: env.namespace },
+      spec: { modelRef: 'no-such-model', templateRef: 'no-such-template' },
+    }
+    const created = await env.kubectl(['apply', '-f', '-'], { input: toYaml([mbf as Manifest]) })
+    expect(created.code, created.stderr).toBe(0)
+    for (const overlay of ['keda', 'knative'] as const) {
+      const build = builds.find((b) => b.overlay === overlay) as Build
+      // Guard: were the CRD in the build, deleting it would delete every ModelBackfill of every test file here.
+      expect(of(build.manifests, 'CustomResourceDefinition'), overlay).toEqual([])
+      const deleted = await env.kubectl(['delete', '--ignore-not-found', '--wait=false', '-f', '-'], {
+        input: toYaml(build.manifests),
+      })
+      expect(deleted.code, deleted.stderr).toBe(0)
+      expect(deleted.stdout).toContain('deleted')
+    }
+    const crd = await env.kubectl(['get', 'crd', 'modelbackfills.ai.flexinfer', '-o', 'name'])
+    expect(crd.stdout.trim()).toBe('customresourcedefinition.apiextensions.k8s.io/modelbackfills.ai.flexinfer')
+    const left = await env.kubectl(['get', 'mbf', 'survives-uninstall', '-n', env.namespace, '-o', 'name'])
+    expect(left.code, left.stderr).toBe(0)
   })
 })

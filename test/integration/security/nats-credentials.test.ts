@@ -15,7 +15,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { Bus, KvMirror, natsServerOptions } from '../../../jetstream/bus.js'
 import { provision } from '../../../process/provision.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { type AuthNats, FUNCTIONS, type NatsUser, startAuthNats } from '../support/deploy.js'
+import {
+  type AuthNats,
+  FUNCTIONS,
+  NATS_STREAMS,
+  type NatsUser,
+  requestOutcome,
+  startAuthNats,
+} from '../support/deploy.js'
 
 const env = useTestEnv()
 let nats: AuthNats
@@ -30,19 +37,8 @@ const as = async (user: NatsUser) => {
   return nc
 }
 
-/** The server's answer to a request on `subject` as `user`: 'refused' (permissions violation) or 'answered'. */
-async function attempt(user: NatsUser, subject: string, body = '{}'): Promise<'refused' | 'answered' | 'timeout'> {
-  const nc = await as(user)
-  try {
-    await nc.request(subject, body, { timeout: 3_000 })
-    return 'answered'
-  } catch (err) {
-    const text = `${(err as Error).message} ${String((err as { cause?: unknown }).cause ?? '')}`
-    if (/permissions violation/i.test(text)) return 'refused'
-    if (/timeout/i.test(text)) return 'timeout'
-    return 'answered'
-  }
-}
+/** The server's answer to a request on `subject` as `user`. */
+const attempt = async (user: NatsUser, subject: string, body = '{}') => requestOutcome(await as(user), subject, body)
 
 beforeAll(async () => {
   nats = await startAuthNats(env.binaries.natsServer as string)
@@ -101,16 +97,7 @@ describe('NKey credentials from mounted files', () => {
 })
 
 describe('least privilege on JetStream', () => {
-  const STREAMS = [
-    'FLEXINFER_EVENTS',
-    'FLEXINFER_TIMERS',
-    'FLEXINFER_DEADLETTER',
-    'FLEXINFER_FOREGROUND',
-    'FLEXINFER_FOREGROUND_LAST',
-    'KV_flexinfer-model-idle',
-    'KV_flexinfer-backfills',
-    'KV_flexinfer-claims',
-  ]
+  const STREAMS = NATS_STREAMS
   const USERS = [...FUNCTIONS, 'ingress', 'bridge', 'gateway'] as const
 
   it('no function user creates a consumer on any stream: durable, named or unfiltered, KV_* streams included', async () => {
@@ -235,6 +222,7 @@ describe('least privilege on JetStream', () => {
       gateway: ['foreground.request'],
       bridge: [],
       provision: [],
+      operator: [],
     }
     const every = [...new Set(Object.values(owned).flat())]
     const results: string[] = []

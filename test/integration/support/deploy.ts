@@ -7,8 +7,15 @@ import { createWriteStream, existsSync } from 'node:fs'
 import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
-import { createUser } from '@nats-io/nkeys'
 import { parseAllDocuments, stringify } from 'yaml'
+import {
+  AUTH_CONF,
+  authConfIdentities,
+  DEFAULTS,
+  generate,
+  render,
+  writeOutput,
+} from '../../../tools/secrets/generate.js'
 import { repoRoot } from '../../env/binaries.js'
 import { waitFor } from '../../env/exec.js'
 import type { TestEnv } from '../../env/fixture.js'
@@ -89,12 +96,16 @@ export interface Build {
 
 /**
  * `kubectl kustomize` of an overlay wrapped in a throwaway kustomization that sets the namespace and a name
- * suffix — the way a user re-targets it. The overlay's own Namespace object is left out (the test owns its own).
+ * suffix, with the Secrets `npm run gen:secrets` makes beside it — the way a user installs it (scripts/install.sh).
+ * The overlay's own Namespace object is left out (the test owns its own).
  */
 export async function buildOverlay(env: TestEnv, overlay: 'knative' | 'keda', namespace: string): Promise<Build> {
   const suffix = `-${randomBytes(3).toString('hex')}`
   const dir = await mkdtemp(join(tmpdir(), `kustomize-${overlay}-`))
   try {
+    const authConf = await readFile(AUTH_CONF, 'utf8')
+    const secrets = join(dir, 'secrets')
+    writeOutput(secrets, render(authConf, generate(authConfIdentities(authConf)), { ...DEFAULTS, outDir: secrets }))
     await writeFile(
       join(dir, 'kustomization.yaml'),
       stringify({
@@ -102,7 +113,7 @@ export async function buildOverlay(env: TestEnv, overlay: 'knative' | 'keda', na
         kind: 'Kustomization',
         namespace,
         nameSuffix: suffix,
-        resources: [relative(dir, join(repoRoot, overlay))],
+        resources: [relative(dir, join(repoRoot, overlay)), 'secrets/model-backfill'],
       }),
     )
     const built = await env.kubectl(['kustomize', dir])
@@ -144,8 +155,37 @@ export async function deleteClusterScoped(env: TestEnv, build: Build) {
 
 export const NATS_ACCOUNT = 'FLEXINFER'
 
-/** The users of nats/auth.conf. */
-export const NATS_USERS = [...FUNCTIONS, 'ingress', 'gateway', 'bridge', 'provision'] as const
+/** Every stream the provision step makes, the KV buckets' included. */
+export const NATS_STREAMS = [
+  'FLEXINFER_EVENTS',
+  'FLEXINFER_TIMERS',
+  'FLEXINFER_DEADLETTER',
+  'FLEXINFER_FOREGROUND',
+  'FLEXINFER_FOREGROUND_LAST',
+  'KV_flexinfer-model-idle',
+  'KV_flexinfer-backfills',
+  'KV_flexinfer-claims',
+] as const
+
+/** The server's answer to a request on `subject`: 'refused' (a permissions violation), 'answered' or 'timeout'. */
+export async function requestOutcome(
+  nc: { request(subject: string, body: string, opts: { timeout: number }): Promise<unknown> },
+  subject: string,
+  body = '{}',
+): Promise<'refused' | 'answered' | 'timeout'> {
+  try {
+    await nc.request(subject, body, { timeout: 3_000 })
+    return 'answered'
+  } catch (err) {
+    const text = `${(err as Error).message} ${String((err as { cause?: unknown }).cause ?? '')}`
+    if (/permissions violation/i.test(text)) return 'refused'
+    if (/timeout/i.test(text)) return 'timeout'
+    return 'answered'
+  }
+}
+
+/** The users of nats/auth.conf (test/unit/secrets.test.ts keeps this list equal to the file's). */
+export const NATS_USERS = [...FUNCTIONS, 'ingress', 'gateway', 'bridge', 'provision', 'operator'] as const
 export type NatsUser = (typeof NATS_USERS)[number]
 
 export interface AuthNats {
@@ -175,30 +215,39 @@ export interface NatsNkeys {
 
 /** Makes an NKey pair per user of nats/auth.conf and writes the seeds under `<dir>/seeds`. */
 export async function makeNatsNkeys(dir: string): Promise<NatsNkeys> {
-  const publicKeys: Record<string, string> = {}
+  const { identities } = generate(NATS_USERS)
   const serverEnv: Record<string, string> = {}
   await mkdir(join(dir, 'seeds'), { mode: 0o700 })
   for (const user of NATS_USERS) {
-    const pair = createUser()
-    publicKeys[user] = pair.getPublicKey()
-    serverEnv[`FLEXINFER_${user.toUpperCase()}_NKEY`] = publicKeys[user] as string
-    await writeFile(join(dir, 'seeds', `${user}.nk`), new TextDecoder().decode(pair.getSeed()), { mode: 0o600 })
+    serverEnv[`FLEXINFER_${user.toUpperCase()}_NKEY`] = identities[user]?.publicKey as string
+    await writeFile(join(dir, 'seeds', `${user}.nk`), identities[user]?.seed as string, { mode: 0o600 })
   }
   return {
     serverEnv,
     seedFile: (user) => join(dir, 'seeds', `${user}.nk`),
-    publicKey: (user) => publicKeys[user] as string,
+    publicKey: (user) => identities[user]?.publicKey as string,
   }
 }
 
-/** A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf with fresh NKeys. */
-export async function startAuthNats(natsServer: string): Promise<AuthNats> {
+/**
+ * A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf with fresh NKeys given
+ * in its environment — or, with `generated`, the auth.conf `npm run gen:secrets` filled in (mounted beside the
+ * server's config as in a pod: `include "../nats-auth/auth.conf"`), with no key in the environment.
+ */
+export async function startAuthNats(
+  natsServer: string,
+  generated?: { authConf: string; nkeys: Pick<NatsNkeys, 'seedFile' | 'publicKey'> },
+): Promise<AuthNats> {
   const dir = await mkdtemp(join(tmpdir(), 'nats-auth-'))
   const [port, monitorPort] = (await freePorts(2)) as [number, number]
-  const nkeys = await makeNatsNkeys(dir)
+  const nkeys = generated?.nkeys ?? (await makeNatsNkeys(dir))
+  const serverEnv = generated ? {} : (nkeys as NatsNkeys).serverEnv
   await mkdir(join(dir, 'js'))
-  await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'auth.conf'))
-  const conf = join(dir, 'nats-server.conf')
+  await mkdir(join(dir, 'nats-config'))
+  await mkdir(join(dir, 'nats-auth'))
+  if (generated) await writeFile(join(dir, 'nats-auth', 'auth.conf'), generated.authConf)
+  else await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'nats-auth', 'auth.conf'))
+  const conf = join(dir, 'nats-config', 'nats-server.conf')
   await writeFile(
     conf,
     [
@@ -206,15 +255,17 @@ export async function startAuthNats(natsServer: string): Promise<AuthNats> {
       `listen: "${LOOPBACK}:${port}"`,
       `http: "${LOOPBACK}:${monitorPort}"`,
       `jetstream { store_dir: ${JSON.stringify(join(dir, 'js'))}, max_memory_store: 64MB, max_file_store: 2GB }`,
-      // nats-server resolves includes relative to the including file: auth.conf sits beside it, as in a ConfigMap.
-      'include "auth.conf"',
+      // nats-server resolves includes relative to the including file: auth.conf is mounted beside the config
+      // directory, as a ConfigMap or Secret volume would be (nats/README.md).
+      'include "../nats-auth/auth.conf"',
       '',
     ].join('\n'),
   )
   const logPath = join(dir, 'nats-server.log')
   const out = createWriteStream(logPath)
+  const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^FLEXINFER_.*_NKEY$/.test(k)))
   const child: ChildProcess = spawn(natsServer, ['-c', conf], {
-    env: { ...process.env, ...nkeys.serverEnv },
+    env: { ...inherited, ...serverEnv },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   child.stdout?.pipe(out)

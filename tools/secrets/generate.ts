@@ -1,0 +1,232 @@
+// Every secret a deployment needs, made in one command: an NKey per NATS identity nats/auth.conf names (its
+// `$FLEXINFER_<USER>_NKEY` references are the one list of identities), the HTTP ingress's bearer token, and
+// nats/auth.conf with the public keys filled in for nats-server. Seeds are made with @nats-io/nkeys (no `nk`
+// binary) and written only into the output directory (mode 0700, files 0600), never to stdout.
+//
+//   npm run gen:secrets -- --out DIR [--format kustomize|helm] [--namespace model-backfill] [--nats-namespace nats]
+//                          [--nats-url nats://nats.nats.svc.cluster.local:4222] [--force]
+//
+// DIR/nats/               the Secret `model-backfill-nats-auth` (key auth.conf) for nats-server's namespace
+// DIR/model-backfill/     (kustomize) a Secret per workload identity and the ingress token, for the install namespace
+// DIR/values.yaml         (helm) the same as chart values: nats.credentials.<user>.seed, ingress.token.value
+// DIR/gateway/            the gateways' identity and the ingress token, as a Secret to apply where gateways run
+// DIR/operator/           the read-only operator identity (nats CLI, kubectl mbf): its seed and a nats context
+// DIR/public-keys.env     FLEXINFER_<USER>_NKEY=U… for a nats-server that reads nats/auth.conf unchanged
+//
+// An existing DIR is never overwritten (that would rotate every identity at once) unless --force is given.
+import { randomBytes } from 'node:crypto'
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
+import { createUser } from '@nats-io/nkeys'
+import { stringify } from 'yaml'
+
+export const AUTH_CONF = new URL('../../nats/auth.conf', import.meta.url)
+/** The Secret nats-server mounts (at /etc/nats-auth) and includes. */
+export const NATS_AUTH_SECRET = 'model-backfill-nats-auth'
+/** Identities whose seed does not belong in the install namespace: gateways run elsewhere, the operator is a human. */
+export const OUTSIDE_IDENTITIES = ['gateway', 'operator'] as const
+const NKEY_VAR = /\$FLEXINFER_([A-Z0-9_]+)_NKEY\b/g
+const NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/
+
+/** The identities nats/auth.conf expects, in the order it names them (lower case: the NATS user name). */
+export function authConfIdentities(authConf: string): string[] {
+  const seen = new Set<string>()
+  for (const line of authConf.split('\n')) {
+    if (line.trimStart().startsWith('#')) continue
+    for (const m of line.matchAll(NKEY_VAR)) seen.add((m[1] as string).toLowerCase())
+  }
+  if (seen.size === 0) throw new Error('nats/auth.conf names no $FLEXINFER_<USER>_NKEY: is it the right file?')
+  return [...seen]
+}
+
+/** auth.conf with every `$FLEXINFER_<USER>_NKEY` replaced by that user's public key; refuses a missing or bad key. */
+export function fillAuthConf(authConf: string, publicKeys: Record<string, string>): string {
+  return authConf
+    .split('\n')
+    .map((line) =>
+      line.trimStart().startsWith('#')
+        ? line
+        : line.replace(NKEY_VAR, (_, user: string) => {
+            const key = publicKeys[user.toLowerCase()]
+            if (!key) throw new Error(`no public key for the NATS user ${user.toLowerCase()} (nats/auth.conf names it)`)
+            if (!/^U[A-Z2-7]{55}$/.test(key))
+              throw new Error(`the public key of ${user.toLowerCase()} is not a user NKey`)
+            return key
+          }),
+    )
+    .join('\n')
+}
+
+export interface Identity {
+  seed: string
+  publicKey: string
+}
+export interface Generated {
+  identities: Record<string, Identity>
+  ingressToken: string
+}
+
+/** A fresh NKey pair per identity and a 256-bit ingress token. */
+export function generate(identities: readonly string[]): Generated {
+  const out: Record<string, Identity> = {}
+  for (const user of identities) {
+    const pair = createUser()
+    out[user] = { seed: new TextDecoder().decode(pair.getSeed()), publicKey: pair.getPublicKey() }
+  }
+  return { identities: out, ingressToken: randomBytes(32).toString('hex') }
+}
+
+export interface Options {
+  format: 'kustomize' | 'helm'
+  /** The install namespace (kustomize output; an overlay of yours that sets `namespace` overrides it). */
+  namespace: string
+  natsNamespace: string
+  /** Where the operator's nats context and kubectl mbf connect (host:port or nats://host:port). */
+  natsUrl: string
+  /** The absolute output directory: the operator's context and env.sh name its seed file by path. */
+  outDir: string
+}
+export const DEFAULTS: Options = {
+  format: 'kustomize',
+  namespace: 'model-backfill',
+  natsNamespace: 'nats',
+  natsUrl: 'nats://nats.nats.svc.cluster.local:4222',
+  outDir: '.',
+}
+
+const secret = (name: string, namespace: string | undefined, component: string, data: Record<string, string>) => ({
+  apiVersion: 'v1',
+  kind: 'Secret',
+  metadata: {
+    name,
+    ...(namespace ? { namespace } : {}),
+    labels: { 'app.kubernetes.io/part-of': 'model-backfill', 'app.kubernetes.io/component': component },
+  },
+  type: 'Opaque',
+  stringData: data,
+})
+const yamlDocs = (docs: object[]) => docs.map((d) => stringify(d)).join('---\n')
+const kustomization = (namespace: string, resources: string[]) =>
+  stringify({ apiVersion: 'kustomize.config.k8s.io/v1beta1', kind: 'Kustomization', namespace, resources })
+
+/** Every output file (path relative to the output directory → content), from generated secrets. */
+export function render(authConf: string, g: Generated, opts: Options): Record<string, string> {
+  for (const [what, v] of [
+    ['--namespace', opts.namespace],
+    ['--nats-namespace', opts.natsNamespace],
+  ] as const) {
+    if (!NAME.test(v) || v.length > 63) throw new Error(`${what} ${JSON.stringify(v)} is not a namespace name`)
+  }
+  const users = authConfIdentities(authConf)
+  const missing = users.filter((u) => !g.identities[u])
+  if (missing.length > 0) throw new Error(`no key generated for ${missing.join(', ')}`)
+  const publicKeys = Object.fromEntries(users.map((u) => [u, g.identities[u]?.publicKey as string]))
+  const seed = (u: string) => g.identities[u]?.seed as string
+  const workloads = users.filter((u) => !(OUTSIDE_IDENTITIES as readonly string[]).includes(u))
+  const natsUrl = opts.natsUrl.includes('://') ? opts.natsUrl : `nats://${opts.natsUrl}`
+  const files: Record<string, string> = {}
+
+  files['nats/kustomization.yaml'] = kustomization(opts.natsNamespace, ['secret.yaml'])
+  files['nats/secret.yaml'] = yamlDocs([
+    secret(NATS_AUTH_SECRET, undefined, 'nats-auth', { 'auth.conf': fillAuthConf(authConf, publicKeys) }),
+  ])
+  files['public-keys.env'] = users.map((u) => `FLEXINFER_${u.toUpperCase()}_NKEY=${publicKeys[u]}\n`).join('')
+
+  if (opts.format === 'kustomize') {
+    files['model-backfill/kustomization.yaml'] = kustomization(opts.namespace, ['secrets.yaml'])
+    files['model-backfill/secrets.yaml'] = yamlDocs([
+      ...workloads.map((u) => secret(`model-backfill-nats-${u}`, undefined, u, { seed: seed(u) })),
+      secret('model-backfill-ingress-token', undefined, 'ingress', { token: g.ingressToken }),
+    ])
+  } else {
+    files['values.yaml'] = stringify({
+      nats: { credentials: Object.fromEntries(workloads.map((u) => [u, { seed: seed(u) }])) },
+      ingress: { token: { value: g.ingressToken } },
+    })
+  }
+
+  if (users.includes('gateway')) {
+    // What a gateway mounts: its NKey seed (NATS_NKEY_SEED_FILE) or, for gateways that POST, the ingress token.
+    files['gateway/secret.yaml'] = yamlDocs([
+      secret('model-backfill-gateway', undefined, 'gateway', { seed: seed('gateway'), token: g.ingressToken }),
+    ])
+  }
+  if (users.includes('operator')) {
+    files['operator/seed.nk'] = `${seed('operator')}\n`
+    // `nats --context <this file>` (or copy it to ~/.config/nats/context/); the inbox prefix is the only one the
+    // operator user may subscribe to.
+    files['operator/nats-context.json'] = `${JSON.stringify(
+      {
+        description: 'ModelBackfill read-only operator',
+        url: natsUrl,
+        nkey: join(opts.outDir, 'operator/seed.nk'),
+        inbox_prefix: '_INBOX_operator',
+      },
+      null,
+      2,
+    )}\n`
+    files['operator/env.sh'] = [
+      '# . operator/env.sh: kubectl mbf and the runtime helpers read NATS as the operator user (read-only).',
+      `export NATS_URL='${natsUrl.replace('nats://', 'nats://operator@')}'`,
+      `export NATS_NKEY_SEED_FILE='${join(opts.outDir, 'operator/seed.nk')}'`,
+      '',
+    ].join('\n')
+  }
+  return files
+}
+
+/** Writes the files under `dir` (created mode 0700, files 0600); refuses a non-empty `dir` unless `force`. */
+export function writeOutput(dir: string, files: Record<string, string>, force = false) {
+  if (existsSync(dir) && readdirSync(dir).length > 0 && !force) {
+    throw new Error(
+      `${dir} already holds secrets; generating again would replace every NATS identity and the ingress token at once. ` +
+        'Use another --out, or --force to rotate them all (nats-server and every workload must then get the new ones).',
+    )
+  }
+  for (const [rel, content] of Object.entries(files)) {
+    const path = join(dir, rel)
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 })
+    writeFileSync(path, content, { mode: 0o600 })
+  }
+}
+
+export function parseArgs(argv: string[]): Omit<Options, 'outDir'> & { out: string; force: boolean } {
+  const opts = { ...DEFAULTS, out: '', force: false }
+  for (let i = 0; i < argv.length; i++) {
+    const value = () => {
+      const v = argv[++i]
+      if (v === undefined || v.startsWith('--')) throw new Error(`${argv[i - 1]} needs a value`)
+      return v
+    }
+    const arg = argv[i]
+    if (arg === '--out') opts.out = value()
+    else if (arg === '--format') {
+      const f = value()
+      if (f !== 'kustomize' && f !== 'helm') throw new Error(`--format must be kustomize or helm, not ${f}`)
+      opts.format = f
+    } else if (arg === '--namespace') opts.namespace = value()
+    else if (arg === '--nats-namespace') opts.natsNamespace = value()
+    else if (arg === '--nats-url') opts.natsUrl = value()
+    else if (arg === '--force') opts.force = true
+    else
+      throw new Error(
+        `unknown argument ${arg} (--out DIR [--format kustomize|helm] [--namespace ns] [--nats-namespace ns] [--nats-url url] [--force])`,
+      )
+  }
+  if (!opts.out) throw new Error('--out DIR is required (where the Secrets are written)')
+  return opts
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  try {
+    const opts = parseArgs(process.argv.slice(2))
+    const authConf = readFileSync(AUTH_CONF, 'utf8')
+    const out = resolve(opts.out)
+    const files = render(authConf, generate(authConfIdentities(authConf)), { ...opts, outDir: out })
+    writeOutput(out, files, opts.force)
+    process.stdout.write(`gen:secrets: wrote ${Object.keys(files).sort().join(', ')} under ${out}\n`)
+  } catch (err) {
+    process.stderr.write(`gen:secrets: ${(err as Error).message}\n`)
+    process.exit(2)
+  }
+}
