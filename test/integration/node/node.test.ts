@@ -330,10 +330,11 @@ describe.skipIf(unavailable)("the project's image on the node, and the node's bo
       '--',
       'sh',
       '-c',
-      // A few tries: CoreDNS learns of the new Service from its watch.
-      `for i in 1 2 3 4 5 6 7 8 9 10; do ip=$(nslookup ${fqdn} 2>/dev/null | awk '/^Address: / { print $2 }' | tail -1); [ -n "$ip" ] && break; sleep 1; done; echo "$ip"; printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 "$ip" 80 | tail -1`,
+      // A few tries: CoreDNS learns of the new Service from its watch. One line at the end, after a pause: output
+      // written before `kubectl run --attach` has attached is lost.
+      `sleep 2; for i in 1 2 3 4 5 6 7 8 9 10; do ip=$(nslookup ${fqdn} 2>/dev/null | awk '/^Address: / { print $2 }' | tail -1); [ -n "$ip" ] && break; sleep 1; done; echo "$ip $(printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 "$ip" 80 | tail -1)"`,
     ])
-    const [ip, body] = client.stdout.trim().split('\n')
+    const [ip, body] = client.stdout.trim().split(' ')
     const service = JSON.parse((await kubectl(['get', 'service', 'web', '-o', 'json'])).stdout)
     expect(ip).toBe(service.spec.clusterIP)
     expect(body).toBe('hello-from-web')
