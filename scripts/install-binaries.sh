@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real servers the tests and the local environment run:
 #   etcd, kube-apiserver, kube-controller-manager, kubectl  (built from the official Go modules, tools/k8s)
+#   kubelet, kube-proxy, kube-scheduler                     (the same pinned module: the environment's node)
+#   coredns                                                 (the official CoreDNS module, tools/coredns: its DNS)
 #   nats-server, nats (CLI)                                 (built with `go install` at pinned versions)
 #   keda-operator                                           (built from the github.com/kedacore/keda/v2 module)
 #   helm                                                    (`go install` at a pinned version: the chart tests)
@@ -8,7 +10,7 @@
 #   ApiServerSource adapter and webhook
 # Binaries are cached outside the repo, keyed by version, so later runs (and CI on the same machine) reuse them.
 # With KUBEBUILDER_ASSETS set (controller-runtime's envtest convention), the Kubernetes binaries come from there
-# instead and only kube-controller-manager is built if that folder lacks it.
+# instead and only kube-controller-manager and the node's commands are built if that folder lacks them.
 # --dry-run: print what would be built and the time estimate, build nothing (scripts/setup.sh, its unit test).
 set -euo pipefail
 
@@ -19,6 +21,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # The pinned release, from tools/k8s/go.mod (block form "\tk8s.io/kubernetes v1.34.4" or "require k8s.io/kubernetes v…").
 K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print substr($2, 2); exit }
                    $1 == "require" && $2 == "k8s.io/kubernetes" { print substr($3, 2); exit }' "$root/tools/k8s/go.mod")
+# The CoreDNS release, from tools/coredns/go.mod.
+COREDNS_VERSION=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" { print $3; exit }
+                       $1 == "github.com/coredns/coredns" && $2 ~ /^v/ { print $2; exit }' "$root/tools/coredns/go.mod")
 NATS_SERVER_VERSION=v2.14.10
 NATS_CLI_VERSION=v0.5.0
 KEDA_VERSION=v2.21.0
@@ -26,6 +31,7 @@ HELM_VERSION=v3.22.0
 KNATIVE_EVENTING_VERSION=v0.47.0
 cache=${MODELBACKFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelbackfill}
 k8s_dir="$cache/k8s-v$K8S_VERSION"
+coredns_dir="$cache/coredns-$COREDNS_VERSION"
 nats_dir="$cache/nats-server-$NATS_SERVER_VERSION"
 natscli_dir="$cache/natscli-$NATS_CLI_VERSION"
 keda_dir="$cache/keda-$KEDA_VERSION"
@@ -49,6 +55,7 @@ log() { printf '[install-binaries] %s\n' "$*" >&2; }
 estimate() { # <name> → seconds
   case $1 in
     kube-apiserver) echo 180 ;; keda-operator) echo 360 ;; kube-controller-manager) echo 50 ;;
+    kubelet) echo 120 ;; kube-proxy | kube-scheduler) echo 45 ;; coredns) echo 120 ;;
     etcd | kubectl) echo 40 ;; nats-server | nats) echo 25 ;; helm) echo 150 ;; knative-eventing) echo 600 ;; *) echo 60 ;;
   esac
 }
@@ -73,6 +80,7 @@ start_ticker() { # <name>
 }
 trap stop_ticker EXIT
 [ -n "$K8S_VERSION" ] || { log "cannot read the k8s.io/kubernetes version from tools/k8s/go.mod"; exit 1; }
+[ -n "$COREDNS_VERSION" ] || { log "cannot read the github.com/coredns/coredns version from tools/coredns/go.mod"; exit 1; }
 
 # Version stamps as the Kubernetes release build sets them (hack/lib/version.sh), so /version and
 # `kubectl version` report the real release instead of v0.0.0-master.
@@ -84,13 +92,17 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 build_go() { # <out-dir> <name> <package...>: go build with visible progress, atomically placed
-  local out=$1 name=$2; shift 2
+  build_in "$root/tools/k8s" "$k8s_ldflags" "$@"
+}
+
+build_in() { # <module-dir> <ldflags> <out-dir> <name> <package...>
+  local moddir=$1 ldflags=$2 out=$3 name=$4; shift 4
   if [ -x "$out/$name" ]; then log "$name: cached at $out/$name"; return; fi
   mkdir -p "$out"
   log "$name: building (first time only; a few minutes on 2 cores)..."
   local start=$SECONDS
   start_ticker "$name"
-  (cd "$root/tools/k8s" && go build -trimpath -ldflags="$k8s_ldflags" -o "$out/$name.tmp" "$@")
+  (cd "$moddir" && go build -trimpath -ldflags="$ldflags" -o "$out/$name.tmp" "$@")
   stop_ticker
   mv "$out/$name.tmp" "$out/$name"
   log "$name: built in $((SECONDS - start))s"
@@ -141,6 +153,8 @@ if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
 else
   for b in etcd kube-apiserver kube-controller-manager kubectl; do plan "$k8s_dir" "$b"; done
 fi
+for b in kubelet kube-proxy kube-scheduler; do plan "$k8s_dir" "$b"; done
+plan "$coredns_dir" coredns
 plan "$nats_dir" nats-server
 plan "$natscli_dir" nats
 plan "$keda_dir" keda-operator
@@ -206,6 +220,13 @@ else
   build_go "$k8s_dir" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
   build_go "$k8s_dir" kubectl k8s.io/kubernetes/cmd/kubectl
 fi
+# The node of `startEnvironment({ node: true })` / `npm run env:up -- --node`: always from the pinned module, also
+# with KUBEBUILDER_ASSETS (envtest ships no kubelet), so the node runs the apiserver's release.
+build_go "$k8s_dir" kubelet k8s.io/kubernetes/cmd/kubelet
+build_go "$k8s_dir" kube-proxy k8s.io/kubernetes/cmd/kube-proxy
+build_go "$k8s_dir" kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+# CGO off: a static binary, as CoreDNS's own release builds it.
+CGO_ENABLED=0 build_in "$root/tools/coredns" "-s -w" "$coredns_dir" coredns .
 install_go "$nats_dir" nats-server "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION"
 install_go "$natscli_dir" nats "github.com/nats-io/natscli/nats@$NATS_CLI_VERSION"
 build_keda "$keda_dir" keda-operator
@@ -229,6 +250,10 @@ cat > "$manifest.tmp" <<JSON
   "kubeApiserver": "$kdir/kube-apiserver",
   "kubeControllerManager": "$kcm",
   "kubectl": "$kdir/kubectl",
+  "kubelet": "$k8s_dir/kubelet",
+  "kubeProxy": "$k8s_dir/kube-proxy",
+  "kubeScheduler": "$k8s_dir/kube-scheduler",
+  "coredns": "$coredns_dir/coredns",
   "natsServer": "$nats_dir/nats-server",
   "nats": "$natscli_dir/nats",
   "kedaOperator": "$keda_dir/keda-operator",

@@ -15,6 +15,12 @@ const Manifest = z.object({
   kubeApiserver: z.string(),
   kubeControllerManager: z.string(),
   kubectl: z.string(),
+  /** The node (startEnvironment({ node: true })): built from the same pinned Kubernetes module. */
+  kubelet: z.string(),
+  kubeProxy: z.string(),
+  kubeScheduler: z.string(),
+  /** CoreDNS (tools/coredns), the node's cluster DNS. */
+  coredns: z.string(),
   natsServer: z.string(),
   nats: z.string(),
   /** The KEDA operator (tests that prove the keda/ overlay's ScaledObjects run it against the environment). */

@@ -20,25 +20,26 @@ function running(info: EnvironmentInfo): EnvironmentInfo['processes'] {
   return info.processes.filter((p) => belongsTo(p.pid, info.dir))
 }
 
-async function up(natsCluster: boolean): Promise<void> {
+async function up(natsCluster: boolean, node: boolean): Promise<void> {
   const info = await readEnvironmentInfo(dir)
   if (info) {
     const alive = running(info)
-    if (alive.length === info.processes.length && Boolean(info.natsCluster) === natsCluster) {
+    const same = Boolean(info.natsCluster) === natsCluster && Boolean(info.node) === node
+    if (alive.length === info.processes.length && same) {
       console.log(`The environment is already up (${alive.map((p) => `${p.name} ${p.pid}`).join(', ')}).`)
       printUsage(info)
       return
     }
     console.log(
       alive.length === info.processes.length
-        ? `The environment in ${rel} runs the other NATS mode; stopping it and starting fresh.`
+        ? `The environment in ${rel} runs another mode (NATS cluster or node); stopping it and starting fresh.`
         : `A previous environment in ${rel} is partly gone; stopping what is left and starting fresh.`,
     )
     await stopEnvironment(info)
   }
   await stopStragglers()
   if (existsSync(dir)) await rm(dir, { recursive: true, force: true })
-  const env = await startEnvironment({ dir, detached: true, natsCluster })
+  const env = await startEnvironment({ dir, detached: true, natsCluster, node: node && { appImage: true } })
   console.log(
     `Environment up in ${(env.startupMs / 1000).toFixed(1)}s: Kubernetes ${env.kubernetesVersion}, nats-server ${env.natsServerVersion}`,
   )
@@ -49,7 +50,7 @@ function printUsage(info: EnvironmentInfo): void {
   console.log(`
   apiserver   ${info.apiserverUrl}
   NATS        ${natsLines(info)}
-  CRDs        ${info.crds.length > 0 ? info.crds.join(', ') : '(none in crds/)'}
+  CRDs        ${info.crds.length > 0 ? info.crds.join(', ') : '(none in crds/)'}${nodeLines(info)}
   logs        ${relative(process.cwd(), join(info.dir, 'logs'))}/
 
 Use it from a shell:
@@ -58,6 +59,15 @@ Use it from a shell:
   nats stream ls
 
 Stop it: npm run env:down`)
+}
+
+function nodeLines(info: EnvironmentInfo): string {
+  const n = info.node
+  if (!n) return ''
+  return `
+  node        ${n.name}: kubelet, kube-scheduler, kube-proxy, containerd (ctr: CONTAINERD_ADDRESS in env.sh)
+  pods        ${n.podCidr} on bridge ${n.bridge} (host ${n.hostIp}; no route off this machine), DNS ${n.hostIp}
+  images      ${[n.images.pause.ref, n.images.busybox.ref, n.images.app?.ref].filter(Boolean).join(', ')}`
 }
 
 function natsLines(info: EnvironmentInfo): string {
@@ -93,11 +103,13 @@ async function stopStragglers(): Promise<void> {
 const command = process.argv[2]
 // --nats-cluster (or MBF_NATS_CLUSTER=1): three nats-servers with routes instead of one.
 const natsCluster = process.argv.includes('--nats-cluster') || natsClusterFromEnv()
+// --node: a real node (kubelet, containerd, kube-proxy, DNS) so pods run; needs root (test/env/node.ts).
+const node = process.argv.includes('--node')
 try {
-  if (command === 'up') await up(natsCluster)
+  if (command === 'up') await up(natsCluster, node)
   else if (command === 'down') await down()
   else {
-    console.error('usage: tsx test/env/cli.ts up [--nats-cluster]|down')
+    console.error('usage: tsx test/env/cli.ts up [--nats-cluster] [--node]|down')
     process.exitCode = 2
   }
 } catch (err) {

@@ -10,6 +10,7 @@ import { type Binaries, ensureBinaries, repoRoot } from './binaries.js'
 import { cmdline, isAlive, run, runOk, waitFor } from './exec.js'
 import { type NatsServerInfo, natsClusterFromEnv, natsServerReady, natsUrlOf, writeNatsConfigs } from './nats.js'
 import { freePorts, httpGet, LOOPBACK } from './net.js'
+import { type NodeInfo, nodeApiserverPki, startNode } from './node.js'
 import { createPki, type Pki, writeKubeconfig } from './pki.js'
 import {
   DEFAULT_STOP_GRACE_SECONDS,
@@ -31,6 +32,21 @@ export const CONTROLLERS = [
   'serviceaccount-token-controller',
   'root-ca-certificate-publisher-controller',
   'clusterrole-aggregation-controller',
+]
+
+/**
+ * With a node, also: the node lifecycle controller (it lifts the not-ready taint a kubelet registers with, and
+ * taints a node that stops reporting), EndpointSlices for Services (kube-proxy and CoreDNS read them), and the
+ * workload controllers an installation's pods come from (Deployments, StatefulSets, DaemonSets, PDBs).
+ */
+export const NODE_CONTROLLERS = [
+  'node-lifecycle-controller',
+  'endpointslice-controller',
+  'deployment-controller',
+  'replicaset-controller',
+  'statefulset-controller',
+  'daemonset-controller',
+  'disruption-controller',
 ]
 
 export const SERVICE_ACCOUNT_ISSUER = 'https://kubernetes.default.svc.cluster.local'
@@ -59,6 +75,8 @@ export interface EnvironmentInfo {
   crds: string[]
   processes: { name: string; pid: number; logPath: string }[]
   startupMs: number
+  /** The node (StartOptions.node): where pods run, its network, its containerd. */
+  node?: NodeInfo
 }
 
 /**
@@ -92,6 +110,12 @@ export interface StartOptions {
   log?: (line: string) => void
   /** A 3-server JetStream cluster instead of one nats-server. Default: MBF_NATS_CLUSTER=1 in the environment. */
   natsCluster?: boolean
+  /**
+   * A real node: containerd + runc, a kubelet, kube-scheduler, kube-proxy and CoreDNS (test/env/node.ts), so pods
+   * run containers. Needs root and the machine's containerd/runc/CNI packages. Default false: pods stay Pending.
+   * `{ appImage: true }` also imports the project's image (images/build.sh --app) into it.
+   */
+  node?: boolean | { appImage?: boolean }
 }
 
 const owned = new WeakMap<object, Reaper>()
@@ -200,6 +224,18 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
     log(`etcd ready (${elapsed()})`)
 
     const apiserverUrl = `https://${LOOPBACK}:${apiserverPort}`
+    // With a node: its kubelet is authorized as a node (Node authorizer, NodeRestriction), and the apiserver reaches
+    // the kubelet (logs, exec) with a client certificate of its own, verifying the kubelet's against the CA.
+    const nodeFlags = opts.node
+      ? await nodeApiserverPki(pki).then((c) => [
+          '--authorization-mode=Node,RBAC',
+          '--enable-admission-plugins=NodeRestriction',
+          `--kubelet-client-certificate=${c.kubeletClientCert}`,
+          `--kubelet-client-key=${c.kubeletClientKey}`,
+          `--kubelet-certificate-authority=${pki.caCert}`,
+          '--kubelet-preferred-address-types=InternalIP',
+        ])
+      : ['--authorization-mode=RBAC']
     const apiserver = start('kube-apiserver', binaries.kubeApiserver, [
       `--etcd-servers=${etcdUrl}`,
       `--bind-address=${LOOPBACK}`,
@@ -208,7 +244,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       `--tls-cert-file=${pki.apiserverCert}`,
       `--tls-private-key-file=${pki.apiserverKey}`,
       `--client-ca-file=${pki.caCert}`,
-      '--authorization-mode=RBAC',
+      ...nodeFlags,
       `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
       `--service-account-key-file=${pki.serviceAccountPub}`,
       `--service-account-signing-key-file=${pki.serviceAccountKey}`,
@@ -266,7 +302,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       `--bind-address=${LOOPBACK}`,
       `--secure-port=${kcmPort}`,
       `--cert-dir=${join(dir, 'kube-controller-manager')}`,
-      `--controllers=${CONTROLLERS.join(',')}`,
+      `--controllers=${[...CONTROLLERS, ...(opts.node ? NODE_CONTROLLERS : [])].join(',')}`,
       `--root-ca-file=${pki.caCert}`,
       `--service-account-private-key-file=${pki.serviceAccountKey}`,
       '--use-service-account-credentials=true',
@@ -288,6 +324,20 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       ),
     )
     log(`kube-controller-manager ready (${elapsed()})`)
+    const node = opts.node
+      ? await startNode({
+          dir,
+          pki,
+          apiserverUrl,
+          adminKubeconfig: kubeconfigPath,
+          binaries,
+          reaper,
+          start,
+          log,
+          elapsed,
+          appImage: typeof opts.node === 'object' && opts.node.appImage === true,
+        })
+      : undefined
     await natsReady
 
     // A bin/ with just kubectl and nats, so env.sh can put exactly those first on PATH.
@@ -306,6 +356,10 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
         // What the provision step gives streams, buckets and consumers (process/provision.ts): 3 on a cluster.
         `export NATS_REPLICAS=${natsCluster ? natsServers.length : 1}`,
         `export PATH=${shellQuote(bin)}:"$PATH"`,
+        // `ctr images ls`, `ctr tasks ls`: the node's containerd (not the machine's default socket).
+        ...(node
+          ? [`export CONTAINERD_ADDRESS=${shellQuote(node.containerdAddress)}`, 'export CONTAINERD_NAMESPACE=k8s.io']
+          : []),
         '',
       ].join('\n'),
     )
@@ -328,6 +382,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       crds,
       processes: processes.map((p) => ({ name: p.name, pid: p.pid, logPath: p.logPath })),
       startupMs: Date.now() - started,
+      node,
     }
     await writeFile(join(dir, 'env.json'), `${JSON.stringify(info, null, 2)}\n`)
     const current = (name: string) => processes.findLast((p) => p.name === name)
@@ -395,7 +450,9 @@ export async function stopEnvironment(
     return
   }
   const pids = env.processes.filter((p) => belongsTo(p.pid, env.dir)).map((p) => p.pid)
-  await reapGroups(pids, [env.dir], graceSeconds)
+  // A node's cleanup script undoes what it did outside the directory (mounts, cgroups, network, sysctls).
+  const cleanup = join(env.dir, 'node', 'cleanup.sh')
+  await reapGroups(pids, [env.dir], graceSeconds, existsSync(cleanup) ? [cleanup] : [])
   // Servers of a detached environment were re-parented to init when their starter exited; give init a moment to
   // reap them so they do not even linger as zombies (harmless, but they show up in `pgrep`).
   await waitFor('init to reap the stopped servers', () => pids.every((pid) => !existsSync(`/proc/${pid}`)), {

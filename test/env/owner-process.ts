@@ -6,5 +6,9 @@ import { startEnvironment } from './environment.js'
 
 process.stdin.on('end', () => process.exit(0))
 process.stdin.resume()
-const env = await startEnvironment({ log: (line) => process.stderr.write(`[owner ${process.pid}] ${line}\n`) })
+const env = await startEnvironment({
+  log: (line) => process.stderr.write(`[owner ${process.pid}] ${line}\n`),
+  // --node: with a real node (test/integration/node: nothing of it may be left on the machine either).
+  node: process.argv.includes('--node'),
+})
 process.stdout.write(`${JSON.stringify({ ...env, ownerPid: process.pid })}\n`)

@@ -39,7 +39,8 @@ async function genKey(path: string): Promise<void> {
   await runOk(OPENSSL, ['genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256', '-out', path])
 }
 
-async function issue(
+/** Issues a leaf certificate `<dir>/<name>.crt` (and its key) signed by the CA. */
+export async function issue(
   dir: string,
   name: string,
   subject: string,
@@ -72,6 +73,11 @@ async function issue(
     cert,
   ])
   return { cert, key }
+}
+
+/** The x509 extensions of a leaf certificate for `usage`; `extra` adds lines (e.g. a subjectAltName). */
+export function leaf(usage: 'serverAuth' | 'clientAuth' | 'serverAuth,clientAuth', extra = ''): string {
+  return `basicConstraints = critical,CA:FALSE\nkeyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = ${usage}\nauthorityKeyIdentifier = keyid\n${extra}`
 }
 
 export async function createPki(dir: string): Promise<Pki> {
@@ -107,8 +113,6 @@ export async function createPki(dir: string): Promise<Pki> {
     caCert,
   ])
   const ca = { cert: caCert, key: caKey }
-  const leaf = (usage: 'serverAuth' | 'clientAuth', extra = '') =>
-    `basicConstraints = critical,CA:FALSE\nkeyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = ${usage}\nauthorityKeyIdentifier = keyid\n${extra}`
   const [apiserver, admin, kcm] = await Promise.all([
     issue(
       dir,

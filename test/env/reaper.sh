@@ -2,6 +2,8 @@
 # The reaper of the test environment (see supervisor.ts). Usage: reaper.sh <grace-seconds>, commands on stdin:
 #   group <pgid>   kill this process group when stdin ends (the owner exited, crashed or was killed)
 #   forget <pgid>  stop watching a group
+#   script <path>  run this bash script after the processes are gone, before the directories are removed (it
+#                  undoes what the processes did outside their directory: mounts, cgroups, network; at most 60 s)
 #   dir <path>     remove this directory after the processes are gone
 #   release        exit without killing anything (a detached environment outlives its starter)
 # At EOF, or on SIGTERM/SIGINT/SIGHUP, groups are stopped one by one in reverse order of registration (the
@@ -11,6 +13,7 @@ grace=$1
 groups=()
 debug() { [ -z "${MODELBACKFILL_REAPER_LOG:-}" ] || echo "$(date +%T.%N) reaper $$: $*" >>"$MODELBACKFILL_REAPER_LOG"; }
 dirs=()
+scripts=()
 
 leader_alive() { # a zombie does not count: its parent may be gone and nobody reaps it soon
   local s
@@ -33,7 +36,9 @@ reap() {
     done
     leader_alive "$g" && kill -KILL -- "-$g" 2>/dev/null
   done
-  for d in "${dirs[@]}"; do rm -rf -- "$d" || debug "rm -rf $d failed"; done
+  for s in "${scripts[@]}"; do [ ! -f "$s" ] || timeout 60 bash "$s" || debug "script $s failed"; done
+  # --one-file-system: a mount the script could not remove is left, with what it holds, instead of emptied.
+  for d in "${dirs[@]}"; do rm -rf --one-file-system -- "$d" || debug "rm -rf $d failed"; done
   debug "done"
   exit 0
 }
@@ -48,6 +53,7 @@ while IFS=' ' read -r cmd arg; do
       groups=("${keep[@]}")
       ;;
     dir) dirs+=("$arg") && debug "$cmd $arg" ;;
+    script) scripts+=("$arg") && debug "$cmd $arg" ;;
     release) debug "released" && exit 0 ;;
   esac
 done

@@ -53,6 +53,11 @@ export class Reaper {
     this.send(`forget ${pgid}`)
   }
 
+  /** Run this bash script after the processes are gone and before the directories are removed. */
+  runScript(path: string): void {
+    this.send(`script ${path}`)
+  }
+
   /** Remove this directory (recursively) after the processes are gone. */
   removeDir(dir: string): void {
     this.send(`dir ${dir}`)
@@ -79,9 +84,15 @@ export class Reaper {
 }
 
 /** Stops process groups this process does not own (e.g. recorded by `env:up`), via a one-shot reaper. */
-export async function reapGroups(pgids: number[], dirs: string[], graceSeconds = DEFAULT_STOP_GRACE_SECONDS) {
+export async function reapGroups(
+  pgids: number[],
+  dirs: string[],
+  graceSeconds = DEFAULT_STOP_GRACE_SECONDS,
+  scripts: string[] = [],
+) {
   const reaper = new Reaper(graceSeconds)
   for (const g of pgids) reaper.watchGroup(g)
+  for (const s of scripts) reaper.runScript(s)
   for (const d of dirs) reaper.removeDir(d)
   await reaper.reap()
 }

@@ -40,6 +40,10 @@ const ALL = [
   'kube-apiserver',
   'kube-controller-manager',
   'kubectl',
+  'kubelet',
+  'kube-proxy',
+  'kube-scheduler',
+  'coredns',
   'nats-server',
   'nats',
   'keda-operator',
@@ -58,6 +62,14 @@ function fakeCache(): string {
     kubeApiserver: join(k8s, 'kube-apiserver'),
     kubeControllerManager: join(k8s, 'kube-controller-manager'),
     kubectl: join(k8s, 'kubectl'),
+    kubelet: join(k8s, 'kubelet'),
+    kubeProxy: join(k8s, 'kube-proxy'),
+    kubeScheduler: join(k8s, 'kube-scheduler'),
+    coredns: join(
+      cache,
+      `coredns-${/github\.com\/coredns\/coredns (v\S+)/.exec(readFileSync(join(repoRoot, 'tools/coredns/go.mod'), 'utf8'))?.[1]}`,
+      'coredns',
+    ),
     natsServer: join(cache, `nats-server-${pin('NATS_SERVER_VERSION')}`, 'nats-server'),
     nats: join(cache, `natscli-${pin('NATS_CLI_VERSION')}`, 'nats'),
     kedaOperator: join(cache, `keda-${pinnedKedaVersion()}`, 'keda-operator'),
@@ -79,7 +91,7 @@ function fakeCache(): string {
 describe('scripts/setup.sh', { timeout: 60_000 }, () => {
   it('on a fresh clone (no node_modules, no binaries): npm ci, then every server, with a time estimate', () => {
     const clone = temp('mbf-clone-')
-    for (const f of ['package.json', 'package-lock.json', 'scripts', 'tools/k8s/go.mod']) {
+    for (const f of ['package.json', 'package-lock.json', 'scripts', 'tools/k8s/go.mod', 'tools/coredns/go.mod']) {
       cpSync(join(repoRoot, f), join(clone, f), { recursive: true })
     }
     const { code, out } = setup(clone, { MODELBACKFILL_CACHE: temp('mbf-empty-') }, '--dry-run')

@@ -1,18 +1,17 @@
 // The harness itself: what the global setup provides, namespace isolation per test file, clean teardown, and no
 // orphan servers when the owning process fails or is killed.
-import { type ChildProcessByStdio, spawn } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { Readable, Writable } from 'node:stream'
 import { AuthenticationV1Api, CoreV1Api } from '@kubernetes/client-node'
 import { describe, expect, inject, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
 import { repoRoot } from '../../env/binaries.js'
-import { type EnvironmentInfo, startEnvironment } from '../../env/environment.js'
+import { startEnvironment } from '../../env/environment.js'
 import { isAlive, processesMentioning, waitFor } from '../../env/exec.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 import { httpGet } from '../../env/net.js'
+import { startOwnerProcess } from '../../env/owner.js'
 
 const env = useTestEnv()
 const quiet = { log: () => {} }
@@ -90,29 +89,6 @@ describe('after that suite', () => {
 })
 
 /** Starts test/env/owner-process.ts in a separate Node process and returns the environment it started. */
-async function startOwnerProcess(): Promise<{
-  child: ChildProcessByStdio<Writable, Readable, Readable>
-  info: EnvironmentInfo & { ownerPid: number }
-}> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/env/owner-process.ts'], {
-    cwd: repoRoot,
-    stdio: ['pipe', 'pipe', 'pipe'],
-  })
-  let stderr = ''
-  child.stderr.setEncoding('utf8').on('data', (d: string) => {
-    stderr += d
-  })
-  const line = await new Promise<string>((resolve, reject) => {
-    let out = ''
-    child.stdout.setEncoding('utf8').on('data', (d: string) => {
-      out += d
-      if (out.includes('\n')) resolve(out.slice(0, out.indexOf('\n')))
-    })
-    child.once('exit', (code) => reject(new Error(`owner process exited ${code} before starting:\n${stderr}`)))
-  })
-  return { child, info: JSON.parse(line) }
-}
-
 describe('teardown', () => {
   it('stopEnvironment stops every server and removes the environment directory', async () => {
     const started = await startEnvironment(quiet)

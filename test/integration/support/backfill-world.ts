@@ -101,6 +101,10 @@ export class BackfillWorld {
       initContainer?: boolean
       /** The Job's backoffLimit: 0 unless given; null leaves it unset (the Job default, 6). */
       backoffLimit?: number | null
+      /** The container's image and shell script (a real node runs them): busybox and `echo eval` unless given. */
+      image?: string
+      script?: string
+      terminationGracePeriodSeconds?: number
     } = {},
   ) {
     await this.batch.createNamespacedCronJob({
@@ -117,6 +121,7 @@ export class BackfillWorld {
               template: {
                 spec: {
                   restartPolicy: 'Never',
+                  terminationGracePeriodSeconds: opts.terminationGracePeriodSeconds,
                   initContainers: opts.initContainer
                     ? [
                         {
@@ -129,8 +134,10 @@ export class BackfillWorld {
                   containers: [
                     {
                       name: 'eval',
-                      image: 'busybox',
-                      command: ['sh', '-c', 'echo eval'],
+                      image: opts.image ?? 'busybox',
+                      // A local image (the node's) is never pulled.
+                      imagePullPolicy: opts.image ? 'Never' : undefined,
+                      command: ['sh', '-c', opts.script ?? 'echo eval'],
                       env: opts.env as never,
                       resources: opts.gpu ? { limits: { 'nvidia.com/gpu': '1' } } : undefined,
                     },
