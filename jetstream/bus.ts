@@ -3,7 +3,7 @@
 // the topology at start; deployed, one provision step does (`FUNCTION=provision`, process/provision.ts) and the
 // functions only bind to it (NATS_PROVISION=false), so their NATS users need no right to create or change streams.
 
-import { parseNatsServers, readCredentialsFile, readNkeySeed } from '@flexinfer/gateway-emitter/connection'
+import { readFileSync } from 'node:fs'
 import {
   DiscardPolicy,
   type JetStreamClient,
@@ -400,14 +400,52 @@ export function natsServerOptions(
   inboxPrefix?: string
   authenticator?: Authenticator
 } {
-  const { servers: list, user, pass, credsFile: creds, seedFile: seed } = parseNatsServers(servers, env)
+  let user: string | undefined
+  let pass: string | undefined
+  const files: { creds?: string; seed?: string } = {}
+  const list = servers.split(',').map((entry) => {
+    let s = entry.trim()
+    const query = s.indexOf('?')
+    if (query >= 0) {
+      const params = new URLSearchParams(s.slice(query + 1))
+      files.creds = params.get('creds_file') ?? files.creds
+      files.seed = params.get('nkey_seed_file') ?? files.seed
+      s = s.slice(0, query)
+    }
+    const m = /^([a-z]+:\/\/)?([^:@/]+)(?::([^@/]*))?@(.+)$/i.exec(s)
+    if (!m) return s
+    user = decodeURIComponent(m[2] as string)
+    pass = m[3] === undefined ? undefined : decodeURIComponent(m[3])
+    return `${m[1] ?? ''}${m[4]}`
+  })
+  const creds = files.creds ?? (files.seed ? undefined : env.NATS_CREDS_FILE)
+  const seed = files.seed ?? (creds ? undefined : env.NATS_NKEY_SEED_FILE)
   const inbox = user === undefined ? {} : { inboxPrefix: `_INBOX_${user}` }
-  if (creds) return { servers: list, ...inbox, authenticator: credsAuthenticator(() => readCredentialsFile(creds)) }
+  if (creds) return { servers: list, ...inbox, authenticator: credsAuthenticator(() => readCredential(creds)) }
   if (seed) {
     readNkeySeed(seed) // a missing, unreadable or placeholder seed stops the process here, with the file named
     return { servers: list, ...inbox, authenticator: nkeyAuthenticator(() => readNkeySeed(seed)) }
   }
   return { servers: list, ...(user === undefined ? {} : { user, pass }), ...inbox }
+}
+
+// The same reading as the gateway client's (clients/ts/src/connection.ts): the client package must import nothing of
+// ours, and the functions must not load a client's sources (the compiled plugin and the image run without a
+// TypeScript loader).
+function readCredential(file: string): Uint8Array {
+  const bytes = readFileSync(file)
+  if (bytes.length === 0) throw new Error(`NATS credentials file ${file} is empty`)
+  return new Uint8Array(bytes)
+}
+
+/** The seed, trimmed; a value that is not a user seed (a placeholder left in the Secret) is refused by name. */
+function readNkeySeed(file: string): Uint8Array {
+  const seed = readFileSync(file, 'utf8').trim()
+  if (!/^SU[A-Z2-7]{56}$/.test(seed))
+    throw new Error(
+      `NKey seed file ${file} holds no user seed (SU…, 58 characters): make every identity with \`npm run gen:secrets\``,
+    )
+  return new TextEncoder().encode(seed)
 }
 
 export { KvMirror } from './kv-mirror.js'
