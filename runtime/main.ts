@@ -54,6 +54,9 @@ environment:
   HTTP_REQUEST_TIMEOUT_MS time to receive a whole request (408 after; default ${DEFAULT_REQUEST_TIMEOUT_MS})
   KUBE_REQUEST_TIMEOUT_MS  deadline of every Kubernetes API request, answer included (default 10000); one that
                       runs out fails as a transient error and its event is retried (watches are exempt)
+  FAILSAFE_BLIND_MS   cancel: foreground demand unobservable (NATS unreachable, no demand instance pulling) for
+                      longer than this and every running backfill Job is deleted through Kubernetes alone (default
+                      5000, at least 1000; docs/operations.md)
   LOG_LEVEL           pino level (default info)
 `
 

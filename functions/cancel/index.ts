@@ -22,6 +22,7 @@ import { describeError } from '../../runtime/log.js'
 import { preemptionLatency } from '../../runtime/ops-metrics.js'
 import { reconcile } from '../../runtime/reconcile.js'
 import { traced } from '../../runtime/tracing.js'
+import { type FailSafe, startFailSafe } from './fail-safe.js'
 import { deleteAttemptPods, Lane, RecentlyDeleted } from './fast-path.js'
 import { awaitAdmittedJob } from './in-flight.js'
 
@@ -56,6 +57,7 @@ export function refusal(job: V1Job, backfill: string): string | undefined {
 export function cancelFunction(): EventFunction {
   let jobs: ObjectCache<V1Job> | undefined
   let own = false
+  let failSafe: FailSafe | undefined
   const deletes = new Lane(DELETE_WIDTH)
   const bookkeeping = new Lane(BOOKKEEPING_WIDTH)
   const deleted = new RecentlyDeleted()
@@ -74,8 +76,12 @@ export function cancelFunction(): EventFunction {
         own = true
         await jobs.start()
       }
+      // Background does not run while foreground demand cannot be observed (fail-safe.ts): Kubernetes alone.
+      failSafe = startFailSafe(deps, jobs, { refusal })
     },
     async stop() {
+      await failSafe?.stop()
+      failSafe = undefined
       if (own) await jobs?.stop()
       jobs = undefined
     },
