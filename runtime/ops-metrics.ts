@@ -7,6 +7,7 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
 import { PHASES } from '../core/api.js'
 import type { BackfillState } from '../core/state.js'
 import { STREAM_DEAD_LETTER } from '../events/catalog.js'
+import { withDeadline } from '../lib/deadline.js'
 import type { Bus } from './nats.js'
 
 /**
@@ -21,14 +22,57 @@ export const preemptionLatency = new Histogram({
   registers: [],
 })
 
+/**
+ * The fail-safe (functions/cancel/fail-safe.ts), per cancel process: whether it is engaged, for how long foreground
+ * demand has been unobservable as it sees it, and the Jobs it deleted. Other processes export 0.
+ */
+export const failSafeEngaged = new Gauge({
+  name: 'flexinfer_model_backfill_failsafe_engaged',
+  help: 'Foreground demand has not been observable for longer than FAILSAFE_BLIND_MS: running backfills are cancelled and none start.',
+  registers: [],
+})
+export const foregroundUnobservable = new Gauge({
+  name: 'flexinfer_model_backfill_foreground_unobservable_seconds',
+  help: 'How long the fail-safe has not seen foreground demand observable (NATS reachable, demand pulling); 0 while it is.',
+  registers: [],
+})
+export const failSafeCancellations = new Counter({
+  name: 'flexinfer_model_backfill_failsafe_cancellations_total',
+  help: 'Backfill Jobs deleted by the fail-safe through Kubernetes while foreground demand was unobservable.',
+  registers: [],
+})
+/** How long a scrape waits for NATS to answer a ping before it reports it unreachable. */
+const NATS_PING_MS = 1_000
+
 /** Adds the operational metrics to a registry that mirrors the backfill states. */
 export function registerOpsMetrics(
   registry: Registry,
   /** The backfills this exporter may show (a namespace-scoped deployment: only its namespaces). */
   states: () => Iterable<BackfillState>,
   bus: () => Bus | undefined,
+  /** Whether this process exports the cluster-wide series (the dead-letter count is one; runtime/metrics.ts). */
+  exportsCluster: () => boolean = () => true,
 ) {
   registry.registerMetric(preemptionLatency)
+  for (const m of [failSafeEngaged, foregroundUnobservable, failSafeCancellations]) registry.registerMetric(m)
+  // Reachability as this process sees it: a round trip to the server at scrape time, bounded. Every function
+  // reports its own (a partition may cut one off and not the others): the NATS-unreachable alert is per pod.
+  new Gauge({
+    name: 'flexinfer_model_backfill_nats_up',
+    help: 'Whether this process reached NATS at scrape time (a ping answered within 1 s).',
+    registers: [registry],
+    async collect() {
+      const b = bus()
+      let up = 0
+      if (b && !b.nc.isClosed()) {
+        up = await withDeadline(b.nc.rtt(), NATS_PING_MS, 'NATS ping').then(
+          () => 1,
+          () => 0,
+        )
+      }
+      this.set(up)
+    },
+  })
   new Gauge({
     name: 'flexinfer_model_backfill_phase',
     help: 'The phase each backfill is in (1 for its current phase, 0 for the others).',
@@ -45,23 +89,61 @@ export function registerOpsMetrics(
   })
   // The dead-letter stream's last sequence: every event any function (or the bridge) ever refused, a counter that
   // only resets when the stream is re-created. Read at scrape time (stream info, the JetStream API's deadline);
-  // when NATS does not answer, the last value read stands.
+  // when NATS does not answer, the last value read stands. Labelled by the stream so that a process that does not
+  // export the cluster-wide series has no series at all (an unlabelled counter would show 0, and the exporter's
+  // series jumping from 0 to the count after a handover would read as that many dead letters at once).
   let deadLetters = 0
   new Counter({
     name: 'flexinfer_model_backfill_dead_letters_total',
     help: 'Events refused by any function and stored in FLEXINFER_DEADLETTER (its last sequence number).',
+    labelNames: ['stream'],
     registers: [registry],
     async collect() {
-      const b = bus()
-      if (b) {
-        try {
-          deadLetters = (await b.jsm.streams.info(STREAM_DEAD_LETTER)).state.last_seq
-        } catch {
-          // keep the last value: a scrape must not fail because NATS is briefly away
-        }
-      }
       this.reset()
-      this.inc(deadLetters)
+      if (!exportsCluster()) return
+      const b = bus()
+      try {
+        if (b) {
+          const info = await withDeadline(b.jsm.streams.info(STREAM_DEAD_LETTER), NATS_PING_MS * 2, 'stream info')
+          deadLetters = Math.max(deadLetters, info.state.last_seq)
+        }
+      } catch {
+        // keep the last value: a scrape must not fail because NATS is briefly away
+      }
+      this.inc({ stream: STREAM_DEAD_LETTER }, deadLetters)
+    },
+  })
+}
+
+/**
+ * What this process's durable consumers hold undelivered or unacknowledged, read at scrape time (bounded): a lag that
+ * keeps growing is a function that does not keep up (or is not running). Replicas of one function share its consumers
+ * and report the same value: take one copy (`max by (stream, consumer)`).
+ */
+export function registerConsumerLag(
+  registry: Registry,
+  bus: () => Bus | undefined,
+  consumers: () => readonly { stream: string; consumer: string }[],
+) {
+  new Gauge({
+    name: 'flexinfer_model_backfill_consumer_pending',
+    help: 'Messages of a durable consumer this process pulls that are pending or awaiting acknowledgement.',
+    labelNames: ['stream', 'consumer'],
+    registers: [registry],
+    async collect() {
+      this.reset()
+      const b = bus()
+      if (!b) return
+      await Promise.all(
+        consumers().map(async ({ stream, consumer }) => {
+          try {
+            const info = await withDeadline(b.jsm.consumers.info(stream, consumer), NATS_PING_MS, 'consumer info')
+            this.set({ stream, consumer }, info.num_pending + info.num_ack_pending)
+          } catch {
+            // NATS away: no value rather than a wrong one (flexinfer_model_backfill_nats_up says why)
+          }
+        }),
+      )
     },
   })
 }

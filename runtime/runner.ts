@@ -1,13 +1,17 @@
 // Runs functions in one process over JetStream pull consumers: `npm start` runs all of them (plus the local
 // Kubernetes watcher and the metrics endpoint); a KEDA Deployment runs one. Tests use the same entry point.
+
+import { randomUUID } from 'node:crypto'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { loadFunction } from '../functions/load.js'
 import { FUNCTION_NAMES } from '../functions/names.js'
-import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from './deps.js'
-import type { EventFunction } from './function.js'
+import { EXPORTER_KEY, ExporterLease, metricsHandoverMs } from '../observability/exporter-lease.js'
+import { deleteInstanceConsumers, instanceName, openDeps, type ProcessOptions, scoped } from './deps.js'
+import { consumerName, type EventFunction } from './function.js'
 import { type RunningFunction, runOnJetStream } from './jetstream-adapter.js'
 import { BackfillMetrics } from './metrics.js'
+import { registerConsumerLag } from './ops-metrics.js'
 import type { Deps } from './reconcile.js'
 import type { Watcher } from './watcher.js'
 
@@ -52,14 +56,30 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
   })
   deps.instance = opts.instance
   const { bus, kube, log } = deps
-  const metrics = new BackfillMetrics(opts.namespaces)
+  // The cluster-wide series are exported by one process at a time: the holder of the exporter lease, contended for
+  // by processes running cancel (always on, in both overlays). Every other process exports only its own metrics.
+  const lease = names.includes('cancel')
+    ? new ExporterLease(bus.kv.claims, instanceName(EXPORTER_KEY, opts.instance), {
+        id: `${process.env.HOSTNAME ?? 'local'}/${randomUUID()}`,
+        handoverMs: metricsHandoverMs(),
+      })
+    : undefined
+  const metrics = new BackfillMetrics(opts.namespaces, lease ? () => lease.holding() : () => false)
   await metrics.start(bus)
+  await lease?.start()
   deps.backfillStates = metrics.states
   const running: RunningFunction[] = []
+  const pulled: { stream: string; consumer: string }[] = []
   for (const name of names) {
     const fn = scoped((factories.get(name) as () => EventFunction)(), opts.namespaces, opts.instance)
     running.push(await runOnJetStream(deps, fn))
+    for (const s of fn.subscriptions) pulled.push({ stream: s.stream, consumer: consumerName(fn.name, s.stream) })
   }
+  registerConsumerLag(
+    metrics.registry,
+    () => bus,
+    () => pulled,
+  )
   let watcher: Watcher | undefined
   if (opts.watch) {
     const { startWatcher } = await import('./watcher.js')
@@ -122,6 +142,7 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
           bus,
           running.map((f) => f.name),
         )
+      await lease?.stop()
       await metrics.stop()
       if (server.listening) {
         server.closeAllConnections()
