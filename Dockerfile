@@ -10,16 +10,22 @@
 # The entry point is an esbuild bundle (scripts/bundle.mjs, run by `npm run build`): a function loads a few minified
 # files instead of ~2,000 modules from node_modules, and only its mode's and its function's code: demand and source
 # never load the Kubernetes client, and no process loads the OpenTelemetry SDK unless OTEL_* turns tracing on
-# (cold start, issue 11; test/integration/transport/cold-start-modules.test.ts).
+# (cold start; test/integration/transport/cold-start-modules.test.ts).
 FROM node:20-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
 COPY core ./core
+COPY lib ./lib
 COPY events ./events
+COPY observability ./observability
+COPY jetstream ./jetstream
+COPY kube ./kube
+COPY transport ./transport
+COPY admission ./admission
 COPY functions ./functions
-COPY runtime ./runtime
+COPY process ./process
 COPY scripts/bundle.mjs ./scripts/bundle.mjs
 RUN npm run build
 

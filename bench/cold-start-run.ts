@@ -1,13 +1,13 @@
 // `npm run bench:cold`: bench/cold-start.ts on its own, against the environment of `npm run env:up` (NATS_URL and
 // KUBECONFIG from `. .testenv/env.sh`): provisions the topology, then measures each function BENCH_COLD_RUNS times
 // (default 3) back to back. Build first (`npm run build`). Prints one line per run and one JSON object at the end.
-// BENCH_COLD_FUNCTIONS=admit,cancel: only these; BENCH_COLD_ENTRY=dist/runtime/main.js: tsc's unbundled output.
+// BENCH_COLD_FUNCTIONS=admit,cancel: only these; BENCH_COLD_ENTRY=dist/process/main.js: tsc's unbundled output.
 import { openSync } from 'node:fs'
 import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect } from '@nats-io/transport-node'
-import { provision } from '../runtime/provision.js'
+import { provision } from '../process/provision.js'
 import { repoRoot } from '../test/env/binaries.js'
 import { COLD_START_FUNCTIONS, measureColdStart } from './cold-start.js'
 

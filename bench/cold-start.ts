@@ -18,7 +18,7 @@ import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream'
 import { RESYNC_REASONS } from '../core/resync.js'
 import { STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST, STREAM_TIMERS } from '../events/catalog.js'
 import { encode, encodeApiServerEvent } from '../events/codec.js'
-import { consumerName } from '../runtime/function.js'
+import { consumerName } from '../jetstream/names.js'
 
 export interface ColdStart {
   coldStartMs: number
@@ -120,7 +120,7 @@ export async function measureColdStart(opts: {
   /** Where the child's output goes (a file descriptor). */
   logFd: number
   idleMs?: number
-  /** The entry point, relative to repoRoot; default ENTRY (before/after comparisons: dist/runtime/main.js). */
+  /** The entry point, relative to repoRoot; default ENTRY (before/after comparisons: dist/process/main.js). */
   entry?: string
 }): Promise<ColdStart> {
   const { fn, js, jsm } = opts

@@ -23,10 +23,10 @@ import {
 import { connect } from '@nats-io/transport-node'
 import { STREAM_FOREGROUND } from '../events/catalog.js'
 import { decode, encode } from '../events/codec.js'
-import { PULL_EXPIRES_MS, PULL_HEARTBEAT_MS } from '../runtime/jetstream-adapter.js'
-import { startRunner } from '../runtime/runner.js'
+import { startRunner } from '../process/runner.js'
 import { ensureBinaries } from '../test/env/binaries.js'
 import { freePorts, LOOPBACK } from '../test/env/net.js'
+import { PULL_EXPIRES_MS, PULL_HEARTBEAT_MS } from '../transport/jetstream-adapter.js'
 
 const EVENTS = Number(process.argv[2] ?? 200_000)
 const MODE = process.env.INGEST_MODE ?? 'demand'

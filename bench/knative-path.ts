@@ -15,12 +15,12 @@ import Fastify from 'fastify'
 import { parseAllDocuments, stringify } from 'yaml'
 import { catalog } from '../events/catalog.js'
 import { admit } from '../functions/admit/index.js'
-import { startBridge } from '../runtime/bridge.js'
-import { startHttpFunction } from '../runtime/http-adapter.js'
-import { createLogger } from '../runtime/log.js'
+import { createLogger } from '../observability/log.js'
 import { ensureBinaries, repoRoot } from '../test/env/binaries.js'
 import { run, waitFor } from '../test/env/exec.js'
 import { applyDefaults, exposeService, type Manifest, startKnativeEventing } from '../test/knative/eventing.js'
+import { startBridge } from '../transport/bridge.js'
+import { startHttpFunction } from '../transport/http-adapter.js'
 
 const [natsUrl, kubeconfigPath, mode = 'broker'] = process.argv.slice(2)
 if (!natsUrl || !kubeconfigPath || !['broker', 'stand-in'].includes(mode))

@@ -21,8 +21,8 @@ import { backfillKey, jobName } from '../core/names.js'
 import type { BackfillState } from '../core/state.js'
 import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, STREAM_FOREGROUND } from '../events/catalog.js'
 import { encode } from '../events/codec.js'
-import { createLogger } from '../runtime/log.js'
-import { type Runner, startRunner } from '../runtime/runner.js'
+import { createLogger } from '../observability/log.js'
+import { type Runner, startRunner } from '../process/runner.js'
 import { repoRoot } from '../test/env/binaries.js'
 import { startEnvironment } from '../test/env/environment.js'
 import { BackfillWorld, waitUntil } from '../test/integration/support/backfill-world.js'
@@ -127,7 +127,7 @@ run: try {
   // As deployed (one Deployment or Knative Service each): demand and cancel in processes of their own.
   const preemptionPath: (() => Promise<void>)[] = []
   for (const fn of ['demand', 'cancel']) {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot, 'runtime/main.ts')], {
+    const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot, 'process/main.ts')], {
       env: {
         ...process.env,
         NATS_URL: environment.natsUrl,

@@ -16,8 +16,8 @@ import {
   STREAM_FOREGROUND_LAST,
   STREAM_TIMERS,
 } from '../events/catalog.js'
-import { consumerName } from '../runtime/function.js'
-import { awaitReplicas } from '../runtime/nats.js'
+import { awaitReplicas } from '../jetstream/bus.js'
+import { consumerName } from '../jetstream/names.js'
 import type { RestartableServer } from '../test/env/environment.js'
 import { sleep } from '../test/env/exec.js'
 import { streamLeader, waitForStreamLeader } from '../test/env/nats.js'

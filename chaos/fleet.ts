@@ -1,4 +1,4 @@
-// The functions as deployed: compiled to JavaScript (as the image runs `node dist/runtime/main.js`), each in a
+// The functions as deployed: compiled to JavaScript (as the image runs `node dist/process/main.js`), each in a
 // process of its own (FUNCTION=<name>, bound to the topology the provision step made), plus the local Kubernetes
 // watcher (chaos/watcher.ts). The fleet restarts a process after the harness kills it (as a Deployment would) and
 // also after it exits on its own — that is a crash, recorded with its log tail. It records when each process is
@@ -9,7 +9,7 @@ import { mkdir, rm, symlink, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { JetStreamManager } from '@nats-io/jetstream'
 import { functionFactories } from '../functions/index.js'
-import { consumerName } from '../runtime/function.js'
+import { consumerName } from '../jetstream/names.js'
 import { repoRoot } from '../test/env/binaries.js'
 import { runOk, sleep } from '../test/env/exec.js'
 import { httpGet } from '../test/env/net.js'
@@ -30,7 +30,19 @@ export async function buildFunctions(dir: string): Promise<void> {
     JSON.stringify({
       extends: join(repoRoot, 'tsconfig.json'),
       compilerOptions: { outDir: join(dir, 'out'), rootDir: repoRoot, sourceMap: false, incremental: false },
-      include: ['core', 'events', 'functions', 'runtime', 'chaos/watcher.ts'].map((p) => join(repoRoot, p)),
+      include: [
+        'core',
+        'lib',
+        'events',
+        'observability',
+        'jetstream',
+        'kube',
+        'transport',
+        'admission',
+        'functions',
+        'process',
+        'chaos/watcher.ts',
+      ].map((p) => join(repoRoot, p)),
       exclude: [join(repoRoot, 'events/generate.ts')],
     }),
   )
@@ -185,7 +197,7 @@ export class Fleet {
 
   private args(fn: string): string[] {
     const out = join(this.opts.buildDir, 'out')
-    return [fn === 'watcher' ? join(out, 'chaos/watcher.js') : join(out, 'runtime/main.js')]
+    return [fn === 'watcher' ? join(out, 'chaos/watcher.js') : join(out, 'process/main.js')]
   }
 
   /** Pulling from each of its consumers (the watcher: connected to NATS). */

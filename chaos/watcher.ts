@@ -1,7 +1,7 @@
 // The local Kubernetes watcher (the ApiServerSource stand-in) alone in a process, as the chaos run deploys it:
-// runtime/main.ts only runs it together with functions.
-import { createLogger } from '../runtime/log.js'
-import { startRunner } from '../runtime/runner.js'
+// process/main.ts only runs it together with functions.
+import { createLogger } from '../observability/log.js'
+import { startRunner } from '../process/runner.js'
 
 const log = createLogger('model-backfill')
 const natsUrl = process.env.NATS_URL

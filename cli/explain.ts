@@ -1,5 +1,5 @@
 // `kubectl mbf explain`: why a backfill is (not) running, gate by gate, from the same observation admit makes
-// (runtime/reconcile.ts observe()) plus the NATS state around it. Pure: the I/O lives in cli/read.ts, so the
+// (admission/reconcile.ts observe()) plus the NATS state around it. Pure: the I/O lives in cli/read.ts, so the
 // verdicts are unit-tested with made-up worlds. The gates are listed in decide()'s admission order and use its own
 // helpers (blockingGamingSession, blockingLease, checkSpec), and the closing line is decide() itself, run on the
 // observation without applying anything: what admit would do if woken now.
@@ -41,7 +41,7 @@ export interface ExplainInput {
   observed: Observed
   /** The model's and the node's claims in flexinfer-claims (absent keys omitted). */
   claims: { key: string; claim: Claim }[]
-  /** runtime/fence.ts checkFence, or why it could not be read. */
+  /** admission/fence.ts checkFence, or why it could not be read. */
   fence: { ready: true } | { ready: false; why: string } | { error: string }
   /** Whether the backfill's schedule is stored in FLEXINFER_TIMERS, and its schedule header. */
   timer: { stored: boolean; schedule?: string }

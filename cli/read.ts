@@ -1,5 +1,5 @@
 // The plugin's reads: the user's kubeconfig and NATS, read-only, every call with a deadline. Explain observes a
-// backfill with the functions' own observe() (runtime/reconcile.ts) and fence check (runtime/fence.ts), so what it
+// backfill with the functions' own observe() (admission/reconcile.ts) and fence check (admission/fence.ts), so what it
 // shows is what admit sees; nothing here writes anything (no stream, bucket or consumer is created).
 import { existsSync, readFileSync } from 'node:fs'
 import { homedir } from 'node:os'
@@ -9,8 +9,10 @@ import { type JetStreamManager, jetstream, jetstreamManager, PubHeaders } from '
 import { type KV, Kvm } from '@nats-io/kv'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { pino } from 'pino'
+import { checkFence } from '../admission/fence.js'
+import { observe } from '../admission/reconcile.js'
 import type { ModelBackfill } from '../core/api.js'
-import { backfillKey, modelKey } from '../core/names.js'
+import { backfillKey, claimKeys } from '../core/names.js'
 import type { BackfillState, Claim, ModelIdleState } from '../core/state.js'
 import {
   BUCKET_BACKFILLS,
@@ -21,10 +23,9 @@ import {
   STREAM_TIMERS,
   scheduleSubject,
 } from '../events/catalog.js'
-import { checkFence } from '../runtime/fence.js'
-import { Kube } from '../runtime/kube.js'
-import { Bus, isNotFound, natsServerOptions } from '../runtime/nats.js'
-import { claimKeys, type Deps, observe } from '../runtime/reconcile.js'
+import { Bus, isNotFound, lastBySubject, natsServerOptions } from '../jetstream/bus.js'
+import { Kube } from '../kube/kube.js'
+import type { Deps } from '../transport/function.js'
 import type { Args } from './args.js'
 import type { CancelRequestSeen, EventSeen, ExplainInput } from './explain.js'
 
@@ -305,16 +306,11 @@ export async function stateHistory(s: Session, namespace: string, name: string):
 }
 
 export async function timerSchedule(s: Session, namespace: string, name: string) {
-  try {
-    const msg = await s.jsm.streams.getMessage(STREAM_TIMERS, { last_by_subj: scheduleSubject(namespace, name) })
-    // A disarmed timer leaves a tombstone (no schedule header) for a second: no timer.
-    const schedule = msg?.header?.get(PubHeaders.Schedule)
-    if (!schedule) return { stored: false }
-    return { stored: true, schedule }
-  } catch (err) {
-    if (isNotFound(err)) return { stored: false }
-    throw err
-  }
+  const msg = await lastBySubject(s.jsm, STREAM_TIMERS, scheduleSubject(namespace, name))
+  // A disarmed timer leaves a tombstone (no schedule header) for a second: no timer.
+  const schedule = msg?.header?.get(PubHeaders.Schedule)
+  if (!schedule) return { stored: false }
+  return { stored: true, schedule }
 }
 
 export async function gatherExplain(s: Session, namespace: string, name: string): Promise<ExplainInput> {
@@ -331,7 +327,7 @@ export async function gatherExplain(s: Session, namespace: string, name: string)
       if (c) claimList.push({ key, claim: c })
     }
   } else if (backfill) {
-    const key = `model.${modelKey(namespace, backfill.spec.modelRef)}`
+    const key = claimKeys(namespace, backfill.spec.modelRef, '').model
     const c = json<Claim>(await s.claims.get(key).catch(() => null))
     if (c) claimList.push({ key, claim: c })
   }

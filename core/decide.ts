@@ -32,7 +32,7 @@ export const RECHECK_MS = 15_000
  * active attempt every period), so no timer of its own.
  */
 export const NOT_STARTING_MS = 5 * 60_000
-/** How soon admission tries again when the preemption path was not ready (runtime/fence.ts). */
+/** How soon admission tries again when the preemption path was not ready (admission/fence.ts). */
 export const PATH_RECHECK_MS = 5_000
 /**
  * How long a Starting attempt without a Job is admit's alone: its admission may still be in flight (the POST, then
@@ -513,7 +513,7 @@ function cancelReason(w: Work, trigger: Trigger): CancelReason | undefined {
 }
 
 /**
- * Admit's re-reads of the model's newest request around the Job's POST (runtime/reconcile.ts): true when one was
+ * Admit's re-reads of the model's newest request around the Job's POST (admission/reconcile.ts): true when one was
  * stored after the idle window the admission in flight (`s`, committed as Starting) stood on. Before the POST the
  * Job is then not created (the next decision takes the attempt back); after it, admit deletes the Job at once.
  * The same rule cancelReason() applies to a live attempt, so the decision that follows agrees.

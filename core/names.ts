@@ -40,3 +40,11 @@ export const isObjectName = (name: unknown): name is string =>
 /** NATS KV keys allow [-/_=.a-zA-Z0-9]; Kubernetes names are DNS labels/subdomains, so they fit as they are. */
 export const modelKey = (namespace: string, model: string) => `${namespace}.${model}`
 export const backfillKey = (namespace: string, backfill: string) => `${namespace}.${backfill}`
+
+/** The claims bucket's keys (`flexinfer-claims`): one claim per model and one per node (core/state.ts Claim). */
+export const modelClaimKey = (namespace: string, model: string) => `model.${modelKey(namespace, model)}`
+export const nodeClaimKey = (node: string) => `node.${node}`
+export const claimKeys = (namespace: string, model: string, node: string) => ({
+  model: modelClaimKey(namespace, model),
+  node: nodeClaimKey(node),
+})

@@ -3,54 +3,17 @@
 import { randomUUID } from 'node:crypto'
 import { CloudEvent } from 'cloudevents'
 import { z } from 'zod'
-import { eventTraceContext } from '../runtime/tracing.js'
+import { eventTraceContext } from '../observability/tracing.js'
 import { APISERVER_TYPES, catalog, type EventData, type EventType, isCatalogType, SOURCE } from './catalog.js'
 import { fastForeground } from './fast-decode/foreground.js'
 
-export type ApiServerType = (typeof APISERVER_TYPES)[number]
+export type { ApiServerType, DecodeResult, Extensions, InboundEvent, KubeObject } from './envelope.js'
 
-/** A decoded, validated event. ApiServerSource events carry the Kubernetes object as data. */
-export type InboundEvent =
-  | {
-      [T in EventType]: {
-        type: T
-        id: string
-        source: string
-        time: string
-        subject?: string
-        /** When the transport accepted it (JetStream's store time, ms): a clock the sender cannot skew. */
-        storedAt?: number
-        /** Extension attributes (e.g. traceparent/tracestate), when the event has any. */
-        extensions?: Extensions
-        data: EventData<T>
-      }
-    }[EventType]
-  | {
-      type: ApiServerType
-      id: string
-      source: string
-      time: string
-      subject?: string
-      storedAt?: number
-      extensions?: Extensions
-      data: KubeObject
-    }
-
-/** CloudEvents extension attributes, by lower-case alphanumeric name. */
-export type Extensions = Record<string, string | number | boolean>
-
-export interface KubeObject {
-  apiVersion?: string
-  kind?: string
-  metadata: { name: string; namespace?: string; [key: string]: unknown }
-  [key: string]: unknown
-}
-
-export type DecodeResult = { ok: true; event: InboundEvent } | { ok: false; reason: string }
+import type { ApiServerType, DecodeResult, Extensions, InboundEvent, KubeObject } from './envelope.js'
 
 /**
  * A structured-mode event. Made inside a traced context (a handler's span, a gateway's request span), it carries
- * that trace in the distributed-tracing extension (runtime/tracing.ts); `extensions` given: exactly those.
+ * that trace in the distributed-tracing extension (observability/tracing.ts); `extensions` given: exactly those.
  */
 export function encode<T extends EventType>(
   type: T,

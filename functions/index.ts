@@ -1,5 +1,5 @@
 // Every function, by name: the runner (`npm start`), the KEDA Deployments and the Knative Services pick from here.
-import type { EventFunction } from '../runtime/function.js'
+import type { EventFunction } from '../transport/function.js'
 import { admitFunction } from './admit/index.js'
 import { cancelFunction } from './cancel/index.js'
 import { demandFunction } from './demand/index.js'

@@ -1,8 +1,8 @@
 // Every function by name, loaded on demand: a process imports only the code of the functions it runs, so demand's
-// start does not load cancel's, admit's or lifecycle's modules and, through them, the Kubernetes client (cold start,
-// issue 11). functions/index.ts is the same table with static imports (provision, tests);
+// start does not load cancel's, admit's or lifecycle's modules and, through them, the Kubernetes client (cold
+// start). functions/index.ts is the same table with static imports (provision, tests);
 // test/unit/function-loaders.test.ts checks the two agree.
-import type { EventFunction } from '../runtime/function.js'
+import type { EventFunction } from '../transport/function.js'
 import type { FunctionName } from './names.js'
 
 export const functionLoaders = {

@@ -1,7 +1,7 @@
-// `npm run bundle` (part of `npm run build`): the container's entry point, runtime/main.ts, as an esbuild bundle in
+// `npm run bundle` (part of `npm run build`): the container's entry point, process/main.ts, as an esbuild bundle in
 // dist/bundle/ (main.js and the chunks it loads), split at main's dynamic imports so a process loads only its
-// mode's code. Loading ~2,000 module files from node_modules took most of a function's start (cold start, issue
-// 11); a few minified files do not. The image runs it and needs no node_modules.
+// mode's code. Loading ~2,000 module files from node_modules took most of a function's start; a few minified files
+// do not. The image runs it and needs no node_modules.
 import { rm, writeFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -52,7 +52,7 @@ const zodEnglishOnly = {
 }
 const result = await build({
   absWorkingDir: root,
-  entryPoints: { main: 'runtime/main.ts' },
+  entryPoints: { main: 'process/main.ts' },
   outdir,
   bundle: true,
   splitting: true,

@@ -392,7 +392,7 @@ try {
       log(
         `size ${n}: lateness p50 ${results[k('admission_lateness_ms_p50')]} p99 ${results[k('admission_lateness_ms_p99')]} (${lateness.length})`,
       )
-      // Where the lateness goes: admit's own step timings of these admissions (runtime/step-timings.ts).
+      // Where the lateness goes: admit's own step timings of these admissions (observability/step-timings.ts).
       const profile = latenessProfile(admissionLines(burstFrom))
       for (const row of profile) {
         results[k(`admission_step_${row.step}_ms_p50`)] = row.p50

@@ -5,7 +5,7 @@
 // stay the one source of truth and say what is wrong: this only ever accepts what they accept, with the same value
 // (test/unit/codec-fast-path.property.test.ts).
 import { DNS_SUBDOMAIN } from '../../core/names.js'
-import type { DecodeResult, Extensions, InboundEvent } from '../codec.js'
+import type { DecodeResult, Extensions, InboundEvent } from '../envelope.js'
 
 const TYPE = 'ai.flexinfer.foreground.request'
 /** catalog's `namespace`: a DNS label of at most 63 characters. */

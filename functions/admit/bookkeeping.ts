@@ -1,6 +1,6 @@
 // What an admission does after its attempt is committed and its Job exists — the BackfillStarted Event and the
-// status write (runtime/reconcile.ts hands them over) — runs in a lane of its own, off the admission slot (issue 11:
-// with 1,000 windows ending together, ~1.5 s of each slot's ~3.7 s came after `startedAt` and the timers queued
+// status write (admission/reconcile.ts hands them over) — runs in a lane of its own, off the admission slot (with
+// 1,000 windows ending together, ~1.5 s of each slot's ~3.7 s came after `startedAt` and the timers queued
 // ~45 s for a slot). Foreground safety does not depend on it: the claims, the fence and the newest-request reads
 // around the POST stay on the admission path.
 //
@@ -10,8 +10,8 @@
 // every period (core/resync.ts ActiveAttempt). Only the Started Event is lost then, as it was when a process died
 // between the POST and the Event.
 
-import { describeError, type Logger } from '../../runtime/log.js'
-import { Lane } from '../cancel/fast-path.js'
+import { Lane } from '../../lib/lane.js'
+import { describeError, type Logger } from '../../observability/log.js'
 
 /** Bookkeeping tasks at once: apiserver writes (an Event POST, a status PUT), fewer than admit's 32 slots. */
 export const BOOKKEEPING_WIDTH = 16

@@ -1,11 +1,12 @@
 // admit: when a backfill's timer fires (idle window end, cooldown over, re-check) or another function asks,
 // run the gates and create the attempt's Job. The only function that creates Jobs. What follows a created Job (the
 // Started Event, the status write) runs in admit's bookkeeping lane, not on the admission's slot (bookkeeping.ts).
+
+import { type AfterStart, reconcile } from '../../admission/reconcile.js'
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
-import type { EventFunction } from '../../runtime/function.js'
-import { SCHEDULER_TICK_MS } from '../../runtime/nats.js'
-import { type AfterStart, type Deps, reconcile } from '../../runtime/reconcile.js'
-import { StepTimings } from '../../runtime/step-timings.js'
+import { SCHEDULER_TICK_MS } from '../../jetstream/bus.js'
+import { StepTimings } from '../../observability/step-timings.js'
+import type { Deps, EventFunction } from '../../transport/function.js'
 import { BookkeepingLane } from './bookkeeping.js'
 
 /** Longest a graceful stop waits for queued bookkeeping (the rest is redone by the next decisions). */

@@ -1,20 +1,21 @@
 // The fail-safe: foreground always wins, so background does not run while foreground demand cannot be observed.
 // Every cancel process probes, once a second, whether the preemption path can see foreground requests — NATS answers
-// and a demand instance pulls each of demand's two consumers (the admission fence's own test, runtime/fence.ts).
+// and a demand instance pulls each of demand's two consumers (the admission fence's own test, admission/fence.ts).
 // When it has not seen that for longer than FAILSAFE_BLIND_MS (core/decide.ts failSafe), it cancels every running
 // backfill Job in scope through Kubernetes alone: the Cancelling/ForegroundUnobservable status first (decide reads it
 // back once NATS is back and counts the preemption under `other`), then the Job's DELETE and its pods', a Warning
-// Event, a log line and the metrics of runtime/ops-metrics.ts. It keeps doing so for any Job that appears while it is
+// Event, a log line and the metrics of observability/ops-metrics.ts. It keeps doing so for any Job that appears while it is
 // engaged; admission itself is closed by the fence (and by NATS being gone). One probe that sees the path again
 // lets go: the attempts come back through the normal gates, each with a fresh idle window.
 //
 // Why cancel holds this duty: it is the process that owns the preemption DELETE, it never scales to zero in either
 // overlay (a PodDisruptionBudget keeps one), it already watches the backfill Jobs and its ServiceAccount already has
 // every verb this needs (list/watch/delete jobs, deletecollection pods, get modelbackfills, update their status,
-// create events) — nothing is granted for it. The Kubernetes watcher (runtime/watcher.ts) runs only where there is no
+// create events) — nothing is granted for it. The Kubernetes watcher (transport/watcher.ts) runs only where there is no
 // ApiServerSource and may delete nothing; a process of its own would be one more always-on Deployment with the same
 // rights. Each cancel replica decides alone (no coordination, which would need NATS): deletes are idempotent.
 import type { V1Job } from '@kubernetes/client-node'
+import { consumerInfo, consumers } from '../../admission/fence.js'
 import {
   type Blindness,
   blindStatus,
@@ -25,13 +26,13 @@ import {
 } from '../../core/decide.js'
 import { jobView } from '../../core/world.js'
 import { STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
+import type { ObjectCache } from '../../kube/kube.js'
 import { withDeadline } from '../../lib/deadline.js'
-import { consumerInfo, consumers } from '../../runtime/fence.js'
-import type { ObjectCache } from '../../runtime/kube.js'
-import { describeError } from '../../runtime/log.js'
-import { failSafeCancellations, failSafeEngaged, foregroundUnobservable } from '../../runtime/ops-metrics.js'
-import type { Deps } from '../../runtime/reconcile.js'
-import { deleteAttemptPods, Lane } from './fast-path.js'
+import { Lane } from '../../lib/lane.js'
+import { describeError } from '../../observability/log.js'
+import { failSafeCancellations, failSafeEngaged, foregroundUnobservable } from '../../observability/ops-metrics.js'
+import type { Deps } from '../../transport/function.js'
+import { deleteAttemptPods } from './fast-path.js'
 
 /** How often the path is probed. */
 export const PROBE_EVERY_MS = 1_000

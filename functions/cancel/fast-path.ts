@@ -5,59 +5,7 @@
 // holds, and the bookkeeping queues behind them in a narrow lane that waits while DELETEs are in flight (the
 // apiserver answers a DELETE slower while the bookkeeping's reads and writes load it). Both lanes are bounded: the transport never
 // has more than cancel's concurrency in flight, and each lane holds at most that many.
-import type { Kube } from '../../runtime/kube.js'
-
-/** A concurrency limit with a FIFO queue (bounded by whoever calls it: the transport's in-flight limit). */
-export class Lane {
-  private free: number
-  private readonly waiting: (() => void)[] = []
-
-  constructor(readonly width: number) {
-    this.free = width
-  }
-
-  /** Tasks running or waiting for a place. */
-  get busy() {
-    return this.width - this.free + this.waiting.length
-  }
-
-  private readonly idleWaiters: (() => void)[] = []
-
-  /**
-   * Resolves when nothing runs or waits in this lane, or after `maxWaitMs` (so the lane that waits on it is
-   * never starved by a steady trickle).
-   */
-  idle(maxWaitMs: number): Promise<void> {
-    if (this.busy === 0) return Promise.resolve()
-    return new Promise((resolve) => {
-      const timer = setTimeout(done, maxWaitMs)
-      const waiters = this.idleWaiters
-      function done() {
-        clearTimeout(timer)
-        const i = waiters.indexOf(done)
-        if (i >= 0) waiters.splice(i, 1)
-        resolve()
-      }
-      waiters.push(done)
-    })
-  }
-
-  async run<T>(task: () => Promise<T>): Promise<T> {
-    if (this.free > 0) this.free--
-    else await new Promise<void>((resolve) => this.waiting.push(resolve))
-    try {
-      return await task()
-    } finally {
-      const next = this.waiting.shift()
-      if (next) next()
-      else this.free++
-      if (this.busy === 0) for (const done of [...this.idleWaiters]) done()
-    }
-  }
-}
-
-/** The label the Job controller puts on every pod of a Job (Kubernetes ≥ 1.27), with the Job's UID. */
-export const CONTROLLER_UID_LABEL = 'batch.kubernetes.io/controller-uid'
+import type { Kube } from '../../kube/kube.js'
 
 /**
  * Deletes the pods of the Job with this UID — the attempt's work — without waiting for the garbage collector to
@@ -66,11 +14,8 @@ export const CONTROLLER_UID_LABEL = 'batch.kubernetes.io/controller-uid'
  * no pod of another Job (a same-named successor included) is ever matched. No grace period is passed: each pod
  * keeps the one its template sets (terminationGracePeriodSeconds), as a Job deletion would.
  */
-export async function deleteAttemptPods(kube: Kube, namespace: string, jobUid: string): Promise<void> {
-  kube.requests.write++
-  // No resourceVersion: the apiserver applies it to each pod's delete as a precondition too (409 for every pod),
-  // so the selection is a consistent read.
-  await kube.core.deleteCollectionNamespacedPod({ namespace, labelSelector: `${CONTROLLER_UID_LABEL}=${jobUid}` })
+export function deleteAttemptPods(kube: Kube, namespace: string, jobUid: string): Promise<void> {
+  return kube.deleteJobPods(namespace, jobUid)
 }
 
 /**

@@ -12,18 +12,19 @@
 // DELETE behind earlier cancels' reconciles. The event is acked only after both, so a crash in between redelivers
 // it (the DELETEs are idempotent: 'absent').
 import type { V1Job } from '@kubernetes/client-node'
+import { reconcile } from '../../admission/reconcile.js'
 import type { CancelReason } from '../../core/api.js'
 import { GROUP, REASONS } from '../../core/api.js'
 import { backfillLabelValue, LABEL_BACKFILL } from '../../core/names.js'
 import { STREAM_EVENTS } from '../../events/catalog.js'
-import { type EventFunction, PermanentError } from '../../runtime/function.js'
-import { backfillJobsCache, type ObjectCache } from '../../runtime/kube.js'
-import { describeError } from '../../runtime/log.js'
-import { preemptionLatency } from '../../runtime/ops-metrics.js'
-import { reconcile } from '../../runtime/reconcile.js'
-import { traced } from '../../runtime/tracing.js'
+import { backfillJobsCache, type ObjectCache } from '../../kube/kube.js'
+import { Lane } from '../../lib/lane.js'
+import { describeError } from '../../observability/log.js'
+import { preemptionLatency } from '../../observability/ops-metrics.js'
+import { traced } from '../../observability/tracing.js'
+import { type EventFunction, PermanentError } from '../../transport/function.js'
 import { type FailSafe, startFailSafe } from './fail-safe.js'
-import { deleteAttemptPods, Lane, RecentlyDeleted } from './fast-path.js'
+import { deleteAttemptPods, RecentlyDeleted } from './fast-path.js'
 import { awaitAdmittedJob } from './in-flight.js'
 
 /**

@@ -3,14 +3,14 @@
 // is written to KV coalesced — at most one write per model per COALESCE_MS, the first one after a quiet period
 // immediately (leading edge) — while a cancel is never delayed by any of it.
 import type { KV } from '@nats-io/kv'
-import { modelKey } from '../../core/names.js'
+import { readIdle } from '../../admission/reconcile.js'
+import { modelClaimKey, modelKey } from '../../core/names.js'
 import { type Claim, type ModelIdleState, parseClaim, parseEntry, toKv } from '../../core/state.js'
 import { catalog, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
-import type { EventFunction } from '../../runtime/function.js'
-import { JsRequests, kvUpdate } from '../../runtime/js-requests.js'
-import { KvMirror } from '../../runtime/nats.js'
-import { type Deps, readIdle } from '../../runtime/reconcile.js'
+import { isCasConflict, KvMirror } from '../../jetstream/bus.js'
+import { JsRequests, kvUpdate } from '../../jetstream/js-requests.js'
+import type { Deps, EventFunction } from '../../transport/function.js'
 import { ClaimReads } from './claim-reads.js'
 
 export const COALESCE_MS = 250
@@ -77,7 +77,7 @@ export class Demand {
     return null
   })
   private readonly cancelled = new Map<string, number>()
-  /** The hot path's JetStream requests (idle writes, claim reads): no Error per request (runtime/js-requests.ts). */
+  /** The hot path's JetStream requests (idle writes, claim reads): no Error per request (jetstream/js-requests.ts). */
   private js?: JsRequests
   private claimReads?: ClaimReads
   /** Counters for logs and the benchmark. */
@@ -167,7 +167,7 @@ export class Demand {
         namespace,
         model,
         key,
-        claimKey: `model.${key}`,
+        claimKey: modelClaimKey(namespace, model),
         seen: 0,
         persisted: 0,
         requests: 0,
@@ -280,7 +280,7 @@ export class Demand {
       await this.writeMax(entry, key, target)
       entry.lastWriteAt = this.deps.now()
       this.stats.kvWrites++
-      // The other half of admit's re-check (runtime/fence.ts), after every write and before anything is acked:
+      // The other half of admit's re-check (admission/fence.ts), after every write and before anything is acked:
       // having written idleness, look at the claim itself (not the watched copy, which may lag) so an admission
       // racing these requests is cancelled either way. A failure here fails the requests, which are redelivered.
       const claim = await this.readClaim(entry.claimKey)
@@ -345,7 +345,7 @@ export class Demand {
         else entry.revision = await this.idle.create(key, toKv(value))
         return
       } catch (err) {
-        if (!/wrong last sequence|key exists/i.test(String((err as Error).message))) throw err
+        if (!isCasConflict(err)) throw err
         const current = await this.idle.get(key)
         entry.revision = current?.revision ?? 0
         // An unreadable value is overwritten (compare-and-set on its revision): it proves no newer request.

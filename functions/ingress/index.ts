@@ -4,7 +4,7 @@
 // structured JSON (events/README.md), answering 202 once JetStream has stored it. Not in functionFactories: it
 // consumes nothing from JetStream (a runner consuming foreground requests would re-publish them forever).
 import { catalog } from '../../events/catalog.js'
-import { type EventFunction, PermanentError } from '../../runtime/function.js'
+import { type EventFunction, PermanentError } from '../../transport/function.js'
 
 export const INGRESS_TYPES = ['ai.flexinfer.foreground.request'] as const
 

@@ -1,19 +1,19 @@
-// lifecycle's watched copies (issue 11, the scale curve): every reconcile used to LIST sessions, leases and its own
+// lifecycle's watched copies: every reconcile used to LIST sessions, leases and its own
 // Jobs and GET the Model, and every sweep and every model event LISTed the ModelBackfills — at 1,000 backfills the
 // apiserver saw 60 requests/s and lifecycle handled ~12 events/s. With these it reads the same kinds from memory,
 // kept current by one watch each (admit's AdmissionCaches, shared when admit runs in the same process), plus the
 // ModelBackfills for the sweep and the cluster-wide re-decides.
 //
 // What stays a fresh read, and why: the ModelBackfill a reconcile decides on (its generation and resourceVersion
-// must be the newest, runtime/reconcile.ts), the attempt's Job (its "gone" is a decision input), the CronJob (not
-// cached: runtime/kube.ts AdmissionCaches), and — once per event, not per backfill — whatever the event is about
+// must be the newest, admission/reconcile.ts), the attempt's Job (its "gone" is a decision input), the CronJob (not
+// cached: kube/kube.ts AdmissionCaches), and — once per event, not per backfill — whatever the event is about
 // (the GamingSessions and GPULeases of a session/lease event, the Model of a model event; ./index.ts): a watch lags,
 // and an event handled against a copy that has not seen it yet would lose the cancel it carries. Lifecycle never
 // creates a Job: admission is admit's, behind its fence.
 import type { KubernetesObject } from '@kubernetes/client-node'
-import { GROUP, type ModelBackfill, VERSION } from '../../core/api.js'
-import { AdmissionCaches, type Kube, type ObjectCache, PLURALS, ScopedWatchCache } from '../../runtime/kube.js'
-import type { Deps } from '../../runtime/reconcile.js'
+import type { ModelBackfill } from '../../core/api.js'
+import { AdmissionCaches, customObjectsCache, type Kube, type ObjectCache, PLURALS } from '../../kube/kube.js'
+import type { Deps } from '../../transport/function.js'
 
 export class LifecycleCaches {
   readonly backfills: ObjectCache<ModelBackfill & KubernetesObject>
@@ -26,18 +26,8 @@ export class LifecycleCaches {
   ) {
     // admit's copy when shared (one watch per process), else one of lifecycle's own.
     this.ownBackfills = !admission.backfills
-    const plural = PLURALS.backfills
     this.backfills =
-      admission.backfills ??
-      new ScopedWatchCache<ModelBackfill & KubernetesObject>(
-        kube.kc,
-        namespaces,
-        (ns) => `/apis/${GROUP}/${VERSION}${ns ? `/namespaces/${ns}` : ''}/${plural}`,
-        async (ns) =>
-          (ns
-            ? await kube.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, plural, namespace: ns })
-            : await kube.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural })) as never,
-      )
+      admission.backfills ?? customObjectsCache<ModelBackfill & KubernetesObject>(kube, PLURALS.backfills, namespaces)
   }
 
   /** Shares admit's copies when the process has them; resolves once every initial list is in. */

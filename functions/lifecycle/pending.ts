@@ -1,13 +1,13 @@
-// The sweep's backpressure (issue 11): a backfill whose `backfill.resync` this instance published is not published
+// The sweep's backpressure: a backfill whose `backfill.resync` this instance published is not published
 // again until that event has been handled. Without it a lifecycle behind its queue (its first events for new
 // backfills still waiting) was sent one more resync per such backfill every sweep, and the backlog grew without
-// bound (1,000 backfills, 2026-12-01: ~1,000 more events every 30 s while it handled ~12/s).
+// bound (at 1,000 backfills: ~1,000 more events every 30 s while it handled ~12/s).
 //
 // Per process and bounded. An entry leaves when its event is handled here, or after `ttlMs`: with several
 // replicas another one may handle it, and the backfill must be swept again in the end (at most one more event per
 // backfill per ttl). A full set publishes nothing more: what is not published is picked by a later sweep.
 //
-// The ttl alone re-published what was still queued once a backlog outlived it (bench run E2, 10,000 backfills:
+// The ttl alone re-published what was still queued once a backlog outlived it (at 10,000 backfills:
 // 400–740 `NoState` resyncs per sweep after 15 min, while ~20,000 events waited). So each sweep also tells the set
 // lifecycle's consumer's ack floor (`floor`): an entry whose event is above it is provably still queued and is held
 // on, its ttl restarted — for at most `maxHoldMs` from its publish, in case the floor is stuck. One at or below it
@@ -16,7 +16,7 @@
 
 /**
  * How long a published resync holds its backfill back at most (thirty default sweep periods). Longer than a large
- * backlog takes to drain: with 5 min, the 10,000 run (2026-12-01, ~20 backfills settled per second) re-published
+ * backlog takes to drain: with 5 min, a run of 10,000 (~20 backfills settled per second) re-published
  * ~1,100 per sweep once the first entries expired. Another replica's sweeps are not held by this set.
  */
 export const PENDING_TTL_MS = 15 * 60_000

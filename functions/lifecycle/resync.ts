@@ -4,18 +4,18 @@
 // timer schedules from NATS — asks the pure needsResync() (core/resync.ts) about each, and publishes one
 // `ai.flexinfer.backfill.resync` per backfill that may be wrong and has none queued yet (./pending.ts). Each of those
 // is reconciled on its own (its own retries, its own dead letter), so one odd object never holds up the others.
-import { GROUP, VERSION } from '../../core/api.js'
-import { backfillKey, LABEL_BACKFILL } from '../../core/names.js'
+
+import { readState } from '../../admission/reconcile.js'
+import { timerHeld } from '../../admission/timer-held.js'
+import { backfillKey } from '../../core/names.js'
 import { needsResync, RESYNC_MS, type ResyncReason } from '../../core/resync.js'
 import type { BackfillState } from '../../core/state.js'
 import { type JobView, jobView, type ModelView, modelView } from '../../core/world.js'
 import { BACKFILL_SCHEDULES_FILTER, STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
-import { instanceName } from '../../runtime/deps.js'
-import { consumerName } from '../../runtime/function.js'
-import { PLURALS } from '../../runtime/kube.js'
-import { kvSnapshot } from '../../runtime/kv-mirror.js'
-import { type Deps, readState } from '../../runtime/reconcile.js'
-import { timerHeld } from '../../runtime/timer-held.js'
+import { kvSnapshot } from '../../jetstream/kv-mirror.js'
+import { consumerName, instanceName } from '../../jetstream/names.js'
+import { PLURALS } from '../../kube/kube.js'
+import type { Deps } from '../../transport/function.js'
 import type { LifecycleCaches } from './caches.js'
 import type { PendingResyncs } from './pending.js'
 
@@ -44,7 +44,7 @@ export interface SweepResult {
   picked: { namespace: string; backfill: string; reason: ResyncReason }[]
   /** Would have been picked, but an earlier resync of theirs is still queued (or the pending set is full). */
   held: number
-  /** Listed TimerNotStored, but held after all when checked on their own (runtime/timer-held.ts). */
+  /** Listed TimerNotStored, but held after all when checked on their own (admission/timer-held.ts). */
   timersHeld: number
   failed: number
   /** Where the states came from: the process's mirror or the bucket itself (readStates). */
@@ -189,8 +189,8 @@ const CONFIRM_CONCURRENCY = 16
 /**
  * The listing of stored schedules is one instant, the states are read over seconds after it (2–8 s at 10,000), and
  * admit arms a re-armed window's timer just after committing its state: 90–229 windows per sweep were listed
- * TimerNotStored during bench run E1's window phase while their schedules were stored, or their timers had fired
- * and waited for admit (runtime/timer-held.ts). Each is checked once more now; only those still not held are picked.
+ * TimerNotStored at 1,000 windows while their schedules were stored, or their timers had fired
+ * and waited for admit (admission/timer-held.ts). Each is checked once more now; only those still not held are picked.
  * A check that fails picks it (a spare resync costs one reconcile; a missed one a lost timer). Returns how many
  * were held after all.
  */
@@ -220,22 +220,11 @@ async function confirmNotStored(
 
 /** Backfill Jobs (by label) in one list per scope. */
 async function listBackfillJobs(deps: Deps, namespace?: string): Promise<JobView[]> {
-  if (!namespace) return (await deps.kube.listBackfillJobs()).map(jobView)
-  deps.kube.requests.list++
-  const list = await deps.kube.batch.listNamespacedJob({ namespace, labelSelector: LABEL_BACKFILL })
-  return list.items.map(jobView)
+  return (await deps.kube.listBackfillJobs(namespace ? [namespace] : undefined)).map(jobView)
 }
 
 async function listModels(deps: Deps, namespace?: string): Promise<ModelView[]> {
-  if (!namespace) return (await deps.kube.listAll(PLURALS.models)).map(modelView)
-  deps.kube.requests.list++
-  const list = (await deps.kube.custom.listNamespacedCustomObject({
-    group: GROUP,
-    version: VERSION,
-    plural: PLURALS.models,
-    namespace,
-  })) as { items: unknown[] }
-  return list.items.map(modelView)
+  return (await deps.kube.listCustom(PLURALS.models, namespace)).map(modelView)
 }
 
 /**
@@ -247,11 +236,11 @@ export const FULL_STATE_READ_EVERY = 10
 const sweepsSinceFullRead = new WeakMap<object, number>()
 
 /**
- * The backfill states in scope. From the process's mirror of the bucket when it has one (runtime/runner.ts lends
+ * The backfill states in scope. From the process's mirror of the bucket when it has one (process/runner.ts lends
  * the metrics exporter's: at 10,000 backfills the direct gets below made each sweep 1.2–4.6 s of lifecycle's CPU,
  * 3.6–10% of a core at rest); otherwise, and every FULL_STATE_READ_EVERY sweeps, read without a consumer
  * (functions may create none: nats/README.md): one stream info per scope lists the keys, then bounded direct gets
- * (runtime/kv-mirror.ts kvSnapshot).
+ * (jetstream/kv-mirror.ts kvSnapshot).
  */
 async function readStates(
   deps: Deps,

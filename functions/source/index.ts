@@ -5,8 +5,8 @@ import { LABEL_BACKFILL } from '../../core/names.js'
 import { gamingSessionView, gpuLeaseView, jobView, modelView } from '../../core/world.js'
 import { STREAM_EVENTS } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
-import { type EventFunction, PermanentError } from '../../runtime/function.js'
-import type { Deps } from '../../runtime/reconcile.js'
+import type { Deps } from '../../transport/function.js'
+import { type EventFunction, PermanentError } from '../../transport/function.js'
 
 const GROUP_PREFIX = 'ai.flexinfer/'
 

@@ -303,7 +303,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
         `export NATS_URL=${shellQuote(natsUrl)}`,
         `export NATS_MONITOR_URL=${shellQuote(natsMonitorUrl)}`,
         `export NATS_MONITOR_URLS=${shellQuote(natsServers.map((n) => n.monitorUrl).join(','))}`,
-        // What the provision step gives streams, buckets and consumers (runtime/provision.ts): 3 on a cluster.
+        // What the provision step gives streams, buckets and consumers (process/provision.ts): 3 on a cluster.
         `export NATS_REPLICAS=${natsCluster ? natsServers.length : 1}`,
         `export PATH=${shellQuote(bin)}:"$PATH"`,
         '',

@@ -1,4 +1,4 @@
-// decide() and admission's fence (runtime/fence.ts): what the fence reports is just more of the world — the
+// decide() and admission's fence (admission/fence.ts): what the fence reports is just more of the world — the
 // model's newest request read straight from its per-model subject, and whether the preemption path is ready.
 import { describe, expect, it } from 'vitest'
 import { ADMISSION_IN_FLIGHT_MS, PATH_RECHECK_MS, racedAdmission } from '../../core/decide.js'

@@ -4,7 +4,7 @@ import { readFile } from 'node:fs/promises'
 import { expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
 import { functionFactories } from '../../functions/index.js'
-import { consumerName } from '../../runtime/function.js'
+import { consumerName } from '../../jetstream/names.js'
 
 it('base/crds/modelbackfill.yaml is identical to crds/modelbackfill.yaml (cp crds/modelbackfill.yaml base/crds/)', async () => {
   const [generated, copy] = await Promise.all([

@@ -2,7 +2,7 @@
 // gives each step's percentiles and survives lines it cannot read.
 import { describe, expect, it } from 'vitest'
 import { admissionLines, latenessProfile } from '../../bench/lateness-profile.js'
-import { StepTimings } from '../../runtime/step-timings.js'
+import { StepTimings } from '../../observability/step-timings.js'
 
 describe('StepTimings', () => {
   it('charges the time since the previous mark to each step, adding up a step met twice', async () => {

@@ -2,8 +2,8 @@
 // is filled directly, as its KV watch would fill it).
 import { describe, expect, it } from 'vitest'
 import { type BackfillState, emptyCounters } from '../../core/state.js'
-import { BackfillMetrics } from '../../runtime/metrics.js'
-import type { KvMirror } from '../../runtime/nats.js'
+import type { KvMirror } from '../../jetstream/bus.js'
+import { BackfillMetrics } from '../../process/metrics.js'
 
 const state = (counters: Partial<BackfillState['counters']>): BackfillState => ({
   namespace: 'ns',

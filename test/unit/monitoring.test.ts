@@ -1,15 +1,15 @@
 // The monitoring manifests name only metrics the functions really export: every metric in an alert expression
 // (monitoring/prometheusrule.yaml, and the chart's copy of its groups) must appear in the exposition of
-// runtime/metrics.ts (which includes runtime/ops-metrics.ts). The chart's copies of the CRD, the dashboard and the
+// process/metrics.ts (which includes observability/ops-metrics.ts). The chart's copies of the CRD, the dashboard and the
 // alert groups must be the sources' own.
 import { readFile } from 'node:fs/promises'
 import { describe, expect, it } from 'vitest'
 import { parse, parseAllDocuments } from 'yaml'
 import { PHASES } from '../../core/api.js'
 import { type BackfillState, emptyCounters } from '../../core/state.js'
-import { BackfillMetrics } from '../../runtime/metrics.js'
-import type { KvMirror } from '../../runtime/nats.js'
-import { preemptionLatency, registerConsumerLag } from '../../runtime/ops-metrics.js'
+import type { KvMirror } from '../../jetstream/bus.js'
+import { preemptionLatency, registerConsumerLag } from '../../observability/ops-metrics.js'
+import { BackfillMetrics } from '../../process/metrics.js'
 
 const read = (path: string) => readFile(new URL(`../../${path}`, import.meta.url), 'utf8')
 
@@ -40,16 +40,12 @@ async function exposition() {
   ;(m as unknown as { mirror: KvMirror<BackfillState> }).mirror.values.set('ns.bf', state)
   preemptionLatency.observe({ reason: 'ForegroundDemand' }, 0.02)
   // What the runner adds for the consumers it pulls.
-  registerConsumerLag(
-    m.registry,
-    () => undefined,
-    () => [],
-  )
+  registerConsumerLag(m.registry, () => [])
   return m.metrics()
 }
 
 describe('monitoring', () => {
-  it('every metric an alert uses is exported by runtime/metrics.ts', async () => {
+  it('every metric an alert uses is exported by process/metrics.ts', async () => {
     const [rule, text] = await Promise.all([read('monitoring/prometheusrule.yaml'), exposition()])
     const rules = rulesOf(parse(rule).spec.groups)
     const exported = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]))

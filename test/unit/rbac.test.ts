@@ -5,7 +5,7 @@
 import { readFile } from 'node:fs/promises'
 import { expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
-import { MAX_WATCH_NAMESPACES, parseWatchNamespaces } from '../../runtime/scope.js'
+import { MAX_WATCH_NAMESPACES, parseWatchNamespaces } from '../../kube/scope.js'
 import { CHART_RULES, chartRules, GRANTS, generateRbac } from '../../tools/rbac/generate.js'
 
 type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] }
@@ -68,7 +68,7 @@ it('with namespaces: the ClusterRoles grant GamingSessions and GPULeases only; J
       'batch/jobs:watch',
       'ai.flexinfer/models:list',
       'ai.flexinfer/models:watch',
-      // admit's watched copies of the backfills and their templates (runtime/kube.ts AdmissionCaches)
+      // admit's watched copies of the backfills and their templates (kube/kube.ts AdmissionCaches)
       'ai.flexinfer/modelbackfills:list',
       'ai.flexinfer/modelbackfills:watch',
       'batch/cronjobs:list',

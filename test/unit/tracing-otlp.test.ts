@@ -5,7 +5,7 @@
 import Fastify from 'fastify'
 import { afterAll, expect, it } from 'vitest'
 import { decode } from '../../events/codec.js'
-import { inEventSpan, stopTracing, traced, tracingEnabled } from '../../runtime/tracing.js'
+import { inEventSpan, stopTracing, traced, tracingEnabled } from '../../observability/tracing.js'
 
 const collector = Fastify({ logger: false })
 const posts: { url: string; body: unknown }[] = []

@@ -7,7 +7,6 @@ import { SpanKind, SpanStatusCode, trace } from '@opentelemetry/api'
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { decode, encode } from '../../events/codec.js'
-import { toStructured } from '../../runtime/bridge.js'
 import {
   CE_ATTR,
   formatTraceparent,
@@ -15,7 +14,8 @@ import {
   parseTraceparent,
   startTracing,
   tracingConfigured,
-} from '../../runtime/tracing.js'
+} from '../../observability/tracing.js'
+import { toStructured } from '../../transport/bridge.js'
 
 const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736'
 const PARENT = `00-${TRACE_ID}-00f067aa0ba902b7-01`

@@ -1,6 +1,6 @@
 // RBAC for the functions, generated. With WATCH_NAMESPACES set, everything namespaced the functions read or write
 // (ModelBackfills and their status, Models, CronJobs, Jobs, pods, Events) is granted by a Role + RoleBinding in each
-// managed namespace only: the functions list and watch those per namespace (runtime/kube.ts, runtime/watcher.ts).
+// managed namespace only: the functions list and watch those per namespace (kube/kube.ts, transport/watcher.ts).
 // One read-only ClusterRole per function remains, for what is deliberately read across the cluster: GamingSessions
 // and GPULeases target nodes and GPU groups, not namespaces — a session outside the scope must still cancel a
 // backfill on its node (docs/limits.md). Without namespaces it emits the cluster-wide roles base/rbac.yaml ships
@@ -12,7 +12,7 @@
 //   npm run gen:rbac -- --write
 import { writeFileSync } from 'node:fs'
 import { stringify } from 'yaml'
-import { MAX_WATCH_NAMESPACES } from '../../runtime/scope.js'
+import { MAX_WATCH_NAMESPACES } from '../../kube/scope.js'
 
 type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] }
 /** A rule and where it applies: in each managed namespace, or across the cluster even when scoped. */
@@ -34,12 +34,12 @@ const anywhere = (apiGroup: string, resources: string[], verbs: string[]): Grant
 const SESSIONS_AND_LEASES = ['gamingsessions', 'gpuleases']
 
 /**
- * One source of truth for the verbs each function uses (runtime/kube.ts, runtime/reconcile.ts), in base/rbac.yaml's
+ * One source of truth for the verbs each function uses (kube/kube.ts, admission/reconcile.ts), in base/rbac.yaml's
  * order. Events: create, and get/patch to aggregate repeats (Kube.recordEvent).
  */
 export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grant[]> = {
   admit: [
-    // admit's watched copies (runtime/kube.ts AdmissionCaches): ModelBackfills, Models, CronJobs (the templates) and
+    // admit's watched copies (kube/kube.ts AdmissionCaches): ModelBackfills, Models, CronJobs (the templates) and
     // backfill Jobs per managed namespace; each admission still GETs the backfill and its template.
     ns(FLEX, ['modelbackfills'], ['get', 'list', 'watch', 'patch']),
     ns(FLEX, ['modelbackfills/status'], ['update']),
@@ -73,7 +73,7 @@ export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grant[]>
     ns('', ['events'], ['create', 'get', 'patch']),
   ],
   // The Kubernetes event source (ApiServerSource, or source's watcher in the keda overlay): scoped watches per
-  // namespace (runtime/watcher.ts), sessions and leases cluster-wide.
+  // namespace (transport/watcher.ts), sessions and leases cluster-wide.
   watch: [
     ns(FLEX, ['modelbackfills', 'models'], ['get', 'list', 'watch']),
     anywhere(FLEX, SESSIONS_AND_LEASES, ['get', 'list', 'watch']),

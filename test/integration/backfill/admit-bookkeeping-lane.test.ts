@@ -13,7 +13,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { ModelBackfill, ModelBackfillStatus } from '../../../core/api.js'
-import type { Runner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../process/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'

@@ -10,7 +10,7 @@
 // servers are real. The
 // oracle is the test's own watch. Seen failing without cancel's wait: the Job lived 2.9 s (175 ms with it).
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import type { Runner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../process/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { hook, watchJobs } from '../support/job-watch.js'

@@ -110,7 +110,7 @@ describe.concurrent('foreground demand', () => {
     const labels = `backfill="${r.backfill}",namespace="${env.namespace}",model="${r.model}"`
     expect(metrics).toContain(`flexinfer_model_backfill_preemptions_total{${labels},reason="foreground"} 2`)
     expect(metrics).toContain(`flexinfer_model_backfill_starts_total{${labels}} 3`)
-    // What the PrometheusRule alerts on (runtime/ops-metrics.ts): the phase, and each cancel's signal → DELETE.
+    // What the PrometheusRule alerts on (observability/ops-metrics.ts): the phase, and each cancel's signal → DELETE.
     expect(metrics).toContain(`flexinfer_model_backfill_phase{${labels},phase="Running"} 1`)
     expect(metrics).toContain(`flexinfer_model_backfill_phase{${labels},phase="Blocked"} 0`)
     const count = /flexinfer_model_backfill_preemption_latency_seconds_count\{reason="ForegroundDemand"\} (\d+)/

@@ -5,9 +5,9 @@ import { jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { afterAll, describe, expect, it } from 'vitest'
 import { Demand } from '../../../functions/demand/index.js'
-import { createLogger } from '../../../runtime/log.js'
-import { Bus } from '../../../runtime/nats.js'
-import type { Deps } from '../../../runtime/reconcile.js'
+import { Bus } from '../../../jetstream/bus.js'
+import { createLogger } from '../../../observability/log.js'
+import type { Deps } from '../../../transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

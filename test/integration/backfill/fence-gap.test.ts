@@ -4,9 +4,9 @@
 // one step of the running system (a test hook around a real call: the servers are real) and publishes a request in
 // the gap. The oracle is the test's own: a watch on the namespace's Jobs and the request's JetStream store time.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { lastRequestAt } from '../../../admission/fence.js'
 import type { BackfillState } from '../../../core/state.js'
-import { lastRequestAt } from '../../../runtime/fence.js'
-import type { Runner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../process/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, ms, waitUntil } from '../support/backfill-world.js'
 import { hook as hookCall, watchJobs } from '../support/job-watch.js'

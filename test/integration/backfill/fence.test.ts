@@ -1,4 +1,4 @@
-// Admission does not trust demand's progress (runtime/fence.ts): no Job while demand or cancel is not running,
+// Admission does not trust demand's progress (admission/fence.ts): no Job while demand or cancel is not running,
 // and none inside the idle window of a request demand has not processed yet — whatever the deployment does to
 // demand (scaled to zero, crashed, backlogged). Each scenario stops the function's consumer loop in a running
 // system, as a scale-to-zero or a crash leaves it: the durable consumer stays and requests queue on it.
@@ -7,10 +7,10 @@ import { catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
 import { cancelFunction } from '../../../functions/cancel/index.js'
 import { demandFunction } from '../../../functions/demand/index.js'
-import { scoped } from '../../../runtime/deps.js'
-import type { EventFunction } from '../../../runtime/function.js'
-import { type RunningFunction, runOnJetStream } from '../../../runtime/jetstream-adapter.js'
-import type { Runner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../process/runner.js'
+import { scoped } from '../../../transport/deps.js'
+import type { EventFunction } from '../../../transport/function.js'
+import { type RunningFunction, runOnJetStream } from '../../../transport/jetstream-adapter.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, ms, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'

@@ -9,7 +9,7 @@
 import { type V1Job, Watch } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import type { Runner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../process/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'

@@ -5,7 +5,7 @@
 import { CoreV1Api } from '@kubernetes/client-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import type { Runner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../process/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'

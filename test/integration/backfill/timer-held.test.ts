@@ -12,9 +12,9 @@ import { STREAM_TIMERS, scheduleSubject, subjectFor } from '../../../events/cata
 import { decode, encode, type InboundEvent } from '../../../events/codec.js'
 import { lifecycleFunction } from '../../../functions/lifecycle/index.js'
 import { sweep } from '../../../functions/lifecycle/resync.js'
-import { openDeps } from '../../../runtime/deps.js'
-import type { EventFunction } from '../../../runtime/function.js'
-import { createLogger } from '../../../runtime/log.js'
+import { createLogger } from '../../../observability/log.js'
+import { openDeps } from '../../../transport/deps.js'
+import type { EventFunction } from '../../../transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld } from '../support/backfill-world.js'
 

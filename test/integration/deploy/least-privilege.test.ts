@@ -23,11 +23,11 @@ import { encode } from '../../../events/codec.js'
 import { createForegroundEmitter } from '../../../events/emitter.js'
 import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
 import { sweep } from '../../../functions/lifecycle/resync.js'
-import { startBridge } from '../../../runtime/bridge.js'
-import { startHttpFunction } from '../../../runtime/http-adapter.js'
-import { natsServerOptions } from '../../../runtime/nats.js'
-import { provision } from '../../../runtime/provision.js'
-import { type Runner, startRunner } from '../../../runtime/runner.js'
+import { natsServerOptions } from '../../../jetstream/bus.js'
+import { provision } from '../../../process/provision.js'
+import { type Runner, startRunner } from '../../../process/runner.js'
+import { startBridge } from '../../../transport/bridge.js'
+import { startHttpFunction } from '../../../transport/http-adapter.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import {
@@ -204,7 +204,7 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
       ),
     ).toBe(true)
     await custom('cancel').getNamespacedCustomObject({ ...crd('modelbackfills'), name: 'lp' })
-    // admit and lifecycle list (and watch) them: their watched copies (runtime/kube.ts AdmissionCaches).
+    // admit and lifecycle list (and watch) them: their watched copies (kube/kube.ts AdmissionCaches).
     for (const fn of ['admit', 'lifecycle'] as const) {
       await custom(fn).listClusterCustomObject({ group: GROUP, version: VERSION, plural: 'modelbackfills' })
     }

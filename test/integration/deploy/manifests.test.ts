@@ -3,8 +3,8 @@
 // into this file's namespace) is applied with strict field validation — every object must be accepted.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { APISERVER_TYPES, catalog } from '../../../events/catalog.js'
-import { PULLING_FUNCTIONS } from '../../../runtime/bridge.js'
-import { consumerName } from '../../../runtime/function.js'
+import { consumerName } from '../../../jetstream/names.js'
+import { PULLING_FUNCTIONS } from '../../../transport/bridge.js'
 import { useTestEnv } from '../../env/fixture.js'
 import {
   applyBuild,
@@ -189,7 +189,7 @@ describe('kubectl kustomize keda/', () => {
       expect(named.sort()).toEqual(expected.map((e) => `${e.stream}/${e.consumer}`).sort())
       for (const t of nats) expect(t.metadata.account).toBe(NATS_ACCOUNT)
       // Scale to zero everywhere but the watcher (the Kubernetes event source must always run in this overlay) and
-      // the preemption path (admit creates a Job only while demand and cancel pull: runtime/fence.ts).
+      // the preemption path (admit creates a Job only while demand and cancel pull: admission/fence.ts).
       expect(so?.spec.minReplicaCount, fn).toBe(['source', 'demand', 'cancel'].includes(fn) ? 1 : 0)
       expect(so?.spec.triggers.length, `${fn}: lag triggers only`).toBe(nats.length)
     }

@@ -1,8 +1,8 @@
 // The dead-letter counter the ModelBackfillDeadLettersGrowing alert watches, on a real nats-server: it counts what
 // the functions store in FLEXINFER_DEADLETTER (the stream's last sequence), read at scrape time.
 import { afterAll, expect, it } from 'vitest'
-import { BackfillMetrics } from '../../../runtime/metrics.js'
-import { Bus } from '../../../runtime/nats.js'
+import { Bus } from '../../../jetstream/bus.js'
+import { BackfillMetrics } from '../../../process/metrics.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

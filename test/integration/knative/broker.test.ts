@@ -17,9 +17,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import { deadLetterSubject, STREAM_DEAD_LETTER } from '../../../events/catalog.js'
 import { functionFactories } from '../../../functions/index.js'
-import { type RunningBridge, startBridge } from '../../../runtime/bridge.js'
-import { DEAD_LETTER_REASON } from '../../../runtime/nats.js'
-import type { Runner } from '../../../runtime/runner.js'
+import { DEAD_LETTER_REASON } from '../../../jetstream/bus.js'
+import type { Runner } from '../../../process/runner.js'
+import { type RunningBridge, startBridge } from '../../../transport/bridge.js'
 import { pinnedKnativeEventingVersion } from '../../env/binaries.js'
 import { useTestEnv } from '../../env/fixture.js'
 import {
@@ -45,7 +45,7 @@ let world: BackfillWorld
 let brokerUrl: string
 let probe: Probe
 const served = new Map<string, ServedService>()
-/** This file's system (its demand and cancel consumers; see runtime/deps scoped). */
+/** This file's system (its demand and cancel consumers; see transport/deps.ts scoped). */
 const instance = testInstance()
 
 /** The delivery tests' own Trigger (test-local: not in the overlay) routes this type to the probe. */
@@ -283,7 +283,7 @@ describe.concurrent('what ends an attempt, through the Broker', { timeout: STAGE
   })
 })
 
-// The JetStream mode's scope (runtime/deps.ts scoped; test/integration/security/scoped-reads.test.ts) in Knative
+// The JetStream mode's scope (transport/deps.ts scoped; test/integration/security/scoped-reads.test.ts) in Knative
 // mode: the ApiServerSources send every namespace's changes through the Broker, the functions skip those of
 // namespaces they do not manage, but a GamingSession anywhere still preempts what runs on its node.
 describe('WATCH_NAMESPACES in Knative mode, as in JetStream mode', () => {

@@ -17,10 +17,10 @@ import { parseAllDocuments } from 'yaml'
 import { encode } from '../../../events/codec.js'
 import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
 import { lifecycle } from '../../../functions/lifecycle/index.js'
-import { TokenReviewAuth } from '../../../runtime/auth/kubernetes.js'
-import { type FileToken, tokenFromEnv, tokenProblem } from '../../../runtime/auth/token.js'
-import type { EventFunction } from '../../../runtime/function.js'
-import { type HttpFunction, type HttpFunctionOptions, startHttpFunction } from '../../../runtime/http-adapter.js'
+import { TokenReviewAuth } from '../../../transport/auth/kubernetes.js'
+import { type FileToken, tokenFromEnv, tokenProblem } from '../../../transport/auth/token.js'
+import type { EventFunction } from '../../../transport/function.js'
+import { type HttpFunction, type HttpFunctionOptions, startHttpFunction } from '../../../transport/http-adapter.js'
 import { repoRoot } from '../../env/binaries.js'
 import { useTestEnv } from '../../env/fixture.js'
 
@@ -232,7 +232,7 @@ describe('placeholder secrets are refused at start', () => {
     const tsx = join(repoRoot, 'node_modules/.bin/tsx')
     const runMain = (extra: Record<string, string>) =>
       new Promise<{ code: number | null; output: string }>((resolve) => {
-        const child = spawn(tsx, [join(repoRoot, 'runtime/main.ts')], {
+        const child = spawn(tsx, [join(repoRoot, 'process/main.ts')], {
           env: { ...process.env, NATS_URL: env.natsUrl, KUBECONFIG: env.kubeconfigPath, PORT: '0', ...extra },
           stdio: ['ignore', 'pipe', 'pipe'],
         })

@@ -12,8 +12,8 @@ import { Kvm } from '@nats-io/kv'
 import { createUser } from '@nats-io/nkeys'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { Bus, KvMirror, natsServerOptions } from '../../../runtime/nats.js'
-import { provision } from '../../../runtime/provision.js'
+import { Bus, KvMirror, natsServerOptions } from '../../../jetstream/bus.js'
+import { provision } from '../../../process/provision.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { type AuthNats, FUNCTIONS, type NatsUser, startAuthNats } from '../support/deploy.js'
 
@@ -132,7 +132,7 @@ describe('least privilege on JetStream', () => {
         }
       }
     }
-    // No exception: the KV watches follow the buckets' republished subjects instead (runtime/kv-mirror.ts), so no
+    // No exception: the KV watches follow the buckets' republished subjects instead (jetstream/kv-mirror.ts), so no
     // function can name a deliver subject the server would not check.
     expect(results).toEqual([])
   }, 120_000)

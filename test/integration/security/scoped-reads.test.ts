@@ -9,7 +9,7 @@ import { BatchV1Api, CoreV1Api, CustomObjectsApi, type KubeConfig } from '@kuber
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { GROUP, VERSION } from '../../../core/api.js'
 import { jobName } from '../../../core/names.js'
-import type { Runner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../process/runner.js'
 import { generateRbac, toYaml } from '../../../tools/rbac/generate.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'

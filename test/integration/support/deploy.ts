@@ -151,7 +151,7 @@ export type NatsUser = (typeof NATS_USERS)[number]
 export interface AuthNats {
   /**
    * The URL a user of nats/auth.conf connects with: `nats://<user>@host:port?nkey_seed_file=<its seed>` (the user
-   * names the inbox prefix, the seed file authenticates; runtime/nats.ts natsServerOptions).
+   * names the inbox prefix, the seed file authenticates; jetstream/bus.ts natsServerOptions).
    */
   url(user: NatsUser): string
   /** Path of a user's NKey seed file (what its mounted Secret holds when deployed). */

@@ -6,9 +6,10 @@
 // the merged suite of 2026-12-02: one lost cancel and two live attempts on node-0; the logs show the Job created,
 // then "live attempt without its claims"). On the real claims bucket, with the functions' own take and release.
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { openDeps } from '../../../runtime/deps.js'
-import { createLogger } from '../../../runtime/log.js'
-import { claimKeys, readClaim, releaseClaimKeys, takeClaimKeys } from '../../../runtime/reconcile.js'
+import { readClaim, releaseClaimKeys, takeClaimKeys } from '../../../admission/reconcile.js'
+import { claimKeys } from '../../../core/names.js'
+import { createLogger } from '../../../observability/log.js'
+import { openDeps } from '../../../transport/deps.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

@@ -1,4 +1,4 @@
-// demand acks in batches (AckAll up to the lowest unfinished request, runtime/ack-floor.ts) and keeps its safety
+// demand acks in batches (AckAll up to the lowest unfinished request, transport/ack-floor.ts) and keeps its safety
 // rule: a request is acked only after its idle write is stored. A demand process is killed (SIGKILL) while it drains
 // a backlog; the oracle reads the stream, the consumer's ack floor and the idle bucket itself — every request at or
 // below the floor must be covered by its model's stored idle time. A second process then drains the rest (what the
@@ -19,7 +19,7 @@ import {
   STREAM_FOREGROUND,
 } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { startRunner } from '../../../runtime/runner.js'
+import { startRunner } from '../../../process/runner.js'
 import { ensureBinaries } from '../../env/binaries.js'
 import { waitFor } from '../../env/exec.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'

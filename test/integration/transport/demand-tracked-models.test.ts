@@ -2,9 +2,9 @@
 // being handled for: that model's requests must keep sharing one coalesced idle write.
 import { describe, expect, it } from 'vitest'
 import { COALESCE_MS, Demand } from '../../../functions/demand/index.js'
-import { createLogger } from '../../../runtime/log.js'
-import { Bus } from '../../../runtime/nats.js'
-import type { Deps } from '../../../runtime/reconcile.js'
+import { Bus } from '../../../jetstream/bus.js'
+import { createLogger } from '../../../observability/log.js'
+import type { Deps } from '../../../transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

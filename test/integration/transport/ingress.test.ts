@@ -10,8 +10,8 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import { STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../../events/catalog.js'
 import { decode, type InboundEvent } from '../../../events/codec.js'
 import { INGRESS_SUBJECT, INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
-import { type HttpFunction, readToken, startHttpFunction } from '../../../runtime/http-adapter.js'
-import { createLogger } from '../../../runtime/log.js'
+import { createLogger } from '../../../observability/log.js'
+import { type HttpFunction, readToken, startHttpFunction } from '../../../transport/http-adapter.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

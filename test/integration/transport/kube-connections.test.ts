@@ -1,9 +1,9 @@
-// The Kubernetes client reuses its TLS connections (runtime/kube.ts PooledAuthentication): client-node alone opens
+// The Kubernetes client reuses its TLS connections (kube/kube.ts PooledAuthentication): client-node alone opens
 // a new TCP + TLS connection for every call, which was most of the time between a cancel request and its DELETE.
 // Against the real apiserver: sequential calls share one connection, each still authenticated from the KubeConfig
 // (RBAC decides per request), and a different identity gets connections of its own.
 import { afterAll, expect, it } from 'vitest'
-import { Kube } from '../../../runtime/kube.js'
+import { Kube } from '../../../kube/kube.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

@@ -5,7 +5,7 @@
 // PodMonitor does; the sums are compared with the KV state. Then the exporting process stops (a scale-down, a
 // rolling update): no scrape ever shows a series twice, and the other cancel takes over after the handover.
 import { afterAll, beforeAll, expect, it, vi } from 'vitest'
-import type { Runner } from '../../../runtime/runner.js'
+import type { Runner } from '../../../process/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'

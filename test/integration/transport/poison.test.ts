@@ -9,18 +9,18 @@ import type { Msg, Subscription } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { STREAM_EVENTS } from '../../../events/catalog.js'
 import type { InboundEvent } from '../../../events/codec.js'
-import { consumerName, type EventFunction } from '../../../runtime/function.js'
+import { Bus, DEAD_LETTER_REASON, DEAD_LETTER_TRUNCATED } from '../../../jetstream/bus.js'
+import { consumerName } from '../../../jetstream/names.js'
+import { Kube } from '../../../kube/kube.js'
+import { createLogger } from '../../../observability/log.js'
+import type { Deps, EventFunction } from '../../../transport/function.js'
 import {
   CONSUMER_MAX_DELIVER,
   ensureConsumers,
   type JetStreamOptions,
   type RunningFunction,
   runOnJetStream,
-} from '../../../runtime/jetstream-adapter.js'
-import { Kube } from '../../../runtime/kube.js'
-import { createLogger } from '../../../runtime/log.js'
-import { Bus, DEAD_LETTER_REASON, DEAD_LETTER_TRUNCATED } from '../../../runtime/nats.js'
-import type { Deps } from '../../../runtime/reconcile.js'
+} from '../../../transport/jetstream-adapter.js'
 import { sleep, waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { HEADER_SAFE, hostileInputs } from './hostile.js'

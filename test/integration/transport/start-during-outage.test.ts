@@ -2,7 +2,7 @@
 // it and connects once it is back, instead of exiting — which, deployed, means a crash-loop back-off on top of the
 // outage, and cancels waiting for it. A refused credential still fails at once: waiting cannot fix it.
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { Bus } from '../../../runtime/nats.js'
+import { Bus } from '../../../jetstream/bus.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'

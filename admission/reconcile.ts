@@ -1,0 +1,742 @@
+// The thin adapter around decide(): observe the world, decide, commit the state by compare-and-set, apply the
+// actions this function owns and forward the rest. Each function runs it with its role:
+//   admit     creates Jobs (after taking the model and node claims and re-checking idleness),
+//   cancel    deletes Jobs,
+//   lifecycle neither: it forwards Job creation to admit and Job deletion to cancel.
+import type { V1CronJob } from '@kubernetes/client-node'
+import type { KvEntry } from '@nats-io/kv'
+import type { ModelBackfill } from '../core/api.js'
+import {
+  type Action,
+  type Contender,
+  type Decision,
+  decide,
+  type Observed,
+  racedAdmission,
+  sameState,
+  type Trigger,
+} from '../core/decide.js'
+import { buildJob, gpuViolations } from '../core/job.js'
+import { backfillKey, backfillLabelValue, claimKeys, isObjectName, LABEL_BACKFILL, modelKey } from '../core/names.js'
+import {
+  type BackfillState,
+  type Claim,
+  type Parsed,
+  parseBackfillState,
+  parseClaim,
+  parseEntry,
+  parseModelIdleState,
+  toKv,
+} from '../core/state.js'
+import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
+import { isCasConflict } from '../jetstream/bus.js'
+import type { Kube } from '../kube/kube.js'
+import { JobRejectedError, PLURALS } from '../kube/kube-common.js'
+import type { Logger } from '../observability/log.js'
+import { preemptionLatency } from '../observability/ops-metrics.js'
+import { type StepTimings, timed } from '../observability/step-timings.js'
+import { traced } from '../observability/tracing.js'
+import type { Deps } from '../transport/function.js'
+import { checkFence, lastRequestAt } from './fence.js'
+import { type FreshReads, readFresh, sameBackfill, sameTemplate } from './fresh-check.js'
+import { timerHeld } from './timer-held.js'
+
+export type Role = 'admit' | 'cancel' | 'lifecycle'
+
+/** A claim younger than this is live even before its holder's state names it (admission in flight). */
+export const CLAIM_GRACE_MS = 30_000
+const MAX_CAS_RETRIES = 8
+
+/**
+ * What a lifecycle event is about, read fresh once for every backfill it re-decides: lifecycle otherwise reads
+ * watched copies, and one that has not yet seen the change the event reports would lose the cancel it carries
+ * (functions/lifecycle/caches.ts).
+ */
+export interface Fresh {
+  gamingSessions?: unknown[]
+  gpuLeases?: unknown[]
+  /** `<namespace>/<name>` → the Model as just read (null: it does not exist). */
+  models?: Map<string, unknown | null>
+}
+
+interface Observation {
+  observed: Observed
+  template: V1CronJob | null
+}
+
+const ownedBy = (job: JobView, b: ModelBackfill) => !b.metadata.uid || job.ownerUid === b.metadata.uid
+
+/**
+ * A KV value in this release's shape (older versions upgraded), or null: absent, deleted, or unreadable. An
+ * unreadable value is logged, never thrown: for a backfill state, the decision then takes the object over from its
+ * Kubernetes status and Jobs (core/takeover.ts) and the next write replaces the bad value.
+ */
+export function readKv<T>(log: Logger, entry: KvEntry | null, parse: (raw: unknown) => Parsed<T>): T | null {
+  if (entry?.operation !== 'PUT') return null
+  const r = parseEntry(entry.string(), parse)
+  if (r.ok) return r.value
+  log.error(
+    { bucket: entry.bucket, key: entry.key, revision: entry.revision, error: r.error },
+    'unreadable KV value ignored; its object is taken over from Kubernetes',
+  )
+  return null
+}
+export const readState = (log: Logger, e: KvEntry | null) => readKv(log, e, parseBackfillState)
+export const readIdle = (log: Logger, e: KvEntry | null) => readKv(log, e, parseModelIdleState)
+export const readClaim = (log: Logger, e: KvEntry | null) => readKv(log, e, parseClaim)
+
+export async function observe(
+  deps: Deps,
+  namespace: string,
+  name: string,
+  state: BackfillState | null,
+  backfill: ModelBackfill | null,
+  role: Role = 'admit',
+  fresh: Fresh = {},
+  timings?: StepTimings,
+  /** The template already in hand or in flight (admit on its watched copies); undefined: GET it here. */
+  templateRead?: V1CronJob | null | Promise<V1CronJob | null>,
+): Promise<Observation> {
+  const { kube, bus } = deps
+  if (!backfill) {
+    return {
+      observed: {
+        backfill: null,
+        state,
+        model: null,
+        idle: null,
+        gamingSessions: [],
+        leases: [],
+        template: { found: false },
+        job: null,
+        contenders: [],
+      },
+      template: null,
+    }
+  }
+  const modelName = backfill.spec.modelRef
+  // Lifecycle reads watched copies too when it has them (overlaid with what its event is about): it never admits.
+  const caches = role === 'admit' || role === 'lifecycle' ? deps.caches : undefined
+  const freshModel = fresh.models?.get(`${namespace}/${modelName}`)
+  // A ref no object can have is never read with (an invalid KV key throws; ".." in an API path reads something
+  // else): it is not found, and decide() blocks on it with the reason.
+  const modelOk = isObjectName(modelName)
+  const templateOk = isObjectName(backfill.spec.templateRef)
+  // Without a stored state, the Job the status names is the one a takeover may adopt (core/takeover.ts).
+  const statusJob = state ? undefined : backfill.status?.jobName
+  const attemptJob = state?.jobName ?? (isObjectName(statusJob) ? statusJob : undefined)
+  const ours = backfillLabelValue(name)
+  const [model, template, job, sessions, leases, jobs, idle, lastRequest] = await Promise.all([
+    !modelOk
+      ? null
+      : freshModel !== undefined
+        ? freshModel
+        : caches
+          ? caches.models.get(namespace, modelName)
+          : kube.getModel(namespace, modelName),
+    !templateOk
+      ? null
+      : templateRead !== undefined
+        ? templateRead
+        : timed(timings, 'observe.template', kube.getCronJob(namespace, backfill.spec.templateRef)),
+    attemptJob ? kube.getJob(namespace, attemptJob) : Promise.resolve(null),
+    fresh.gamingSessions ?? (caches ? caches.gamingSessions.list() : kube.listAll(PLURALS.gamingSessions)),
+    fresh.gpuLeases ?? (caches ? caches.gpuLeases.list() : kube.listAll(PLURALS.gpuLeases)),
+    // Only admit needs the contenders (every backfill Job in the cluster); the others never admit — a decision
+    // to admit is handed to admit, which looks again — so they list just this declaration's own Jobs.
+    role !== 'admit'
+      ? caches
+        ? caches.jobs
+            .list()
+            .filter((j) => j.metadata?.namespace === namespace && j.metadata.labels?.[LABEL_BACKFILL] === ours)
+        : kube.listOwnJobs(namespace, name)
+      : caches
+        ? caches.jobs.list()
+        : kube.listBackfillJobs(deps.namespaces),
+    modelOk ? timed(timings, 'observe.idle', bus.kv.idle.get(modelKey(namespace, modelName))) : null,
+    modelOk ? timed(timings, 'observe.lastRequest', lastRequestAt(bus.jsm, namespace, modelName)) : null,
+  ])
+  const modelV = model ? modelView(model) : null
+  const contenders: Contender[] = []
+  const strays: JobView[] = []
+  for (const j of jobs.map(jobView)) {
+    if (!isActiveJob(j)) continue
+    // Only a Job this very ModelBackfill controls is a stray of ours to delete: one that merely carries our label
+    // (made by someone else, or left by a predecessor of the same name) is never ours — it counts as a contender.
+    if (j.backfillLabel === ours && j.namespace === namespace && ownedBy(j, backfill)) {
+      if (j.name !== state?.jobName) strays.push(j)
+      continue
+    }
+    const on =
+      j.namespace === namespace && j.model === modelName
+        ? 'model'
+        : modelV?.node && j.node === modelV.node
+          ? 'node'
+          : null
+    if (on) contenders.push({ namespace: j.namespace, jobName: j.name, on })
+  }
+  return {
+    observed: {
+      backfill,
+      state,
+      model: modelV,
+      idle: readIdle(deps.log, idle),
+      lastRequestAt: lastRequest ?? undefined,
+      gamingSessions: sessions.map(gamingSessionView),
+      leases: leases.map(gpuLeaseView),
+      template: template ? { found: true, gpu: gpuViolations(template) } : { found: false },
+      // A Job of that name is the attempt's only when this ModelBackfill (by UID) controls it: a predecessor of the
+      // same name left one behind (orphaned, or not yet collected), and its outcome is not ours to report.
+      job: job && ownedBy(jobView(job), backfill) ? jobView(job) : null,
+      contenders,
+      strays,
+    },
+    template,
+  }
+}
+
+/**
+ * Takes what an admission does once its Job exists and no request raced it (the rest of the decision's actions —
+ * the Started Event — and the status write) off the admission's path: resolves when `work` is queued, not done.
+ * admit's bookkeeping lane (functions/admit/bookkeeping.ts); without one, the work is done in line.
+ */
+export type AfterStart = (
+  work: () => Promise<void>,
+  where: { namespace: string; backfill: string; job: string },
+) => Promise<void>
+
+/** Reconciles one backfill: converges whatever event woke it, however often, in whatever order. */
+export async function reconcile(
+  deps: Deps,
+  role: Role,
+  namespace: string,
+  name: string,
+  initialTrigger: Trigger,
+  /**
+   * What lifecycle's event is about, read fresh; admit's profile of this admission (a log line per Job created);
+   * admit's lane for what follows a created Job.
+   */
+  extra: { fresh?: Fresh; timings?: StepTimings; afterStart?: AfterStart } = {},
+): Promise<Decision | null> {
+  const { fresh, timings, afterStart } = extra
+  let trigger = initialTrigger
+  const kv = deps.bus.kv.backfills
+  const key = backfillKey(namespace, name)
+  // admit decides on its watched copies when it has them, checked against fresh GETs before it commits anything
+  // (admission/fresh-check.ts); after a copy proved behind, this reconcile reads the apiserver first again.
+  let onCopies = role === 'admit' && Boolean(deps.caches?.backfills && deps.caches.templates)
+  for (let round = 0; round < MAX_CAS_RETRIES; round++) {
+    // The object before the state: a status written by a newer decision then shows up as a conflict on our
+    // status write (its KV commit came first), never as a current-looking object paired with an older state. A
+    // watched copy is older still, and is only decided on if the GET after the state read returns it unchanged.
+    const copy = onCopies ? (deps.caches?.backfills?.get(namespace, name) ?? null) : null
+    const backfill = copy ? structuredClone(copy) : await deps.kube.getBackfill(namespace, name)
+    timings?.mark('backfill')
+    let freshReads: FreshReads | undefined
+    let templateRead: V1CronJob | null | Promise<V1CronJob | null> | undefined
+    if (copy) {
+      const templateRef = isObjectName(copy.spec?.templateRef) ? copy.spec.templateRef : null
+      freshReads = readFresh(deps.kube, namespace, name, templateRef, timings)
+      // No copy of the template (not synced yet, or a new CronJob): decide on the fresh GET, as before.
+      if (templateRef) templateRead = deps.caches?.templates?.get(namespace, templateRef) ?? freshReads.template
+    }
+    const entry = await kv.get(key)
+    const state = readState(deps.log, entry)
+    timings?.mark('state')
+    const obs = await observe(deps, namespace, name, state, backfill, role, fresh, timings, templateRead)
+    const observed = obs.observed
+    let template = obs.template
+    timings?.mark('observe')
+    let decision = decide(observed, trigger, deps.now())
+    timings?.mark('decide')
+    const create = decision.actions.find((a) => a.type === 'createJob')
+    // When this admission's fence read the newest request: the start of the gap the POST must close quickly.
+    let fencedAt: number | undefined
+    /** Claims this decision holds for its Job (released if the fresh check below sends it round again). */
+    let held: { keys: { model: string; node: string }; claim: Claim } | undefined
+    if (create && role !== 'admit') {
+      // Only admit creates Jobs (it holds the claims); hand the backfill over to it, committing nothing.
+      await deps.bus.publish('ai.flexinfer.backfill.admit', { namespace, backfill: name })
+      return decision
+    }
+    if (create) {
+      const claimed = await acquireClaims(deps, observed, decision)
+      timings?.mark('claims')
+      if (claimed.contender) {
+        observed.contenders.push(claimed.contender)
+      } else {
+        // Dekker-style re-check: demand writes idleness before it looks for claims, and we look at the requests
+        // after taking ours, so a foreground request racing this admission is seen by one side. The fence also
+        // makes sure demand and cancel are running and demand has caught up (admission/fence.ts); the idle state
+        // is read after it, so it holds everything demand acknowledged.
+        const model = observed.backfill?.spec.modelRef ?? ''
+        const fence = await checkFence(deps)
+        timings?.mark('fence')
+        const [idle, lastRequest] = await Promise.all([
+          deps.bus.kv.idle.get(modelKey(namespace, model)),
+          lastRequestAt(deps.bus.jsm, namespace, model),
+        ])
+        fencedAt = deps.now()
+        timings?.mark('reread')
+        observed.idle = readIdle(deps.log, idle)
+        observed.lastRequestAt = lastRequest ?? undefined
+        if (!fence.ready) observed.preemptionPath = { ready: false, why: fence.why }
+      }
+      decision = decide(observed, trigger, deps.now())
+      timings?.mark('decide')
+      if (!decision.actions.some((a) => a.type === 'createJob') && claimed.keys && claimed.claim) {
+        await releaseClaimKeys(deps, claimed.keys, claimed.claim)
+      } else if (claimed.keys && claimed.claim) {
+        held = { keys: claimed.keys, claim: claimed.claim }
+      }
+    }
+    if (copy && freshReads) {
+      // Decided on watched copies: commit nothing (no state, no Job) unless the apiserver still has those.
+      let current: [ModelBackfill | null, V1CronJob | null]
+      try {
+        current = await Promise.all([freshReads.backfill, freshReads.template])
+      } catch (err) {
+        if (held) await releaseClaimKeys(deps, held.keys, held.claim)
+        throw err
+      }
+      timings?.mark('freshCheck')
+      const [freshBackfill, freshTemplate] = current
+      if (!sameBackfill(copy, freshBackfill) || (freshReads.template && !sameTemplate(template, freshTemplate))) {
+        if (held) await releaseClaimKeys(deps, held.keys, held.claim)
+        deps.log.info(
+          { namespace, backfill: name, resourceVersion: copy.metadata.resourceVersion },
+          'watched copy behind the apiserver; deciding again from a fresh read',
+        )
+        onCopies = false
+        continue
+      }
+      // The same objects: apply what the apiserver returned (the Job is built from the template just read).
+      observed.backfill = freshBackfill
+      if (freshReads.template) template = freshTemplate
+    }
+    // The state revision this decision stands on: its status may only be shown while no newer one exists.
+    let revision = entry?.revision ?? 0
+    if (!sameState(state, decision.state)) {
+      try {
+        if (decision.state === null) await kv.delete(key, entry ? { previousSeq: entry.revision } : undefined)
+        else if (entry) revision = await kv.update(key, toKv(decision.state), entry.revision)
+        else revision = await kv.create(key, toKv(decision.state))
+      } catch (err) {
+        if (isCasConflict(err)) continue
+        throw err
+      }
+    }
+    timings?.mark('stateWrite')
+    const applied = await apply(deps, role, observed, template, decision, revision, trigger, {
+      fencedAt,
+      timings,
+      afterStart,
+    })
+    if (applied.rejected) {
+      trigger = { type: 'jobRejected', ...applied.rejected }
+      continue
+    }
+    if (applied.raced) {
+      // A foreground request came in the fence → create gap: decide again with it (the attempt is taken back, or —
+      // its Job already deleted by us — recorded as preempted, as after a cancel).
+      trigger = applied.raced
+      continue
+    }
+    return decision
+  }
+  deps.log.warn(
+    { namespace, backfill: name },
+    'gave up after repeated compare-and-set conflicts; a later event retries',
+  )
+  return null
+}
+
+/**
+ * What applying a decision reported back, to be decided again: a Job the apiserver refused, or an admission a
+ * foreground request raced (the trigger to decide with: unchanged when no Job was created, a cancel when admit
+ * deleted the one it had just created).
+ */
+interface Applied {
+  rejected?: { jobName: string; message: string }
+  raced?: Trigger
+}
+
+async function apply(
+  deps: Deps,
+  role: Role,
+  o: Observed,
+  template: V1CronJob | null,
+  d: Decision,
+  revision: number,
+  trigger: Trigger,
+  /** `armed`: a timer already armed by the part of this decision applied before (bookkeeping handed over). */
+  opts: { fencedAt?: number; timings?: StepTimings; afterStart?: AfterStart; armed?: boolean } = {},
+): Promise<Applied> {
+  const { fencedAt, timings, afterStart } = opts
+  const { kube, bus, log } = deps
+  const b = o.backfill as ModelBackfill | null
+  const prior = o.state
+  let armed = opts.armed ?? false
+  for (let i = 0; i < d.actions.length; i++) {
+    const action = d.actions[i] as Action
+    switch (action.type) {
+      case 'addFinalizer':
+        if (b) await kube.setFinalizer(b, true)
+        break
+      case 'removeFinalizer':
+        if (b) await kube.setFinalizer(b, false)
+        break
+      case 'createJob': {
+        if (!b || !template) break
+        const job = buildJob({
+          backfill: b,
+          template,
+          name: action.jobName,
+          node: action.node,
+          maxRunDurationMs: action.spec.maxRunDurationMs,
+        })
+        const { namespace, name } = b.metadata
+        // The fence's newest-request read once more, as the very last step before the POST: what stood between the
+        // fence and here (the state write, a finalizer, cleanups; slow under load) is no gap for a request.
+        const before = await lastRequestAt(bus.jsm, namespace, b.spec.modelRef)
+        timings?.mark('prePostRead')
+        if (racedAdmission(d.state, before)) {
+          log.info(
+            { namespace, backfill: name, job: action.jobName, lastRequestAt: before },
+            'foreground request stored since the fence; not creating the Job',
+          )
+          return { raced: trigger }
+        }
+        const postAt = deps.now()
+        let created: Awaited<ReturnType<Kube['createJob']>>
+        try {
+          created = await kube.createJob(job)
+        } catch (err) {
+          // Refused for good: the rest of this decision (the Started event, its status) never happened; decide
+          // again with the refusal, which releases the claims and blocks.
+          if (err instanceof JobRejectedError) return { rejected: { jobName: action.jobName, message: err.message } }
+          throw err
+        }
+        timings?.mark('post')
+        const { result, uid } = created
+        const where = { namespace, backfill: name, job: action.jobName, result }
+        log.debug(
+          {
+            ...where,
+            fenceToPostMs: fencedAt === undefined ? undefined : postAt - fencedAt,
+            postMs: deps.now() - postAt,
+          },
+          'fence → POST gap',
+        )
+        if (result !== 'predecessor') {
+          // And once more after it: a request stored while the POST was in flight is one no read before it could
+          // see. Foreground wins at once: admit deletes the Job it has just created (only that one, by its UID)
+          // rather than leaving it to demand → cancel, and the attempt is recorded as preempted.
+          const after = await lastRequestAt(bus.jsm, namespace, b.spec.modelRef)
+          timings?.mark('afterPostRead')
+          if (racedAdmission(d.state, after)) {
+            const deleted = await kube.deleteJob(namespace, action.jobName, uid)
+            const at = after as string
+            if (deleted === 'deleted') {
+              preemptionLatency.observe({ reason: 'ForegroundDemand' }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
+            }
+            log.info(
+              { ...where, lastRequestAt: at, deleted },
+              'foreground request stored while the Job was being created; deleted it at once',
+            )
+            // The attempt did start (and is about to be recorded as cancelled): its Started event still belongs.
+            for (const e of d.actions) {
+              if (e.type === 'recordEvent' && e.reason === 'BackfillStarted') {
+                await kube.recordEvent(b, e.eventType, e.reason, e.message)
+              }
+            }
+            return { raced: { type: 'cancel', reason: 'ForegroundDemand', at } }
+          }
+        }
+        if (result === 'predecessor') {
+          // The name was held by a Job of an earlier ModelBackfill of the same name, now being deleted. The attempt
+          // stays Starting (nothing reported as running) and a re-check shortly creates it once the name is free.
+          log.warn(where, 'job name held by a predecessor ModelBackfill; deleted it, retrying the attempt')
+          await bus.armTimer(b.metadata.namespace, b.metadata.name, new Date(deps.now() + 1000).toISOString())
+          armed = true
+          break
+        }
+        log.info(where, 'job created')
+        if (afterStart && b) {
+          // The attempt is committed, its Job exists and no request raced the POST: the rest (the Started Event,
+          // the status) is bookkeeping no foreground path waits for, done off this admission's slot. Lost with the
+          // process, it is redone by the next decision on the backfill (functions/admit/bookkeeping.ts).
+          const rest = d.actions.slice(i + 1)
+          const wasArmed = armed
+          await afterStart(
+            async () => {
+              timings?.mark('bookkeepingWait')
+              const later = { ...d, actions: rest }
+              await apply(deps, role, o, template, later, revision, trigger, { timings, armed: wasArmed })
+            },
+            { namespace, backfill: name, job: action.jobName },
+          )
+          return {}
+        }
+        break
+      }
+      case 'deleteJob': {
+        const namespace = b?.metadata.namespace ?? prior?.namespace ?? ''
+        if (action.why === 'Cleanup' && b && (await isCurrentAttempt(deps, b, action.jobName))) break
+        if (
+          role === 'cancel' ||
+          // Admit deciding with a cancel trigger: it has just deleted the Job a request raced (above) itself.
+          (role === 'admit' && trigger.type === 'cancel') ||
+          action.why === 'Deleted' ||
+          action.why === 'Cleanup' ||
+          action.why === 'RepeatCleanup'
+        ) {
+          // Housekeeping deletes (no preemption latency at stake) are done by whoever decides them.
+          // The Job observed (ours by owner UID) is the one deleted, never a same-named successor.
+          const uid = [o.job, ...(o.strays ?? [])].find((j) => j?.name === action.jobName)?.uid
+          const result = await kube.deleteJob(namespace, action.jobName, uid)
+          log.info({ namespace, job: action.jobName, why: action.why, result }, 'job deleted')
+        } else {
+          await bus.publish('ai.flexinfer.backfill.cancel', {
+            namespace,
+            backfill: b?.metadata.name ?? prior?.name ?? '',
+            jobName: action.jobName,
+            reason: action.why,
+            at: new Date(deps.now()).toISOString(),
+          })
+        }
+        break
+      }
+      case 'takeClaims': {
+        if (!b) break
+        const claim: Claim = {
+          namespace: b.metadata.namespace,
+          backfill: b.metadata.name,
+          attempt: action.attempt,
+          jobName: action.jobName,
+          claimedAt: new Date(deps.now()).toISOString(),
+          idleSince: d.state?.idleSince,
+        }
+        const held = await takeClaimKeys(deps, claimKeys(claim.namespace, b.spec.modelRef, action.node), claim)
+        if (held.contender) {
+          // Two live attempts on one model or node, both left by a previous controller: keep ours running (the
+          // other's cancel path still works) and say so; a foreground request cancels both.
+          log.warn(
+            { namespace: claim.namespace, backfill: claim.backfill, job: claim.jobName, held: held.contender },
+            'adopted Job shares its model or node with another live attempt',
+          )
+        }
+        break
+      }
+      case 'armTimer':
+        await bus.armTimer(b?.metadata.namespace ?? '', b?.metadata.name ?? '', action.at)
+        armed = true
+        break
+      case 'cancelTimer':
+        if (prior) await bus.cancelTimer(prior.namespace, prior.name)
+        break
+      case 'releaseClaims':
+        if (prior?.nodeName) {
+          await releaseClaimKeys(deps, claimKeys(prior.namespace, prior.model, prior.nodeName), action.jobName)
+        }
+        break
+      case 'deleteState':
+        break // committed with the state (null)
+      case 'recordEvent':
+        if (b) await kube.recordEvent(b, action.eventType, action.reason, action.message)
+        timings?.mark('event')
+        break
+    }
+  }
+  if (b && d.status) {
+    const where = { 'k8s.namespace.name': b.metadata.namespace, 'flexinfer.backfill': b.metadata.name }
+    await traced('write ModelBackfill status', where, () => writeStatus(deps, b, d, revision))
+    timings?.mark('status')
+  }
+  await ensureClaims(deps, b, d)
+  // decide() re-arms lazily: a future timerAt in the state means "armed". But the state is committed before the
+  // actions run, so an action that failed (a 409 on the finalizer, say) or a crash in between can leave a timerAt
+  // whose schedule was never stored, and nothing would wake the backfill again. Each decision makes sure it is.
+  const timerAt = d.state?.timerAt
+  if (!armed && b && timerAt && Date.parse(timerAt) > deps.now()) {
+    const { namespace, name } = b.metadata
+    // A timer that fired (up to a tick early) and waits for admit is not armed again: that is a second admission.
+    if (!(await timerHeld(bus, namespace, name, timerAt))) {
+      log.warn({ namespace, backfill: name, timerAt }, 'timer recorded but not stored; arming it')
+      await bus.armTimer(namespace, name, timerAt)
+    }
+  }
+  return {}
+}
+
+/**
+ * A live attempt holds its claims; if they are gone (the claims bucket lost or purged), demand could no longer find
+ * it to cancel and admit could no longer see it: retake them. One KV read per decision on a live attempt.
+ *
+ * The decision may be stale by now (this runs after its actions and status write, and a decision that changed
+ * nothing committed nothing): a preemption committed since has released the claims. Retaking them for the ended
+ * attempt would hold the model and node for a dead Job for CLAIM_GRACE_MS, and no next attempt could be admitted.
+ * So the state is read fresh before taking and again after (the preempter commits its state before it releases,
+ * so one of the two reads sees it): the claims are retaken only for the attempt the state still calls live.
+ */
+export async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decision) {
+  const s = d.state
+  if (!b || !s?.jobName || !s.nodeName || (s.phase !== 'Starting' && s.phase !== 'Running')) return
+  if (d.actions.some((a) => a.type === 'createJob' || a.type === 'takeClaims')) return
+  const keys = claimKeys(s.namespace, b.spec.modelRef, s.nodeName)
+  const held = await deps.bus.kv.claims.get(keys.model)
+  if (held?.operation === 'PUT') return
+  const stillLive = async () => {
+    const fresh = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(s.namespace, s.name)))
+    return fresh?.jobName === s.jobName && (fresh?.phase === 'Starting' || fresh?.phase === 'Running')
+  }
+  if (!(await stillLive())) return
+  deps.log.warn(
+    { namespace: s.namespace, backfill: s.name, job: s.jobName },
+    'live attempt without its claims; retaking them',
+  )
+  const retaken = await takeClaimKeys(deps, keys, {
+    namespace: s.namespace,
+    backfill: s.name,
+    attempt: s.attempts,
+    jobName: s.jobName,
+    claimedAt: new Date(deps.now()).toISOString(),
+    idleSince: s.idleSince,
+  })
+  // Ended between the read and the take (its release may have come before our take): give them back.
+  if (retaken.claim && !(await stillLive())) await releaseClaimKeys(deps, keys, retaken.claim)
+}
+
+/** Admit names the Job in KV before creating it, so a fresh read tells a stray from an attempt just admitted. */
+async function isCurrentAttempt(deps: Deps, b: ModelBackfill, jobName: string): Promise<boolean> {
+  const fresh = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(b.metadata.namespace, b.metadata.name)))
+  return fresh?.jobName === jobName
+}
+
+async function writeStatus(deps: Deps, backfill: ModelBackfill, d: Decision, revision: number) {
+  const { namespace, name } = backfill.metadata
+  let current: ModelBackfill | null = backfill
+  for (let i = 0; i < 4 && current; i++) {
+    if (sameStatus(current, d)) return
+    if (await deps.kube.writeStatus(current, d.status ?? {})) return
+    // A conflict: the object changed since it was read, maybe by the status write of a decision committed after
+    // this one. Retrying then would put an older status back over a newer one (status walking backwards, and
+    // staying there until the next event); the newer decision writes its own status, so leave it to that one.
+    const latest = await deps.bus.kv.backfills.get(backfillKey(namespace, name))
+    if ((latest?.revision ?? 0) !== revision) return
+    current = await deps.kube.getBackfill(namespace, name)
+  }
+}
+
+function sameStatus(b: ModelBackfill, d: Decision): boolean {
+  return JSON.stringify(b.status ?? {}) === JSON.stringify(d.status ?? {})
+}
+
+interface Claimed {
+  keys?: { model: string; node: string }
+  /** The claim taken (both keys hold it). */
+  claim?: Claim
+  contender?: Contender
+}
+
+async function acquireClaims(deps: Deps, o: Observed, d: Decision): Promise<Claimed> {
+  const create = d.actions.find((a) => a.type === 'createJob')
+  const b = o.backfill
+  if (create?.type !== 'createJob' || !b) return {}
+  const namespace = b.metadata.namespace
+  const keys = claimKeys(namespace, b.spec.modelRef, create.node)
+  const claim: Claim = {
+    namespace,
+    backfill: b.metadata.name,
+    attempt: create.attempt,
+    jobName: create.jobName,
+    claimedAt: new Date(deps.now()).toISOString(),
+    idleSince: d.state?.idleSince,
+  }
+  return takeClaimKeys(deps, keys, claim)
+}
+
+/** Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. */
+export async function takeClaimKeys(deps: Deps, keys: { model: string; node: string }, claim: Claim): Promise<Claimed> {
+  const taken: string[] = []
+  for (const [on, key] of Object.entries(keys) as ['model' | 'node', string][]) {
+    const holder = await takeClaim(deps, key, claim)
+    if (holder) {
+      for (const k of taken) await releaseClaimKeys(deps, { model: k, node: k }, claim)
+      return { contender: { namespace: holder.namespace, backfill: holder.backfill, jobName: holder.jobName, on } }
+    }
+    taken.push(key)
+  }
+  return { keys, claim }
+}
+
+/** Takes `key` for `claim`; returns the live holder when someone else has it. */
+async function takeClaim(deps: Deps, key: string, claim: Claim): Promise<Claim | null> {
+  const kv = deps.bus.kv.claims
+  const body = toKv(claim)
+  for (let i = 0; i < 4; i++) {
+    try {
+      await kv.create(key, body)
+      return null
+    } catch (err) {
+      if (!isCasConflict(err)) throw err
+    }
+    const entry = await kv.get(key)
+    if (entry?.operation !== 'PUT') continue // released meanwhile (a delete marker): try create again
+    const holder = readClaim(deps.log, entry)
+    const ours = holder?.jobName === claim.jobName
+    // Ours and naming this very admission (a retry, a second replica): nothing to write.
+    if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return null
+    // Someone else's live hold stands.
+    if (holder && !ours && !(await isStale(deps, holder))) return holder
+    // Replaced by compare-and-set on what was read: an unreadable claim (nobody can prove a hold with it), a stale
+    // holder's, or ours left by a try that failed after taking it — it must name this admission (its window start,
+    // and its time, by which demand remembers the cancel it sent): left as it was, a request after this admission
+    // counted as already cancelled and the Job this one creates stayed up (retried-admission-claim.test.ts).
+    try {
+      await kv.update(key, body, entry.revision)
+      return null
+    } catch (err) {
+      if (!isCasConflict(err)) throw err
+    }
+  }
+  // Still contended after the retries: report whoever holds it now; an unreadable holder counts as held (safe).
+  const last = await kv.get(key)
+  return readClaim(deps.log, last) ?? (last?.operation === 'PUT' ? { ...claim, jobName: '(unreadable claim)' } : null)
+}
+
+/** A claim is stale when its holder's state has moved on from that Job and the grace period is over. */
+async function isStale(deps: Deps, holder: Claim): Promise<boolean> {
+  if (deps.now() - Date.parse(holder.claimedAt) < CLAIM_GRACE_MS) return false
+  const state = readState(deps.log, await deps.bus.kv.backfills.get(backfillKey(holder.namespace, holder.backfill)))
+  return state?.jobName !== holder.jobName
+}
+
+/**
+ * Gives back the claims held for `who`. An admission names its own claim (`claimedAt`): two tries of one attempt
+ * (a timer and a lifecycle admit request, or a retry while the first try still runs) share the Job name, and the
+ * later one replaces the earlier one's claim (takeClaim). Released by Job name alone, the earlier try — having
+ * decided not to create the Job — deleted the claims of the later one, whose Job then ran without them: demand could
+ * not find it to cancel, and another backfill took its node (seen in a failover: a lost cancel and two live attempts
+ * on one node). Ending an attempt (the `releaseClaims` action) gives back whatever claim names its Job.
+ */
+export async function releaseClaimKeys(
+  deps: Deps,
+  keys: { model: string; node: string },
+  who: string | Pick<Claim, 'jobName' | 'claimedAt'>,
+) {
+  const kv = deps.bus.kv.claims
+  const jobName = typeof who === 'string' ? who : who.jobName
+  const claimedAt = typeof who === 'string' ? undefined : who.claimedAt
+  for (const key of new Set([keys.model, keys.node])) {
+    const entry = await kv.get(key)
+    const holder = readClaim(deps.log, entry)
+    if (!entry || holder?.jobName !== jobName) continue
+    if (claimedAt !== undefined && holder.claimedAt !== claimedAt) continue
+    try {
+      await kv.delete(key, { previousSeq: entry.revision })
+    } catch (err) {
+      if (!isCasConflict(err)) throw err
+    }
+  }
+}

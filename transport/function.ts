@@ -1,0 +1,55 @@
+// What a function is, independent of how events reach it (JetStream pull consumer for KEDA and `npm start`,
+// HTTP for Knative): a name, the events it takes, and a handler.
+
+import type { BackfillState } from '../core/state.js'
+import type { InboundEvent } from '../events/codec.js'
+import type { Bus } from '../jetstream/bus.js'
+import type { AdmissionCaches, Kube } from '../kube/kube.js'
+import type { Logger } from '../observability/log.js'
+
+export interface Subscription {
+  stream: string
+  subjects: string[]
+  /** Start from new messages when the durable consumer is first created (high-rate, time-stamped events). */
+  deliverNew?: boolean
+}
+
+/** What every function's handler is given: the process's connections and settings. */
+export interface Deps {
+  kube: Kube
+  bus: Bus
+  log: Logger
+  now: () => number
+  /** Namespaces this deployment manages; undefined: the whole cluster. */
+  namespaces?: string[]
+  /** Watched copies of what admit reads on every admission; without them, admit asks the apiserver. */
+  caches?: AdmissionCaches
+  /** The runner's instance name (tests): its functions' durable consumers carry it (see transport/deps.ts). */
+  instance?: string
+  /**
+   * Every backfill state by KV key, kept current from the bucket's republished changes by the mirror the metrics
+   * exporter already holds in every runner process (process/metrics.ts): lifecycle's sweep reads it instead of one
+   * direct get per backfill.
+   */
+  backfillStates?: ReadonlyMap<string, BackfillState>
+}
+
+export interface EventFunction {
+  name: string
+  subscriptions: Subscription[]
+  /** Events handled at once by one instance. */
+  concurrency: number
+  /**
+   * JetStream: its durable consumers ack in batches (AckAll, transport/ack-floor.ts) instead of one ack per event.
+   * Only for functions whose handlers may finish out of order without harm; provision migrates existing consumers.
+   */
+  ackAll?: boolean
+  /** Optional warm-up (caches, watches) before the first event and teardown after the last. */
+  start?(deps: Deps): Promise<void>
+  stop?(): Promise<void>
+  /** Resolves when the event's effect is durable; rejects to have it redelivered. */
+  handle(event: InboundEvent, deps: Deps): Promise<void>
+}
+
+/** Thrown for events that can never succeed (redelivery would not help): they go to the dead-letter stream. */
+export class PermanentError extends Error {}

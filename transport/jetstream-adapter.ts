@@ -1,0 +1,374 @@
+// Transport: a JetStream pull consumer per (function, stream). Malformed events and events that keep failing go
+// to the dead-letter stream with the reason; nothing is dropped silently and nothing crashes the process.
+//
+// Every NATS call on the handler path has a deadline of the client's: JetStream publishes and API requests 5 s,
+// KV operations 2 s (nats.js defaults); acks and msg.working() are plain publishes that cannot block.
+import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import { awaitProvisioned, headerSafe, isNotFound } from '../jetstream/bus.js'
+import { migrateAckPolicy } from '../jetstream/consumer-migration.js'
+import { consumerName } from '../jetstream/names.js'
+import { AckFloor } from './ack-floor.js'
+import type { Deps, EventFunction } from './function.js'
+import { processEvent } from './process-event.js'
+
+const envInt = (name: string, fallback: number) => {
+  const n = Number(process.env[name])
+  return Number.isInteger(n) && n > 0 ? n : fallback
+}
+/**
+ * The retry budget of a failing event, ~62 s by default: MAX_DELIVER deliveries, naked with a doubling backoff from
+ * RETRY_BACKOFF_MS up to RETRY_BACKOFF_MAX_MS, then dead-lettered (env overrides: tests shorten it).
+ */
+/**
+ * Lifetime of each pull request. A pull waits on the consumer's leader; when that nats-server dies (kill -9 on a
+ * cluster) the new leader knows nothing of it and the client notices only after two missed idle heartbeats: with
+ * the default 30 s, demand and cancel pulled nothing for 30 s after a failover and Jobs outlived their preemption
+ * (chaos/failover.ts). A pull every 4 s per consumer is nothing for the server.
+ */
+export const PULL_EXPIRES_MS = 4_000
+/**
+ * The server's heartbeat on an idle pull (the client's minimum): two missed (1 s) and the client pulls again. Consumes are bound (no
+ * consumer info before re-pulling): the client's check asks the consumer's leader, which does not exist until the
+ * election ends (4-9 s on nats-server), so each check timed out (5 s) and then slept a whole pull lifetime — a cancel
+ * stored during an election waited 9-15 s to be delivered (test/integration/cluster/consumer-failover.test.ts).
+ * Bound, a lost pull is replaced every second until a leader takes it.
+ */
+export const PULL_HEARTBEAT_MS = 500
+
+export const MAX_DELIVER = envInt('MAX_DELIVER', 8)
+/**
+ * The server's delivery limit on every durable consumer, a little above MAX_DELIVER: an event that can never be
+ * dead-lettered (the publish keeps failing) stops being redelivered; without it such poison messages cycled
+ * forever and, enough of them, filled max_ack_pending and stopped the consumer.
+ */
+export const CONSUMER_MAX_DELIVER = MAX_DELIVER + 3
+export const ACK_WAIT_MS = 30_000
+const BACKOFF_BASE_MS = envInt('RETRY_BACKOFF_MS', 250)
+const BACKOFF_MAX_MS = envInt('RETRY_BACKOFF_MAX_MS', 30_000)
+const backoffMs = (deliveries: number) => Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** Math.min(deliveries, 7))
+
+export interface JetStreamOptions {
+  /** ack_wait of the consumers ensureConsumers creates or updates (default 30 s). */
+  ackWaitMs?: number
+  /** Delay before an event whose dead-letter publish failed is delivered again (default 1 s). */
+  deadLetterRetryMs?: number
+  /** How long a consumer migration waits for in-flight messages to be acked (jetstream/consumer-migration.ts). */
+  migrationSettleMs?: number
+}
+
+export interface RunningFunction {
+  name: string
+  stop(): Promise<void>
+  /**
+   * Events handled, dead-lettered, retried, and dropped (could not even be dead-lettered on the consumer's last
+   * delivery; still in its stream, logged) — for logs, tests and the benchmark.
+   */
+  stats: { handled: number; deadLettered: number; retried: number; dropped: number }
+}
+
+/** Creates or updates the function's durable consumers (the provision step, and every process run locally). */
+export async function ensureConsumers(
+  deps: Pick<Deps, 'bus'> & { log?: Deps['log'] },
+  fn: EventFunction,
+  opts: JetStreamOptions = {},
+) {
+  for (const sub of fn.subscriptions) {
+    const durable = consumerName(fn.name, sub.stream)
+    const config = {
+      durable_name: durable,
+      ack_policy: fn.ackAll ? AckPolicy.All : AckPolicy.Explicit,
+      ack_wait: (opts.ackWaitMs ?? ACK_WAIT_MS) * 1_000_000,
+      max_deliver: CONSUMER_MAX_DELIVER,
+      max_ack_pending: Math.max(1000, fn.concurrency * 2),
+      filter_subjects: sub.subjects,
+    }
+    try {
+      const existing = await deps.bus.jsm.consumers.info(sub.stream, durable)
+      // The ack policy cannot change in place: the consumer is re-created where the old one stopped.
+      if (existing.config.ack_policy !== config.ack_policy)
+        await migrateAckPolicy(deps.bus.jsm, existing, config, { log: deps.log, settleMs: opts.migrationSettleMs })
+      else await deps.bus.jsm.consumers.update(sub.stream, durable, config)
+    } catch (err) {
+      if (!isNotFound(err)) throw err
+      await deps.bus.jsm.consumers.add(sub.stream, {
+        ...config,
+        deliver_policy: sub.deliverNew ? DeliverPolicy.New : DeliverPolicy.All,
+      })
+    }
+  }
+}
+
+/** Deployed (NATS_PROVISION=false): the provision step made the consumers; wait for them, never create one. */
+async function bindConsumers(deps: Deps, fn: EventFunction) {
+  for (const sub of fn.subscriptions) {
+    const durable = consumerName(fn.name, sub.stream)
+    await awaitProvisioned(
+      `consumer ${durable} on ${sub.stream}`,
+      () => deps.bus.jsm.consumers.info(sub.stream, durable),
+      {
+        ...deps.bus.topology,
+        log: deps.log,
+      },
+    )
+  }
+}
+
+interface Waiting {
+  msg: JsMsg
+  floor: AckFloor<JsMsg> | undefined
+  /** The keep-alive tick it arrived in. */
+  tick: number
+}
+
+/** A bounded FIFO with O(1) shift (an array shift is O(n) at thousands waiting). */
+export class WaitQueue<T = Waiting> {
+  private items: (T | undefined)[] = []
+  private head = 0
+  constructor(readonly max: number) {}
+  get size() {
+    return this.items.length - this.head
+  }
+  /** False when full (nothing added). */
+  push(item: T): boolean {
+    if (this.size >= this.max) return false
+    this.items.push(item)
+    return true
+  }
+  shift(): T | undefined {
+    if (this.head >= this.items.length) return undefined
+    const item = this.items[this.head]
+    this.items[this.head++] = undefined
+    if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head)
+      this.head = 0
+    }
+    return item
+  }
+  forEach(f: (item: T) => void) {
+    for (let i = this.head; i < this.items.length; i++) f(this.items[i] as T)
+  }
+}
+
+export async function runOnJetStream(
+  deps: Deps,
+  fn: EventFunction,
+  opts: JetStreamOptions = {},
+): Promise<RunningFunction> {
+  if (deps.bus.topology.provision === false) await bindConsumers(deps, fn)
+  else await ensureConsumers(deps, fn, opts)
+  await fn.start?.(deps)
+  const stats = { handled: 0, deadLettered: 0, retried: 0, dropped: 0 }
+  const log = deps.log.child({ function: fn.name })
+  const deadLetterRetryMs = opts.deadLetterRetryMs ?? 1000
+  /** In-flight handlers, each with the keep-alive tick it started in. */
+  const inFlight = new Map<Promise<void>, { msg: JsMsg; tick: number }>()
+  // Delivered but not yet handled, one queue per subscription (a slow sweep's timer is not stuck behind the event
+  // backlog). nats.js refills a consume's pull as messages *arrive*, not as they are iterated, so a function behind
+  // its stream holds up to max_ack_pending delivered messages here: lifecycle (8 handlers, ~22 events/s) held
+  // 1,000, waited ~45 s for a handler, longer than ack_wait, and handled ~500 of them twice. They are
+  // taken off the iterator at once and kept alive below like the in-flight ones, so a delivered message is never
+  // redelivered while this process is healthy; the pull itself (ingest's thousands ahead) is unchanged.
+  const queues: WaitQueue[] = []
+  let nextQueue = 0
+  let stopping = false
+  /** Fills free slots from the queues, one message from each in turn. */
+  const startNext = () => {
+    let empty = 0
+    while (!stopping && inFlight.size < fn.concurrency && empty < queues.length) {
+      const w = (queues[nextQueue] as WaitQueue).shift()
+      nextQueue = (nextQueue + 1) % queues.length
+      if (!w) empty++
+      else {
+        empty = 0
+        start(w.msg, w.floor)
+      }
+    }
+  }
+  const start = (msg: JsMsg, floor: AckFloor<JsMsg> | undefined) => {
+    // One settled callback per message (not .catch().finally(): two more promises each, at 30k+ events/s).
+    const task: Promise<void> = process(msg, floor).then(
+      () => settled(task),
+      (err) => {
+        log.error({ err }, 'unexpected error handling event')
+        settled(task)
+      },
+    )
+    inFlight.set(task, { msg, tick })
+  }
+  const settled = (task: Promise<void>) => {
+    inFlight.delete(task)
+    startNext()
+  }
+
+  const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
+  /** Per stream: the consumer's delivery limit as configured on the server (≤ 0: none). */
+  const maxDeliverOf = new Map<string, number>()
+  let ackWaitMs = Number.POSITIVE_INFINITY
+  /** Keep-alive ticks so far (see below). */
+  let tick = 0
+
+  /**
+   * Per stream, when its consumer is AckAll: the floor its batched acks keep to. A message leaves it finished
+   * (handled, dead-lettered, given up) and is then covered by one ack; term() is never sent there, since on an
+   * AckAll consumer it acks every message below too.
+   */
+  const floors = new Map<string, AckFloor<JsMsg>>()
+  const finished = (msg: JsMsg, floor: AckFloor<JsMsg> | undefined, term?: string) => {
+    if (floor) floor.finished(msg)
+    else if (term === undefined) msg.ack()
+    else msg.term(term)
+  }
+
+  const process = async (msg: JsMsg, floor: AckFloor<JsMsg> | undefined) => {
+    try {
+      const outcome = await processEvent(fn, deps, msg.data, msg.info.timestampNanos / 1e6)
+      switch (outcome.kind) {
+        case 'handled':
+          finished(msg, floor)
+          stats.handled++
+          return
+        case 'malformed':
+        case 'permanent':
+          await deadLetter(msg, outcome.reason, floor)
+          return
+        case 'transient':
+          retry(msg, outcome.reason, floor)
+      }
+    } catch (err) {
+      // processEvent never throws; if anything here does, the event is retried and dead-lettered like any other.
+      log.error({ err, subject: msg.subject, seq: msg.seq }, 'unexpected error handling event')
+      retry(msg, `unexpected error: ${err instanceof Error ? err.message : String(err)}`, floor)
+    }
+  }
+
+  const retry = (msg: JsMsg, reason: string, floor: AckFloor<JsMsg> | undefined) => {
+    if (msg.info.deliveryCount >= MAX_DELIVER) {
+      void deadLetter(msg, reason, floor)
+      return
+    }
+    stats.retried++
+    log.warn({ error: reason, delivery: msg.info.deliveryCount }, 'retrying')
+    msg.nak(backoffMs(msg.info.deliveryCount))
+  }
+
+  const deadLetter = async (msg: JsMsg, reason: string, floor: AckFloor<JsMsg> | undefined) => {
+    log.warn({ subject: msg.subject, reason }, 'dead-lettered event')
+    try {
+      await deps.bus.deadLetter(fn.name, reason, msg.data, msg.subject)
+      finished(msg, floor, headerSafe(reason, 256))
+      stats.deadLettered++
+    } catch (err) {
+      // Could not keep it: leave it to be redelivered rather than lose it — until the consumer's delivery limit,
+      // where it is given up (it stays in its stream; this line says where).
+      const maxDeliver = maxDeliverOf.get(msg.info.stream) ?? 0
+      const last = maxDeliver > 0 && msg.info.deliveryCount >= maxDeliver
+      const context = {
+        err,
+        reason,
+        subject: msg.subject,
+        stream: msg.info.stream,
+        seq: msg.seq,
+        delivery: msg.info.deliveryCount,
+        maxDeliver,
+      }
+      if (last) {
+        log.error(context, 'dead-letter publish failed on the last delivery: event given up (still in its stream)')
+        finished(msg, floor, headerSafe(reason, 256))
+        stats.dropped++
+      } else {
+        log.error(context, 'dead-letter publish failed: redelivering')
+        msg.nak(deadLetterRetryMs)
+      }
+    }
+  }
+
+  for (const sub of fn.subscriptions) {
+    const consumer = await deps.bus.js.consumers.get(sub.stream, consumerName(fn.name, sub.stream))
+    const { config } = await consumer.info(true)
+    maxDeliverOf.set(sub.stream, config.max_deliver ?? -1)
+    if (config.ack_wait) ackWaitMs = Math.min(ackWaitMs, config.ack_wait / 1_000_000)
+    // The server's policy decides (a deployed function binds to whatever provision made): never ack-all an
+    // explicit consumer, whose per-message acks other instances may still rely on.
+    const floor =
+      config.ack_policy === AckPolicy.All
+        ? new AckFloor<JsMsg>(Math.max(1, config.max_ack_pending ?? 0) * 2)
+        : undefined
+    if (floor) floors.set(sub.stream, floor)
+    const messages = await consumer.consume({
+      max_messages: Math.min(Math.max(100, fn.concurrency), 4096),
+      expires: PULL_EXPIRES_MS,
+      idle_heartbeat: PULL_HEARTBEAT_MS,
+      bind: true,
+    })
+    const queue = new WaitQueue(Math.max(config.max_ack_pending ?? 0, fn.concurrency, 1) * 2)
+    queues.push(queue)
+    const done = (async () => {
+      for await (const msg of messages) {
+        if (floor && !floor.delivered(msg)) {
+          // Not tracked, so never finished: taken back for later rather than handled without a floor.
+          msg.nak(deadLetterRetryMs)
+          continue
+        }
+        if (queue.size === 0 && inFlight.size < fn.concurrency) start(msg, floor)
+        else if (!queue.push({ msg, floor, tick })) {
+          // More than the server may have outstanding (max_ack_pending): only redeliveries of what waits here can
+          // get past it. Taken back rather than held without bound.
+          msg.nak(deadLetterRetryMs)
+        }
+      }
+    })()
+    loops.push({ messages, done })
+  }
+
+  // Keep-alive: a handler still running after ack_wait/3 (a slow reconcile, an apiserver deadline and its retry),
+  // or a message still waiting for one, tells the server it is working, every ack_wait/3, so its message is not
+  // redelivered to a second worker meanwhile. One interval for all of them, no timer per message: each message
+  // records the tick it started (or arrived) in, and is kept alive from the tick after next (between 1/3 and 2/3 of
+  // ack_wait after that).
+  const keepAlive = Number.isFinite(ackWaitMs)
+    ? setInterval(
+        () => {
+          tick++
+          const keep = (entry: { msg: JsMsg; tick: number }) => {
+            if (entry.tick >= tick - 1) return
+            try {
+              entry.msg.working()
+            } catch {
+              // Connection closing: the message is redelivered, as it would be anyway.
+            }
+          }
+          for (const entry of inFlight.values()) keep(entry)
+          for (const q of queues) q.forEach(keep)
+        },
+        Math.max(100, ackWaitMs / 3),
+      )
+    : undefined
+  keepAlive?.unref()
+
+  return {
+    name: fn.name,
+    stats,
+    async stop() {
+      // Graceful: stop pulling, let what is in flight finish (and ack), then tear down.
+      for (const loop of loops) await loop.messages.close()
+      await Promise.all(loops.map((l) => l.done))
+      // What waits for a handler is given back at once (another instance, or this one restarted, takes it)
+      // rather than handled here: a stop lasts as long as what is in flight, not a whole backlog.
+      stopping = true
+      for (const q of queues) {
+        for (let w = q.shift(); w; w = q.shift()) {
+          try {
+            w.msg.nak()
+          } catch {
+            // Connection closing: redelivered after ack_wait instead.
+          }
+        }
+      }
+      await Promise.allSettled([...inFlight.keys()])
+      // What finished is acked before the connection goes (the scheduled flush might come too late).
+      for (const floor of floors.values()) floor.flush()
+      clearInterval(keepAlive)
+      await fn.stop?.()
+    },
+  }
+}
