@@ -142,8 +142,11 @@ export function startFailSafe(deps: Deps, jobs: ObjectCache<V1Job>, opts: FailSa
   }
 
   async function tick() {
-    const at = deps.now()
-    const next = failSafe(state, await probe(deps), at, boundMs)
+    const sent = deps.now()
+    const seen = await probe(deps)
+    // Observable: it was at least when the probe was sent. Not: judged now, after the probe's deadline ran out.
+    const at = seen.visible ? sent : deps.now()
+    const next = failSafe(state, seen, at, boundMs)
     if (next.engaged !== state.engaged) {
       if (next.engaged) {
         deps.log.error(
@@ -180,12 +183,14 @@ export function startFailSafe(deps: Deps, jobs: ObjectCache<V1Job>, opts: FailSa
     )
   }
 
+  // One probe a second, back to back while they time out: a blind probe costs its whole deadline.
   const loop = () => {
     if (stopped) return
+    const started = deps.now()
     running = tick()
       .catch((err) => deps.log.error({ error: describeError(err) }, 'fail-safe: probe failed'))
       .finally(() => {
-        if (!stopped) timer = setTimeout(loop, every)
+        if (!stopped) timer = setTimeout(loop, Math.max(0, every - (deps.now() - started)))
       })
   }
   timer = setTimeout(loop, every)
