@@ -8,6 +8,7 @@ import { loadFunction } from '../functions/load.js'
 import { FUNCTION_NAMES } from '../functions/names.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
 import { EXPORTER_KEY, ExporterLease, metricsHandoverMs } from '../observability/exporter-lease.js'
+import { createLogger } from '../observability/log.js'
 import { type PulledConsumer, registerConsumerLag } from '../observability/ops-metrics.js'
 import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from '../transport/deps.js'
 import type { Deps, EventFunction } from '../transport/function.js'
@@ -47,6 +48,20 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
     if (!factory) throw new Error(`unknown function "${name}"; known: ${FUNCTION_NAMES.join(', ')}`)
     factories.set(name, factory)
   }
+  // A cancel process keeps the fail-safe's promise while it waits for NATS (an outage at its start).
+  const beforeNats = names.includes('cancel')
+    ? await (async () => {
+        const [{ startBeforeNats }, { refusal }] = await Promise.all([
+          import('../functions/cancel/fail-safe.js'),
+          import('../functions/cancel/index.js'),
+        ])
+        const log = opts.logger ?? createLogger('model-backfill')
+        return startBeforeNats(
+          { kubeconfig: opts.kubeconfig, namespaces: opts.namespaces, log, now: opts.now },
+          refusal,
+        )
+      })()
+    : undefined
   const deps = await openDeps({
     ...opts,
     name: `model-backfill:${names.join(',')}`,
@@ -79,6 +94,8 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
       pulled.push({ stream, consumer, pending })
     }
   }
+  // The cancel function's own fail-safe runs now.
+  await beforeNats?.stop()
   registerConsumerLag(metrics.registry, () => pulled)
   let watcher: Watcher | undefined
   if (opts.watch) {

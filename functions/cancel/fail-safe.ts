@@ -14,7 +14,7 @@
 // create events) — nothing is granted for it. The Kubernetes watcher (transport/watcher.ts) runs only where there is no
 // ApiServerSource and may delete nothing; a process of its own would be one more always-on Deployment with the same
 // rights. Each cancel replica decides alone (no coordination, which would need NATS): deletes are idempotent.
-import type { V1Job } from '@kubernetes/client-node'
+import type { KubeConfig, V1Job } from '@kubernetes/client-node'
 import { consumerInfo, consumers } from '../../admission/fence.js'
 import {
   type Blindness,
@@ -29,7 +29,7 @@ import { STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.
 import type { ObjectCache } from '../../kube/kube.js'
 import { withDeadline } from '../../lib/deadline.js'
 import { Lane } from '../../lib/lane.js'
-import { describeError } from '../../observability/log.js'
+import { describeError, type Logger } from '../../observability/log.js'
 import { failSafeCancellations, failSafeEngaged, foregroundUnobservable } from '../../observability/ops-metrics.js'
 import type { Deps } from '../../transport/function.js'
 import { deleteAttemptPods } from './fast-path.js'
@@ -205,6 +205,36 @@ export function startFailSafe(deps: Deps, jobs: ObjectCache<V1Job>, opts: FailSa
       await running
       failSafeEngaged.set(0)
       foregroundUnobservable.set(0)
+    },
+  }
+}
+
+/**
+ * The fail-safe of a cancel process that has not reached NATS yet: one started during an outage waits for NATS
+ * (NATS_CONNECT_WAIT_MS) before its function runs, and without this nothing would cancel the running Jobs meanwhile.
+ * Blind from the process's start, so it engages after the bound unless NATS answers first; the runner stops it once
+ * the cancel function (and its own fail-safe) runs.
+ */
+export async function startBeforeNats(
+  opts: { kubeconfig?: KubeConfig; namespaces?: string[]; log: Logger; now?: () => number },
+  refusal: FailSafeOptions['refusal'],
+): Promise<{ stop(): Promise<void> }> {
+  const { Kube, loadKubeConfig, backfillJobsCache } = await import('../../kube/kube.js')
+  const kube = new Kube(opts.kubeconfig ?? loadKubeConfig())
+  const jobs = backfillJobsCache(kube, opts.namespaces)
+  // The watch starts in the background: an apiserver that is down too must not hold the process's start.
+  const started = jobs.start().catch((err) => opts.log.warn({ error: describeError(err) }, 'fail-safe: no Job watch'))
+  const deps = { kube, log: opts.log, now: opts.now ?? Date.now, namespaces: opts.namespaces } as unknown as Deps
+  const failSafe = startFailSafe(deps, jobs, {
+    refusal,
+    probe: async () => ({ visible: false, why: 'NATS unreachable (not connected since this process started)' }),
+  })
+  return {
+    async stop() {
+      await failSafe.stop()
+      await started
+      await jobs.stop()
+      kube.close()
     },
   }
 }

@@ -127,3 +127,32 @@ it('NATS down: every running Job deleted within the bound through Kubernetes; NA
   process.stderr.write(`[fail-safe] every backfill Running its attempt 2 ${Date.now() - up} ms after the restart\n`)
   expect(Date.now() - up).toBeLessThan(60_000)
 })
+
+it('a cancel process started during the outage cancels through Kubernetes before it ever reaches NATS', {
+  timeout: 120_000,
+}, async () => {
+  // The attempts of the test above are running; the whole system goes away, then NATS.
+  expect(await running()).toHaveLength(BACKFILLS.length)
+  await runner.stop()
+  const down = Date.now()
+  await killServer(own, 'nats-server')
+  // A cancel process (re)started now waits for NATS before its function runs.
+  const kc = new KubeConfig()
+  kc.loadFromFile(own.kubeconfigPath)
+  const starting = startRunner({ natsUrl: own.natsUrl, kubeconfig: kc, functions: ['cancel'], namespaces: [NS] })
+  starting.catch(() => {})
+  await waitUntil(
+    'every running Job to be deleted by the waiting cancel process',
+    async () => ((await running()).length === 0 ? true : undefined),
+    DEADLINE_MS + 5_000,
+    async () => JSON.stringify((await running()).map((j) => j.metadata?.name)),
+  )
+  const deletedAfter = Date.now() - down
+  process.stderr.write(`[fail-safe] before NATS: every running Job deleted ${deletedAfter} ms after the kill\n`)
+  expect(deletedAfter).toBeLessThan(DEADLINE_MS + 1_000)
+  for (const name of BACKFILLS) {
+    expect((await world.getBackfill(name))?.status, name).toMatchObject({ reason: FAILSAFE_REASON })
+  }
+  restartServer(own, 'nats-server')
+  runner = await starting
+})
