@@ -33,8 +33,9 @@ export async function lastRequestAt(jsm: JetStreamManager, namespace: string, mo
   return msg ? msg.time.toISOString() : null
 }
 
-/** The durable consumer names of this system's demand and cancel (tests run several systems on one server). */
-function consumers(deps: Deps) {
+/** The durable consumer names of this system's demand and cancel (tests run several systems on one server); the
+ * fail-safe probes the same ones (functions/cancel/fail-safe.ts). */
+export function consumers(deps: Deps) {
   const fn = (name: string) => instanceName(name, deps.instance)
   return {
     demandForeground: consumerName(fn('demand'), STREAM_FOREGROUND),
@@ -43,7 +44,7 @@ function consumers(deps: Deps) {
   }
 }
 
-async function consumerInfo(jsm: JetStreamManager, stream: string, name: string) {
+export async function consumerInfo(jsm: JetStreamManager, stream: string, name: string) {
   try {
     return await jsm.consumers.info(stream, name)
   } catch (err) {

@@ -59,6 +59,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
       log: opts.log ?? ((line: string) => process.stderr.write(`[chaos] ${line}\n`)),
       keepLogs: opts.keepLogs,
       restartDelayMs: () => random.between(config.restartDelayMinMs, config.restartDelayMaxMs),
+      fleet: () => ({ env: { FAILSAFE_BLIND_MS: String(config.failSafeBoundMs) } }),
     },
     async ({ say, started, env, kc, nc, jsm, fleet, defer }) => {
       say(`functions running, each in a process of its own: ${FUNCTIONS.join(', ')}`)
@@ -263,6 +264,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
           two_live_attempts_same_model_or_node: verdict.twoLive.slice(0, limit),
           foreign_jobs_deleted: verdict.foreignDeleted.slice(0, limit),
           lost_cancels: verdict.lost.slice(0, limit),
+          jobs_running_while_blind: verdict.blind.slice(0, limit),
           backfills_not_settled: Object.entries(problems)
             .slice(0, limit)
             .map(([k, v]) => `${k}: ${v}`),

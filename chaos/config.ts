@@ -36,9 +36,19 @@ export interface ChaosConfig {
   /** A ResourceQuota count/jobs.batch "0" in the second namespace. */
   quotaAtMs: number
   quotaForMs: number
-  /** nats-server stopped (SIGTERM) and started again on the same port and JetStream store. */
+  /**
+   * nats-server stopped (SIGTERM) and started again on the same port and JetStream store — down longer than the
+   * fail-safe's bound, so every running Job must be deleted through Kubernetes while it is down.
+   */
   natsRestartAtMs: number
   natsDownMs: number
+  /** The functions' FAILSAFE_BLIND_MS. */
+  failSafeBoundMs: number
+  /**
+   * Oracle: a Job still live this long after the bound, into a NATS outage, ran blind (a probe period, its 1 s
+   * deadline, the DELETE and the watch's delay).
+   */
+  failSafeSlackMs: number
   /** kube-apiserver stopped and started again. */
   apiserverStopAtMs: number
   apiserverDownMs: number
@@ -100,7 +110,9 @@ export const full: ChaosConfig = {
   quotaAtMs: 115_000,
   quotaForMs: 40_000,
   natsRestartAtMs: 165_000,
-  natsDownMs: 5_000,
+  natsDownMs: 15_000,
+  failSafeBoundMs: 5_000,
+  failSafeSlackMs: 3_000,
   apiserverStopAtMs: 235_000,
   apiserverDownMs: 90_000,
   hostileEvents: 10_000,
@@ -130,7 +142,8 @@ export const short: ChaosConfig = {
   quotaAtMs: 27_000,
   quotaForMs: 10_000,
   natsRestartAtMs: 39_000,
-  natsDownMs: 3_000,
+  natsDownMs: 9_000,
+  failSafeBoundMs: 3_000,
   hostileEvents: 1_600,
   hostileFromMs: 45_000,
   // Down long enough (with its start-up, ~65 s) that a retried event outlives its retry budget (~62 s).

@@ -16,6 +16,9 @@
 //   request's deadline: acked + bound, extended to (fault end + bound) for every fault on the preemption path
 //   that overlaps it (demand/cancel killed until the restart allowance ends, demand paused, NATS or apiserver down).
 //   Counted once per Job (its first such request has the earliest deadline).
+// - running while blind: a Job live (seen ADDED before, not ended) at t + failSafeBound + failSafeSlack, where t is
+//   the start of a NATS outage that lasted at least that long: nothing could see a foreground request, so the
+//   fail-safe must have deleted it through Kubernetes (functions/cancel/fail-safe.ts).
 // - settled: see settledProblems().
 import {
   BatchV1Api,
@@ -57,6 +60,7 @@ export interface Counts {
   two_live_attempts_same_model_or_node: number
   foreign_jobs_deleted: number
   lost_cancels: number
+  jobs_running_while_blind: number
   backfills_not_settled: number
   processes_crashed: number
   rss_over_limit: number
@@ -309,7 +313,27 @@ export class Oracle {
         })
       }
     }
-    return { inWindow, raced, twoLive, foreignDeleted, lost }
+    return { inWindow, raced, twoLive, foreignDeleted, lost, blind: this.runningWhileBlind(now) }
+  }
+
+  /** Jobs still live past the fail-safe's bound into a NATS outage (the rule above). */
+  runningWhileBlind(now: number): Record<string, unknown>[] {
+    const out: Record<string, unknown>[] = []
+    for (const f of this.faults) {
+      if (f.kind !== 'nats-restart') continue
+      const by = f.start + this.config.failSafeBoundMs + this.config.failSafeSlackMs
+      if (f.end < by) continue
+      for (const { job } of this.workloadJobs()) {
+        if (job.addedAt >= by || (job.endAt ?? now) <= by) continue
+        out.push({
+          job: `${job.namespace}/${job.name}`,
+          outageStartedAt: new Date(f.start).toISOString(),
+          endedMsAfterOutageStart: job.endAt === undefined ? null : Math.round(job.endAt - f.start),
+          endedHow: job.endHow ?? 'still live',
+        })
+      }
+    }
+    return out
   }
 
   /**

@@ -134,6 +134,7 @@ export function countsOf(
     two_live_attempts_same_model_or_node: verdict.twoLive.length,
     foreign_jobs_deleted: verdict.foreignDeleted.length,
     lost_cancels: verdict.lost.length,
+    jobs_running_while_blind: verdict.blind.length,
     backfills_not_settled: Object.keys(problems).length,
     processes_crashed: crashes,
     rss_over_limit: rssOverLimit,

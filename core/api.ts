@@ -43,6 +43,9 @@ export const REASONS = {
     'ModelNotReady',
     'NodeChanged',
     'NodeUnresolved',
+    // An addition to the contract's vocabulary: the fail-safe cancelled the attempt because foreground demand could
+    // not be observed (NATS unreachable, demand not pulling) for longer than its bound (core/decide.ts failSafe).
+    'ForegroundUnobservable',
   ],
   Succeeded: ['JobComplete', 'RepeatScheduled', 'RepeatCleanup'],
   Failed: ['JobFailed'],

@@ -129,6 +129,9 @@ const PREEMPTION_OF: Record<CancelReason, PreemptionReason> = {
   ModelNotReady: 'other',
   NodeChanged: 'other',
   NodeUnresolved: 'other',
+  // Not foreground demand that was seen, so not `foreground`: dashboards reading "who wins" must not count an outage
+  // as traffic. `other` keeps the contract's bounded set.
+  ForegroundUnobservable: 'other',
 }
 
 const iso = (ms: number) => new Date(ms).toISOString()
@@ -299,8 +302,10 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
   }
   if (job?.deleting) {
     if (s.phase === 'Succeeded' || s.phase === 'Cancelling') return true // cleanup or cancellation in progress
-    // Deleted by the cancel function before this decision, or by someone else: account for it as a cancel.
-    const reason = cancelReason(w, trigger) ?? (trigger.type === 'cancel' ? trigger.reason : undefined)
+    // Deleted by the cancel function before this decision, by the fail-safe, or by someone else: account for it as
+    // a cancel.
+    const reason =
+      cancelReason(w, trigger) ?? (trigger.type === 'cancel' ? trigger.reason : undefined) ?? cancelledBlind(w)
     if (reason) cancel(w, reason)
     else s.message = `Job ${jobName} is being deleted`
     return true
@@ -345,6 +350,12 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
         preempted(w, jobName, reason ?? trigger.reason, reason ?? trigger.reason)
         return false
       }
+      if (cancelledBlind(w)) {
+        // The fail-safe deleted it: re-creating it under the same name would run background work nobody decided on
+        // since visibility came back. A preemption; the next attempt goes through the gates with a fresh window.
+        preempted(w, jobName, 'ForegroundUnobservable', failSafeWhy(w))
+        return false
+      }
       if (
         reason === 'ForegroundDemand' &&
         trigger.type === 'resource' &&
@@ -374,10 +385,11 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       endAttempt(w, jobName)
       return false
     case 'Running': {
-      // Gone before a decision saw it being deleted: by the cancel function (the trigger says why), or by
-      // someone else. Either way it was preempted.
-      const reason = cancelReason(w, trigger) ?? (trigger.type === 'cancel' ? trigger.reason : undefined)
-      preempted(w, jobName, reason, reason ?? 'the Job was deleted')
+      // Gone before a decision saw it being deleted: by the cancel function (the trigger says why), by the
+      // fail-safe (its status says so), or by someone else. Either way it was preempted.
+      const blind = cancelledBlind(w)
+      const reason = cancelReason(w, trigger) ?? (trigger.type === 'cancel' ? trigger.reason : undefined) ?? blind
+      preempted(w, jobName, reason, blind && reason === blind ? failSafeWhy(w) : (reason ?? 'the Job was deleted'))
       return false
     }
     case 'Succeeded':
@@ -561,6 +573,8 @@ function cancelMessage(reason: CancelReason): string {
       return 'the Model moved to another node'
     case 'NodeUnresolved':
       return 'the Model node cannot be resolved'
+    case 'ForegroundUnobservable':
+      return 'foreground demand cannot be observed (fail-safe)'
   }
 }
 
@@ -823,6 +837,76 @@ function finish(w: Work): Decision {
 const withoutStamp = (s: BackfillState) => JSON.stringify({ ...s, updatedAt: undefined })
 export const sameState = (a: BackfillState | null, b: BackfillState | null) =>
   a === b || (a !== null && b !== null && withoutStamp(a) === withoutStamp(b))
+
+/**
+ * The fail-safe's bound: foreground demand that cannot be observed for longer than this (NATS unreachable, no demand
+ * instance pulling foreground requests) and every running attempt is cancelled through Kubernetes alone
+ * (functions/cancel/fail-safe.ts; FAILSAFE_BLIND_MS). Long enough to ride out a NATS reconnect or a demand restart
+ * (1–2 s), short against what a foreground request costs while background work shares its model.
+ */
+export const FAILSAFE_BLIND_MS = 5_000
+/** The status reason the fail-safe writes; decide reads it back to count the preemption once NATS is back. */
+export const FAILSAFE_REASON = 'ForegroundUnobservable' satisfies CancelReason
+
+/** What one probe of the preemption path saw: foreground demand observable, or why not. */
+export type Visibility = { visible: true } | { visible: false; why: string }
+
+export interface Blindness {
+  /** When foreground demand was last seen observable (epoch ms; the fail-safe's start before its first probe). */
+  lastSeenAt: number
+  /** Why it is not now (the latest probe); undefined while it is. */
+  why?: string
+  /** Blind for longer than the bound: every running attempt is cancelled and none may start. */
+  engaged: boolean
+}
+
+/**
+ * The fail-safe's decision after a probe. `at` is when the probe was sent: a path seen observable answered at some
+ * time after it, so that is the latest time it is known to have been. Blind for longer than `boundMs` → engaged; one
+ * probe that sees the path again disengages (admission's own fence then decides, per attempt, as always).
+ */
+export function failSafe(prev: Blindness, probe: Visibility, at: number, boundMs: number): Blindness {
+  if (probe.visible) return { lastSeenAt: Math.max(prev.lastSeenAt, at), engaged: false }
+  return { lastSeenAt: prev.lastSeenAt, why: probe.why, engaged: at - prev.lastSeenAt > boundMs }
+}
+
+/** What the engaged fail-safe cancels: every backfill Job still running (not finished, not already being deleted). */
+export const blindTargets = (jobs: readonly JobView[]): JobView[] => jobs.filter((j) => !j.deleting && !j.outcome)
+
+/**
+ * The status the fail-safe writes through Kubernetes before it deletes the attempt's Job (NATS, and with it the
+ * backfill's state, may be gone): Cancelling/ForegroundUnobservable naming that Job. The next decision reads it back
+ * (cancelledBlind) and counts the preemption — under `other` — in the state, where the counters live.
+ */
+export function blindStatus(b: ModelBackfill, jobName: string, message: string, now: number): ModelBackfillStatus {
+  const previous = b.status?.conditions?.find((c) => c.type === 'Ready')
+  return {
+    ...b.status,
+    phase: 'Cancelling',
+    reason: FAILSAFE_REASON,
+    message,
+    jobName,
+    conditions: [
+      {
+        type: 'Ready',
+        status: 'False',
+        reason: FAILSAFE_REASON,
+        message,
+        lastTransitionTime:
+          previous?.status === 'False' && previous.lastTransitionTime ? previous.lastTransitionTime : iso(now),
+        observedGeneration: b.metadata.generation ?? b.status?.observedGeneration,
+      },
+    ],
+  }
+}
+
+/** The attempt's Job was deleted by the fail-safe: its status (written through Kubernetes) names that Job. */
+function cancelledBlind(w: Work): CancelReason | undefined {
+  const st = w.b.status
+  return st?.reason === FAILSAFE_REASON && st.jobName === w.s.jobName ? FAILSAFE_REASON : undefined
+}
+
+const failSafeWhy = (w: Work) => w.b.status?.message ?? cancelMessage(FAILSAFE_REASON)
 
 /** The status subresource is a projection of the state; the Ready condition is True only while Running/Succeeded. */
 export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): ModelBackfillStatus {

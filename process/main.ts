@@ -12,6 +12,7 @@ import { FUNCTION_NAMES } from '../functions/names.js'
 import { natsReplicas } from '../jetstream/bus.js'
 import { kubeRequestTimeoutMs } from '../kube/kube-common.js'
 import { parseWatchNamespaces } from '../kube/scope.js'
+import { metricsHandoverMs } from '../observability/exporter-lease.js'
 import { createLogger } from '../observability/log.js'
 
 // As process/provision.ts names them (not imported from there: it loads every function).
@@ -61,6 +62,11 @@ environment:
   FUNCTION=gate       the gate sidecar itself (admit sets these): GATE_UPSTREAM, GATE_NAMESPACE, GATE_MODEL, GATE_JOB,
                       GATE_ENGINE (vllm | sglang | none), GATE_MAX_IN_FLIGHT, GATE_PORT, GATE_PRIORITY (overrides the
                       engine's value), GATE_NATS_BOUND_MS (NATS unanswered this long closes the gate; default 2000)
+  FAILSAFE_BLIND_MS   cancel: foreground demand unobservable (NATS unreachable, no demand instance pulling) for
+                      longer than this and every running backfill Job is deleted through Kubernetes alone (default
+                      5000, at least 1000; docs/operations.md)
+  METRICS_HANDOVER_MS a cancel instance taking over the exporter lease waits this long before it exports the
+                      cluster-wide series (default 45000: longer than the PodMonitor's 30 s scrape interval)
   LOG_LEVEL           pino level (default info)
 `
 
@@ -85,6 +91,16 @@ try {
   process.exit(2)
 }
 const only = process.env.FUNCTION ?? process.argv[2]
+try {
+  // The same for the metrics handover and, where cancel runs, the fail-safe's bound.
+  metricsHandoverMs()
+  if (!only || only === 'all' || only.split(',').includes('cancel')) {
+    ;(await import('../functions/cancel/fail-safe.js')).failSafeBoundMs()
+  }
+} catch (err) {
+  log.error((err as Error).message)
+  process.exit(2)
+}
 /** The ingress takes small foreground requests only: a quarter of the functions' limit. */
 const INGRESS_BODY_LIMIT = 256 * 1024
 /** Default of HTTP_AUTH_ALLOWED: the ServiceAccounts of this pod's namespace (where Knative makes the Triggers'). */

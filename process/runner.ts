@@ -1,9 +1,15 @@
 // Runs functions in one process over JetStream pull consumers: `npm start` runs all of them (plus the local
 // Kubernetes watcher and the metrics endpoint); a KEDA Deployment runs one. Tests use the same entry point.
+
+import { randomUUID } from 'node:crypto'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { loadFunction } from '../functions/load.js'
 import { FUNCTION_NAMES } from '../functions/names.js'
+import { consumerName, instanceName } from '../jetstream/names.js'
+import { EXPORTER_KEY, ExporterLease, metricsHandoverMs } from '../observability/exporter-lease.js'
+import { createLogger } from '../observability/log.js'
+import { type PulledConsumer, registerConsumerLag } from '../observability/ops-metrics.js'
 import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from '../transport/deps.js'
 import type { Deps, EventFunction } from '../transport/function.js'
 import { type RunningFunction, runOnJetStream } from '../transport/jetstream-adapter.js'
@@ -42,6 +48,20 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
     if (!factory) throw new Error(`unknown function "${name}"; known: ${FUNCTION_NAMES.join(', ')}`)
     factories.set(name, factory)
   }
+  // A cancel process keeps the fail-safe's promise while it waits for NATS (an outage at its start).
+  const beforeNats = names.includes('cancel')
+    ? await (async () => {
+        const [{ startBeforeNats }, { refusal }] = await Promise.all([
+          import('../functions/cancel/fail-safe.js'),
+          import('../functions/cancel/index.js'),
+        ])
+        const log = opts.logger ?? createLogger('model-backfill')
+        return startBeforeNats(
+          { kubeconfig: opts.kubeconfig, namespaces: opts.namespaces, log, now: opts.now },
+          refusal,
+        )
+      })()
+    : undefined
   const deps = await openDeps({
     ...opts,
     name: `model-backfill:${names.join(',')}`,
@@ -51,14 +71,32 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
   })
   deps.instance = opts.instance
   const { bus, kube, log } = deps
-  const metrics = new BackfillMetrics(opts.namespaces)
+  // The cluster-wide series are exported by one process at a time: the holder of the exporter lease, contended for
+  // by processes running cancel (always on, in both overlays). Every other process exports only its own metrics.
+  const lease = names.includes('cancel')
+    ? new ExporterLease(bus.kv.claims, instanceName(EXPORTER_KEY, opts.instance), {
+        id: `${process.env.HOSTNAME ?? 'local'}/${randomUUID()}`,
+        handoverMs: metricsHandoverMs(),
+      })
+    : undefined
+  const metrics = new BackfillMetrics(opts.namespaces, lease ? () => lease.holding() : () => false)
   await metrics.start(bus)
+  await lease?.start()
   deps.backfillStates = metrics.states
   const running: RunningFunction[] = []
+  const pulled: PulledConsumer[] = []
   for (const name of names) {
     const fn = scoped((factories.get(name) as () => EventFunction)(), opts.namespaces, opts.instance)
     running.push(await runOnJetStream(deps, fn))
+    for (const { stream } of fn.subscriptions) {
+      const consumer = consumerName(fn.name, stream)
+      const pending = () => bus.jsm.consumers.info(stream, consumer).then((i) => i.num_pending + i.num_ack_pending)
+      pulled.push({ stream, consumer, pending })
+    }
   }
+  // The cancel function's own fail-safe runs now.
+  await beforeNats?.stop()
+  registerConsumerLag(metrics.registry, () => pulled)
   let watcher: Watcher | undefined
   if (opts.watch) {
     const { startWatcher } = await import('../transport/watcher.js')
@@ -121,6 +159,7 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
           bus,
           running.map((f) => f.name),
         )
+      await lease?.stop()
       await metrics.stop()
       if (server.listening) {
         server.closeAllConnections()

@@ -23,6 +23,7 @@ import { describeError } from '../../observability/log.js'
 import { preemptionLatency } from '../../observability/ops-metrics.js'
 import { traced } from '../../observability/tracing.js'
 import { type EventFunction, PermanentError } from '../../transport/function.js'
+import { type FailSafe, startFailSafe } from './fail-safe.js'
 import { deleteAttemptPods, RecentlyDeleted } from './fast-path.js'
 import { awaitAdmittedJob } from './in-flight.js'
 
@@ -57,6 +58,7 @@ export function refusal(job: V1Job, backfill: string): string | undefined {
 export function cancelFunction(): EventFunction {
   let jobs: ObjectCache<V1Job> | undefined
   let own = false
+  let failSafe: FailSafe | undefined
   const deletes = new Lane(DELETE_WIDTH)
   const bookkeeping = new Lane(BOOKKEEPING_WIDTH)
   const deleted = new RecentlyDeleted()
@@ -75,8 +77,12 @@ export function cancelFunction(): EventFunction {
         own = true
         await jobs.start()
       }
+      // Background does not run while foreground demand cannot be observed (fail-safe.ts): Kubernetes alone.
+      failSafe = startFailSafe(deps, jobs, { refusal })
     },
     async stop() {
+      await failSafe?.stop()
+      failSafe = undefined
       if (own) await jobs?.stop()
       jobs = undefined
     },

@@ -36,9 +36,13 @@ it('a scoped exporter shows only its namespaces', async () => {
   expect(all).toContain('namespace="team-b"')
 })
 
-it('labels are exactly backfill, namespace, model, phase, result, reason: no message or free text', async () => {
-  const text = await scrape()
+it('labels are exactly backfill, namespace, model, phase, result, reason, stream: no message or free text', async () => {
+  // Ours only: prom-client's process metrics carry their own (version, GC kind, heap space).
+  const text = (await scrape())
+    .split('\n')
+    .filter((l) => l.startsWith('flexinfer_'))
+    .join('\n')
   const labels = new Set([...text.matchAll(/[{,]([a-z_]+)="/g)].map((m) => m[1]))
-  expect([...labels].sort()).toEqual(['backfill', 'model', 'namespace', 'phase', 'reason', 'result'])
+  expect([...labels].sort()).toEqual(['backfill', 'model', 'namespace', 'phase', 'reason', 'result', 'stream'])
   expect(text).not.toContain('secret detail')
 })

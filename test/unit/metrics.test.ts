@@ -41,4 +41,27 @@ describe('BackfillMetrics', () => {
     expect(text).toContain(`flexinfer_model_backfill_preemptions_total{${labels},reason="model_unavailable"} 1`)
     expect(text).toContain(`flexinfer_model_backfill_useful_running_seconds_total{${labels}} 90.5`)
   })
+
+  it('a count the state takes back is held at its high-water mark: the series never goes down', async () => {
+    const m = new BackfillMetrics()
+    const states = (m as unknown as { mirror: KvMirror<BackfillState> }).mirror.values
+    const labels = 'backfill="bf",namespace="ns",model="llm"'
+    const starts = async () => Number(new RegExp(`starts_total\\{${labels}\\} (\\d+)`).exec(await m.metrics())?.[1])
+    states.set('ns.bf', state({ starts: 3 }))
+    expect(await starts()).toBe(3)
+    // The apiserver refused attempt 3's Job: decide takes the start back.
+    states.set('ns.bf', state({ starts: 2 }))
+    expect(await starts()).toBe(3)
+    states.set('ns.bf', state({ starts: 4 }))
+    expect(await starts()).toBe(4)
+  })
+
+  it('a process that is not the exporter shows none of the cluster-wide series', async () => {
+    const m = new BackfillMetrics(undefined, () => false)
+    ;(m as unknown as { mirror: KvMirror<BackfillState> }).mirror.values.set('ns.bf', state({ starts: 3 }))
+    const text = await m.metrics()
+    expect(text).not.toMatch(/^flexinfer_model_backfill_starts_total\{/m)
+    expect(text).not.toMatch(/^flexinfer_model_backfill_phase\{/m)
+    expect(text).not.toMatch(/^flexinfer_model_backfill_dead_letters_total\{/m)
+  })
 })

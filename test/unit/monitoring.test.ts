@@ -8,7 +8,7 @@ import { parse, parseAllDocuments } from 'yaml'
 import { PHASES } from '../../core/api.js'
 import { type BackfillState, emptyCounters } from '../../core/state.js'
 import type { KvMirror } from '../../jetstream/bus.js'
-import { preemptionLatency } from '../../observability/ops-metrics.js'
+import { preemptionLatency, registerConsumerLag } from '../../observability/ops-metrics.js'
 import { BackfillMetrics } from '../../process/metrics.js'
 
 const read = (path: string) => readFile(new URL(`../../${path}`, import.meta.url), 'utf8')
@@ -39,6 +39,8 @@ async function exposition() {
   }
   ;(m as unknown as { mirror: KvMirror<BackfillState> }).mirror.values.set('ns.bf', state)
   preemptionLatency.observe({ reason: 'ForegroundDemand' }, 0.02)
+  // What the runner adds for the consumers it pulls.
+  registerConsumerLag(m.registry, () => [])
   return m.metrics()
 }
 
@@ -54,19 +56,59 @@ describe('monitoring', () => {
     )
     expect(used.size).toBeGreaterThanOrEqual(4)
     for (const name of used) expect(exported, `${name} (used by an alert)`).toContain(name)
-    // The three things the alerts are for: stuck backfills, slow preemption, dead letters.
+    // What the alerts are for: stuck backfills, slow preemption, dead letters, NATS unreachable, the fail-safe
+    // engaged, a consumer's lag growing.
     expect([...used].sort()).toEqual(
       expect.arrayContaining([
         'flexinfer_model_backfill_dead_letters_total',
         'flexinfer_model_backfill_phase',
         'flexinfer_model_backfill_preemption_latency_seconds',
+        'flexinfer_model_backfill_nats_up',
+        'flexinfer_model_backfill_failsafe_engaged',
+        'flexinfer_model_backfill_consumer_pending',
       ]),
     )
+    // A function, and the whole preemption path, down: `up` and `absent` by the PodMonitor's component label.
+    const availability = rules.map((r) => r.expr).join('\n')
+    expect(availability).toMatch(/absent\(up\{app_kubernetes_io_component="demand"\} == 1\)/)
+    expect(availability).toMatch(/absent\(up\{app_kubernetes_io_component="cancel"\} == 1\)/)
     for (const r of rules) {
       expect(r.labels?.severity, r.alert).toMatch(/^(info|warning|critical)$/)
       expect(r.annotations?.summary, r.alert).toBeTruthy()
       expect(r.for, r.alert).toMatch(/^\d+[mh]$/)
     }
+  })
+
+  it('every alert has a runbook_url into a section of docs/operating.md', async () => {
+    const [rule, doc] = await Promise.all([read('monitoring/prometheusrule.yaml'), read('docs/operating.md')])
+    // GitHub's anchors: the heading lower-cased, punctuation dropped, spaces to dashes.
+    const anchors = new Set(
+      [...doc.matchAll(/^#+ (.+)$/gm)].map((m) =>
+        (m[1] as string)
+          .toLowerCase()
+          .replace(/[^a-z0-9 -]/g, '')
+          .replace(/ /g, '-'),
+      ),
+    )
+    for (const r of rulesOf(parse(rule).spec.groups)) {
+      const url = (r.annotations as { runbook_url?: string } | undefined)?.runbook_url ?? ''
+      const [base, anchor] = url.split('#')
+      expect(base, r.alert).toBe('https://github.com/flexinfer/model-backfill/blob/main/docs/operating.md')
+      expect(anchors, `${r.alert}: #${anchor}`).toContain(anchor)
+    }
+  })
+
+  it('every function process exports prom-client’s default process metrics and its NATS reachability', async () => {
+    const text = await new BackfillMetrics(undefined, () => false).metrics()
+    for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'nodejs_eventloop_lag_seconds']) {
+      expect(text).toContain(`# TYPE ${name} `)
+    }
+    expect(text).toMatch(/^flexinfer_model_backfill_nats_up 0$/m)
+    // Not the exporter: none of the cluster-wide series, so a sum over every pod counts each once.
+    expect(text).not.toMatch(
+      /^flexinfer_model_backfill_(starts|completions|preemptions|useful_running_seconds|dead_letters)_total\{/m,
+    )
+    expect(text).not.toMatch(/^flexinfer_model_backfill_phase\{/m)
   })
 
   it('the phase gauge and the latency histogram look as the alerts expect', async () => {
@@ -80,7 +122,7 @@ describe('monitoring', () => {
       /flexinfer_model_backfill_preemption_latency_seconds_bucket\{le="0.025",reason="ForegroundDemand"\} [1-9]/,
     )
     // No NATS here: the dead-letter counter stays at its last value (0) rather than failing the scrape.
-    expect(text).toContain('flexinfer_model_backfill_dead_letters_total 0')
+    expect(text).toContain('flexinfer_model_backfill_dead_letters_total{stream="FLEXINFER_DEADLETTER"} 0')
   })
 
   it('the PodMonitor scrapes /metrics of demand and cancel with the metrics’ own labels', async () => {

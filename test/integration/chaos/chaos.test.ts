@@ -14,6 +14,7 @@ const WAITS_FOR: Record<string, string> = {
   two_live_attempts_same_model_or_node: 'claims released/kept correctly through crashes and permanent create failures',
   foreign_jobs_deleted: 'cancel authority (delete only a Job the named ModelBackfill owns)',
   lost_cancels: 'demand re-check before ack; deadlines on Kubernetes calls; preemption path ready before admission',
+  jobs_running_while_blind: 'the fail-safe (cancel deletes every running Job through Kubernetes when NATS is gone)',
   backfills_not_settled:
     'resync (no backfill stuck after a lost timer/event), quota 403 as permanent, hostile refs Blocked',
   processes_crashed: 'poison-message handling (no process exits on input)',

@@ -12,7 +12,11 @@ afterAll(async () => {
 })
 
 const deadLetters = async (m: BackfillMetrics) =>
-  Number(/^flexinfer_model_backfill_dead_letters_total (\d+)$/m.exec(await m.metrics())?.[1])
+  Number(
+    /^flexinfer_model_backfill_dead_letters_total\{stream="FLEXINFER_DEADLETTER"\} (\d+)$/m.exec(
+      await m.metrics(),
+    )?.[1],
+  )
 
 it('flexinfer_model_backfill_dead_letters_total grows with every dead letter stored', async () => {
   const bus = await Bus.open(env.nc)
