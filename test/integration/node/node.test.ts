@@ -372,33 +372,49 @@ describe.skipIf(unavailable)("the project's image on the node, and the node's bo
     const anonymous = await httpGet(`https://${ne.node.hostIp}:${port}/pods`, { insecure: true })
     expect(anonymous.status).toBe(401)
 
-    // A pod's packets to an address off this machine are dropped where the bridge meets the rest (no NAT either).
+    // A pod's packets to an address beyond the bridge are dropped where the bridge meets the rest (no NAT either).
+    // The address beyond is a network namespace made here, reached by a veth pair: were the rule missing, the
+    // packets would still never leave this machine.
     const dropped = async () => {
       const rules = (await runOk('iptables', ['-S', 'FORWARD', '-v'])).stdout.split('\n')
       const out = rules.find((r) => r.includes(`-i ${ne.node.bridge} ! -o ${ne.node.bridge}`) && r.includes('DROP'))
       return Number(/ -c (\d+) /.exec(out ?? '')?.[1] ?? Number.NaN)
     }
-    const before = await dropped()
-    const ping = await kubectl(ne.env.kubeconfigPath, [
-      '-n',
-      ne.namespace,
-      'run',
-      'leaver',
-      `--image=${ne.node.images.busybox.ref}`,
-      '--image-pull-policy=Never',
-      '--restart=Never',
-      '--attach',
-      '--rm',
-      '--quiet',
-      '--command',
-      '--',
-      'sh',
-      '-c',
-      // TEST-NET-3: an address of documentation, routed nowhere.
-      'ping -c 2 -W 1 203.0.113.7 >/dev/null 2>&1 && echo reached || echo unreachable',
-    ])
-    expect(ping.stdout.trim()).toBe('unreachable')
-    expect(await dropped()).toBeGreaterThanOrEqual(before + 2)
+    const tag = randomBytes(3).toString('hex')
+    const [outside, hostEnd, farEnd] = [`mbf-out-${tag}`, `mbfo${tag}`, `mbfp${tag}`]
+    try {
+      await runOk('ip', ['netns', 'add', outside])
+      await runOk('ip', ['link', 'add', hostEnd, 'type', 'veth', 'peer', 'name', farEnd])
+      await runOk('ip', ['link', 'set', farEnd, 'netns', outside])
+      await runOk('ip', ['addr', 'add', '203.0.113.1/24', 'dev', hostEnd])
+      await runOk('ip', ['link', 'set', hostEnd, 'up'])
+      await runOk('ip', ['-n', outside, 'addr', 'add', '203.0.113.7/24', 'dev', farEnd])
+      await runOk('ip', ['-n', outside, 'link', 'set', farEnd, 'up'])
+      await runOk('ip', ['-n', outside, 'link', 'set', 'lo', 'up'])
+      const before = await dropped()
+      const ping = await kubectl(ne.env.kubeconfigPath, [
+        '-n',
+        ne.namespace,
+        'run',
+        'leaver',
+        `--image=${ne.node.images.busybox.ref}`,
+        '--image-pull-policy=Never',
+        '--restart=Never',
+        '--attach',
+        '--rm',
+        '--quiet',
+        '--command',
+        '--',
+        'sh',
+        '-c',
+        'ping -c 2 -W 1 203.0.113.7 >/dev/null 2>&1 && echo reached || echo unreachable',
+      ])
+      expect(ping.stdout.trim()).toBe('unreachable')
+      expect(await dropped()).toBeGreaterThanOrEqual(before + 2)
+    } finally {
+      await run('ip', ['link', 'del', hostEnd])
+      await run('ip', ['netns', 'del', outside])
+    }
     expect((await runOk('iptables-save', ['-t', 'nat'])).stdout).not.toMatch(
       new RegExp(`MASQUERADE.*${ne.node.podCidr.replace(/[./]/g, '\\$&')}`),
     )
