@@ -41,7 +41,11 @@ const MAX_RECORDED = 10_000
 
 export async function startClientHarness(natsServer: string, dir: string): Promise<ClientHarness> {
   const nkeys = await makeNatsNkeys(dir)
-  const nats = await startOwnNats(natsServer, { include: join(process.cwd(), 'nats/auth.conf'), env: nkeys.serverEnv })
+  const nats = await startOwnNats(natsServer, {
+    include: join(process.cwd(), 'nats/auth.conf'),
+    alongside: [join(process.cwd(), 'nats/gates.conf')],
+    env: nkeys.serverEnv,
+  })
   const hostPort = nats.url.replace(/^nats:\/\//, '')
   const urlOf = (user: 'provision' | 'demand') =>
     `nats://${user}@${hostPort}?nkey_seed_file=${encodeURIComponent(nkeys.seedFile(user))}`

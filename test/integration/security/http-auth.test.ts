@@ -213,10 +213,12 @@ describe('the ingress', () => {
 })
 
 describe('placeholder secrets are refused at start', () => {
-  it("refuses empty, short and placeholder values, the shipped example manifests' included", async () => {
+  it('refuses empty, short and placeholder values, the one earlier manifests shipped included', async () => {
+    // The manifests ship no token any more (npm run gen:secrets makes every one); an install still carrying the
+    // example of an earlier release is refused.
     const docs = parseAllDocuments(await readFile(join(repoRoot, 'base/ingress.yaml'), 'utf8')).map((d) => d.toJS())
-    const shipped = docs.find((d) => d?.kind === 'Secret')?.stringData?.token as string
-    expect(shipped).toBeTruthy()
+    expect(docs.filter((d) => d?.kind === 'Secret')).toEqual([])
+    const shipped = 'change-me-ingress-token'
     for (const value of [shipped, '', '   ', 'changeme', 'REPLACE_ME', 'replace-me-please-0000', 'short', 'token'])
       expect(tokenProblem(value), JSON.stringify(value)).toBeDefined()
     expect(tokenProblem(TOKEN)).toBeUndefined()

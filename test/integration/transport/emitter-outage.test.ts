@@ -1,4 +1,4 @@
-// Issue 9, the gateway side: the emitter survives a 30 s NATS outage under load. A backfill Job runs; nats-server
+// The gateway side: the emitter survives a 30 s NATS outage under load. A backfill Job runs; nats-server
 // (one of this file's own, so the shared one never goes down under other files) is stopped for 30 s while a
 // gateway keeps emitting; every emit() returns in bounded time, the buffer keeps the newest request per model
 // (older ones coalesced, the least recently requested dropped beyond its bound — both counted), and after the
@@ -7,7 +7,7 @@
 import { type EmitOutcome, openForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { Registry } from 'prom-client'
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { afterAll, beforeAll, expect, it, vi } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import { type Runner, startRunner } from '../../../process/runner.js'
 import { sleep } from '../../env/exec.js'
@@ -15,6 +15,13 @@ import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { testInstance } from '../support/runner.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'
+
+// This file proves the emitter's buffering by the Job its buffered request cancels after the restart. The fail-safe
+// would delete that Job 5 s into the outage (test/integration/backfill/fail-safe.test.ts proves that): here its bound
+// is past the outage. Read when cancel starts: set before it.
+vi.hoisted(() => {
+  process.env.FAILSAFE_BLIND_MS = '120000'
+})
 
 const env = useTestEnv()
 let nats: OwnNats

@@ -42,7 +42,7 @@ afterAll(async () => {
 
 it('the Dockerfile runs the compiled entry point', () => {
   const dockerfile = readFileSync(join(repoRoot, 'Dockerfile'), 'utf8')
-  expect(dockerfile).toMatch(/^FROM node:20-slim/m)
+  expect(dockerfile).toMatch(/^FROM node:24-slim/m)
   expect(dockerfile).toContain('RUN npm run build')
   expect(dockerfile).toContain('ENTRYPOINT ["node", "dist/bundle/main.js"]')
 })

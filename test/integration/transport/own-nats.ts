@@ -22,6 +22,8 @@ export interface OwnNats {
 export interface OwnNatsOptions {
   /** Copied beside the configuration and included by it (e.g. nats/auth.conf, as in a ConfigMap). */
   include?: string
+  /** Files the included one includes in turn, copied beside it (nats/auth.conf includes nats/gates.conf). */
+  alongside?: string[]
   /** The server's environment on top of this process's (the NKeys auth.conf reads). */
   env?: Record<string, string>
 }
@@ -43,6 +45,7 @@ export async function startOwnNats(natsServer: string, options: OwnNatsOptions =
     ].join('\n'),
   )
   if (options.include) await copyFile(options.include, join(dir, basename(options.include)))
+  for (const file of options.alongside ?? []) await copyFile(file, join(dir, basename(file)))
   const out: WriteStream = createWriteStream(join(dir, 'nats-server.log'), { flags: 'a' })
   let child: ChildProcess | undefined
   const monitorUrl = `http://${LOOPBACK}:${monitorPort}`
