@@ -321,7 +321,12 @@ export class Oracle {
     const out: Record<string, unknown>[] = []
     for (const f of this.faults) {
       if (f.kind !== 'nats-restart') continue
-      const by = f.start + this.config.failSafeBoundMs + this.config.failSafeSlackMs
+      // A cancel process killed during the outage cannot know, once restarted, how long NATS has been away: its
+      // bound runs from its own start (the latest such kill's restart window) when that is later than the outage's.
+      const from = this.faults
+        .filter((k) => k.kind === 'kill' && k.fn === 'cancel' && k.start < f.end && k.end > f.start)
+        .reduce((latest, k) => Math.max(latest, k.end), f.start)
+      const by = from + this.config.failSafeBoundMs + this.config.failSafeSlackMs
       if (f.end < by) continue
       for (const { job } of this.workloadJobs()) {
         if (job.addedAt >= by || (job.endAt ?? now) <= by) continue

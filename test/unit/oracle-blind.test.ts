@@ -10,7 +10,11 @@ import { emptyWorkload } from '../../chaos/workload.js'
 const T = Date.parse('2026-12-01T12:00:00.000Z')
 const BY = short.failSafeBoundMs + short.failSafeSlackMs
 
-function blind(job: { addedAt: number; endAt?: number }, outage: { start: number; end: number }) {
+function blind(
+  job: { addedAt: number; endAt?: number },
+  outage: { start: number; end: number },
+  cancelKill?: { start: number; end: number },
+) {
   const workload = emptyWorkload()
   workload.backfills.push({ namespace: 'a', name: 'bf', model: 'm', node: 'n', idleForMs: 4_000, hostile: false })
   const oracle = new Oracle(new KubeConfig(), workload, short, () => {})
@@ -27,6 +31,7 @@ function blind(job: { addedAt: number; endAt?: number }, outage: { start: number
     endHow: job.endAt === undefined ? undefined : 'deleting',
   })
   oracle.fault({ kind: 'nats-restart', ...outage })
+  if (cancelKill) oracle.fault({ kind: 'kill', fn: 'cancel', ...cancelKill })
   return oracle.runningWhileBlind(T + 120_000)
 }
 
@@ -41,6 +46,15 @@ describe('oracle: a Job running while foreground demand cannot be observed', () 
     ['ended before the outage', { addedAt: T - 10_000, endAt: T - 1 }, 0],
   ])('%s → %i', (_, job, counted) => {
     expect(blind(job, outage)).toHaveLength(counted)
+  })
+
+  it('a cancel killed during the outage: its bound runs from its restart (seen in a CI chaos run: 8.4 s)', () => {
+    const long = { start: T, end: T + 30_000 }
+    const kill = { start: T + 2_000, end: T + 5_000 }
+    expect(blind({ addedAt: T - 10_000, endAt: T + 5_000 + BY - 1 }, long, kill)).toEqual([])
+    expect(blind({ addedAt: T - 10_000, endAt: T + 5_000 + BY + 1 }, long, kill)).toHaveLength(1)
+    // Without the kill the bound runs from the outage's start.
+    expect(blind({ addedAt: T - 10_000, endAt: T + BY + 1 }, long)).toHaveLength(1)
   })
 
   it('an outage shorter than bound + slack proves nothing either way', () => {
