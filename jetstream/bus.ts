@@ -216,6 +216,32 @@ export async function lastBySubject(jsm: JetStreamManager, stream: string, subje
   }
 }
 
+/**
+ * Nothing answers for a stream while its leader changes (a scale, a stepdown, a server rolling): a publish gets "no
+ * responders" (nats.js: JetStreamNotEnabled), a leader read times out or is answered "JetStream system temporarily
+ * unavailable". The election takes well under a second to a
+ * few seconds; callers that must not fail an install or a sweep on it ride it out here, within `deadlineMs`.
+ */
+export const isLeaderless = (err: unknown) =>
+  err instanceof Error &&
+  (/TimeoutError|NoResponders|JetStreamNotEnabled/.test(err.name) ||
+    /no responders|jetstream is not enabled|temporarily unavailable|timeout/i.test(err.message))
+
+export async function acrossLeaderChange<T>(what: string, call: () => Promise<T>, deadlineMs = 30_000): Promise<T> {
+  const deadline = Date.now() + deadlineMs
+  for (let pause = 100; ; pause = Math.min(pause * 2, 1_000)) {
+    try {
+      return await call()
+    } catch (err) {
+      if (!isLeaderless(err) || Date.now() + pause > deadline) {
+        if (isLeaderless(err)) throw new Error(`${what}: the stream had no leader for ${deadlineMs / 1000} s (${err})`)
+        throw err
+      }
+      await new Promise((r) => setTimeout(r, pause))
+    }
+  }
+}
+
 export interface TopologyOptions {
   /**
    * true (default): create or update the streams and buckets. false: bind to what the provision step created,
@@ -549,13 +575,16 @@ export class Bus {
    */
   async armResync(intervalMs: number): Promise<boolean> {
     const specification = `@every ${Math.max(1000, Math.round(intervalMs))}ms`
-    const stored = await lastBySubject(this.jsm, STREAM_TIMERS, RESYNC_SCHEDULE_SUBJECT)
-    if (stored?.header.get(PubHeaders.Schedule) === specification) return false
     const data = { intervalMs: Math.max(1000, Math.round(intervalMs)) }
-    await this.js.publish(RESYNC_SCHEDULE_SUBJECT, encode('ai.flexinfer.resync.due', data), {
-      schedule: { specification, target: subjectFor('ai.flexinfer.resync.due', data) },
+    // Provision arms it right after scaling the streams, when FLEXINFER_TIMERS may still be electing its leader.
+    return acrossLeaderChange('arming the resync schedule', async () => {
+      const stored = await lastBySubject(this.jsm, STREAM_TIMERS, RESYNC_SCHEDULE_SUBJECT)
+      if (stored?.header.get(PubHeaders.Schedule) === specification) return false
+      await this.js.publish(RESYNC_SCHEDULE_SUBJECT, encode('ai.flexinfer.resync.due', data), {
+        schedule: { specification, target: subjectFor('ai.flexinfer.resync.due', data) },
+      })
+      return true
     })
-    return true
   }
 
   /**
