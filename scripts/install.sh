@@ -20,6 +20,9 @@
 #   MBF_DIR           keeps the generated secrets and what was applied: keep it, back it up  [./model-backfill-install]
 #   MBF_RELEASE       the Helm release (helm-* modes)                              [model-backfill]
 #   MBF_CRD           install the ModelBackfill CRD: true | false (managed elsewhere)  [true]
+#   MBF_GATE_NAMESPACES the namespaces whose backfills may opt into the background gate, comma-separated: each gets
+#                     a NATS user and its Secret model-backfill-gate, and admit injects the gate (docs/gate.md) [none]
+#   MBF_GATE_NATS_URL NATS as the gate sidecars reach it from those namespaces      [nats://gate@<MBF_NATS_HOST>]
 #   MBF_WAIT          wait for the provision Job and every always-on function: true | false [true]
 #   MBF_TIMEOUT       how long each wait may take                                  [300s]
 #   KUBECTL, HELM     the commands                                                 [kubectl, helm]
@@ -36,6 +39,8 @@ nats_ns=${MBF_NATS_NAMESPACE-nats}
 dir=${MBF_DIR:-./model-backfill-install}
 release=${MBF_RELEASE:-model-backfill}
 crd=${MBF_CRD:-true}
+gate_namespaces=$(printf '%s' "${MBF_GATE_NAMESPACES:-}" | tr -d ' ')
+gate_nats_url=${MBF_GATE_NATS_URL:-nats://gate@$nats_host}
 wait=${MBF_WAIT:-true}
 timeout=${MBF_TIMEOUT:-300s}
 kubectl=${KUBECTL:-kubectl}
@@ -79,6 +84,10 @@ check_prerequisites() {
 	for c in models.ai.flexinfer gamingsessions.ai.flexinfer gpuleases.ai.flexinfer; do
 		has_crd "$c" || missing="$missing $c"
 	done
+	for gate_ns in $(printf '%s' "$gate_namespaces" | tr ',' ' '); do
+		"$kubectl" get namespace "$gate_ns" >/dev/null 2>&1 ||
+			die "MBF_GATE_NAMESPACES names $gate_ns, which does not exist: create it (or remove it from the list) first"
+	done
 	[ -z "$missing" ] || die "FlexInfer's CRDs are missing:$missing. ModelBackfill reads FlexInfer's Models, GamingSessions and GPULeases: install FlexInfer first (docs/install.md)."
 	if [ "$overlay" = keda ]; then
 		has_crd scaledobjects.keda.sh || die "KEDA is not installed (no scaledobjects.keda.sh CRD); install KEDA ≥ 2.13 first"
@@ -99,11 +108,24 @@ make_secrets() {
 			die "$secrets holds Helm values, but MBF_MODE=$mode needs kustomize Secrets: use another MBF_DIR"
 		fi
 		say "using the secrets in $secrets"
+		# The gates' users follow MBF_GATE_NAMESPACES; every other identity stays as it is.
+		if [ -n "$gate_namespaces" ] || [ -d "$secrets/gates" ]; then
+			(cd "$here" && npx --no-install tsx tools/secrets/generate.ts --out "$secrets" --update-gates \
+				--gate-namespaces "$gate_namespaces") >&2
+		fi
 		return
 	fi
 	say "generating every NATS identity and the ingress token into $secrets"
 	(cd "$here" && npx --no-install tsx tools/secrets/generate.ts --out "$secrets" --format "$format" \
-		--namespace "$ns" --nats-namespace "${nats_ns:-nats}" --nats-url "nats://$nats_host") >&2
+		--namespace "$ns" --nats-namespace "${nats_ns:-nats}" --nats-url "nats://$nats_host" \
+		--gate-namespaces "$gate_namespaces") >&2
+}
+
+# Each opted-in namespace gets its gate's seed (check_prerequisites made sure they exist: they are the users').
+apply_gate_secrets() {
+	for gate_ns in $(printf '%s' "$gate_namespaces" | tr ',' ' '); do
+		"$kubectl" apply -f "$secrets/gates/$gate_ns/secret.yaml" >&2
+	done
 }
 
 apply_nats_auth() {
@@ -142,6 +164,12 @@ patches:
       - {op: replace, path: /data/NATS_HOST, value: "$nats_host"}
       - {op: replace, path: /data/NATS_REPLICAS, value: "$nats_replicas"}
 EOF
+	if [ -n "$gate_namespaces" ]; then
+		cat >>"$dir/overlay/kustomization.yaml" <<EOF
+      - {op: add, path: /data/GATE_IMAGE, value: "$image"}
+      - {op: add, path: /data/GATE_NATS_URL, value: "$gate_nats_url"}
+EOF
+	fi
 	"$kubectl" kustomize "$dir/overlay" |
 		sed "s|natsServerMonitoringEndpoint: nats.nats.svc.cluster.local:8222|natsServerMonitoringEndpoint: $nats_monitor|" \
 			>"$dir/rendered.yaml.new"
@@ -163,6 +191,7 @@ install_kustomize() {
 
 install_helm() {
 	set -- --set crd.install="$crd"
+	if [ -n "$gate_namespaces" ]; then set -- "$@" --set gate.enabled=true --set-string gate.natsUrl="$gate_nats_url"; fi
 	# A CRD that Helm did not create (base/crds/, FlexInfer's, or a 0.1.0 chart's crds/) is adopted into this
 	# release, unless another release owns it: then it stays that release's and this one installs none.
 	if [ "$crd" = true ] && has_crd "$CRD"; then
@@ -238,6 +267,7 @@ install)
 	check_prerequisites
 	make_secrets
 	apply_nats_auth
+	apply_gate_secrets
 	if [ "$format" = helm ]; then install_helm; else install_kustomize; fi
 	wait_ready
 	;;

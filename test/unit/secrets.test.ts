@@ -16,6 +16,7 @@ import {
   generate,
   parseArgs,
   render,
+  updateGates,
   writeOutput,
 } from '../../tools/secrets/generate.js'
 import { NATS_USERS } from '../integration/support/deploy.js'
@@ -129,6 +130,55 @@ describe('the outputs', () => {
     expect(Object.keys(values.nats.credentials).sort()).toEqual(chartUsers.sort())
     expect(values.nats.credentials.provision).toEqual({ seed: g.identities.provision?.seed })
     expect(values.ingress.token.value).toBe(g.ingressToken)
+  })
+
+  it("gates: a user per opted-in namespace in gates.conf, its seed only in that namespace's Secret", async () => {
+    const text = await authConf()
+    const g = generate(authConfIdentities(text), ['team-a', 'team-b'])
+    const files = render(text, g, { ...opts, gateNamespaces: ['team-a', 'team-b'] })
+    const [natsSecret] = docs(files['nats/secret.yaml'] as string)
+    const gates = natsSecret.stringData['gates.conf'] as string
+    for (const ns of ['team-a', 'team-b']) {
+      const id = g.gates[ns] as { seed: string; publicKey: string }
+      expect(fromSeed(new TextEncoder().encode(id.seed)).getPublicKey()).toBe(id.publicKey)
+      expect(gates).toContain(`nkey: ${id.publicKey}`)
+      expect(gates).toContain(`"flexinfer.preempt.${ns}.>"`)
+      const [secret] = docs(files[`gates/${ns}/secret.yaml`] as string)
+      expect(secret.metadata).toMatchObject({ name: 'model-backfill-gate', namespace: ns })
+      expect(secret.stringData).toEqual({ seed: id.seed })
+      expect(files['nats/secret.yaml']).not.toContain(id.seed)
+      expect(files['model-backfill/secrets.yaml']).not.toContain(id.seed)
+    }
+    expect(gates).not.toMatch(/\$FLEXINFER_/)
+    expect(files['public-keys.env']).toContain(`FLEXINFER_GATE_TEAM_A_NKEY=${g.gates['team-a']?.publicKey}\n`)
+    // Without gate namespaces the account has no user (the shipped nats/gates.conf).
+    const none = docs(render(text, generate(authConfIdentities(text)), opts)['nats/secret.yaml'] as string)[0]
+    expect(none.stringData['gates.conf']).toContain('users: []')
+  })
+
+  it('--update-gates: namespaces added and removed, existing gate seeds and every other identity kept', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'gen-secrets-'))
+    const text = await authConf()
+    const g = generate(authConfIdentities(text), ['team-a'])
+    writeOutput(dir, render(text, g, { ...opts, outDir: dir, gateNamespaces: ['team-a'] }))
+    const authBefore = docs(await readFile(join(dir, 'nats/secret.yaml'), 'utf8'))[0].stringData['auth.conf']
+    const { files, removed } = updateGates(dir, text, ['team-b'])
+    expect(removed).toEqual([join(dir, 'gates/team-a')])
+    expect(Object.keys(files).sort()).toEqual(['gates/team-b/secret.yaml', 'nats/secret.yaml', 'public-keys.env'])
+    const [natsSecret] = docs(files['nats/secret.yaml'] as string)
+    expect(natsSecret.stringData['auth.conf']).toBe(authBefore)
+    expect(natsSecret.stringData['gates.conf']).not.toContain(g.gates['team-a']?.publicKey)
+    writeOutput(dir, files, true)
+    // Again with team-a back and team-b kept: team-b's seed is the one just written.
+    const teamB = docs(await readFile(join(dir, 'gates/team-b/secret.yaml'), 'utf8'))[0].stringData.seed
+    const again = updateGates(dir, text, ['team-a', 'team-b'])
+    expect(docs(again.files['gates/team-b/secret.yaml'] as string)[0].stringData.seed).toBe(teamB)
+    expect(again.files['public-keys.env']).toContain(`FLEXINFER_ADMIT_NKEY=${g.identities.admit?.publicKey}`)
+    expect(() => updateGates(join(dir, 'nothing'), text, ['x'])).toThrow(/holds no generated secrets/)
+    expect(() => parseArgs(['--out', 'd', '--gate-namespaces', 'ok,Not_OK'])).toThrow(
+      '--gate-namespaces: not namespace names: Not_OK',
+    )
+    expect(() => parseArgs(['--out', 'd', '--update-gates', '--force'])).toThrow(/--force would rotate/)
   })
 
   it('never overwrites an existing output (that would rotate every identity at once) unless forced', async () => {

@@ -4,24 +4,29 @@
 // binary) and written only into the output directory (mode 0700, files 0600), never to stdout.
 //
 //   npm run gen:secrets -- --out DIR [--format kustomize|helm] [--namespace model-backfill] [--nats-namespace nats]
-//                          [--nats-url nats://nats.nats.svc.cluster.local:4222] [--force]
+//                          [--nats-url nats://nats.nats.svc.cluster.local:4222] [--gate-namespaces a,b] [--force]
+//   npm run gen:secrets -- --out DIR --update-gates --gate-namespaces a,b,c
 //
 // DIR/nats/               the Secret `model-backfill-nats-auth` (key auth.conf) for nats-server's namespace
 // DIR/model-backfill/     (kustomize) a Secret per workload identity and the ingress token, for the install namespace
 // DIR/values.yaml         (helm) the same as chart values: nats.credentials.<user>.seed, ingress.token.value
 // DIR/gateway/            the gateways' identity and the ingress token, as a Secret to apply where gateways run
 // DIR/operator/           the read-only operator identity (nats CLI, kubectl mbf): its seed and a nats context
+// DIR/gates/<ns>/         per namespace whose backfills opt into the background gate: its Secret `model-backfill-gate`
 // DIR/public-keys.env     FLEXINFER_<USER>_NKEY=U… for a nats-server that reads nats/auth.conf unchanged
 //
 // An existing DIR is never overwritten (that would rotate every identity at once) unless --force is given.
+// --update-gates changes only the gates' part of an existing DIR to the namespaces listed: a namespace already there
+// keeps its seed, a new one gets its own, one no longer listed loses its user; every other identity stays as it is.
 import { randomBytes } from 'node:crypto'
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
-import { createUser } from '@nats-io/nkeys'
-import { stringify } from 'yaml'
+import { createUser, fromSeed } from '@nats-io/nkeys'
+import { parseAllDocuments, stringify } from 'yaml'
+import { GATE_SECRET } from '../../core/gate.js'
+import { gateNkeyEnv, gatesConf } from '../../jetstream/gates-conf.js'
 
 export const AUTH_CONF = new URL('../../nats/auth.conf', import.meta.url)
-export const GATES_CONF = new URL('../../nats/gates.conf', import.meta.url)
 /** The Secret nats-server mounts (at /etc/nats-auth) and includes. */
 export const NATS_AUTH_SECRET = 'model-backfill-nats-auth'
 /** Identities whose seed does not belong in the install namespace: gateways run elsewhere, the operator is a human. */
@@ -65,17 +70,29 @@ export interface Identity {
 export interface Generated {
   identities: Record<string, Identity>
   ingressToken: string
+  /** The background gates' users, one per namespace (nats/gates.conf). */
+  gates: Record<string, Identity>
 }
 
-/** A fresh NKey pair per identity and a 256-bit ingress token. */
-export function generate(identities: readonly string[]): Generated {
-  const out: Record<string, Identity> = {}
-  for (const user of identities) {
-    const pair = createUser()
-    out[user] = { seed: new TextDecoder().decode(pair.getSeed()), publicKey: pair.getPublicKey() }
-  }
-  return { identities: out, ingressToken: randomBytes(32).toString('hex') }
+const newIdentity = (): Identity => {
+  const pair = createUser()
+  return { seed: new TextDecoder().decode(pair.getSeed()), publicKey: pair.getPublicKey() }
 }
+const identityOf = (seed: string): Identity => ({
+  seed,
+  publicKey: fromSeed(new TextEncoder().encode(seed)).getPublicKey(),
+})
+
+/** A fresh NKey pair per identity and per gate namespace, and a 256-bit ingress token. */
+export function generate(identities: readonly string[], gateNamespaces: readonly string[] = []): Generated {
+  const out: Record<string, Identity> = {}
+  for (const user of identities) out[user] = newIdentity()
+  const gates = Object.fromEntries(gateNamespaces.map((ns) => [ns, newIdentity()]))
+  return { identities: out, ingressToken: randomBytes(32).toString('hex'), gates }
+}
+
+/** The name fillAuthConf knows a gate namespace's key by: `$FLEXINFER_GATE_TEAM_A_NKEY` → `gate_team_a`. */
+const gateUser = (namespace: string) => gateNkeyEnv(namespace).slice('FLEXINFER_'.length, -'_NKEY'.length).toLowerCase()
 
 export interface Options {
   format: 'kustomize' | 'helm'
@@ -86,6 +103,8 @@ export interface Options {
   natsUrl: string
   /** The absolute output directory: the operator's context and env.sh name its seed file by path. */
   outDir: string
+  /** Namespaces whose backfills opt into the background gate (docs/gate.md): a NATS user and a Secret each. */
+  gateNamespaces: string[]
 }
 export const DEFAULTS: Options = {
   format: 'kustomize',
@@ -93,6 +112,7 @@ export const DEFAULTS: Options = {
   natsNamespace: 'nats',
   natsUrl: 'nats://nats.nats.svc.cluster.local:4222',
   outDir: '.',
+  gateNamespaces: [],
 }
 
 const secret = (name: string, namespace: string | undefined, component: string, data: Record<string, string>) => ({
@@ -119,9 +139,13 @@ export function render(authConf: string, g: Generated, opts: Options): Record<st
     if (!NAME.test(v) || v.length > 63) throw new Error(`${what} ${JSON.stringify(v)} is not a namespace name`)
   }
   const users = authConfIdentities(authConf)
-  const missing = users.filter((u) => !g.identities[u])
+  const missing = [
+    ...users.filter((u) => !g.identities[u]),
+    ...opts.gateNamespaces.filter((ns) => !g.gates[ns]).map((ns) => `the gate of ${ns}`),
+  ]
   if (missing.length > 0) throw new Error(`no key generated for ${missing.join(', ')}`)
   const publicKeys = Object.fromEntries(users.map((u) => [u, g.identities[u]?.publicKey as string]))
+  const gateKeys = Object.fromEntries(opts.gateNamespaces.map((ns) => [gateUser(ns), g.gates[ns]?.publicKey as string]))
   const seed = (u: string) => g.identities[u]?.seed as string
   const workloads = users.filter((u) => !(OUTSIDE_IDENTITIES as readonly string[]).includes(u))
   const natsUrl = opts.natsUrl.includes('://') ? opts.natsUrl : `nats://${opts.natsUrl}`
@@ -129,14 +153,22 @@ export function render(authConf: string, g: Generated, opts: Options): Record<st
 
   files['nats/kustomization.yaml'] = kustomization(opts.natsNamespace, ['secret.yaml'])
   files['nats/secret.yaml'] = yamlDocs([
-    // auth.conf includes gates.conf from beside itself: the background gates' account, shipped as is (its users, one
-    // per namespace that opts in, are added with `npm run nats:gates`; docs/gate.md).
+    // auth.conf includes gates.conf from beside itself: the background gates' account, one user per namespace that
+    // opts in (jetstream/gates-conf.ts), public keys filled in as for auth.conf.
     secret(NATS_AUTH_SECRET, undefined, 'nats-auth', {
       'auth.conf': fillAuthConf(authConf, publicKeys),
-      'gates.conf': readFileSync(GATES_CONF, 'utf8'),
+      'gates.conf': fillAuthConf(gatesConf(opts.gateNamespaces), gateKeys),
     }),
   ])
-  files['public-keys.env'] = users.map((u) => `FLEXINFER_${u.toUpperCase()}_NKEY=${publicKeys[u]}\n`).join('')
+  files['public-keys.env'] = [...Object.entries(publicKeys), ...Object.entries(gateKeys)]
+    .map(([u, key]) => `FLEXINFER_${u.toUpperCase()}_NKEY=${key}\n`)
+    .join('')
+  for (const ns of opts.gateNamespaces) {
+    // Applied in the user's namespace: the gate sidecar admit injects mounts it (and only the sidecar does).
+    files[`gates/${ns}/secret.yaml`] = yamlDocs([
+      secret(GATE_SECRET, ns, 'gate', { seed: g.gates[ns]?.seed as string }),
+    ])
+  }
 
   if (opts.format === 'kustomize') {
     files['model-backfill/kustomization.yaml'] = kustomization(opts.namespace, ['secrets.yaml'])
@@ -196,8 +228,78 @@ export function writeOutput(dir: string, files: Record<string, string>, force = 
   }
 }
 
-export function parseArgs(argv: string[]): Omit<Options, 'outDir'> & { out: string; force: boolean } {
-  const opts = { ...DEFAULTS, out: '', force: false }
+/**
+ * --update-gates: the gates' part of an existing output rewritten for `namespaces`, every other identity kept (read
+ * back from the output: the workload users' public keys from public-keys.env, the gates' seeds from their Secrets).
+ * Returns the files to write and the gate directories to remove.
+ */
+export function updateGates(
+  dir: string,
+  authConf: string,
+  namespaces: readonly string[],
+): { files: Record<string, string>; removed: string[] } {
+  const envFile = join(dir, 'public-keys.env')
+  if (!existsSync(envFile))
+    throw new Error(`${dir} holds no generated secrets (no public-keys.env): generate them first`)
+  const keys = Object.fromEntries(
+    readFileSync(envFile, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => {
+        const m = /^FLEXINFER_([A-Z0-9_]+)_NKEY=(U[A-Z2-7]{55})$/.exec(line)
+        if (!m) throw new Error(`${envFile}: not a FLEXINFER_<USER>_NKEY=U… line: ${line.slice(0, 40)}`)
+        return [(m[1] as string).toLowerCase(), m[2] as string]
+      }),
+  )
+  const existing = existsSync(join(dir, 'gates')) ? readdirSync(join(dir, 'gates')) : []
+  const gates: Record<string, Identity> = {}
+  for (const ns of namespaces) {
+    const file = join(dir, 'gates', ns, 'secret.yaml')
+    const seed = existsSync(file)
+      ? (parseAllDocuments(readFileSync(file, 'utf8'))[0]?.toJS() as { stringData?: { seed?: string } })?.stringData
+          ?.seed
+      : undefined
+    gates[ns] = seed ? identityOf(seed) : newIdentity()
+  }
+  const users = authConfIdentities(authConf)
+  const all = render(
+    authConf,
+    {
+      // Only public keys go into what is rewritten (the auth Secret, public-keys.env, gates/): the workload seeds and
+      // the rest of the output (nats/kustomization.yaml names the namespace given at generation) stay untouched.
+      identities: Object.fromEntries(users.map((u) => [u, { seed: '', publicKey: keys[u] ?? '' }])),
+      ingressToken: '',
+      gates,
+    },
+    { ...DEFAULTS, outDir: dir, gateNamespaces: [...namespaces] },
+  )
+  const files = Object.fromEntries(
+    Object.entries(all).filter(
+      ([rel]) => rel === 'nats/secret.yaml' || rel.startsWith('gates/') || rel === 'public-keys.env',
+    ),
+  )
+  return { files, removed: existing.filter((ns) => !namespaces.includes(ns)).map((ns) => join(dir, 'gates', ns)) }
+}
+
+/** A comma-separated list of namespace names, each checked. */
+function namespaceList(raw: string): string[] {
+  const list = [
+    ...new Set(
+      raw
+        .split(',')
+        .map((n) => n.trim())
+        .filter(Boolean),
+    ),
+  ]
+  const bad = list.filter((n) => !NAME.test(n) || n.length > 63)
+  if (bad.length) throw new Error(`--gate-namespaces: not namespace names: ${bad.join(', ')}`)
+  return list
+}
+
+export function parseArgs(
+  argv: string[],
+): Omit<Options, 'outDir'> & { out: string; force: boolean; updateGates: boolean } {
+  const opts = { ...DEFAULTS, out: '', force: false, updateGates: false }
   for (let i = 0; i < argv.length; i++) {
     const value = () => {
       const v = argv[++i]
@@ -213,13 +315,17 @@ export function parseArgs(argv: string[]): Omit<Options, 'outDir'> & { out: stri
     } else if (arg === '--namespace') opts.namespace = value()
     else if (arg === '--nats-namespace') opts.natsNamespace = value()
     else if (arg === '--nats-url') opts.natsUrl = value()
+    else if (arg === '--gate-namespaces') opts.gateNamespaces = namespaceList(value())
+    else if (arg === '--update-gates') opts.updateGates = true
     else if (arg === '--force') opts.force = true
     else
       throw new Error(
-        `unknown argument ${arg} (--out DIR [--format kustomize|helm] [--namespace ns] [--nats-namespace ns] [--nats-url url] [--force])`,
+        `unknown argument ${arg} (--out DIR [--format kustomize|helm] [--namespace ns] [--nats-namespace ns] [--nats-url url] [--gate-namespaces a,b] [--update-gates] [--force])`,
       )
   }
   if (!opts.out) throw new Error('--out DIR is required (where the Secrets are written)')
+  if (opts.updateGates && opts.force)
+    throw new Error('--update-gates keeps every identity; --force would rotate them all')
   return opts
 }
 
@@ -228,9 +334,21 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     const opts = parseArgs(process.argv.slice(2))
     const authConf = readFileSync(AUTH_CONF, 'utf8')
     const out = resolve(opts.out)
-    const files = render(authConf, generate(authConfIdentities(authConf)), { ...opts, outDir: out })
-    writeOutput(out, files, opts.force)
-    process.stdout.write(`gen:secrets: wrote ${Object.keys(files).sort().join(', ')} under ${out}\n`)
+    if (opts.updateGates) {
+      const { files, removed } = updateGates(out, authConf, opts.gateNamespaces)
+      for (const dir of removed) rmSync(dir, { recursive: true, force: true })
+      writeOutput(out, files, true)
+      process.stdout.write(
+        `gen:secrets: gates for ${opts.gateNamespaces.join(', ') || 'no namespace'}; wrote ${Object.keys(files).sort().join(', ')} under ${out}\n`,
+      )
+    } else {
+      const files = render(authConf, generate(authConfIdentities(authConf), opts.gateNamespaces), {
+        ...opts,
+        outDir: out,
+      })
+      writeOutput(out, files, opts.force)
+      process.stdout.write(`gen:secrets: wrote ${Object.keys(files).sort().join(', ')} under ${out}\n`)
+    }
   } catch (err) {
     process.stderr.write(`gen:secrets: ${(err as Error).message}\n`)
     process.exit(2)

@@ -90,6 +90,24 @@ file), items (whether to mount only that key). Each user has a Secret of its own
 {{- end }}
 {{- end -}}
 
+{{/* admit's background gate settings (docs/gate.md), from the config when gate.enabled: (dict "root" .) */}}
+{{- define "mbf.gateEnv" -}}
+# The background gate admit injects into backfills that opt in (docs/gate.md): both set, or it is off and
+# opted-in backfills block. scripts/install.sh sets them (MBF_GATE_NAMESPACES) in model-backfill-config.
+- name: GATE_IMAGE
+  valueFrom:
+    configMapKeyRef:
+      name: {{ include "mbf.fullname" .root }}-config
+      key: GATE_IMAGE
+      optional: true
+- name: GATE_NATS_URL
+  valueFrom:
+    configMapKeyRef:
+      name: {{ include "mbf.fullname" .root }}-config
+      key: GATE_NATS_URL
+      optional: true
+{{- end -}}
+
 {{/* The volumeMount and volume of a NATS user's Secret: (dict "root" . "user" "demand") */}}
 {{- define "mbf.natsVolumeMount" -}}
 - name: nats-seed

@@ -357,6 +357,34 @@ describe('chart values', () => {
     })
   })
 
+  it("gate.enabled: admit reads GATE_IMAGE (this release's image) and GATE_NATS_URL from the config; off by default", async () => {
+    const release = 'model-backfill-gate'
+    const configOf = (ms: Manifest[]) =>
+      of(ms, 'ConfigMap').find((c) => c.metadata.name === `${release}-config`)?.data as Record<string, string>
+    const on = await render(release, {
+      gate: { enabled: true },
+      image: { repository: 'registry.example/mbf', tag: '1.2.3' },
+    })
+    expect(configOf(on)).toMatchObject({
+      GATE_IMAGE: 'registry.example/mbf:1.2.3',
+      GATE_NATS_URL: 'nats://gate@nats.nats.svc.cluster.local:4222',
+    })
+    const admit = of(on, 'Deployment').find((d) => d.metadata.name === `${release}-admit`)
+    const env = admit?.spec.template.spec.containers[0].env as { name: string; valueFrom?: object }[]
+    for (const key of ['GATE_IMAGE', 'GATE_NATS_URL']) {
+      expect(env.find((e) => e.name === key)?.valueFrom).toEqual({
+        configMapKeyRef: { name: `${release}-config`, key, optional: true },
+      })
+    }
+    // Only admit injects the gate.
+    for (const d of of(on, 'Deployment').filter((d) => d !== admit)) {
+      expect(JSON.stringify(d.spec.template.spec.containers[0].env), d.metadata.name).not.toContain('GATE_')
+    }
+    const own = await render(release, { gate: { enabled: true, natsUrl: 'nats://gate@nats.edge:4222' } })
+    expect(configOf(own).GATE_NATS_URL).toBe('nats://gate@nats.edge:4222')
+    expect(Object.keys(configOf(await render(release, {})))).not.toContain('GATE_IMAGE')
+  })
+
   it('knative.httpAuth token: a bearer-token file instead of TokenReview (no audiences, no tokenreview role)', async () => {
     const release = 'model-backfill-token'
     const ms = await render(release, {

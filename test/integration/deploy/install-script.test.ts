@@ -7,6 +7,7 @@
 import { copyFile, mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { fromSeed } from '@nats-io/nkeys'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { repoRoot } from '../../env/binaries.js'
 import { type Environment, startEnvironment } from '../../env/environment.js'
@@ -153,6 +154,40 @@ describe('scripts/install.sh on a cluster of its own', () => {
       '{"metadata":{"finalizers":null}}',
     ])
   }, 120_000)
+
+  it('MBF_GATE_NAMESPACES: a gate user per namespace in the NATS auth Secret, its seed in that namespace, admit configured', async () => {
+    const settings = { MBF_DIR: join(tmp, 'gate'), MBF_NAMESPACE: 'mbf-gate', MBF_NATS_NAMESPACE: 'nats-gate' }
+    const missing = await script('install', { ...settings, MBF_GATE_NAMESPACES: 'team-a, team-nowhere' })
+    expect(missing.code).not.toBe(0)
+    expect(missing.stderr).toContain('MBF_GATE_NAMESPACES names team-nowhere, which does not exist')
+    expect(await names(['get', 'secret', '-n', 'nats-gate'])).toEqual([])
+    const r = await script('install', { ...settings, MBF_GATE_NAMESPACES: 'team-a' })
+    expect(r.code, r.stderr).toBe(0)
+    const seed = Buffer.from(
+      (await jsonOf(['get', 'secret', 'model-backfill-gate', '-n', 'team-a'])).data.seed,
+      'base64',
+    ).toString()
+    const publicKey = fromSeed(new TextEncoder().encode(seed)).getPublicKey()
+    const gatesConf = async () =>
+      Buffer.from(
+        (await jsonOf(['get', 'secret', 'model-backfill-nats-auth', '-n', 'nats-gate'])).data['gates.conf'],
+        'base64',
+      ).toString()
+    expect(await gatesConf()).toContain(`nkey: ${publicKey}`)
+    expect(await gatesConf()).toContain('"flexinfer.preempt.team-a.>"')
+    const config = await jsonOf(['get', 'configmap', 'model-backfill-config', '-n', 'mbf-gate'])
+    expect(config.data).toMatchObject({
+      GATE_IMAGE: 'registry.example/model-backfill:9.9.9',
+      GATE_NATS_URL: 'nats://gate@nats.nats.svc.cluster.local:4222',
+    })
+    // Run again without it: the gate is off (admit's config loses both), the namespace's user goes from NATS.
+    const off = await script('install', settings)
+    expect(off.code, off.stderr).toBe(0)
+    const after = await jsonOf(['get', 'configmap', 'model-backfill-config', '-n', 'mbf-gate'])
+    expect(Object.keys(after.data)).not.toContain('GATE_IMAGE')
+    expect(await gatesConf()).not.toContain(publicKey)
+    expect((await script('uninstall', settings)).code).toBe(0)
+  }, 300_000)
 
   it('helm-keda: adopts the existing CRD into the release; helm uninstall keeps it (resource-policy keep)', async () => {
     const settings = { MBF_MODE: 'helm-keda', MBF_DIR: join(tmp, 'helm'), MBF_NAMESPACE: 'mbf-helm' }

@@ -60,7 +60,7 @@ const natsCli = (args: string[], timeoutMs = 20_000) =>
 
 beforeAll(async () => {
   out = await mkdtemp(join(tmpdir(), 'gen-secrets-it-'))
-  const made = await generateInto(join(out, 'secrets'))
+  const made = await generateInto(join(out, 'secrets'), '--gate-namespaces', 'team-a')
   expect(made.stderr).toBe('')
   expect(made.code).toBe(0)
   // Seeds never reach stdout.
@@ -80,8 +80,12 @@ beforeAll(async () => {
   seedFiles.set('gateway', join(out, 'gateway.seed'))
   seedFiles.set('operator', join(out, 'operator/seed.nk'))
   const [natsSecret] = await secretsOf(join(out, 'nats/secret.yaml'))
+  const [gateSecret] = await secretsOf(join(out, 'gates/team-a/secret.yaml'))
+  await writeFile(join(out, 'gate-team-a.seed'), gateSecret?.stringData.seed as string, { mode: 0o600 })
+  seedFiles.set('gate', join(out, 'gate-team-a.seed'))
   nats = await startAuthNats(env.binaries.natsServer as string, {
     authConf: natsSecret?.stringData['auth.conf'] as string,
+    gatesConf: natsSecret?.stringData['gates.conf'] as string,
     nkeys: { seedFile: (u) => seedFiles.get(u) as string, publicKey: () => '' },
   })
   await provision({
@@ -99,7 +103,7 @@ afterAll(async () => {
 describe('the generated secrets on a real nats-server', () => {
   it('the filled-in auth.conf loads with no key in the environment; every identity logs in with its own seed', async () => {
     expect(users).toHaveLength(10)
-    expect([...seedFiles.keys()].sort()).toEqual([...users].sort())
+    expect([...seedFiles.keys()].sort()).toEqual([...users, 'gate'].sort())
     for (const user of users) {
       const nc = await as(user)
       await nc.flush()
@@ -129,6 +133,22 @@ describe('the generated secrets on a real nats-server', () => {
     // The functions bind to the provisioned topology with their generated identities.
     const demand = await Bus.open(await as('demand'), { provision: false, waitMs: 5_000 })
     expect(await demand.kv.idle.status()).toBeTruthy()
+  })
+
+  it("a gate namespace's generated user hears its own namespace's preemptions, nothing else", async () => {
+    const gate = await as('gate')
+    const own = gate.subscribe('flexinfer.preempt.team-a.>', { max: 1 })
+    const heard = (async () => {
+      for await (const m of own) return m.subject
+    })()
+    await gate.flush()
+    // Only demand publishes preempt subjects (nats/auth.conf); the gates' account imports them.
+    ;(await as('demand')).publish('flexinfer.preempt.team-a.gemma', '{}')
+    expect(await heard).toBe('flexinfer.preempt.team-a.gemma')
+    // The server answers a subscription outside its allowance with a permissions violation that closes it.
+    const other = gate.subscribe('flexinfer.preempt.team-b.>')
+    const closed = await Promise.race([other.closed, new Promise((r) => setTimeout(() => r('still open'), 5_000))])
+    expect(String((closed as Error)?.message ?? closed)).toMatch(/permissions violation for subscription/i)
   })
 
   it('the operator reads with the nats CLI: stream and consumer info, KV get, history and watch', async () => {

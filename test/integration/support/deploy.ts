@@ -237,12 +237,12 @@ export async function makeNatsNkeys(dir: string): Promise<NatsNkeys> {
  * A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf with fresh NKeys given
  * in its environment — or, with `generated`, the auth.conf `npm run gen:secrets` filled in (mounted beside the
  * server's config as in a pod: `include "../nats-auth/auth.conf"`), with no key in the environment. Beside it
- * nats/gates.conf as shipped, or with `gateNamespaces` as `npm run nats:gates` writes it for those namespaces, each
+ * the generated gates.conf, or nats/gates.conf as shipped, or with `gateNamespaces` as `npm run nats:gates` writes it for those namespaces, each
  * gate user with a fresh NKey (`gateSeedFile`).
  */
 export async function startAuthNats(
   natsServer: string,
-  generated?: { authConf: string; nkeys: Pick<NatsNkeys, 'seedFile' | 'publicKey'> },
+  generated?: { authConf: string; gatesConf?: string; nkeys: Pick<NatsNkeys, 'seedFile' | 'publicKey'> },
   opts: { gateNamespaces?: string[] } = {},
 ): Promise<AuthNats> {
   const dir = await mkdtemp(join(tmpdir(), 'nats-auth-'))
@@ -256,7 +256,8 @@ export async function startAuthNats(
   else await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'nats-auth', 'auth.conf'))
   // auth.conf includes gates.conf from beside itself.
   const gateSeeds = new Map<string, string>()
-  if (opts.gateNamespaces) {
+  if (generated?.gatesConf) await writeFile(join(dir, 'nats-auth', 'gates.conf'), generated.gatesConf)
+  else if (opts.gateNamespaces) {
     await writeFile(join(dir, 'nats-auth', 'gates.conf'), gatesConf(opts.gateNamespaces))
     await mkdir(join(dir, 'gate-seeds'), { mode: 0o700 })
     for (const ns of opts.gateNamespaces) {
