@@ -63,14 +63,10 @@ async function reconcileAll(
   }
 }
 
-/**
- * One lifecycle instance: its watched copies (started with it; LIFECYCLE_CACHES=false reads the apiserver as
- * before) and the sweep's pending set.
- */
+/** One lifecycle instance: its watched copies (started with it) and the sweep's pending set. */
 export function lifecycleFunction(): EventFunction {
   let caches: LifecycleCaches | undefined
   let pending: PendingResyncs | undefined
-  const useCaches = process.env.LIFECYCLE_CACHES !== 'false'
   return {
     name: 'lifecycle',
     concurrency: 8,
@@ -91,7 +87,7 @@ export function lifecycleFunction(): EventFunction {
     ],
     async start(deps) {
       pending = new PendingResyncs(deps.now)
-      if (useCaches) caches = await LifecycleCaches.start(deps)
+      caches = await LifecycleCaches.start(deps)
       // Armed here too (not only by the provision step), so a local run or an upgrade without the provision Job
       // still gets its sweeps. A failure here must not keep lifecycle from serving events.
       try {
