@@ -3,6 +3,7 @@
 // (KUBE_REQUEST_TIMEOUT_MS): a half-open apiserver connection hung a DELETE for minutes, holding a concurrency slot.
 import { createHash } from 'node:crypto'
 import https from 'node:https'
+import tls from 'node:tls'
 import {
   BatchV1Api,
   type Configuration,
@@ -134,7 +135,16 @@ export class PooledAuthentication implements SecurityAuthentication {
     const identity = hash.digest('base64')
     if (identity !== this.identity) {
       this.agent?.destroy()
-      const agent = new https.Agent({ ...o, keepAlive: true })
+      // One TLS context per identity: without it every new connection parses the CA, certificate and key again
+      // (tls.connect makes a context per socket), ~10 ms of CPU each under load — and a start or a burst opens several.
+      const secureContext = tls.createSecureContext({
+        ca: o.ca,
+        cert: o.cert,
+        key: o.key,
+        pfx: o.pfx,
+        passphrase: o.passphrase,
+      })
+      const agent = new https.Agent({ ...o, keepAlive: true, secureContext })
       const connect = agent.createConnection.bind(agent)
       agent.createConnection = (...args: Parameters<typeof connect>) => {
         this.connections++
