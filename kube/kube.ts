@@ -542,9 +542,23 @@ export class WatchCache<T extends KubernetesObject> {
     this.informer.on('connect', touch)
   }
 
-  /** Resolves once the initial list is in. */
+  /**
+   * Resolves once the initial list is in; rejects when it could not be read. client-node's informer resolves its
+   * start either way (a failed list is only an `error` event, retried by the handler above), which left a copy
+   * empty — no GamingSession, no GPULease — while its readers took it for the cluster's.
+   */
   async start(): Promise<void> {
-    await this.informer.start()
+    let failed: { err: unknown } | undefined
+    const onError = (err: unknown) => {
+      failed ??= { err }
+    }
+    this.informer.on('error', onError)
+    try {
+      await this.informer.start()
+    } finally {
+      this.informer.off('error', onError)
+    }
+    if (failed) throw failed.err
     this.lastActivity = Date.now()
     const idleMs = this.opts.idleRestartMs ?? WATCH_IDLE_RESTART_MS
     this.watchdog ??= setInterval(() => {
