@@ -726,6 +726,28 @@ export class AdmissionCaches {
     await Promise.all(this.all.map((c) => c.start()))
   }
 
+  /**
+   * Resolves once the copies admission decides on (Jobs, Models, GamingSessions, GPULeases) hold their initial
+   * lists; admit's copies of the ModelBackfills and CronJobs go on syncing after. Those only save a GET: until one
+   * holds an object, admit GETs it (admission/reconcile.ts), so a process may serve events before they are in —
+   * a start's first admission need not wait for two more lists (cold start). One that fails is logged and stays
+   * empty: every admission then GETs, as without copies.
+   */
+  async startDeciding(log: { warn(obj: object, msg: string): void }) {
+    this.copiesSynced = Promise.all([this.backfills?.start(), this.templates?.start()]).then(() => {})
+    this.copiesSynced.catch((err: unknown) =>
+      log.warn({ err: String(err) }, 'a watched copy admit only saves GETs with did not start; admit GETs instead'),
+    )
+    await Promise.all([this.jobs, this.models, this.gamingSessions, this.gpuLeases].map((c) => c.start()))
+  }
+
+  /**
+   * Settles once the ModelBackfills' and CronJobs' copies hold their initial lists (set by startDeciding). Whoever
+   * reads a copy as the whole set — lifecycle's sweep, sharing admit's ModelBackfills — waits for it: an empty list
+   * there would be a lost cancel, not a GET.
+   */
+  copiesSynced?: Promise<void>
+
   async stop() {
     await Promise.all(this.all.map((c) => c.stop()))
   }

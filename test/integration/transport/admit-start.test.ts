@@ -1,6 +1,10 @@
-// What admit's start waits for (transport/deps.ts openDeps): the watched copies it decides on hold their initial
-// lists before it serves, and one that cannot be listed stops the start.
+// What admit's start waits for (transport/deps.ts openDeps, kube/kube.ts AdmissionCaches.startDeciding): the watched
+// copies it decides on — Jobs, Models, GamingSessions, GPULeases — before it serves; its copies of the ModelBackfills
+// and CronJobs, which only save a GET, after (cold start). Shown with a ServiceAccount that may list and watch only
+// the first four: admit's Kubernetes side still opens, a ModelBackfill or CronJob is then not in a copy (admit GETs
+// it), and lifecycle, which lists the shared ModelBackfill copy whole on a sweep, refuses to start on it.
 import { afterAll, expect, it } from 'vitest'
+import { LifecycleCaches } from '../../../functions/lifecycle/caches.js'
 import { openDeps } from '../../../transport/deps.js'
 import { useTestEnv } from '../../env/fixture.js'
 
@@ -47,6 +51,24 @@ const openAdmit = async (kubeconfig: Awaited<ReturnType<typeof serviceAccount>>)
     kubeconfig,
     namespaces: [env.namespace],
   })
+
+it("admit serves once the copies it decides on are in; the ModelBackfills' and CronJobs' copies may come later", async () => {
+  const ns = env.namespace
+  const deps = await openAdmit(
+    await serviceAccount('admit-deciding-only', 'gamingsessions.ai.flexinfer,gpuleases.ai.flexinfer'),
+  )
+  closers.push(() => deps.close())
+  const caches = deps.caches
+  expect(caches).toBeDefined()
+  // The deciding copies are synced (an empty namespace: empty lists, not an error).
+  expect(caches?.models.list()).toEqual([])
+  // The others could not list: admit finds nothing in them and GETs instead (admission/reconcile.ts).
+  await expect(caches?.copiesSynced).rejects.toThrow()
+  expect(caches?.backfills?.get(ns, 'anything')).toBeNull()
+  expect(caches?.templates?.get(ns, 'anything')).toBeNull()
+  // lifecycle sharing these copies lists the ModelBackfills whole: it must not start on a copy that is not in.
+  await expect(LifecycleCaches.start(deps)).rejects.toThrow()
+}, 60_000)
 
 it('a copy admit decides on that cannot be listed stops the start (an empty GPULease copy would admit onto leased GPUs)', async () => {
   const kubeconfig = await serviceAccount('admit-no-leases', 'gamingsessions.ai.flexinfer')
