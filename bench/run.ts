@@ -41,7 +41,13 @@ const LATENESS_ONLY = process.env.BENCH_ONLY === 'lateness'
  * under the load), with the per-hop profile (bench/preemption-profile.ts). BENCH_RATE=0: no load.
  */
 const PREEMPTION_ONLY = process.env.BENCH_ONLY === 'preemption'
-const ONLY = LATENESS_ONLY ? 'lateness' : PREEMPTION_ONLY ? 'preemption' : undefined
+/**
+ * BENCH_ONLY=hot (`npm run bench:ab`, bench/ab.ts): the hot-path steps only — 1, 2, the burst (2d) and the ingest (3),
+ * admit on JetStream throughout; neither the knative path (2b), the status path (2c) nor the cold start (4:
+ * bench/ab.ts runs bench/cold-start-run.ts for it).
+ */
+const HOT_ONLY = process.env.BENCH_ONLY === 'hot'
+const ONLY = LATENESS_ONLY ? 'lateness' : PREEMPTION_ONLY ? 'preemption' : HOT_ONLY ? 'hot' : undefined
 const MODELS = Number(process.env.BENCH_MODELS ?? (QUICK ? 20 : 100))
 const LOAD_RATE = Number(process.env.BENCH_RATE ?? (QUICK ? 2000 : 5000))
 const INGEST_EVENTS = Number(process.env.BENCH_INGEST ?? (QUICK ? 30_000 : 200_000))
@@ -89,7 +95,7 @@ const results: Record<string, number | string | boolean> = {
 const runners: Runner[] = []
 /** Child processes and servers to stop however the run ends (each stop is safe to call twice). */
 const cleanup: (() => Promise<void>)[] = []
-// biome-ignore lint/suspicious/noConfusingLabels: BENCH_ONLY=lateness leaves after step 1, =preemption after step 2 (`break run`)
+// biome-ignore lint/suspicious/noConfusingLabels: BENCH_ONLY=lateness leaves after step 1, =preemption after step 2, =hot before step 4 (`break run`)
 run: try {
   const kc = new KubeConfig()
   kc.loadFromFile(environment.kubeconfigPath)
@@ -285,7 +291,7 @@ run: try {
   // pulled by the bridge and POSTed to a Broker stand-in that routes by type as the Triggers do. Knative's own
   // Broker and channel dispatch are not in the number (there is no Knative here): it is the cost of our hops.
   // Preemption stays on JetStream, as in that overlay.
-  const noKnative = PREEMPTION_ONLY && KNATIVE_PATH === 'none'
+  const noKnative = (PREEMPTION_ONLY && KNATIVE_PATH === 'none') || HOT_ONLY
   if (!noKnative) {
     await admitOnJetStream.stop()
     runners.splice(runners.indexOf(admitOnJetStream), 1)
@@ -424,43 +430,45 @@ run: try {
     await nc.close()
     break run
   }
-  // 2b. Admission on the knative overlay's path (switched over after step 1, below): every backfill's second
-  // attempt, admitted after the window that followed its preemption.
-  await pollAll('all Running again', (s) => (s?.phase === 'Running' && s.attempts >= 2 ? true : undefined))
-  const bridged = await pollAll('second attempts admitted', (s) =>
-    s?.startedAt && s.idleSince && s.attempts >= 2
-      ? Date.parse(s.startedAt) - (Date.parse(s.idleSince) + parseDuration(IDLE_FOR))
-      : undefined,
-  )
-  results.knative_path_admission_lateness_ms_p50 = percentile(bridged, 50)
-  results.knative_path_admission_lateness_ms_p99 = percentile(bridged, 99)
-  results.knative_path_broker = KNATIVE_PATH
-  log(
-    `knative path admission lateness p50 ${results.knative_path_admission_lateness_ms_p50} ms, p99 ${results.knative_path_admission_lateness_ms_p99} ms`,
-  )
+  if (!HOT_ONLY) {
+    // 2b. Admission on the knative overlay's path (switched over after step 1, below): every backfill's second
+    // attempt, admitted after the window that followed its preemption.
+    await pollAll('all Running again', (s) => (s?.phase === 'Running' && s.attempts >= 2 ? true : undefined))
+    const bridged = await pollAll('second attempts admitted', (s) =>
+      s?.startedAt && s.idleSince && s.attempts >= 2
+        ? Date.parse(s.startedAt) - (Date.parse(s.idleSince) + parseDuration(IDLE_FOR))
+        : undefined,
+    )
+    results.knative_path_admission_lateness_ms_p50 = percentile(bridged, 50)
+    results.knative_path_admission_lateness_ms_p99 = percentile(bridged, 99)
+    results.knative_path_broker = KNATIVE_PATH
+    log(
+      `knative path admission lateness p50 ${results.knative_path_admission_lateness_ms_p50} ms, p99 ${results.knative_path_admission_lateness_ms_p99} ms`,
+    )
 
-  // 2c. The reference's signal, side by side under the same load: each second attempt preempted by a PATCH of its
-  // Model's status.lastActiveTime (what the reference's gateway writes), through the watch → source → lifecycle →
-  // cancel. The apiserver writes counted include the PATCH itself: one per foreground request, cancelling or not.
-  log(`status path: ${MODELS} preemptions by Model.status.lastActiveTime under ${LOAD_RATE} events/s`)
-  const statusLoad = startLoad(LOAD_RATE, loadSeconds)
-  await sleep(1500)
-  const statusWritesBefore = apiserverWrites()
-  const statusPath = await preemptAll(2, 'status')
-  const statusWrites = apiserverWrites() - statusWritesBefore
-  await statusLoad
-  results.status_path_preemption_job_ms_p50 = percentile(statusPath.jobMs, 50)
-  results.status_path_preemption_job_ms_p99 = percentile(statusPath.jobMs, 99)
-  results.status_path_preemption_pod_ms_p50 = percentile(statusPath.podMs, 50)
-  results.status_path_preemption_pod_ms_p99 = percentile(statusPath.podMs, 99)
-  results.status_path_to_nats_path_p99_ratio =
-    Math.round(
-      ((results.status_path_preemption_pod_ms_p99 as number) / (results.preemption_pod_ms_p99 as number)) * 10,
-    ) / 10
-  results.apiserver_writes_per_fg_request_status_path = Math.round((statusWrites / MODELS) * 10) / 10
-  log(
-    `status path: pods p50 ${results.status_path_preemption_pod_ms_p50} / p99 ${results.status_path_preemption_pod_ms_p99} ms; ${results.apiserver_writes_per_fg_request_status_path} apiserver writes per request (NATS path ${results.apiserver_writes_per_fg_request_nats_path})`,
-  )
+    // 2c. The reference's signal, side by side under the same load: each second attempt preempted by a PATCH of its
+    // Model's status.lastActiveTime (what the reference's gateway writes), through the watch → source → lifecycle →
+    // cancel. The apiserver writes counted include the PATCH itself: one per foreground request, cancelling or not.
+    log(`status path: ${MODELS} preemptions by Model.status.lastActiveTime under ${LOAD_RATE} events/s`)
+    const statusLoad = startLoad(LOAD_RATE, loadSeconds)
+    await sleep(1500)
+    const statusWritesBefore = apiserverWrites()
+    const statusPath = await preemptAll(2, 'status')
+    const statusWrites = apiserverWrites() - statusWritesBefore
+    await statusLoad
+    results.status_path_preemption_job_ms_p50 = percentile(statusPath.jobMs, 50)
+    results.status_path_preemption_job_ms_p99 = percentile(statusPath.jobMs, 99)
+    results.status_path_preemption_pod_ms_p50 = percentile(statusPath.podMs, 50)
+    results.status_path_preemption_pod_ms_p99 = percentile(statusPath.podMs, 99)
+    results.status_path_to_nats_path_p99_ratio =
+      Math.round(
+        ((results.status_path_preemption_pod_ms_p99 as number) / (results.preemption_pod_ms_p99 as number)) * 10,
+      ) / 10
+    results.apiserver_writes_per_fg_request_status_path = Math.round((statusWrites / MODELS) * 10) / 10
+    log(
+      `status path: pods p50 ${results.status_path_preemption_pod_ms_p50} / p99 ${results.status_path_preemption_pod_ms_p99} ms; ${results.apiserver_writes_per_fg_request_status_path} apiserver writes per request (NATS path ${results.apiserver_writes_per_fg_request_nats_path})`,
+    )
+  }
 
   // 2d. The burst: BURST more backfills on models of their own, all Running, then one foreground request per
   // model published at once (a traffic ramp, a gateway failover). Every Job DELETEd and every pod deleted.
@@ -574,6 +582,10 @@ run: try {
   )
   for (const r of runners.splice(0)) await r.stop()
 
+  if (HOT_ONLY) {
+    await nc.close()
+    break run
+  }
   // 4. Cold start and idle RSS of each function, compiled as the image runs it; nothing else consumes meanwhile.
   if (!QUICK || !existsSync(join(repoRoot, COLD_START_ENTRY))) {
     log('npm run build (the compiled functions)')

@@ -3,6 +3,7 @@
 // (KUBE_REQUEST_TIMEOUT_MS): a half-open apiserver connection hung a DELETE for minutes, holding a concurrency slot.
 import { createHash } from 'node:crypto'
 import https from 'node:https'
+import tls from 'node:tls'
 import {
   BatchV1Api,
   type Configuration,
@@ -134,7 +135,16 @@ export class PooledAuthentication implements SecurityAuthentication {
     const identity = hash.digest('base64')
     if (identity !== this.identity) {
       this.agent?.destroy()
-      const agent = new https.Agent({ ...o, keepAlive: true })
+      // One TLS context per identity: without it every new connection parses the CA, certificate and key again
+      // (tls.connect makes a context per socket), ~10 ms of CPU each under load — and a start or a burst opens several.
+      const secureContext = tls.createSecureContext({
+        ca: o.ca,
+        cert: o.cert,
+        key: o.key,
+        pfx: o.pfx,
+        passphrase: o.passphrase,
+      })
+      const agent = new https.Agent({ ...o, keepAlive: true, secureContext })
       const connect = agent.createConnection.bind(agent)
       agent.createConnection = (...args: Parameters<typeof connect>) => {
         this.connections++
@@ -532,9 +542,23 @@ export class WatchCache<T extends KubernetesObject> {
     this.informer.on('connect', touch)
   }
 
-  /** Resolves once the initial list is in. */
+  /**
+   * Resolves once the initial list is in; rejects when it could not be read. client-node's informer resolves its
+   * start either way (a failed list is only an `error` event, retried by the handler above), which left a copy
+   * empty — no GamingSession, no GPULease — while its readers took it for the cluster's.
+   */
   async start(): Promise<void> {
-    await this.informer.start()
+    let failed: { err: unknown } | undefined
+    const onError = (err: unknown) => {
+      failed ??= { err }
+    }
+    this.informer.on('error', onError)
+    try {
+      await this.informer.start()
+    } finally {
+      this.informer.off('error', onError)
+    }
+    if (failed) throw failed.err
     this.lastActivity = Date.now()
     const idleMs = this.opts.idleRestartMs ?? WATCH_IDLE_RESTART_MS
     this.watchdog ??= setInterval(() => {
@@ -701,6 +725,28 @@ export class AdmissionCaches {
   async start() {
     await Promise.all(this.all.map((c) => c.start()))
   }
+
+  /**
+   * Resolves once the copies admission decides on (Jobs, Models, GamingSessions, GPULeases) hold their initial
+   * lists; admit's copies of the ModelBackfills and CronJobs go on syncing after. Those only save a GET: until one
+   * holds an object, admit GETs it (admission/reconcile.ts), so a process may serve events before they are in —
+   * a start's first admission need not wait for two more lists (cold start). One that fails is logged and stays
+   * empty: every admission then GETs, as without copies.
+   */
+  async startDeciding(log: { warn(obj: object, msg: string): void }) {
+    this.copiesSynced = Promise.all([this.backfills?.start(), this.templates?.start()]).then(() => {})
+    this.copiesSynced.catch((err: unknown) =>
+      log.warn({ err: String(err) }, 'a watched copy admit only saves GETs with did not start; admit GETs instead'),
+    )
+    await Promise.all([this.jobs, this.models, this.gamingSessions, this.gpuLeases].map((c) => c.start()))
+  }
+
+  /**
+   * Settles once the ModelBackfills' and CronJobs' copies hold their initial lists (set by startDeciding). Whoever
+   * reads a copy as the whole set — lifecycle's sweep, sharing admit's ModelBackfills — waits for it: an empty list
+   * there would be a lost cancel, not a GET.
+   */
+  copiesSynced?: Promise<void>
 
   async stop() {
     await Promise.all(this.all.map((c) => c.stop()))

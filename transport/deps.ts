@@ -7,7 +7,7 @@ import { STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST, STREAM_TIMERS
 import type { InboundEvent } from '../events/codec.js'
 import { Bus } from '../jetstream/bus.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
-import type { Kube } from '../kube/kube.js'
+import type { AdmissionCaches, Kube } from '../kube/kube.js'
 import { checkNamespaceCount } from '../kube/scope.js'
 import { createLogger, type Logger } from '../observability/log.js'
 import type { Deps, EventFunction } from './function.js'
@@ -46,14 +46,23 @@ export interface DepsOptions extends ProcessOptions {
 export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Promise<void> }> {
   const log = opts.logger ?? createLogger('model-backfill')
   checkNamespaceCount(opts.namespaces)
-  const bus = await Bus.connect(opts.natsUrl, opts.name, {
+  // The Kubernetes side (the client's import, admit's watched caches and their initial lists) and the NATS side
+  // (connect, bind the topology) are started together: the client's compile and the caches' apiserver round trips
+  // overlap the connect's, instead of following them (cold start). Both are done before any event is served.
+  const kubeSide = openKube(opts, log)
+  const busSide = Bus.connect(opts.natsUrl, opts.name, {
     provision: opts.provision,
     waitMs: opts.topologyWaitMs,
     log,
   })
-  // The Kubernetes client is loaded only where a function calls the apiserver (see KUBE_FREE_FUNCTIONS).
-  const client = (opts.kube ?? needsKube(opts.functions)) ? await import('../kube/kube.js') : undefined
-  const kube = client ? new client.Kube(opts.kubeconfig ?? client.loadKubeConfig()) : noKube()
+  const [k, b] = await Promise.allSettled([kubeSide, busSide])
+  if (k.status === 'rejected' || b.status === 'rejected') {
+    if (k.status === 'fulfilled') await k.value.close()
+    if (b.status === 'fulfilled') await b.value.close()
+    throw k.status === 'rejected' ? k.reason : (b as PromiseRejectedResult).reason
+  }
+  const { kube, caches } = k.value
+  const bus = b.value
   const deps: Deps = {
     kube,
     bus,
@@ -61,21 +70,44 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
     now: opts.now ?? Date.now,
     namespaces: opts.namespaces,
     gate: opts.gate ?? gateDeployment(),
-  }
-  if (client && opts.functions?.includes('admit')) {
-    // Scoped: Jobs, Models, ModelBackfills and CronJobs watched per managed namespace (a Role each), sessions and
-    // leases cluster-wide.
-    deps.caches = new client.AdmissionCaches(kube, opts.namespaces, { admit: true })
-    await deps.caches.start()
+    caches,
   }
   return {
     ...deps,
     async close() {
-      await deps.caches?.stop()
+      await caches?.stop()
       await bus.close()
       kube.close()
     },
   }
+}
+
+/**
+ * The Kubernetes client, where a function calls the apiserver (see KUBE_FREE_FUNCTIONS), and, where admit runs,
+ * its watched caches: those it decides on synced before this resolves, its copies of the ModelBackfills and CronJobs
+ * (AdmissionCaches.startDeciding) after.
+ */
+async function openKube(
+  opts: DepsOptions,
+  log: Logger,
+): Promise<{ kube: Kube; caches?: AdmissionCaches; close(): Promise<void> }> {
+  const client = (opts.kube ?? needsKube(opts.functions)) ? await import('../kube/kube.js') : undefined
+  const kube = client ? new client.Kube(opts.kubeconfig ?? client.loadKubeConfig()) : noKube()
+  if (!client || !opts.functions?.includes('admit')) return { kube, close: async () => kube.close() }
+  // Scoped: Jobs, Models, ModelBackfills and CronJobs watched per managed namespace (a Role each), sessions and
+  // leases cluster-wide.
+  const caches = new client.AdmissionCaches(kube, opts.namespaces, { admit: true })
+  const close = async () => {
+    await caches.stop()
+    kube.close()
+  }
+  try {
+    await caches.startDeciding(log)
+  } catch (err) {
+    await close()
+    throw err
+  }
+  return { kube, caches, close }
 }
 
 /**

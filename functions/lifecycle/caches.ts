@@ -40,7 +40,11 @@ export class LifecycleCaches {
       deps.namespaces,
     )
     try {
-      await Promise.all([own ? c.admission.start() : undefined, c.ownBackfills ? c.backfills.start() : undefined])
+      await Promise.all([
+        own ? c.admission.start() : undefined,
+        // Shared: admit's copy may still be syncing (AdmissionCaches.startDeciding); the sweep lists it whole.
+        c.ownBackfills ? c.backfills.start() : c.admission.copiesSynced,
+      ])
     } catch (err) {
       await c.stop()
       throw err

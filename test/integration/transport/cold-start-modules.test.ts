@@ -35,6 +35,8 @@ const children: ChildProcess[] = []
 /** Packages a process with tracing off and no Kubernetes calls must not load. */
 const KUBE_CLIENT = /node_modules\/@kubernetes\/client-node\//
 const OTEL_SDK = /node_modules\/@opentelemetry\/(sdk-|exporter-|otlp-|resources\/)/
+/** The HTTP server of TRANSPORT=http and the ingress: a JetStream function serves /metrics on node:http. */
+const FASTIFY = /node_modules\/(fastify|find-my-way|light-my-request|fast-json-stringify)\//
 
 beforeAll(async () => {
   await mkdir(out, { recursive: true })
@@ -175,6 +177,25 @@ it('demand, tracing off, handles its first event without loading the Kubernetes 
   expect(files).toContain('main.js')
   expect(sources).toContain('functions/demand/index.ts')
   expect(sources.filter((s) => KUBE_CLIENT.test(s))).toEqual([])
+  expect(sources.filter((s) => OTEL_SDK.test(s))).toEqual([])
+}, 150_000)
+
+it('admit, tracing off, is running (copies it decides on synced) without fastify or the OpenTelemetry SDK', async () => {
+  const log = join(out, 'admit.loaded')
+  writeFileSync(log, '')
+  const child = spawnFunction('admit', log)
+  let running = false
+  child.stdout?.on('data', (d) => {
+    if (String(d).includes('model-backfill running')) running = true
+  })
+  await until(child, 'admit running', async () => running)
+  const { files, sources } = loaded(log)
+  await stop(child)
+  expect(files).toContain('main.js')
+  expect(sources).toContain('functions/admit/index.ts')
+  // It calls the apiserver: the client is there (the check would see it).
+  expect(sources.some((s) => KUBE_CLIENT.test(s))).toBe(true)
+  expect(sources.filter((s) => FASTIFY.test(s))).toEqual([])
   expect(sources.filter((s) => OTEL_SDK.test(s))).toEqual([])
 }, 150_000)
 
