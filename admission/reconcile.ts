@@ -507,6 +507,7 @@ async function createAttemptJob(
     node: action.node,
     maxRunDurationMs: action.spec.maxRunDurationMs,
     gate: deps.gate,
+    admittedAt: d.state?.startedAt,
   })
   const { namespace, name } = b.metadata
   // The POST between two reads of the newest request (admission/protocol.ts).

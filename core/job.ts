@@ -2,7 +2,15 @@
 import type { V1Container, V1CronJob, V1EnvVar, V1Job, V1PodSpec } from '@kubernetes/client-node'
 import { API_VERSION, type ModelBackfill } from './api.js'
 import { type GateDeployment, gateSettings, injectGate, planGate } from './gate.js'
-import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillLabelValue, LABEL_BACKFILL, WORKLOAD_CLASS_ENV } from './names.js'
+import {
+  ANNOTATION_MODEL,
+  ANNOTATION_NODE,
+  attemptLabelValue,
+  backfillLabelValue,
+  LABEL_ATTEMPT,
+  LABEL_BACKFILL,
+  WORKLOAD_CLASS_ENV,
+} from './names.js'
 
 export interface GpuViolation {
   container: string
@@ -84,6 +92,8 @@ export interface JobParams {
   maxRunDurationMs: number
   /** The installation's gate settings; a backfill that opts in cannot get a Job without them. */
   gate?: GateDeployment
+  /** When this attempt was admitted (its state's startedAt): makes the attempt label this admission's own. */
+  admittedAt?: string
 }
 
 /** The pod spec as the template and spec.env give it, before any gate. */
@@ -114,7 +124,7 @@ export function gateProblem(backfill: ModelBackfill, template: V1CronJob, gate?:
  * collector removes it with its owner), labelled for the contender gate, bounded by maxRunDuration, and forced to
  * the background workload class in every container and init container. spec.env applies to regular containers.
  */
-export function buildJob({ backfill, template, name, node, maxRunDurationMs, gate }: JobParams): V1Job {
+export function buildJob({ backfill, template, name, node, maxRunDurationMs, gate, admittedAt }: JobParams): V1Job {
   const jobTemplate = structuredClone(template.spec?.jobTemplate ?? { spec: { template: {} } })
   const spec = jobTemplate.spec ?? { template: {} }
   const podSpec = spec.template.spec ?? { containers: [] }
@@ -135,7 +145,11 @@ export function buildJob({ backfill, template, name, node, maxRunDurationMs, gat
     metadata: {
       name,
       namespace: meta.namespace,
-      labels: { ...(jobTemplate.metadata?.labels ?? {}), [LABEL_BACKFILL]: backfillLabelValue(meta.name) },
+      labels: {
+        ...(jobTemplate.metadata?.labels ?? {}),
+        [LABEL_BACKFILL]: backfillLabelValue(meta.name),
+        [LABEL_ATTEMPT]: attemptLabelValue(meta.uid ?? '', name, admittedAt ?? ''),
+      },
       annotations: {
         ...(jobTemplate.metadata?.annotations ?? {}),
         [ANNOTATION_MODEL]: backfill.spec.modelRef,

@@ -24,6 +24,16 @@ export function jobName(backfill: string, attempt: number): string {
 export const backfillLabelValue = (backfill: string) => sha256(backfill).slice(0, 16)
 
 export const LABEL_BACKFILL = 'ai.flexinfer/model-backfill'
+
+/**
+ * One admission's Job, told from a same-named Job of another admission (a later try on a fresh window reuses the
+ * attempt number, a re-created declaration its name): cancel deletes many attempts' Jobs with one set-based selector
+ * on it, which — unlike a DELETE by name — takes no UID precondition. 16 hex of sha256(owner UID, Job name,
+ * admission time).
+ */
+export const LABEL_ATTEMPT = 'ai.flexinfer/attempt'
+export const attemptLabelValue = (ownerUid: string, jobName: string, admittedAt: string) =>
+  sha256(`${ownerUid}\n${jobName}\n${admittedAt}`).slice(0, 16)
 export const ANNOTATION_MODEL = 'ai.flexinfer/backfill-model'
 export const ANNOTATION_NODE = 'ai.flexinfer/backfill-node'
 export const WORKLOAD_CLASS_ENV = 'FLEXINFER_WORKLOAD_CLASS'

@@ -26,7 +26,7 @@ import {
   wrapHttpLibrary,
 } from '@kubernetes/client-node'
 import { FINALIZER, GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION } from '../core/api.js'
-import { backfillLabelValue, LABEL_BACKFILL } from '../core/names.js'
+import { backfillLabelValue, LABEL_ATTEMPT, LABEL_BACKFILL } from '../core/names.js'
 import {
   apiMessage,
   CONTROLLER_UID_LABEL,
@@ -254,6 +254,38 @@ export class Kube {
     // No resourceVersion: the apiserver applies it to each pod's delete as a precondition too (409 for every pod),
     // so the selection is a consistent read.
     await this.core.deleteCollectionNamespacedPod({ namespace, labelSelector: `${CONTROLLER_UID_LABEL}=${jobUid}` })
+  }
+
+  /**
+   * Many attempts' Jobs of one namespace in one DELETE of the collection: those carrying our backfill label with one
+   * of `backfillValues` and one of `attemptValues` as their attempt label (set-based selector), so no Job we did not
+   * create, and no same-named Job of another admission, is ever matched. Background propagation: the Jobs go at
+   * once; their pods are deleted by the caller (deleteJobsPods) and, for any it misses, by the garbage collector.
+   * At most MAX_COLLECTION_SELECTOR values (the selector travels in the URL); a value that is no label value throws
+   * before anything is sent.
+   */
+  async deleteAttemptJobs(namespace: string, backfillValues: string[], attemptValues: string[]): Promise<void> {
+    const backfills = [...new Set(backfillValues)]
+    checkSelectorValues(backfills)
+    checkSelectorValues(attemptValues)
+    this.requests.write++
+    const labelSelector = `${LABEL_BACKFILL} in (${backfills.join(',')}),${LABEL_ATTEMPT} in (${attemptValues.join(',')})`
+    await this.batch.deleteCollectionNamespacedJob({
+      namespace,
+      labelSelector,
+      propagationPolicy: 'Background',
+      body: { propagationPolicy: 'Background' },
+    })
+  }
+
+  /** The pods of many Jobs of one namespace (by their UIDs' controller-uid label) in one DELETE of the collection. */
+  async deleteJobsPods(namespace: string, jobUids: string[]): Promise<void> {
+    checkSelectorValues(jobUids)
+    this.requests.write++
+    await this.core.deleteCollectionNamespacedPod({
+      namespace,
+      labelSelector: `${CONTROLLER_UID_LABEL} in (${jobUids.join(',')})`,
+    })
   }
 
   /** GamingSessions and GPULeases target nodes and GPU groups, which are cluster-wide: list all namespaces. */
@@ -493,6 +525,19 @@ export class Kube {
       const oldest = this.eventCounts.keys().next().value
       if (oldest !== undefined) this.eventCounts.delete(oldest)
     }
+  }
+}
+
+/** Values in one set-based selector at most: a selector is part of the URL (100 UIDs: ~3.7 kB). */
+export const MAX_COLLECTION_SELECTOR = 100
+
+/** A set-based selector's values: 1..MAX_COLLECTION_SELECTOR label values (nothing that could widen the selector). */
+function checkSelectorValues(values: string[]) {
+  if (values.length === 0 || values.length > MAX_COLLECTION_SELECTOR) {
+    throw new Error(`a collection DELETE takes 1 to ${MAX_COLLECTION_SELECTOR} values, not ${values.length}`)
+  }
+  for (const v of values) {
+    if (!/^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/.test(v)) throw new Error(`"${v}" is no label value`)
   }
 }
 

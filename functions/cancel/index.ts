@@ -4,9 +4,10 @@
 // A cancel request is not trusted: every function that may publish one (demand, admit, lifecycle) could name any
 // Job. Only a Job that belongs to the named backfill is deleted — same namespace, our label with that backfill's
 // value, and a controller ownerReference to a ModelBackfill of that name — checked against a watched copy of the
-// backfill Jobs (one GET only for a Job too new to be in it), and deleted with a precondition on the UID checked,
-// so a same-named replacement is never the one deleted. The attempt's pods are deleted right after, by the Job's UID
-// (fast-path.ts): the garbage collector would get to them later, and the pods are where the work runs.
+// backfill Jobs (one GET only for a Job too new to be in it), and deleted either by name with a precondition on the
+// UID checked, or — several cancels of a namespace at once — by a selector on the attempt label the checked copy
+// carries (batch.ts), so a same-named replacement is never the one deleted. The attempt's pods are deleted right
+// after, by the Job's UID: the garbage collector would get to them later, and the pods are where the work runs.
 //
 // The DELETEs and the bookkeeping run in lanes of their own (fast-path.ts): a burst of cancels never queues a
 // DELETE behind earlier cancels' reconciles. The event is acked only after both, so a crash in between redelivers
@@ -15,7 +16,7 @@ import type { V1Job } from '@kubernetes/client-node'
 import { reconcile } from '../../admission/reconcile.js'
 import type { CancelReason } from '../../core/api.js'
 import { GROUP, REASONS } from '../../core/api.js'
-import { backfillLabelValue, LABEL_BACKFILL } from '../../core/names.js'
+import { backfillLabelValue, LABEL_ATTEMPT, LABEL_BACKFILL } from '../../core/names.js'
 import { STREAM_EVENTS } from '../../events/catalog.js'
 import { backfillJobsCache, type ObjectCache } from '../../kube/kube.js'
 import { Lane } from '../../lib/lane.js'
@@ -23,8 +24,9 @@ import { describeError } from '../../observability/log.js'
 import { preemptionLatency } from '../../observability/ops-metrics.js'
 import { traced } from '../../observability/tracing.js'
 import { type EventFunction, PermanentError } from '../../transport/function.js'
+import { DeleteBatcher } from './batch.js'
 import { type FailSafe, startFailSafe } from './fail-safe.js'
-import { deleteAttemptPods, RecentlyDeleted } from './fast-path.js'
+import { RecentlyDeleted } from './fast-path.js'
 import { awaitAdmittedJob } from './in-flight.js'
 
 /**
@@ -62,9 +64,7 @@ export function cancelFunction(): EventFunction {
   const deletes = new Lane(DELETE_WIDTH)
   const bookkeeping = new Lane(BOOKKEEPING_WIDTH)
   const deleted = new RecentlyDeleted()
-  // The attempt's pods are deleted right after the Job (what stops the work is their deletion, not the Job's);
-  // CANCEL_DELETE_PODS=false leaves them to the garbage collector (foreground propagation), which is slower.
-  const deletePods = process.env.CANCEL_DELETE_PODS !== 'false'
+  let batcher!: DeleteBatcher
   return {
     name: 'cancel',
     concurrency: IN_FLIGHT,
@@ -77,6 +77,19 @@ export function cancelFunction(): EventFunction {
         own = true
         await jobs.start()
       }
+      // The attempt's pods are deleted right after the Job (what stops the work is their deletion, not the Job's);
+      // CANCEL_DELETE_PODS=false leaves them to the garbage collector, which is slower.
+      batcher = new DeleteBatcher(deps.kube, deletes, {
+        capacity: IN_FLIGHT,
+        deletePods: process.env.CANCEL_DELETE_PODS !== 'false',
+        onPodsError: (ns, err) =>
+          deps.log.warn({ namespace: ns, error: describeError(err) }, 'cancel: deleting the pods failed; the GC will'),
+        onRefused: (err) =>
+          deps.log.warn(
+            { error: describeError(err) },
+            'cancel: deletecollection on jobs refused (RBAC of an older release?); deleting Jobs one by one',
+          ),
+      })
       // Background does not run while foreground demand cannot be observed (fail-safe.ts): Kubernetes alone.
       failSafe = startFailSafe(deps, jobs, { refusal })
     },
@@ -97,6 +110,7 @@ export function cancelFunction(): EventFunction {
       // for a DELETE place, the apiserver's answers).
       const handledAt = deps.now()
       let deleteFrom = handledAt
+      let batchSize: number | undefined
       // When the apiserver answered the Job's DELETE and the pods' (epoch ms; bench/preemption-profile.ts).
       let jobAnswered: number | undefined
       let podsAnswered: number | undefined
@@ -106,46 +120,38 @@ export function cancelFunction(): EventFunction {
           deps.log.warn({ namespace, backfill, job: jobName, reason, why }, 'cancel: refused')
           throw new PermanentError(`refusing to delete Job ${namespace}/${jobName} for backfill ${backfill}: ${why}`)
         }
-        const uid = job.metadata?.uid
+        const meta = job.metadata ?? {}
+        const uid = meta.uid
         // DELETEd by this instance a moment ago, pods included: nothing to send again. (Not skipped for a Job that
         // merely shows a deletionTimestamp: someone may have deleted it orphaning its pods.)
         if (deleted.has(uid)) return 'deleting' as const
-        // The Job's DELETE first, the pods' once it is answered: the Job controller counts deleted pods as the Job's
-        // failures (backoffLimit 0: Failed), and decide tells that failure from one of the Job's own by it coming
-        // with or after the Job's deletionTimestamp — which this order guarantees. (It also makes the Failed
-        // condition rarer: 4 of 10 Jobs with both at once; with this order 0 of 40 quiet, 7 of 16 under load.) The
-        // deletionTimestamp also stops new pods; one made in between is the garbage collector's (foreground).
-        const result = await traced('DELETE Job', { 'k8s.namespace.name': namespace, 'k8s.job.name': jobName }, () =>
-          deps.kube.deleteJob(namespace, jobName, uid),
+        if (!uid) return deps.kube.deleteJob(namespace, jobName)
+        const out = await traced('DELETE Job', { 'k8s.namespace.name': namespace, 'k8s.job.name': jobName }, () =>
+          batcher.delete({
+            namespace,
+            jobName,
+            uid,
+            backfillValue: meta.labels?.[LABEL_BACKFILL] as string,
+            attemptValue: meta.labels?.[LABEL_ATTEMPT],
+          }),
         )
-        jobAnswered = deps.now()
-        // Best effort: the garbage collector deletes them anyway, just later. Also when the Job was already gone or
-        // replaced: the selector is this Job's UID, so only its pods match.
-        if (uid && deletePods) {
-          await deleteAttemptPods(deps.kube, namespace, uid).catch((err) =>
-            deps.log.warn(
-              { namespace, job: jobName, error: describeError(err) },
-              'cancel: deleting the pods failed; the GC will',
-            ),
-          )
-          podsAnswered = deps.now()
-        }
-        if (result === 'deleted') deleted.add(uid)
-        return result
+        deleteFrom = out.sentAt
+        jobAnswered = out.jobAt
+        podsAnswered = out.podsAt
+        batchSize = out.batch
+        if (out.result === 'deleted') deleted.add(uid)
+        return out.result
       }
-      let result = await deletes.run(async () => {
-        deleteFrom = deps.now()
-        // The watched copy first; a Job created a moment ago may not be in it yet: one GET then.
-        const job = jobs?.get(namespace, jobName) ?? (await deps.kube.getJob(namespace, jobName))
-        return job ? remove(job) : ('absent' as const)
-      })
+      // The watched copy first; a Job created a moment ago may not be in it yet: one GET then.
+      const job = jobs?.get(namespace, jobName) ?? (await deps.kube.getJob(namespace, jobName))
+      let result = job ? await remove(job) : ('absent' as const)
       // No Job yet: the admission may still be creating it (in-flight.ts). Waited for outside the DELETE lane.
       let waitedMs: number | undefined
       if (result === 'absent' && reason === 'ForegroundDemand') {
         const from = deps.now()
         const late = await awaitAdmittedJob(deps, jobs, { namespace, backfill, jobName, at })
         waitedMs = deps.now() - from
-        if (late) result = await deletes.run(() => remove(late))
+        if (late) result = await remove(late)
       }
       const ms = {
         queued: event.storedAt === undefined ? undefined : Math.round(handledAt - event.storedAt),
@@ -157,7 +163,7 @@ export function cancelFunction(): EventFunction {
       // The signal's time (`at`, capped at now) to the DELETE accepted: what the latency alert watches.
       if (result === 'deleted') preemptionLatency.observe({ reason }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
       deps.log.info(
-        { namespace, backfill, job: jobName, reason, result, ms, t, waitedMs },
+        { namespace, backfill, job: jobName, reason, result, ms, t, waitedMs, batch: batchSize },
         'cancel: job delete accepted',
       )
       await bookkeeping.run(async () => {

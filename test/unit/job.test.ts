@@ -2,7 +2,7 @@
 import type { V1Container, V1CronJob } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
 import { buildJob, gpuViolations } from '../../core/job.js'
-import { backfillLabelValue, jobName } from '../../core/names.js'
+import { attemptLabelValue, backfillLabelValue, jobName } from '../../core/names.js'
 import { jobView } from '../../core/world.js'
 import { aBackfill, BACKFILL, BACKFILL_UID, MINUTE, MODEL, NODE, NS } from './support/world.js'
 
@@ -70,6 +70,21 @@ const build = (maxRunDurationMs = 15 * MINUTE, template = TEMPLATE, backfill = B
   buildJob({ backfill, template, name: NAME, node: NODE, maxRunDurationMs })
 
 describe('buildJob', () => {
+  it("labels each admission's Job apart: same name, another admission time, another attempt label", () => {
+    const at = (admittedAt: string) =>
+      buildJob({
+        backfill: BACKFILL_WITH_ENV,
+        template: TEMPLATE,
+        name: NAME,
+        node: NODE,
+        maxRunDurationMs: MINUTE,
+        admittedAt,
+      }).metadata?.labels?.['ai.flexinfer/attempt']
+    expect(at('2026-01-01T00:00:00.000Z')).toMatch(/^[0-9a-f]{16}$/)
+    expect(at('2026-01-01T00:00:00.000Z')).toBe(at('2026-01-01T00:00:00.000Z'))
+    expect(at('2026-01-01T00:00:00.000Z')).not.toBe(at('2026-01-01T00:05:00.000Z'))
+  })
+
   it('has the exact shape contract.md pins', () => {
     expect(build()).toEqual({
       apiVersion: 'batch/v1',
@@ -77,7 +92,11 @@ describe('buildJob', () => {
       metadata: {
         name: NAME,
         namespace: NS,
-        labels: { app: 'gauntlet', 'ai.flexinfer/model-backfill': backfillLabelValue(BACKFILL) },
+        labels: {
+          app: 'gauntlet',
+          'ai.flexinfer/model-backfill': backfillLabelValue(BACKFILL),
+          'ai.flexinfer/attempt': attemptLabelValue(BACKFILL_UID, NAME, ''),
+        },
         annotations: {
           team: 'evals',
           'ai.flexinfer/backfill-model': MODEL,
@@ -250,6 +269,7 @@ describe('buildJob', () => {
     expect(job.metadata?.labels).toEqual({
       app: 'gauntlet',
       'ai.flexinfer/model-backfill': backfillLabelValue(BACKFILL),
+      'ai.flexinfer/attempt': attemptLabelValue(BACKFILL_UID, NAME, ''),
     })
     expect(job.spec?.template.spec?.containers).toEqual([
       { name: 'only', image: 'busybox', env: [{ name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' }] },

@@ -55,9 +55,10 @@ export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grant[]>
     ns(FLEX, ['models'], ['get']),
     anywhere(FLEX, SESSIONS_AND_LEASES, ['list']),
     ns('batch', ['cronjobs'], ['get']),
-    // list/watch: cancel's watched copy of the backfill Jobs (functions/cancel), per managed namespace.
-    ns('batch', ['jobs'], ['get', 'list', 'watch', 'delete']),
-    // The preempted attempt's pods, by the Job's UID label, right after the Job's DELETE (functions/cancel; on by default).
+    // list/watch: cancel's watched copy of the backfill Jobs (functions/cancel), per managed namespace;
+    // deletecollection: a burst's Jobs of one namespace in one request, selected by their attempt labels.
+    ns('batch', ['jobs'], ['get', 'list', 'watch', 'delete', 'deletecollection']),
+    // The preempted attempts' pods, by their Jobs' UID labels, right after the Jobs' DELETE (functions/cancel; on by default).
     ns('', ['pods'], ['deletecollection']),
     ns('', ['events'], ['create', 'get', 'patch']),
   ],

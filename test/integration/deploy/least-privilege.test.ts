@@ -159,6 +159,19 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
     expect(await forbidden(core('cancel').deleteNamespacedPod({ namespace: env.namespace, name: 'x' }))).toBe(true)
   })
 
+  it('only cancel deletes Jobs by collection', async () => {
+    const batch = (fn: FunctionName) => kcs[fn].makeApiClient(BatchV1Api)
+    const selector = {
+      namespace: env.namespace,
+      labelSelector: 'ai.flexinfer/model-backfill in (none),ai.flexinfer/attempt in (none)',
+      propagationPolicy: 'Background',
+    }
+    for (const fn of ['admit', 'lifecycle', 'demand', 'source'] as const) {
+      expect(await forbidden(batch(fn).deleteCollectionNamespacedJob(selector)), fn).toBe(true)
+    }
+    await batch('cancel').deleteCollectionNamespacedJob(selector)
+  })
+
   it('nobody writes a Model, a session or a lease; only admit and lifecycle list backfills, only admit CronJobs; demand reads nothing, source only reads', async () => {
     const custom = (fn: FunctionName) => kcs[fn].makeApiClient(CustomObjectsApi)
     const crd = (plural: string) => ({ group: GROUP, version: VERSION, namespace: env.namespace, plural })

@@ -67,6 +67,11 @@ it('admit creates and deletes Jobs in its namespace only', async () => {
 it('cancel deletes Jobs in its namespace only, and creates none', async () => {
   const batch = kcs.cancel?.makeApiClient(BatchV1Api) as BatchV1Api
   expect(await status(batch.deleteNamespacedJob({ namespace: unlisted, name: 'theirs' }))).toBe(403)
+  // A burst's collection DELETE: granted in its namespace, refused in an unlisted one.
+  const collection = (namespace: string) =>
+    batch.deleteCollectionNamespacedJob({ namespace, labelSelector: 'ai.flexinfer/attempt in (none)' })
+  expect(await status(collection(unlisted))).toBe(403)
+  expect(await status(collection(env.namespace))).toBe(200)
   expect(await status(batch.createNamespacedJob({ namespace: env.namespace, body: job('x-cancel') }))).toBe(403)
   await env.kc.makeApiClient(BatchV1Api).createNamespacedJob({ namespace: env.namespace, body: job('ours') })
   expect(
