@@ -128,12 +128,16 @@ export interface MutantResult {
   output: string
 }
 
-export function runMutant(m: Mutant, o: { seeds: number; maxSeconds: number; steps: number }): MutantResult {
+export function runMutant(
+  m: Mutant,
+  o: { seeds: number; maxSeconds: number; steps: number; hostile?: boolean },
+): MutantResult {
   const dir = m.edits?.length ? mutatedCopy(m) : root
   try {
     const args = ['--import', 'tsx', join(dir, 'test/sim/run.ts'), '--seeds', String(o.seeds)]
     args.push('--steps', String(o.steps), '--max-seconds', String(o.maxSeconds))
     if (m.revert) args.push('--revert', m.revert)
+    if (o.hostile) args.push('--hostile')
     // Bounded: the run stops itself at --max-seconds; the kill is for a run that hangs.
     const r = spawnSync(process.execPath, args, {
       cwd: dir,
@@ -165,9 +169,15 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
       'max-seconds': { type: 'string', default: '240' },
       steps: { type: 'string', default: '400' },
       only: { type: 'string' },
+      hostile: { type: 'boolean', default: false },
     },
   })
-  const o = { seeds: Number(values.seeds), maxSeconds: Number(values['max-seconds']), steps: Number(values.steps) }
+  const o = {
+    seeds: Number(values.seeds),
+    maxSeconds: Number(values['max-seconds']),
+    steps: Number(values.steps),
+    hostile: values.hostile,
+  }
   let missed = 0
   for (const m of MUTANTS.filter((x) => !values.only || x.name === values.only)) {
     const r = runMutant(m, o)

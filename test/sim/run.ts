@@ -1,9 +1,10 @@
 // npm run sim -- --seeds N [--from S] [--steps K] [--max-seconds T] [--revert a,b] [--seed S --print]: the
 // deterministic simulation of admission (test/unit/support/dst.ts) over many seeds; a failing seed is printed with its
 // schedule and replays exactly. --revert undoes fixes of the simulated drivers (the race-finding check, see
-// test/sim/mutants.ts); --stats prints how often each fault kind was generated.
+// test/sim/mutants.ts); --hostile draws more duplicates and slow calls; --stats prints how often each fault kind was
+// generated.
 import { parseArgs } from 'node:util'
-import { type Reverts, searchSeeds, simulate } from '../unit/support/dst.js'
+import { DEFAULT_FAULTS, HOSTILE_FAULTS, type Reverts, searchSeeds, simulate } from '../unit/support/dst.js'
 
 const { values } = parseArgs({
   options: {
@@ -15,6 +16,7 @@ const { values } = parseArgs({
     seed: { type: 'string' },
     print: { type: 'boolean', default: false },
     stats: { type: 'boolean', default: false },
+    hostile: { type: 'boolean', default: false },
   },
 })
 const KNOWN: (keyof Reverts)[] = ['cancelNoWait', 'documentedSubjectBlind']
@@ -27,8 +29,9 @@ for (const r of values.revert.split(',').filter(Boolean)) {
   reverts[r as keyof Reverts] = true
 }
 const steps = Number(values.steps)
+const faults = values.hostile ? HOSTILE_FAULTS : DEFAULT_FAULTS
 if (values.seed !== undefined) {
-  const r = await simulate({ seed: Number(values.seed), steps, reverts, trace: true })
+  const r = await simulate({ seed: Number(values.seed), steps, reverts, faults, trace: true })
   if (values.print || !r.ok) process.stdout.write(`${r.schedule.join('\n')}\n`)
   process.stdout.write(
     `seed ${r.seed}: ${r.ok ? 'ok' : `VIOLATION ${r.violation}`} (${r.jobs} Jobs, ${r.requests} requests)\n`,
@@ -39,7 +42,7 @@ const from = Number(values.from)
 const count = Number(values.seeds)
 const maxMs = values['max-seconds'] === undefined ? undefined : Number(values['max-seconds']) * 1000
 const cpu0 = process.cpuUsage()
-const r = await searchSeeds(from, count, { steps, reverts, maxMs })
+const r = await searchSeeds(from, count, { steps, reverts, faults, maxMs })
 const cpu = process.cpuUsage(cpu0)
 const cpuS = (cpu.user + cpu.system) / 1e6
 const rate = Math.round((r.runs / r.ms) * 1000)
@@ -49,7 +52,7 @@ if (r.failed) {
   process.stdout.write(`${f.schedule.slice(-60).join('\n')}\n`)
   process.stdout.write(
     `seed ${f.seed} FAILED after ${r.runs} schedules, ${Math.round(r.ms)} ms: ${f.violation}\n` +
-      `replay: npm run sim -- --seed ${f.seed} --steps ${steps}${values.revert ? ` --revert ${values.revert}` : ''} --print\n`,
+      `replay: npm run sim -- --seed ${f.seed} --steps ${steps}${values.revert ? ` --revert ${values.revert}` : ''}${values.hostile ? ' --hostile' : ''} --print\n`,
   )
   process.exit(1)
 }

@@ -86,6 +86,12 @@ export const DEFAULT_FAULTS: Faults = {
 }
 
 /**
+ * More tries and more slow calls: what the races between two tries of one attempt need. The race-finding check runs
+ * with both profiles.
+ */
+export const HOSTILE_FAULTS: Faults = { ...DEFAULT_FAULTS, duplicate: 0.35, slow: 0.15 }
+
+/**
  * Fixes of the simulated drivers' own, undone (the race-finding check: each must be found again). Fixes in product
  * code are undone on a copy of it instead (test/sim/mutants.ts).
  */
