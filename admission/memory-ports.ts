@@ -1,6 +1,10 @@
 // The admission ports in memory: the same contracts as the real ones (admission/nats-ports.ts), for the
 // deterministic simulation and unit tests. Every call first waits at a gate, where a scheduler decides when it runs
 // and whether it fails — before it takes effect, or after (the reply lost) — or never answers (a crash there).
+//
+// Nothing here copies or re-serialises what it hands out: an entry, a stored Job, is one immutable object replaced on
+// change (readers that held the old one keep it, as a reply already received), so thousands of schedules a second
+// spend their time in the protocol, not in the ports.
 import type { V1Job } from '@kubernetes/client-node'
 import { modelKey } from '../core/names.js'
 import type { Logger } from '../observability/log.js'
@@ -18,15 +22,34 @@ import type {
 } from './ports.js'
 
 export type Verdict = 'ok' | 'failBefore' | 'failAfter'
-/** Where a call waits for its turn; `op` names it (for a schedule's printout). */
-export type Gate = (op: string) => Promise<Verdict>
-export const immediate: Gate = async () => 'ok'
+/**
+ * Where a call waits for its turn. `op` names the kind of call (`claims.create`), `detail` what it is about, built only
+ * when a schedule is printed.
+ */
+export type Gate = (op: string, detail?: () => string) => Promise<Verdict>
+export const immediate: Gate = () => OK
+const OK: Promise<Verdict> = Promise.resolve('ok')
 
-async function step<T>(gate: Gate, op: string, effect: () => T): Promise<T> {
-  const verdict = await gate(op)
-  if (verdict === 'failBefore') throw new Error(`${op}: timeout (not applied)`)
+/** A failure the scheduler injected (a timeout before or after the call took effect): anything else is a bug. */
+export class SimulatedFault extends Error {}
+
+/** Errors thrown on every lost compare-and-set: without a stack (capturing one cost more than the write). */
+function quietError<E extends Error>(make: () => E): E {
+  const limit = Error.stackTraceLimit
+  Error.stackTraceLimit = 0
+  try {
+    return make()
+  } finally {
+    Error.stackTraceLimit = limit
+  }
+}
+
+async function step<T>(gate: Gate, op: string, detail: (() => string) | undefined, effect: () => T): Promise<T> {
+  const verdict = await gate(op, detail)
+  if (verdict === 'failBefore') throw new SimulatedFault(`${op}${detail ? ` ${detail()}` : ''}: timeout (not applied)`)
   const result = effect()
-  if (verdict === 'failAfter') throw new Error(`${op}: timeout (applied, reply lost)`)
+  if (verdict === 'failAfter')
+    throw new SimulatedFault(`${op}${detail ? ` ${detail()}` : ''}: timeout (applied, reply lost)`)
   return result
 }
 
@@ -38,8 +61,11 @@ export interface KvEntryLike extends Entry {
 }
 
 export class MemoryKv implements CasStore {
-  private readonly entries = new Map<string, Entry>()
+  /** Each entry is the object every reader gets (never changed: a write stores a new one). */
+  private readonly entries = new Map<string, KvEntryLike>()
   private seq = 0
+  /** Counts every write: the simulation's oracle re-reads the bucket only when it moved. */
+  writes = 0
 
   constructor(
     readonly bucket: string,
@@ -55,41 +81,46 @@ export class MemoryKv implements CasStore {
     return [...this.entries.keys()]
   }
 
-  private view(key: string, e: Entry | undefined): KvEntryLike | null {
-    return e ? { ...e, bucket: this.bucket, key, string: () => e.text } : null
-  }
-
   private write(key: string, operation: Entry['operation'], text: string) {
     this.seq++
-    this.entries.set(key, { operation, revision: this.seq, text })
+    this.writes++
+    const bucket = this.bucket
+    this.entries.set(key, Object.freeze({ operation, revision: this.seq, text, bucket, key, string: () => text }))
     return this.seq
   }
 
   private conflict(key: string): never {
-    throw new Error(`wrong last sequence: ${this.bucket}/${key} (10071)`)
+    throw quietError(() => new Error(`wrong last sequence: ${this.bucket}/${key} (10071)`))
   }
 
   get(key: string) {
-    return step(this.gate, `${this.bucket}.get ${key}`, () => this.view(key, this.entries.get(key)))
+    return step(
+      this.gate,
+      `${this.bucket}.get`,
+      () => key,
+      () => this.entries.get(key) ?? null,
+    )
   }
 
   /** A write's label in a schedule: the key, and the value's phase and Job when it has them. */
-  private label(op: string, key: string, text: string) {
-    const m = /"phase":"(\w+)".*?"reason":"(\w+)"/.exec(text)
-    const j = /"jobName":"([^"]+)"/.exec(text)
-    const at = /"claimedAt":"[^"]*T([^"Z]+)/.exec(text)
-    return `${this.bucket}.${op} ${key}${m ? ` ${m[1]}/${m[2]}` : ''}${j ? ` ${j[1]}` : ''}${at ? `@${at[1]}` : ''}`
+  private label(key: string, text: string) {
+    return () => {
+      const m = /"phase":"(\w+)".*?"reason":"(\w+)"/.exec(text)
+      const j = /"jobName":"([^"]+)"/.exec(text)
+      const at = /"claimedAt":"[^"]*T([^"Z]+)/.exec(text)
+      return `${key}${m ? ` ${m[1]}/${m[2]}` : ''}${j ? ` ${j[1]}` : ''}${at ? `@${at[1]}` : ''}`
+    }
   }
 
   create(key: string, text: string) {
-    return step(this.gate, this.label('create', key, text), () => {
+    return step(this.gate, `${this.bucket}.create`, this.label(key, text), () => {
       if (this.entries.get(key)?.operation === 'PUT') this.conflict(key)
       return this.write(key, 'PUT', text)
     })
   }
 
   update(key: string, text: string, revision: number) {
-    return step(this.gate, this.label('update', key, text), () => {
+    return step(this.gate, `${this.bucket}.update`, this.label(key, text), () => {
       if ((this.entries.get(key)?.revision ?? 0) !== revision) this.conflict(key)
       return this.write(key, 'PUT', text)
     })
@@ -98,15 +129,25 @@ export class MemoryKv implements CasStore {
   /** Without a revision: unconditional (a NATS KV delete without previousSeq). */
   delete(key: string, revision?: number | { previousSeq?: number }) {
     const expected = typeof revision === 'number' ? revision : revision?.previousSeq
-    return step(this.gate, `${this.bucket}.delete ${key}`, () => {
-      if (expected !== undefined && (this.entries.get(key)?.revision ?? 0) !== expected) this.conflict(key)
-      this.write(key, 'DEL', '')
-    })
+    return step(
+      this.gate,
+      `${this.bucket}.delete`,
+      () => key,
+      () => {
+        if (expected !== undefined && (this.entries.get(key)?.revision ?? 0) !== expected) this.conflict(key)
+        this.write(key, 'DEL', '')
+      },
+    )
   }
 
   /** Unconditional write (the simulation's setup). */
   put(key: string, text: string) {
-    return step(this.gate, `${this.bucket}.put ${key}`, () => this.write(key, 'PUT', text))
+    return step(
+      this.gate,
+      `${this.bucket}.put`,
+      () => key,
+      () => this.write(key, 'PUT', text),
+    )
   }
 }
 
@@ -146,7 +187,7 @@ export class MemoryRequests implements RequestLog {
   }
 
   fence(): Promise<FenceResult> {
-    return step(this.gate, 'requests.fence', (): FenceResult => {
+    return step(this.gate, 'requests.fence', undefined, (): FenceResult => {
       const cursor = this.ackFloor
       if (!this.consuming.demand)
         return { ready: false, why: 'no demand instance is pulling foreground requests', cursor }
@@ -165,28 +206,34 @@ export class MemoryRequests implements RequestLog {
   }
 
   newest(namespace: string, model: string, since?: Cursor) {
-    return step(this.gate, `requests.newest ${model}`, () => {
-      const perModel = this.newestPerModel.get(modelKey(namespace, model))
-      let newest = perModel ?? Number.NEGATIVE_INFINITY
-      let cursor: Cursor | undefined
-      if (since !== undefined) {
-        cursor = this.lastSeq
-        if (this.lastSeq - since > this.maxUnseen) {
-          newest = this.clock.now()
-          cursor = since
-        } else {
-          for (const r of this.stored) {
-            if (r.seq <= since || r.subject !== 'documented' || r.background) continue
-            if (r.namespace === namespace && r.model === model) newest = Math.max(newest, r.at)
+    return step(
+      this.gate,
+      'requests.newest',
+      () => model,
+      () => {
+        const perModel = this.newestPerModel.get(modelKey(namespace, model))
+        let newest = perModel ?? Number.NEGATIVE_INFINITY
+        let cursor: Cursor | undefined
+        if (since !== undefined) {
+          cursor = this.lastSeq
+          if (this.lastSeq - since > this.maxUnseen) {
+            newest = this.clock.now()
+            cursor = since
+          } else {
+            for (const r of this.stored) {
+              if (r.seq <= since || r.subject !== 'documented' || r.background) continue
+              if (r.namespace === namespace && r.model === model) newest = Math.max(newest, r.at)
+            }
           }
         }
-      }
-      return { at: Number.isFinite(newest) ? new Date(newest).toISOString() : null, cursor }
-    })
+        return { at: Number.isFinite(newest) ? new Date(newest).toISOString() : null, cursor }
+      },
+    )
   }
 }
 
 export interface StoredJob {
+  /** As the apiserver returns it: replaced, never changed, when the Job changes (see `update`). */
   job: V1Job
   uid: string
   createdAt: number
@@ -195,12 +242,23 @@ export interface StoredJob {
   started?: boolean
 }
 
+/** Freezes what a port hands out, so that a reader that changed it in place fails loudly instead of changing the world. */
+export function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object' && !Object.isFrozen(o)) {
+    Object.freeze(o)
+    for (const v of Object.values(o)) deepFreeze(v)
+  }
+  return o
+}
+
 /** Jobs by `<namespace>/<name>`; `onChange` is the watch (lifecycle's wake-ups). */
 export class MemoryJobs implements JobApi {
   readonly jobs = new Map<string, StoredJob>()
   private uids = 0
   /** Every create that took effect (the oracle's record, kept after the Job is gone). */
   readonly created: StoredJob[] = []
+  /** Counts every change: the simulation's oracle looks again only when something moved. */
+  changes = 0
 
   constructor(
     private readonly clock: Clock,
@@ -211,53 +269,76 @@ export class MemoryJobs implements JobApi {
   create(job: V1Job) {
     const namespace = job.metadata?.namespace ?? ''
     const name = job.metadata?.name ?? ''
-    return step(this.gate, `jobs.create ${name}`, (): CreateResult => {
-      const key = `${namespace}/${name}`
-      const existing = this.jobs.get(key)
-      if (existing) return { result: 'exists', uid: existing.uid }
-      const uid = `job-uid-${++this.uids}`
-      const now = this.clock.now()
-      const stored: StoredJob = {
-        job: structuredClone({
-          ...job,
-          metadata: { ...job.metadata, uid, creationTimestamp: new Date(now) as unknown as Date },
-        }),
-        uid,
-        createdAt: now,
-      }
-      this.jobs.set(key, stored)
-      this.created.push(stored)
-      this.onChange(stored)
-      return { result: 'created', uid }
-    })
+    return step(
+      this.gate,
+      'jobs.create',
+      () => name,
+      (): CreateResult => {
+        const key = `${namespace}/${name}`
+        const existing = this.jobs.get(key)
+        if (existing) return { result: 'exists', uid: existing.uid }
+        const uid = `job-uid-${++this.uids}`
+        const now = this.clock.now()
+        const stored: StoredJob = {
+          // The one copy: the caller keeps its own object.
+          job: deepFreeze(
+            structuredClone({
+              ...job,
+              metadata: { ...job.metadata, uid, creationTimestamp: new Date(now) as unknown as Date },
+            }),
+          ),
+          uid,
+          createdAt: now,
+        }
+        this.jobs.set(key, stored)
+        this.created.push(stored)
+        this.changes++
+        this.onChange(stored)
+        return { result: 'created', uid }
+      },
+    )
+  }
+
+  /** Replaces a stored Job's object by `change` of it (its status, a deletion mark): readers keep what they read. */
+  update(stored: StoredJob, change: (job: V1Job) => V1Job) {
+    stored.job = deepFreeze(change(stored.job))
+    this.changes++
   }
 
   delete(namespace: string, name: string, uid?: string) {
-    return step(this.gate, `jobs.delete ${name}`, (): DeleteResult => {
-      const stored = this.jobs.get(`${namespace}/${name}`)
-      if (!stored) return 'absent'
-      if (uid && stored.uid !== uid) return 'replaced'
-      if (stored.deletedAt === undefined) {
-        stored.deletedAt = this.clock.now()
-        stored.job.metadata = {
-          ...stored.job.metadata,
-          deletionTimestamp: new Date(stored.deletedAt) as unknown as Date,
+    return step(
+      this.gate,
+      'jobs.delete',
+      () => name,
+      (): DeleteResult => {
+        const stored = this.jobs.get(`${namespace}/${name}`)
+        if (!stored) return 'absent'
+        if (uid && stored.uid !== uid) return 'replaced'
+        if (stored.deletedAt === undefined) {
+          const at = this.clock.now()
+          stored.deletedAt = at
+          this.update(stored, (job) => ({
+            ...job,
+            metadata: { ...job.metadata, deletionTimestamp: new Date(at) as unknown as Date },
+          }))
+          this.onChange(stored)
         }
-        this.onChange(stored)
-      }
-      return 'deleted'
-    })
+        return 'deleted'
+      },
+    )
   }
 
   get(namespace: string, name: string) {
-    return step(this.gate, `jobs.get ${name}`, () => {
-      const s = this.jobs.get(`${namespace}/${name}`)
-      return s ? structuredClone(s.job) : null
-    })
+    return step(
+      this.gate,
+      'jobs.get',
+      () => name,
+      () => this.jobs.get(`${namespace}/${name}`)?.job ?? null,
+    )
   }
 
   list() {
-    return step(this.gate, 'jobs.list', () => [...this.jobs.values()].map((s) => structuredClone(s.job)))
+    return step(this.gate, 'jobs.list', undefined, () => [...this.jobs.values()].map((s) => s.job))
   }
 }
 

@@ -1,20 +1,37 @@
-// npm run sim -- --seeds N [--from S] [--steps K] [--seed S --print]: the deterministic simulation of admission
-// (test/unit/support/dst.ts) over many seeds; a failing seed is printed with its schedule and replays exactly.
+// npm run sim -- --seeds N [--from S] [--steps K] [--max-seconds T] [--revert a,b] [--seed S --print]: the
+// deterministic simulation of admission (test/unit/support/dst.ts) over many seeds; a failing seed is printed with its
+// schedule and replays exactly. --revert undoes fixes of the simulated drivers (the race-finding check, see
+// test/sim/mutants.ts); --hostile draws more duplicates and slow calls; --stats prints how often each fault kind was
+// generated.
 import { parseArgs } from 'node:util'
-import { searchSeeds, simulate } from '../unit/support/dst.js'
+import { DEFAULT_FAULTS, HOSTILE_FAULTS, type Reverts, searchSeeds, simulate } from '../unit/support/dst.js'
 
 const { values } = parseArgs({
   options: {
     seeds: { type: 'string', default: '1000' },
     from: { type: 'string', default: '1' },
     steps: { type: 'string', default: '400' },
+    'max-seconds': { type: 'string' },
+    revert: { type: 'string', default: '' },
     seed: { type: 'string' },
     print: { type: 'boolean', default: false },
+    stats: { type: 'boolean', default: false },
+    hostile: { type: 'boolean', default: false },
   },
 })
+const KNOWN: (keyof Reverts)[] = ['cancelNoWait', 'documentedSubjectBlind']
+const reverts: Reverts = {}
+for (const r of values.revert.split(',').filter(Boolean)) {
+  if (!KNOWN.includes(r as keyof Reverts)) {
+    process.stderr.write(`--revert ${r}: not one of ${KNOWN.join(', ')}\n`)
+    process.exit(2)
+  }
+  reverts[r as keyof Reverts] = true
+}
 const steps = Number(values.steps)
+const faults = values.hostile ? HOSTILE_FAULTS : DEFAULT_FAULTS
 if (values.seed !== undefined) {
-  const r = await simulate({ seed: Number(values.seed), steps })
+  const r = await simulate({ seed: Number(values.seed), steps, reverts, faults, trace: true })
   if (values.print || !r.ok) process.stdout.write(`${r.schedule.join('\n')}\n`)
   process.stdout.write(
     `seed ${r.seed}: ${r.ok ? 'ok' : `VIOLATION ${r.violation}`} (${r.jobs} Jobs, ${r.requests} requests)\n`,
@@ -23,17 +40,23 @@ if (values.seed !== undefined) {
 }
 const from = Number(values.from)
 const count = Number(values.seeds)
-const r = await searchSeeds(from, count, { steps })
+const maxMs = values['max-seconds'] === undefined ? undefined : Number(values['max-seconds']) * 1000
+const cpu0 = process.cpuUsage()
+const r = await searchSeeds(from, count, { steps, reverts, faults, maxMs })
+const cpu = process.cpuUsage(cpu0)
+const cpuS = (cpu.user + cpu.system) / 1e6
 const rate = Math.round((r.runs / r.ms) * 1000)
+if (values.stats) process.stdout.write(`${JSON.stringify(r.stats)}\n`)
 if (r.failed) {
   const f = r.failed
   process.stdout.write(`${f.schedule.slice(-60).join('\n')}\n`)
   process.stdout.write(
     `seed ${f.seed} FAILED after ${r.runs} schedules, ${Math.round(r.ms)} ms: ${f.violation}\n` +
-      `replay: npm run sim -- --seed ${f.seed} --steps ${steps} --print\n`,
+      `replay: npm run sim -- --seed ${f.seed} --steps ${steps}${values.revert ? ` --revert ${values.revert}` : ''}${values.hostile ? ' --hostile' : ''} --print\n`,
   )
   process.exit(1)
 }
 process.stdout.write(
-  `${r.runs} schedules ok (seeds ${from}..${from + count - 1}) in ${Math.round(r.ms)} ms, ${rate}/s\n`,
+  `${r.runs} schedules ok (seeds ${from}..${from + r.runs - 1}, ${steps} steps) in ${Math.round(r.ms)} ms, ${rate}/s ` +
+    `(${Math.round(r.runs / cpuS)} per CPU second)\n`,
 )

@@ -1,18 +1,109 @@
-// The deterministic simulation of admission (support/dst.ts), a short variant: a few dozen seeded schedules of the
-// real reconcile over the in-memory ports; `npm run sim -- --seeds N` runs the long one.
-import { expect, it } from 'vitest'
-import { searchSeeds, simulate } from './support/dst.js'
+// The deterministic simulation of admission (support/dst.ts), a short variant: seeded schedules of the real reconcile
+// over the in-memory ports, every fault kind shown to be generated, a crash at every await of an admission, and a
+// failing seed's exact replay. `npm run sim -- --seeds N` runs the long search, `npm run sim:mutants` the race-finding
+// check.
+import { beforeAll, describe, expect, it } from 'vitest'
+import { type Faults, type SimStats, searchSeeds, simulate } from './support/dst.js'
 
-const SEEDS = Number(process.env.SIM_SEEDS ?? 16)
+const SEEDS = Number(process.env.SIM_SEEDS ?? 24)
+const NO_FAULTS: Faults = {
+  failBefore: 0,
+  failAfter: 0,
+  crash: 0,
+  duplicate: 0,
+  slow: 0,
+  lostWatch: 0,
+  postFail: 0,
+  postSlow: 0,
+}
 
-it(`${SEEDS} seeded schedules keep every invariant`, { timeout: 120_000 }, async () => {
-  const r = await searchSeeds(1, SEEDS, { steps: 300 })
-  const f = r.failed
-  expect(f, f ? `seed ${f.seed}: ${f.violation}\n${f.schedule.slice(-80).join('\n')}` : '').toBeUndefined()
+describe('admission under the deterministic simulation', () => {
+  let search: Awaited<ReturnType<typeof searchSeeds>>
+  beforeAll(async () => {
+    search = await searchSeeds(1, SEEDS, { steps: 300 })
+  }, 120_000)
+
+  it(`${SEEDS} seeded schedules keep every invariant`, () => {
+    const f = search.failed
+    expect(f, f ? `seed ${f.seed}: ${f.violation}\n${f.schedule.slice(-80).join('\n')}` : '').toBeUndefined()
+    expect(search.runs).toBe(SEEDS)
+  })
+
+  it('generates every fault kind and interleaving it claims to', () => {
+    const s: SimStats = search.stats
+    const report = JSON.stringify(s)
+    // NATS errors (KV reads and writes) and failing POSTs, before and after taking effect.
+    for (const kind of ['failBefore', 'failAfter'] as const) {
+      expect(s[kind].kv ?? 0, `${kind}.kv ${report}`).toBeGreaterThan(0)
+      expect(s[kind].post ?? 0, `${kind}.post ${report}`).toBeGreaterThan(0)
+      expect(s[kind].publish ?? 0, `${kind}.publish ${report}`).toBeGreaterThan(0)
+    }
+    // Slow calls, the POST among them; crashes at many different awaits.
+    expect(s.slow.post ?? 0, report).toBeGreaterThan(0)
+    expect(s.slow.kv ?? 0, report).toBeGreaterThan(0)
+    expect(Object.keys(s.crash).length, report).toBeGreaterThanOrEqual(8)
+    // Redeliveries, duplicates (two tries of one attempt, interleaved), lost watch events.
+    expect(s.redeliveries, report).toBeGreaterThan(0)
+    expect(s.duplicates, report).toBeGreaterThan(0)
+    expect(s.interleavedTries, report).toBeGreaterThan(0)
+    expect(s.lostWatch, report).toBeGreaterThan(0)
+    // Foreground requests on both subjects, some of them while a POST was in flight; cancels that found no Job yet.
+    expect(s.requests.documented, report).toBeGreaterThan(0)
+    expect(s.requests.perModel, report).toBeGreaterThan(0)
+    expect(s.requestsDuringPost, report).toBeGreaterThan(0)
+    expect(s.cancelWaits, report).toBeGreaterThan(0)
+    // And the protocol did its work: Jobs created, some raced and deleted at once.
+    expect(s.jobsCreated, report).toBeGreaterThan(SEEDS / 2)
+    expect(s.racedJobsDeleted, report).toBeGreaterThan(0)
+  })
 })
 
-it('a seed replays exactly', async () => {
-  const [a, b] = [await simulate({ seed: 7, steps: 150 }), await simulate({ seed: 7, steps: 150 })]
+it('an admission crashed at every one of its awaits keeps every invariant', { timeout: 60_000 }, async () => {
+  // No random faults: the crash is the only one. Seed 3's first admission goes the whole way (claims, fence, re-reads,
+  // Starting, the reads around the POST, the POST, a raced Job's delete); seed 1's gives its claims back.
+  const reached = new Set<string>()
+  for (const seed of [1, 3]) {
+    for (let call = 1; call <= 60; call++) {
+      const r = await simulate({ seed, steps: 100, faults: NO_FAULTS, crashAt: { role: 'admit', call } })
+      if (!r.stats.crashedAt) break
+      reached.add(r.stats.crashedAt)
+      expect(r.ok, `seed ${seed}, crashed at call ${call} (${r.stats.crashedAt}): ${r.violation}`).toBe(true)
+    }
+  }
+  for (const op of [
+    'claims.create',
+    'requests.fence',
+    'requests.newest',
+    'idle.get',
+    'backfills.update',
+    'jobs.create',
+    'jobs.delete',
+    'claims.delete',
+  ]) {
+    expect([...reached], op).toContain(op)
+  }
+})
+
+it('a seed replays exactly, traced or not', async () => {
+  const [a, b] = [
+    await simulate({ seed: 7, steps: 150, trace: true }),
+    await simulate({ seed: 7, steps: 150, trace: true }),
+  ]
   expect(a.schedule.length).toBeGreaterThan(100)
   expect(b.schedule).toEqual(a.schedule)
+  const untraced = await simulate({ seed: 7, steps: 150 })
+  expect(untraced.schedule).toEqual([])
+  expect({ ...untraced, schedule: a.schedule }).toEqual(a)
+})
+
+it('a failing seed replays with the same violation and schedule (a reverted fix)', { timeout: 60_000 }, async () => {
+  // The documented subject unread around the POST (the port's half of that fix): found within a few hundred seeds.
+  const reverts = { documentedSubjectBlind: true }
+  const r = await searchSeeds(170, 20, { reverts })
+  expect(r.failed?.violation).toMatch(/created at .* over a request/)
+  const seed = r.failed?.seed as number
+  const [a, b] = [await simulate({ seed, reverts, trace: true }), await simulate({ seed, reverts, trace: true })]
+  expect(a.violation).toBe(r.failed?.violation)
+  expect(b.schedule).toEqual(a.schedule)
+  expect(a.schedule.at(-1)).toMatch(/VIOLATION/)
 })

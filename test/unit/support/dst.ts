@@ -15,14 +15,21 @@
 //   - no lost cancel: a Job live when a foreground request for its model was stored is deleting CANCEL_MS later,
 //   - convergence: once faults and requests stop, every live Job is its backfill's current attempt, holding its claims.
 // A failing seed replays exactly (nothing here reads the real clock or Math.random) and prints its schedule.
+//
+// Fast by construction: virtual time only (no real timer), the schedule recorded only when asked for (a search runs
+// without it and replays a failing seed with it), the ports hand out immutable objects instead of copies, and the
+// oracle looks again only when the world moved. Every fault it injects is counted (SimStats), so a test can show each
+// kind is really generated.
 import type { V1CronJob, V1Job } from '@kubernetes/client-node'
 import { claimKeys } from '../../../admission/claims.js'
 import {
+  deepFreeze,
   type Gate,
   MemoryJobs,
   MemoryKv,
   MemoryRequests,
   memoryPorts,
+  SimulatedFault,
   type StoredJob,
   type Verdict,
 } from '../../../admission/memory-ports.js'
@@ -32,7 +39,7 @@ import type { Trigger } from '../../../core/decide.js'
 import { ANNOTATION_MODEL, backfillKey, modelKey } from '../../../core/names.js'
 import { type Claim, parseClaim, parseEntry, toKv } from '../../../core/state.js'
 import { awaitAdmittedJob } from '../../../functions/cancel/in-flight.js'
-import type { Bus } from '../../../jetstream/bus.js'
+import { type Bus, isCasConflict } from '../../../jetstream/bus.js'
 import type { Kube } from '../../../kube/kube.js'
 import type { Logger } from '../../../observability/log.js'
 
@@ -57,15 +64,84 @@ export interface Faults {
   duplicate: number
   /** A slow call: up to 800 ms instead of up to 30 ms. */
   slow: number
+  /** A Job's watch event lost (a watch restarting): lifecycle does not hear of that change. */
+  lostWatch: number
+  /**
+   * The Job POST, the call the protocol guards most and makes least often: its own chances to fail (before, and
+   * after — each) and to be slow.
+   */
+  postFail: number
+  postSlow: number
 }
 
-export const DEFAULT_FAULTS: Faults = { failBefore: 0.02, failAfter: 0.02, crash: 0.01, duplicate: 0.15, slow: 0.08 }
+export const DEFAULT_FAULTS: Faults = {
+  failBefore: 0.02,
+  failAfter: 0.02,
+  crash: 0.01,
+  duplicate: 0.15,
+  slow: 0.08,
+  lostWatch: 0.05,
+  postFail: 0.08,
+  postSlow: 0.25,
+}
+
+/**
+ * More tries and more slow calls: what the races between two tries of one attempt need. The race-finding check runs
+ * with both profiles.
+ */
+export const HOSTILE_FAULTS: Faults = { ...DEFAULT_FAULTS, duplicate: 0.35, slow: 0.15 }
+
+/**
+ * Fixes of the simulated drivers' own, undone (the race-finding check: each must be found again). Fixes in product
+ * code are undone on a copy of it instead (test/sim/mutants.ts).
+ */
+export interface Reverts {
+  /** A cancel that finds no Job does not wait for the one being admitted (functions/cancel/in-flight.ts). */
+  cancelNoWait?: boolean
+  /** The request log's reads ignore the documented subject past the fence's cursor (the port's half of that fix). */
+  documentedSubjectBlind?: boolean
+}
 
 export interface SimOptions {
   seed: number
   /** Steps with requests and faults before the quiet tail that checks convergence. */
   steps?: number
   faults?: Faults
+  /** Record the schedule (a replay); off, a search runs faster and replays a failing seed with it. */
+  trace?: boolean
+  reverts?: Reverts
+  /**
+   * Crash the first delivery of `role` that gets this far at its `call`-th port call (1-based): walking `call` over
+   * 1, 2, … crashes an admission at every await it makes, one schedule each.
+   */
+  crashAt?: { role: Role; call: number }
+}
+
+/** How often each kind of fault and interleaving was generated in one schedule (or summed over many). */
+export interface SimStats {
+  /** Calls failed before / after taking effect, by the port they went to (`kv`: NATS KV, `post`: the Job POST). */
+  failBefore: Record<string, number>
+  failAfter: Record<string, number>
+  /** Crashes, by the call the actor was awaiting. */
+  crash: Record<string, number>
+  /** Calls answered later than SLOW_CALL_MS, by port. */
+  slow: Record<string, number>
+  duplicates: number
+  redeliveries: number
+  lostWatch: number
+  requests: { documented: number; perModel: number }
+  /** Requests stored while a Job POST was in flight. */
+  requestsDuringPost: number
+  /** A try taking an attempt's claims while another live try of the same attempt held them. */
+  interleavedTries: number
+  /** Cancels that found no Job and waited for the one being admitted. */
+  cancelWaits: number
+  jobsCreated: number
+  /** Jobs deleted within RACED_MS of their creation (a request raced the admission). */
+  racedJobsDeleted: number
+  actors: number
+  /** The call a `crashAt` crash hit (its op), if it was reached. */
+  crashedAt?: string
 }
 
 export interface SimResult {
@@ -75,7 +151,61 @@ export interface SimResult {
   steps: number
   jobs: number
   requests: number
+  /** Empty unless `trace`. */
   schedule: string[]
+  stats: SimStats
+}
+
+export function emptyStats(): SimStats {
+  return {
+    failBefore: {},
+    failAfter: {},
+    crash: {},
+    slow: {},
+    duplicates: 0,
+    redeliveries: 0,
+    lostWatch: 0,
+    requests: { documented: 0, perModel: 0 },
+    requestsDuringPost: 0,
+    interleavedTries: 0,
+    cancelWaits: 0,
+    jobsCreated: 0,
+    racedJobsDeleted: 0,
+    actors: 0,
+  }
+}
+
+/** Adds `b` into `a`. */
+export function addStats(a: SimStats, b: SimStats) {
+  for (const k of ['failBefore', 'failAfter', 'crash', 'slow'] as const) {
+    for (const [op, n] of Object.entries(b[k])) a[k][op] = (a[k][op] ?? 0) + n
+  }
+  for (const k of [
+    'duplicates',
+    'redeliveries',
+    'lostWatch',
+    'requestsDuringPost',
+    'interleavedTries',
+    'cancelWaits',
+    'jobsCreated',
+    'racedJobsDeleted',
+    'actors',
+  ] as const) {
+    a[k] += b[k]
+  }
+  a.requests.documented += b.requests.documented
+  a.requests.perModel += b.requests.perModel
+}
+
+const bump = (m: Record<string, number>, k: string) => {
+  m[k] = (m[k] ?? 0) + 1
+}
+
+/** The port a call went to, as SimStats counts it. */
+function portOf(op: string) {
+  if (op === 'jobs.create') return 'post'
+  if (op.startsWith('claims.') || op.startsWith('backfills.') || op.startsWith('idle.')) return 'kv'
+  return op.split(/[. ]/)[0] as string
 }
 
 /** mulberry32: small, fast, and the same sequence on every machine. */
@@ -95,7 +225,10 @@ class Violation extends Error {}
 
 interface Waiting {
   op: string
+  detail?: () => string
   actor: Actor
+  /** Which of its actor's calls this is (1-based). */
+  index: number
   issuedAt: number
   /** When it is answered: its latency was drawn when it was made. */
   due: number
@@ -113,6 +246,9 @@ interface Timer {
 interface Actor {
   name: string
   crashed: boolean
+  done?: boolean
+  /** Port calls made so far. */
+  calls: number
   /** When a fault was last injected into one of its calls (a failure or its crash). */
   faultedAt?: number
   /** The delivery to repeat when this one crashes or fails (at-least-once). */
@@ -145,10 +281,18 @@ export class Simulation {
   private readonly waiting: Waiting[] = []
   private readonly timers: Timer[] = []
   private timerSeq = 0
-  readonly schedule: string[] = []
+  /** The schedule as recorded (formatted only when read): virtual time and a line, or what builds it. */
+  private readonly records: [number, string | (() => string)][] = []
+  private readonly trace: boolean
   private steps = 0
   private readonly faults: Faults
   private faultsOn = true
+  readonly stats: SimStats = emptyStats()
+  private readonly reverts: Reverts
+  /** Job name → the tries (actors) that wrote its claims: two alive at once are interleaved tries. */
+  private readonly claimWriters = new Map<string, Set<Actor>>()
+  /** What the oracle last looked at: it looks again when the world moved or time passed a bound. */
+  private seenWorld = -1
 
   // The world.
   readonly claims: MemoryKv
@@ -170,13 +314,19 @@ export class Simulation {
   constructor(readonly options: SimOptions) {
     this.random = rng(options.seed)
     this.faults = options.faults ?? DEFAULT_FAULTS
+    this.trace = options.trace ?? false
+    this.reverts = options.reverts ?? {}
     const clock = { now: () => this.now }
     // Every port call of every actor passes the gate of the actor running it (see `as`).
-    const gate: Gate = (op) => this.wait(op)
+    const gate: Gate = (op, detail) => this.wait(op, detail)
     this.claims = new MemoryKv('claims', gate)
     this.states = new MemoryKv('backfills', gate)
     this.idle = new MemoryKv('idle', gate)
     this.requests = new MemoryRequests(this.idle, clock, gate)
+    if (this.reverts.documentedSubjectBlind) {
+      const newest = this.requests.newest.bind(this.requests)
+      this.requests.newest = (namespace, model) => newest(namespace, model)
+    }
     this.jobs = new MemoryJobs(clock, gate, (j) => this.jobChanged(j))
     const jobs = this.jobs
     const recordPost = (job: V1Job) => {
@@ -200,7 +350,7 @@ export class Simulation {
       clock,
       log: silent,
     })
-    for (const b of BACKFILLS) this.backfills.set(b.name, this.aBackfill(b))
+    for (const b of BACKFILLS) this.backfills.set(b.name, deepFreeze(this.aBackfill(b)))
     this.deps = {
       kube: this.kube() as unknown as Kube,
       bus: this.bus() as unknown as Bus,
@@ -215,14 +365,16 @@ export class Simulation {
   /** The actor whose code is running: set around each synchronous slice of it (see `run`). */
   private current: Actor | undefined
 
-  private wait(op: string): Promise<Verdict> {
+  private wait(op: string, detail?: () => string): Promise<Verdict> {
     const actor = this.current
     if (!actor) throw new Error(`port call outside an actor: ${op}`)
-    const slow = this.faultsOn && this.random.chance(this.faults.slow)
+    const slow = this.faultsOn && this.random.chance(op === 'jobs.create' ? this.faults.postSlow : this.faults.slow)
     const due = this.now + (slow ? 100 + this.random.int(900) : 1 + this.random.int(20))
     const seq = this.timerSeq++
+    actor.calls++
+    if (op === 'claims.create' || op === 'claims.update') this.noteClaimWrite(actor, detail)
     return new Promise<Verdict>((resolve) =>
-      this.waiting.push({ op, actor, resolve, issuedAt: this.now, due, seq }),
+      this.waiting.push({ op, detail, actor, index: actor.calls, resolve, issuedAt: this.now, due, seq }),
     ).then((v) => {
       // The continuation runs as this actor again.
       this.current = actor
@@ -241,28 +393,63 @@ export class Simulation {
     if (i >= 0) this.timers.splice(i, 1)
   }
 
-  private log(line: string) {
-    this.schedule.push(`${String(this.now - T0).padStart(7)} ${line}`)
+  /** Two live tries of one attempt writing its claims (a timer's and a redelivery's, say): counted. */
+  private noteClaimWrite(actor: Actor, detail: (() => string) | undefined) {
+    const job = detail?.().split(' ')[1]?.split('@')[0]
+    if (!job) return
+    let writers = this.claimWriters.get(job)
+    if (!writers) {
+      writers = new Set()
+      this.claimWriters.set(job, writers)
+    }
+    if (!writers.has(actor) && [...writers].some((w) => !w.crashed && !w.done)) this.stats.interleavedTries++
+    writers.add(actor)
+  }
+
+  private log(line: string | (() => string)) {
+    if (this.trace) this.records.push([this.now, line])
+  }
+
+  /** The schedule so far, one line per event (empty unless traced). */
+  get schedule(): string[] {
+    return this.records.map(([t, l]) => `${String(t - T0).padStart(7)} ${typeof l === 'string' ? l : l()}`)
   }
 
   /** Runs `body` as a new actor (one delivery of one event); a failure redelivers it after the ack wait. */
   private spawn(name: string, body: () => Promise<void>, redeliver: boolean) {
-    const actor: Actor = { name: `${name}#${++this.actors}`, crashed: false }
+    const actor: Actor = { name: `${name}#${++this.actors}`, crashed: false, calls: 0 }
+    this.stats.actors++
     const again = () => this.spawn(name, body, redeliver)
-    if (redeliver) actor.redeliver = () => this.at(ACK_WAIT_MS, `redeliver ${name}`, again)
+    if (redeliver)
+      actor.redeliver = () => {
+        this.stats.redeliveries++
+        this.at(ACK_WAIT_MS, `redeliver ${name}`, again)
+      }
     const prev = this.current
     this.current = actor
-    this.log(`start ${actor.name}`)
+    this.log(() => `start ${actor.name}`)
     body().then(
-      () => this.log(`done  ${actor.name}`),
+      () => {
+        actor.done = true
+        this.log(() => `done  ${actor.name}`)
+      },
       (err) => {
+        actor.done = true
         if (err instanceof Violation) throw err
-        this.log(`fail  ${actor.name}: ${String((err as Error).message ?? err).slice(0, 120)}`)
+        // Only what the scheduler injected (or a compare-and-set lost once too often) may fail a delivery: anything
+        // else — a TypeError, a change to an object a port handed out — is a bug the run must not swallow.
+        if (!(err instanceof SimulatedFault) && !isCasConflict(err)) {
+          this.unexpected ??= `${actor.name} failed: ${(err as Error)?.stack ?? err}`
+        }
+        this.log(() => `fail  ${actor.name}: ${String((err as Error).message ?? err).slice(0, 120)}`)
         actor.redeliver?.()
       },
     )
     this.current = prev
   }
+
+  /** The first error no fault explains (reported as a violation at the next check). */
+  private unexpected: string | undefined
 
   /** Lets every runnable continuation run (they are all microtasks: nothing here waits on real I/O or timers). */
   private async settle() {
@@ -288,6 +475,7 @@ export class Simulation {
         await this.settle()
         this.check()
       }
+      this.check(true)
       this.checkConverged()
       return this.result(true)
     } catch (err) {
@@ -297,6 +485,10 @@ export class Simulation {
   }
 
   private result(ok: boolean, violation?: string): SimResult {
+    this.stats.jobsCreated = this.jobs.created.length
+    this.stats.racedJobsDeleted = this.jobs.created.filter(
+      (j) => j.deletedAt !== undefined && j.deletedAt - j.createdAt <= RACED_MS,
+    ).length
     return {
       seed: this.options.seed,
       ok,
@@ -305,6 +497,7 @@ export class Simulation {
       jobs: this.jobs.created.length,
       requests: this.requests.stored.length,
       schedule: this.schedule,
+      stats: this.stats,
     }
   }
 
@@ -325,7 +518,7 @@ export class Simulation {
     if (!timer || timer.at > horizon) return false
     this.cancelTimer(timer)
     this.now = Math.max(this.now, timer.at)
-    this.log(`timer ${timer.label}`)
+    this.log(() => `timer ${timer.label}`)
     timer.fire()
     return true
   }
@@ -333,26 +526,40 @@ export class Simulation {
   /** Answers a call: its verdict drawn, or its caller crashed there (never answered; the event redelivered). */
   private answer(w: Waiting) {
     const f = this.faults
-    if (this.faultsOn && this.random.chance(f.crash)) {
+    const target = this.options.crashAt
+    const targeted =
+      target !== undefined &&
+      this.stats.crashedAt === undefined &&
+      w.actor.name.startsWith(`${target.role}(`) &&
+      w.index === target.call
+    if (targeted) this.stats.crashedAt = w.op
+    if (targeted || (this.faultsOn && this.random.chance(f.crash))) {
       w.actor.crashed = true
       w.actor.faultedAt = this.now
-      this.log(`crash ${w.actor.name} at ${w.op}`)
+      bump(this.stats.crash, w.op)
+      this.log(() => `crash ${w.actor.name} at ${w.op}${w.detail ? ` ${w.detail()}` : ''}`)
       // Its process is gone, and with it demand's memory of the cancels it sent.
       if (w.actor.name.startsWith('demand')) this.cancelsSent.clear()
       w.actor.redeliver?.()
       return
     }
+    const failure = w.op === 'jobs.create' ? f.postFail : undefined
     const verdict: Verdict = !this.faultsOn
       ? 'ok'
-      : this.random.chance(f.failBefore)
+      : this.random.chance(failure ?? f.failBefore)
         ? 'failBefore'
-        : this.random.chance(f.failAfter)
+        : this.random.chance(failure ?? f.failAfter)
           ? 'failAfter'
           : 'ok'
     const slow = this.now - w.issuedAt > SLOW_CALL_MS
     // A failure, or a slow call: the actor's own deadlines are not the oracle's to hold it to.
     if (verdict !== 'ok' || slow) w.actor.faultedAt = this.now
-    this.log(`${w.actor.name} ${w.op}${verdict === 'ok' ? '' : ` ${verdict}`}${slow ? ' (slow)' : ''}`)
+    if (verdict !== 'ok') bump(this.stats[verdict], portOf(w.op))
+    if (slow) bump(this.stats.slow, portOf(w.op))
+    this.log(
+      () =>
+        `${w.actor.name} ${w.op}${w.detail ? ` ${w.detail()}` : ''}${verdict === 'ok' ? '' : ` ${verdict}`}${slow ? ' (slow)' : ''}`,
+    )
     w.resolve(verdict)
   }
 
@@ -372,7 +579,9 @@ export class Simulation {
       const b = BACKFILLS[r.int(BACKFILLS.length)] as SimBackfill
       const subject = r.chance(0.5) ? 'documented' : 'perModel'
       const stored = this.requests.store({ namespace: NS, model: b.model, at: this.now, subject })
-      this.log(`request ${b.model} on ${subject}${stored.seq ? ` seq ${stored.seq}` : ''}`)
+      this.stats.requests[subject]++
+      if (this.waiting.some((w) => w.op === 'jobs.create')) this.stats.requestsDuringPost++
+      this.log(() => `request ${b.model} on ${subject}${stored.seq ? ` seq ${stored.seq}` : ''}`)
       // Demand handles it a little later (it may lag: the fence then holds admission back).
       this.at(r.int(r.chance(0.2) ? 1500 : 150), `demand ${b.model}`, () => this.deliverDemand(stored))
     }
@@ -386,7 +595,7 @@ export class Simulation {
         if (!j.started) j.started = true
         else j.outcome = r.chance(0.8) ? 'Complete' : 'Failed'
         this.setJobStatus(j)
-        this.log(`job ${j.job.metadata?.name} ${j.outcome ?? 'started'}`)
+        this.log(() => `job ${j.job.metadata?.name} ${j.outcome ?? 'started'}`)
         this.jobChanged(j)
       }
     }
@@ -394,7 +603,7 @@ export class Simulation {
 
   private setJobStatus(j: StoredJob) {
     const t = new Date(this.now).toISOString()
-    j.job.status = {
+    const status = {
       ...(j.started ? { startTime: t as unknown as Date, active: j.outcome ? 0 : 1 } : {}),
       ...(j.outcome
         ? {
@@ -403,15 +612,22 @@ export class Simulation {
           }
         : {}),
     }
+    this.jobs.update(j, (job) => ({ ...job, status }))
   }
 
-  /** The watch: lifecycle decides the Job's backfill again. */
+  /** The watch: lifecycle decides the Job's backfill again (unless the event is lost: a watch restarting). */
   private jobChanged(j: StoredJob) {
     const backfill = j.job.metadata?.ownerReferences?.[0]?.name
-    if (backfill)
-      this.at(this.random.int(50), `watch ${j.job.metadata?.name}`, () => {
-        this.deliver('lifecycle', backfill, { type: 'resource' })
-      })
+    if (!backfill) return
+    const delay = this.random.int(50)
+    if (this.faultsOn && this.random.chance(this.faults.lostWatch)) {
+      this.stats.lostWatch++
+      this.log(() => `lost  watch ${j.job.metadata?.name}`)
+      return
+    }
+    this.at(delay, `watch ${j.job.metadata?.name}`, () => {
+      this.deliver('lifecycle', backfill, { type: 'resource' })
+    })
   }
 
   // ---- deliveries ---------------------------------------------------------------------------------------------
@@ -420,7 +636,10 @@ export class Simulation {
     const once = () =>
       this.spawn(`${role}(${backfill} ${trigger.type})`, () => this.reconcile(role, backfill, trigger), true)
     once()
-    if (this.faultsOn && this.random.chance(this.faults.duplicate)) once()
+    if (this.faultsOn && this.random.chance(this.faults.duplicate)) {
+      this.stats.duplicates++
+      once()
+    }
   }
 
   private async reconcile(role: Role, backfill: string, trigger: Trigger) {
@@ -435,7 +654,8 @@ export class Simulation {
         async () => {
           const job = await this.jobs.get(NS, data.jobName)
           let result = job ? await this.jobs.delete(NS, data.jobName, job.metadata?.uid) : 'absent'
-          if (result === 'absent' && data.reason === 'ForegroundDemand') {
+          if (result === 'absent' && data.reason === 'ForegroundDemand' && !this.reverts.cancelNoWait) {
+            this.stats.cancelWaits++
             const late = await awaitAdmittedJob(this.deps, undefined, { namespace: NS, ...data }, undefined, {
               now: () => this.now,
               sleep: (ms) => this.sleep(ms),
@@ -451,7 +671,10 @@ export class Simulation {
         true,
       )
     once()
-    if (this.faultsOn && this.random.chance(this.faults.duplicate)) once()
+    if (this.faultsOn && this.random.chance(this.faults.duplicate)) {
+      this.stats.duplicates++
+      once()
+    }
   }
 
   /**
@@ -548,40 +771,45 @@ export class Simulation {
         },
       },
     }
+    deepFreeze(template)
     const models = new Map(
       BACKFILLS.map((b) => [
         b.model,
-        { metadata: { namespace: NS, name: b.model }, status: { phase: 'Ready', gpu: { node: NODE } } },
+        deepFreeze({ metadata: { namespace: NS, name: b.model }, status: { phase: 'Ready', gpu: { node: NODE } } }),
       ]),
     )
-    const bumped = (b: ModelBackfill) => {
-      b.metadata.resourceVersion = String(Number(b.metadata.resourceVersion) + 1)
+    // Objects are handed out as stored, frozen: a change replaces the stored one (a reader keeps what it read).
+    const change = (name: string, edit: (b: ModelBackfill) => ModelBackfill) => {
+      const cur = this.backfills.get(name)
+      if (!cur) return
+      const next = edit(cur)
+      const resourceVersion = String(Number(cur.metadata.resourceVersion) + 1)
+      this.backfills.set(name, deepFreeze({ ...next, metadata: { ...next.metadata, resourceVersion } }))
     }
     const ownJobs = (name: string) =>
       this.jobs.list().then((l) => l.filter((j) => j.metadata?.ownerReferences?.[0]?.name === name))
     return {
       getBackfill: (_ns: string, name: string) =>
-        this.gated(`kube.getBackfill ${name}`, () => structuredClone(this.backfills.get(name) ?? null)),
-      getModel: async (_ns: string, name: string) => structuredClone(models.get(name) ?? null),
-      getCronJob: async () => structuredClone(template),
+        this.gated('kube.getBackfill', name, () => this.backfills.get(name) ?? null),
+      getModel: async (_ns: string, name: string) => models.get(name) ?? null,
+      getCronJob: async () => template,
       getJob: (ns: string, name: string) => this.jobs.get(ns, name),
       listAll: async () => [],
       listOwnJobs: (_ns: string, name: string) => ownJobs(name),
       listBackfillJobs: () => this.jobs.list(),
       setFinalizer: (b: ModelBackfill, present: boolean) =>
-        this.gated(`kube.setFinalizer ${b.metadata.name}`, () => {
-          const cur = this.backfills.get(b.metadata.name)
-          if (!cur) return
-          cur.metadata.finalizers = present ? [FINALIZER] : []
-          bumped(cur)
-        }),
+        this.gated('kube.setFinalizer', b.metadata.name, () =>
+          change(b.metadata.name, (cur) => ({
+            ...cur,
+            metadata: { ...cur.metadata, finalizers: present ? [FINALIZER] : [] },
+          })),
+        ),
       recordEvent: async () => {},
       writeStatus: (b: ModelBackfill, status: ModelBackfillStatus) =>
-        this.gated(`kube.writeStatus ${b.metadata.name}`, () => {
+        this.gated('kube.writeStatus', b.metadata.name, () => {
           const cur = this.backfills.get(b.metadata.name)
           if (!cur || cur.metadata.resourceVersion !== b.metadata.resourceVersion) return false
-          cur.status = structuredClone(status)
-          bumped(cur)
+          change(b.metadata.name, (c) => ({ ...c, status: structuredClone(status) }))
           return true
         }),
       createJob: (job: V1Job) => this.deps.admission?.jobs.create(job),
@@ -589,17 +817,17 @@ export class Simulation {
     }
   }
 
-  private gated<T>(op: string, effect: () => T): Promise<T> {
-    return this.wait(op).then((v) => {
-      if (v === 'failBefore') throw new Error(`${op}: timeout (not applied)`)
+  private gated<T>(op: string, detail: string, effect: () => T): Promise<T> {
+    return this.wait(op, () => detail).then((v) => {
+      if (v === 'failBefore') throw new SimulatedFault(`${op} ${detail}: timeout (not applied)`)
       const r = effect()
-      if (v === 'failAfter') throw new Error(`${op}: timeout (applied, reply lost)`)
+      if (v === 'failAfter') throw new SimulatedFault(`${op} ${detail}: timeout (applied, reply lost)`)
       return r
     })
   }
 
   private publish(type: string, data: Record<string, string>) {
-    return this.gated(`publish ${type.replace('ai.flexinfer.', '')} ${data.jobName ?? data.backfill}`, () => {
+    return this.gated(`publish ${type.replace('ai.flexinfer.', '')}`, `${data.jobName ?? data.backfill}`, () => {
       // Stored: delivered a moment later (at least once).
       this.at(this.random.int(20), `deliver ${type}`, () => {
         if (type === 'ai.flexinfer.backfill.admit') this.deliver('admit', data.backfill as string, { type: 'admit' })
@@ -616,7 +844,7 @@ export class Simulation {
       kv: { backfills: this.states, idle: this.idle, claims: this.claims },
       publish: (type: string, data: Record<string, string>) => this.publish(type, data),
       armTimer: (_ns: string, name: string, at: string) =>
-        this.gated(`armTimer ${name} ${at.slice(11, 23)}`, () => {
+        this.gated('armTimer', `${name} ${at.slice(11, 23)}`, () => {
           const prior = this.armed.get(name)
           if (prior) this.cancelTimer(prior.timer)
           // A message schedule fires up to a tick early; admit waits that out (functions/admit), modelled as on time.
@@ -627,7 +855,7 @@ export class Simulation {
           this.armed.set(name, { at, timer })
         }),
       cancelTimer: (_ns: string, name: string) =>
-        this.gated(`cancelTimer ${name}`, () => {
+        this.gated('cancelTimer', name, () => {
           const prior = this.armed.get(name)
           if (prior) this.cancelTimer(prior.timer)
           this.armed.delete(name)
@@ -644,18 +872,36 @@ export class Simulation {
     throw new Violation(message)
   }
 
+  private readonly claimCache = new Map<string, { entry: unknown; claim: Claim | null }>()
+
+  /** The claim stored at `key` (parsed once per stored entry: entries are immutable). */
   private claimOf(key: string): Claim | null {
     const e = this.claims.peek(key)
-    if (e?.operation !== 'PUT') return null
-    const r = parseEntry(e.text, parseClaim)
-    return r.ok ? r.value : null
+    const cached = this.claimCache.get(key)
+    if (cached && cached.entry === e) return cached.claim
+    let claim: Claim | null = null
+    if (e?.operation === 'PUT') {
+      const r = parseEntry(e.text, parseClaim)
+      claim = r.ok ? r.value : null
+    }
+    this.claimCache.set(key, { entry: e, claim })
+    return claim
   }
 
   private modelOf(j: StoredJob) {
     return j.job.metadata?.annotations?.[ANNOTATION_MODEL] ?? ''
   }
 
-  private check() {
+  /**
+   * The invariants. Looked at again only when the world moved (a claim written, a Job changed, a request stored):
+   * every bound is checked against when things happened (a Job's deletion time, when its claims went), so a check
+   * skipped while nothing moved finds what it would have found, at the next change or at the end.
+   */
+  private check(force = false) {
+    if (this.unexpected) this.fail(`an error no fault explains: ${this.unexpected}`)
+    const world = this.claims.writes + this.jobs.changes + this.requests.stored.length
+    if (world === this.seenWorld && !force) return
+    this.seenWorld = world
     const live = [...this.jobs.jobs.values()].filter((j) => j.deletedAt === undefined && !j.outcome)
     // One live attempt per model and per node (both models share the node).
     if (live.length > 1) {
@@ -706,7 +952,13 @@ export class Simulation {
         )
       }
     }
-    for (const name of this.claimless.keys()) if (!unclaimed.has(name)) this.claimless.delete(name)
+    for (const [name, since] of this.claimless) {
+      if (unclaimed.has(name)) continue
+      // Its claims came back, or the Job went: how long it was without them is known only now.
+      if (this.now - since > CLAIMLESS_MS)
+        this.fail(`live Job ${name} was without its claims for ${this.now - since} ms`)
+      this.claimless.delete(name)
+    }
   }
 
   private checkConverged() {
@@ -727,14 +979,33 @@ export function simulate(options: SimOptions): Promise<SimResult> {
   return new Simulation(options).run()
 }
 
-/** Runs seeds from `first` until one fails or `count` passed; how long it took. */
-export async function searchSeeds(first: number, count: number, options: Omit<SimOptions, 'seed'> = {}) {
+/**
+ * Runs seeds from `first` until one fails, `count` passed or `maxMs` went by; how long it took and what was generated.
+ * Untraced (faster); a failing seed is run again traced, for its schedule — and must fail the same way (a replay).
+ */
+export async function searchSeeds(
+  first: number,
+  count: number,
+  options: Omit<SimOptions, 'seed'> & { maxMs?: number } = {},
+) {
   const started = performance.now()
+  const stats = emptyStats()
   let steps = 0
+  let runs = 0
   for (let seed = first; seed < first + count; seed++) {
-    const r = await simulate({ ...options, seed })
+    const r = await simulate({ ...options, seed, trace: false })
+    runs++
     steps += r.steps
-    if (!r.ok) return { failed: r, runs: seed - first + 1, ms: performance.now() - started, steps }
+    addStats(stats, r.stats)
+    if (!r.ok) {
+      const ms = performance.now() - started
+      const traced = await simulate({ ...options, seed, trace: true })
+      if (traced.ok || traced.violation !== r.violation) {
+        throw new Error(`seed ${seed} did not replay: ${r.violation} untraced, ${traced.violation ?? 'ok'} traced`)
+      }
+      return { failed: traced, runs, ms, steps, stats }
+    }
+    if (options.maxMs !== undefined && performance.now() - started > options.maxMs) break
   }
-  return { failed: undefined, runs: count, ms: performance.now() - started, steps }
+  return { failed: undefined, runs, ms: performance.now() - started, steps, stats }
 }

@@ -1,0 +1,192 @@
+// npm run sim:mutants [-- --seeds N --max-seconds T --only name]: the race-finding check. Each admission race fixed
+// so far is put back — a fix in product code undone on a copy of the tree (the working tree is never touched), a
+// fix of the simulated drivers undone by its --revert flag — and the simulation must find it again within a bounded
+// number of seeds and seconds. Prints, per race, the first failing seed, how many schedules and how long it took, and
+// the violation; exits 1 if a race was not found (or a mutation no longer applies: its anchor text changed).
+import { spawnSync } from 'node:child_process'
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
+
+interface Mutant {
+  name: string
+  /** The race the fix closed. */
+  race: string
+  /** Text replacements on a copy of the tree: each `find` must occur exactly once in its file. */
+  edits?: { file: string; find: string; replace: string }[]
+  /** Fixes of the simulated drivers undone (test/sim/run.ts --revert). */
+  revert?: string
+}
+
+export const MUTANTS: Mutant[] = [
+  {
+    name: 'release-by-job-name',
+    race: 'an admission releasing another try’s claims',
+    edits: [
+      {
+        file: 'admission/claims.ts',
+        find: 'if (claimedAt !== undefined && holder.claimedAt !== claimedAt) continue',
+        replace: '',
+      },
+    ],
+  },
+  {
+    name: 'retry-keeps-leftover-claim',
+    race: 'a retried admission covered by a spent cancel',
+    edits: [
+      {
+        file: 'admission/claims.ts',
+        find: 'if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return {}',
+        replace: 'if (ours) return {}',
+      },
+    ],
+  },
+  {
+    name: 'replaced-claim-not-put-back',
+    race: 'a later try giving up leaves the earlier try’s Job unclaimed',
+    edits: [{ file: 'admission/claims.ts', find: 'if (sameJob !== undefined) replaced[key] = sameJob', replace: '' }],
+  },
+  {
+    name: 'earlier-try-cancel-ends-attempt',
+    race: 'a redelivered cancel of an earlier try ending an attempt whose POST is in flight',
+    edits: [
+      {
+        file: 'core/decide.ts',
+        find: "const earlierTry = trigger.type === 'cancel' && trigger.reason === 'ForegroundDemand' && !reason",
+        replace: 'const earlierTry = false',
+      },
+    ],
+  },
+  {
+    name: 'post-reads-blind-to-documented-subject',
+    race: 'a request on the documented subject stored after the fence',
+    edits: [
+      {
+        file: 'admission/protocol.ts',
+        find: 'ports.requests.newest(namespace, model, where.cursor)',
+        replace: 'ports.requests.newest(namespace, model)',
+      },
+      {
+        file: 'admission/protocol.ts',
+        find: 'ports.requests.newest(namespace, model, before.cursor ?? where.cursor)',
+        replace: 'ports.requests.newest(namespace, model)',
+      },
+    ],
+  },
+  {
+    name: 'cancel-in-flight-no-wait+documented-blind',
+    race: 'a cancel arriving while the POST was in flight (a documented-subject request during the POST)',
+    revert: 'cancelNoWait,documentedSubjectBlind',
+  },
+]
+
+/** Applies a mutant's edits to a copy of the tree; the copy's path. Throws when an anchor no longer matches once. */
+export function mutatedCopy(m: Mutant): string {
+  const dir = mkdtempSync(join(tmpdir(), `mbf-mutant-${m.name}-`))
+  for (const entry of [
+    'core',
+    'lib',
+    'observability',
+    'events',
+    'jetstream',
+    'kube',
+    'transport',
+    'admission',
+    'functions',
+    'test/unit/support',
+    'test/sim',
+    'package.json',
+    'tsconfig.json',
+  ]) {
+    if (existsSync(join(root, entry))) cpSync(join(root, entry), join(dir, entry), { recursive: true })
+  }
+  symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'))
+  for (const e of m.edits ?? []) {
+    const path = join(dir, e.file)
+    const text = readFileSync(path, 'utf8')
+    const n = text.split(e.find).length - 1
+    if (n !== 1) {
+      rmSync(dir, { recursive: true, force: true })
+      throw new Error(`${m.name}: ${e.file} holds its anchor ${n} times, not once: ${e.find}`)
+    }
+    writeFileSync(path, text.replace(e.find, e.replace))
+  }
+  return dir
+}
+
+export interface MutantResult {
+  name: string
+  found: boolean
+  seed?: number
+  schedules?: number
+  ms?: number
+  violation?: string
+  output: string
+}
+
+export function runMutant(
+  m: Mutant,
+  o: { seeds: number; maxSeconds: number; steps: number; hostile?: boolean },
+): MutantResult {
+  const dir = m.edits?.length ? mutatedCopy(m) : root
+  try {
+    const args = ['--import', 'tsx', join(dir, 'test/sim/run.ts'), '--seeds', String(o.seeds)]
+    args.push('--steps', String(o.steps), '--max-seconds', String(o.maxSeconds))
+    if (m.revert) args.push('--revert', m.revert)
+    if (o.hostile) args.push('--hostile')
+    // Bounded: the run stops itself at --max-seconds; the kill is for a run that hangs.
+    const r = spawnSync(process.execPath, args, {
+      cwd: dir,
+      encoding: 'utf8',
+      timeout: (o.maxSeconds + 60) * 1000,
+      maxBuffer: 64 * 1024 * 1024,
+    })
+    const output = `${r.stdout ?? ''}${r.stderr ?? ''}`
+    const f = /seed (\d+) FAILED after (\d+) schedules, (\d+) ms: (.*)/.exec(output)
+    if (!f) return { name: m.name, found: false, output }
+    return {
+      name: m.name,
+      found: true,
+      seed: Number(f[1]),
+      schedules: Number(f[2]),
+      ms: Number(f[3]),
+      violation: f[4],
+      output,
+    }
+  } finally {
+    if (dir !== root) rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const { values } = parseArgs({
+    options: {
+      seeds: { type: 'string', default: '3000' },
+      'max-seconds': { type: 'string', default: '240' },
+      steps: { type: 'string', default: '400' },
+      only: { type: 'string' },
+      hostile: { type: 'boolean', default: false },
+    },
+  })
+  const o = {
+    seeds: Number(values.seeds),
+    maxSeconds: Number(values['max-seconds']),
+    steps: Number(values.steps),
+    hostile: values.hostile,
+  }
+  let missed = 0
+  for (const m of MUTANTS.filter((x) => !values.only || x.name === values.only)) {
+    const r = runMutant(m, o)
+    if (!r.found) missed++
+    process.stdout.write(
+      r.found
+        ? `${m.name}: found, seed ${r.seed} after ${r.schedules} schedules, ${(r.ms ?? 0) / 1000} s: ${r.violation}\n`
+        : `${m.name}: NOT found within ${o.seeds} seeds / ${o.maxSeconds} s (${m.race})\n${r.output.slice(-400)}\n`,
+    )
+  }
+  process.exit(missed ? 1 : 0)
+}
