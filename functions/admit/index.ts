@@ -3,8 +3,8 @@
 // Started Event, the status write) runs in admit's bookkeeping lane, not on the admission's slot (bookkeeping.ts).
 
 import { type AfterStart, reconcile } from '../../admission/reconcile.js'
+import { earlyBy } from '../../core/timer-tick.js'
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
-import { SCHEDULER_TICK_MS } from '../../jetstream/bus.js'
 import { StepTimings } from '../../observability/step-timings.js'
 import type { Deps, EventFunction } from '../../transport/function.js'
 import { BookkeepingLane } from './bookkeeping.js'
@@ -43,9 +43,10 @@ export function admitFunction(): EventFunction {
         const { namespace, backfill, due } = event.data
         const timings = new StepTimings()
         const heldFrom = performance.now()
-        // Timers fire up to one scheduler tick early (see Bus.armTimer): wait out that remainder, never more.
+        // Timers fire early by the scheduler's tick (core/timer-tick.ts): wait out that remainder, never more.
         const early = Date.parse(due) - deps.now()
-        if (early > 0 && early <= 2 * SCHEDULER_TICK_MS) await new Promise((r) => setTimeout(r, early))
+        const wait = earlyBy(Date.parse(due), deps.now())
+        if (wait > 0) await new Promise((r) => setTimeout(r, wait))
         timings.mark('wait')
         const queued: { done?: Promise<void> } = {}
         const d = await reconcile(
