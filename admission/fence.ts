@@ -53,23 +53,87 @@ export async function consumerInfo(jsm: JetStreamManager, stream: string, name: 
   }
 }
 
+/**
+ * How long a positive liveness answer for demand's per-model consumer and cancel's consumer stands, shared by every
+ * admission of the process (one read per interval, not two per admission: a burst of windows ending together
+ * otherwise queues hundreds of consumer infos on the server's JetStream API). What the fence proves moves by this
+ * much at most: the server counts a pull as waiting until it expires (transport/jetstream-adapter.ts
+ * PULL_EXPIRES_MS, 4 s), so waiting pulls already say only "pulled within the last 4 s"; an answer reused for this
+ * long says "within 4.5 s". A negative answer is never reused (it is read again at the next admission). Demand's
+ * documented-subject consumer is read on every admission (its acknowledgement floor), and its liveness with it.
+ */
+export const LIVENESS_MS = 500
+
+interface Liveness {
+  /** When the read began (performance.now()). */
+  at: number
+  read: Promise<string | null>
+}
+
+const MAX_SYSTEMS = 64
+
+/** Per bus (one per process) and system (consumer names): bounded by the systems a process serves (tests: a few). */
+const liveness = new WeakMap<object, Map<string, Liveness>>()
+
+/** Why demand's per-model consumer or cancel's consumer is not pulling, or null when both are. */
+function pullingElsewhere(jsm: JetStreamManager, bus: object, names: ReturnType<typeof consumers>) {
+  let bySystem = liveness.get(bus)
+  if (!bySystem) {
+    bySystem = new Map()
+    liveness.set(bus, bySystem)
+  }
+  const key = `${names.demandLast} ${names.cancel}`
+  const cached = bySystem.get(key)
+  if (cached && performance.now() - cached.at < LIVENESS_MS) return cached.read
+  // Bounded: a process serves one system (tests a few); past that, old answers are simply dropped.
+  if (bySystem.size >= MAX_SYSTEMS) bySystem.clear()
+  const entry: Liveness = {
+    at: performance.now(),
+    read: Promise.all([
+      consumerInfo(jsm, STREAM_FOREGROUND_LAST, names.demandLast),
+      consumerInfo(jsm, STREAM_EVENTS, names.cancel),
+    ]).then(([demandLast, cancel]) => {
+      const why = !demandLast?.num_waiting
+        ? 'no demand instance is pulling foreground requests'
+        : !cancel?.num_waiting
+          ? 'no cancel instance is pulling cancel requests'
+          : null
+      // Only "both pulling" is reused: a consumer that comes back is seen by the next admission.
+      if (why !== null && bySystem.get(key) === entry) bySystem.delete(key)
+      return why
+    }),
+  }
+  entry.read.catch(() => {
+    if (bySystem.get(key) === entry) bySystem.delete(key)
+  })
+  bySystem.set(key, entry)
+  return entry.read
+}
+
+/**
+ * Round trips, in the common case (demand caught up, liveness answered within LIVENESS_MS): one, the consumer info of
+ * demand's documented-subject consumer. It is needed on every admission: its acknowledgement floor is what the idle
+ * state read after the fence is known to hold, and its waiting pulls say demand is consuming that subject now.
+ * When that consumer has nothing pending or unacknowledged, demand has acknowledged every request the stream held when
+ * the server answered, and its floor is where the stream ended (the stream holds the documented subject only): no
+ * stream info is needed for the target. Only a demand behind costs the stream info and the polling below.
+ */
 export async function checkFence(deps: Deps): Promise<FenceResult> {
   const jsm = deps.bus.jsm
   const names = consumers(deps)
-  const [stream, demandForeground, demandLast, cancel] = await Promise.all([
-    jsm.streams.info(STREAM_FOREGROUND),
+  const [demandForeground, elsewhere] = await Promise.all([
     consumerInfo(jsm, STREAM_FOREGROUND, names.demandForeground),
-    consumerInfo(jsm, STREAM_FOREGROUND_LAST, names.demandLast),
-    consumerInfo(jsm, STREAM_EVENTS, names.cancel),
+    pullingElsewhere(jsm, deps.bus, names),
   ])
   // What demand has acknowledged is in the idle state read after this: the reads around the POST look at the
   // documented subject only past it (all of it when there is no demand consumer at all).
   const floor = demandForeground?.ack_floor.stream_seq ?? 0
-  if (!demandForeground?.num_waiting || !demandLast?.num_waiting) {
+  if (!demandForeground?.num_waiting) {
     return { ready: false, why: 'no demand instance is pulling foreground requests', cursor: floor }
   }
-  if (!cancel?.num_waiting) return { ready: false, why: 'no cancel instance is pulling cancel requests', cursor: floor }
-  const target = stream.state.last_seq
+  if (elsewhere !== null) return { ready: false, why: elsewhere, cursor: floor }
+  if (demandForeground.num_pending + demandForeground.num_ack_pending === 0) return { ready: true, cursor: floor }
+  const target = (await jsm.streams.info(STREAM_FOREGROUND)).state.last_seq
   const deadline = Date.now() + FENCE_WAIT_MS
   for (let info = demandForeground; ; ) {
     if (info.ack_floor.stream_seq >= target || info.num_pending + info.num_ack_pending === 0) {

@@ -15,6 +15,63 @@ export interface FreshReads {
   template: Promise<V1CronJob | null> | null
 }
 
+/**
+ * Reads of one key that started after their caller asked, shared by every caller waiting at the time: at most one
+ * read per key in flight and one queued behind it, which every caller arriving meanwhile joins. A caller never gets
+ * an answer that was asked for before it asked: what it joins is sent after it asked. Bounded: a key is kept only
+ * while a read of it is in flight.
+ */
+export class NextRead<T> {
+  private readonly keys = new Map<string, { next?: Promise<T>; release?: () => void }>()
+
+  read(key: string, fetch: () => Promise<T>): Promise<T> {
+    const entry = this.keys.get(key)
+    if (!entry) {
+      const slot: { next?: Promise<T>; release?: () => void } = {}
+      this.keys.set(key, slot)
+      return this.send(key, slot, fetch)
+    }
+    if (entry.next) return entry.next
+    // Sent once the read in flight is answered (it was asked for before this caller asked).
+    const gate = new Promise<void>((r) => {
+      entry.release = r
+    })
+    entry.next = gate.then(() => {
+      entry.next = undefined
+      entry.release = undefined
+      return this.send(key, entry, fetch)
+    })
+    return entry.next
+  }
+
+  private send(key: string, entry: { next?: Promise<T>; release?: () => void }, fetch: () => Promise<T>) {
+    const answer = fetch()
+    const settled = () => {
+      if (entry.release) entry.release()
+      else if (this.keys.get(key) === entry) this.keys.delete(key)
+    }
+    answer.then(settled, settled)
+    return answer
+  }
+}
+
+/** One per Kube client (a process has one): admissions of backfills sharing a template share its GETs. */
+const templateReads = new WeakMap<Kube, NextRead<V1CronJob | null>>()
+
+/**
+ * The template GET of this decision, shared with the other admissions asking for the same CronJob at the same time
+ * (a fleet's backfills mostly share a few templates): when windows end together, one GET per template in flight
+ * instead of one per admission, on an apiserver whose queue is what every admission's Job POST waits in.
+ */
+function getTemplate(kube: Kube, namespace: string, name: string): Promise<V1CronJob | null> {
+  let reads = templateReads.get(kube)
+  if (!reads) {
+    reads = new NextRead()
+    templateReads.set(kube, reads)
+  }
+  return reads.read(`${namespace}/${name}`, () => kube.getCronJob(namespace, name))
+}
+
 export function readFresh(
   kube: Kube,
   namespace: string,
@@ -25,7 +82,7 @@ export function readFresh(
   const reads: FreshReads = {
     backfill: Promise.resolve(timed(timings, 'fresh.backfill', kube.getBackfill(namespace, name))),
     template: templateRef
-      ? Promise.resolve(timed(timings, 'fresh.template', kube.getCronJob(namespace, templateRef)))
+      ? Promise.resolve(timed(timings, 'fresh.template', getTemplate(kube, namespace, templateRef)))
       : null,
   }
   // Awaited later, maybe not at all (a decision ended early): a failure must not be an unhandled rejection.

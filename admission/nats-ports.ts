@@ -1,10 +1,10 @@
 // The admission ports on the real servers: the claims and backfill-state buckets and the foreground streams on
 // NATS JetStream, Jobs on the Kubernetes API.
 
-import type { JetStreamManager } from '@nats-io/jetstream'
+import type { JetStreamManager, MsgRequest } from '@nats-io/jetstream'
 import type { KV, KvEntry } from '@nats-io/kv'
 import { modelKey } from '../core/names.js'
-import { STREAM_FOREGROUND } from '../events/catalog.js'
+import { catalog, STREAM_FOREGROUND } from '../events/catalog.js'
 import { decode } from '../events/codec.js'
 import { isNotFound } from '../jetstream/bus.js'
 import type { Deps } from '../transport/function.js'
@@ -16,6 +16,8 @@ import type { AdmissionPorts, CasStore, Cursor, Entry, RequestLog } from './port
  * Past it the read answers with its own time: the admission waits for a quieter moment (the fence re-check).
  */
 export const MAX_UNSEEN_REQUESTS = 256
+
+const DOCUMENTED_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
 
 const entry = (e: KvEntry | null): Entry | null =>
   e ? { operation: e.operation as Entry['operation'], revision: e.revision, text: e.string() } : null
@@ -42,6 +44,15 @@ export async function documentedSince(
   since: Cursor,
   now: () => number,
 ): Promise<{ at: string | null; cursor: Cursor }> {
+  // The common case, nothing stored past the cursor, in one round trip: the stream leader's first message at or
+  // after since + 1. None: the stream ended at or before the cursor when the leader answered.
+  const next = await jsm.streams
+    .getMessage(STREAM_FOREGROUND, { seq: since + 1, next_by_subj: DOCUMENTED_SUBJECT } as MsgRequest)
+    .catch((err) => {
+      if (isNotFound(err)) return null
+      throw err
+    })
+  if (!next) return { at: null, cursor: since }
   const last = (await jsm.streams.info(STREAM_FOREGROUND)).state.last_seq
   if (last <= since) return { at: null, cursor: since }
   if (last - since > MAX_UNSEEN_REQUESTS) return { at: new Date(now()).toISOString(), cursor: since }

@@ -4,9 +4,10 @@
 //   1. Take the model and node claims (admission/claims.ts). Demand writes idleness before it looks for claims, and
 //      admission looks at the requests after taking its claims (Dekker): a request racing the admission is seen by
 //      one side or the other.
-//   2. The fence (RequestLog.fence): demand and cancel consuming, demand caught up with the documented subject.
-//   3. Re-read the idle state and the newest request, and decide again on them. Not admitted: the claims this
-//      admission took (by their claimedAt, never another try's) are given back.
+//   2. The fence (RequestLog.fence), issued together with the claims: demand and cancel consuming, demand caught up
+//      with the documented subject up to the fence's cursor.
+//   3. Re-read the idle state (after the fence) and the newest request (after the claims), and decide again on them.
+//      Not admitted: the claims this admission took (by their claimedAt, never another try's) are given back.
 //   4. (The caller commits the Starting state.) The newest request once more as the very last step before the POST,
 //      and once more right after it: a request stored while the POST was in flight makes the admission delete the
 //      Job it has just created (by its UID) rather than leave it to demand → cancel.
@@ -65,6 +66,12 @@ export async function admit(
     claimedAt: new Date(ports.clock.now()).toISOString(),
     idleSince: decision.state?.idleSince,
   }
+  // The fence alongside the claims, not after them: what it proves is about requests up to its cursor only (demand
+  // acknowledged them, so the idle state read after both holds them); every request past the cursor is read after
+  // the claims (the per-model newest below, the documented subject's around the POST). Dekker holds on those reads.
+  const fencing = ports.requests.fence()
+  // Awaited only when the claims are taken: a contended admission drops it.
+  fencing.catch(() => {})
   const claimed = await takeClaimKeys(ports, claimKeys(namespace, model, create.node), claim)
   timings?.mark('claims')
   let fencedAt: number | undefined
@@ -72,9 +79,11 @@ export async function admit(
   if (claimed.contender) {
     observed.contenders.push(claimed.contender)
   } else {
-    const fence = await ports.requests.fence()
+    const fence = await fencing
     timings?.mark('fence')
-    // The idle state after the fence: it holds everything demand acknowledged.
+    // After both, in one round trip: the idle state (after the fence: it holds everything demand acknowledged) and
+    // the model's newest request on its per-model subject (after the claims: a request racing them is seen here or
+    // by demand, which writes idleness before it reads the claims).
     const [idle, newest] = await Promise.all([
       ports.requests.idle(namespace, model),
       ports.requests.newest(namespace, model),

@@ -110,10 +110,14 @@ export async function observe(
   role: Role = 'admit',
   fresh: Fresh = {},
   timings?: StepTimings,
-  /** The template already in hand or in flight (admit on its watched copies); undefined: GET it here. */
-  templateRead?: V1CronJob | null | Promise<V1CronJob | null>,
+  /**
+   * Reads already in flight: `template` (admit on its watched copies; undefined: GET it here), `signals` (admit's
+   * idle-state and newest-request reads, issued with the state read; undefined: read here).
+   */
+  inHand: { template?: V1CronJob | null | Promise<V1CronJob | null>; signals?: ModelSignals } = {},
 ): Promise<Observation> {
-  const { kube, bus } = deps
+  const templateRead = inHand.template
+  const { kube } = deps
   if (!backfill) {
     return {
       observed: {
@@ -142,6 +146,7 @@ export async function observe(
   const statusJob = state ? undefined : backfill.status?.jobName
   const attemptJob = state?.jobName ?? (isObjectName(statusJob) ? statusJob : undefined)
   const ours = backfillLabelValue(name)
+  const signals = !modelOk ? undefined : (inHand.signals ?? readModelSignals(deps, namespace, modelName, timings))
   const [model, template, job, sessions, leases, jobs, idle, lastRequest] = await Promise.all([
     !modelOk
       ? null
@@ -169,16 +174,8 @@ export async function observe(
       : caches
         ? caches.jobs.list()
         : kube.listBackfillJobs(deps.namespaces),
-    modelOk ? timed(timings, 'observe.idle', bus.kv.idle.get(modelKey(namespace, modelName))) : null,
-    modelOk
-      ? timed(
-          timings,
-          'observe.lastRequest',
-          portsOf(deps)
-            .requests.newest(namespace, modelName)
-            .then((r) => r.at),
-        )
-      : null,
+    signals?.idle ?? null,
+    signals?.lastRequest ?? null,
   ])
   const modelV = model ? modelView(model) : null
   const contenders: Contender[] = []
@@ -219,6 +216,31 @@ export async function observe(
     },
     template,
   }
+}
+
+/** The model's idle state and the store time of its newest request, as observe() reads them. */
+export interface ModelSignals {
+  idle: Promise<KvEntry | null>
+  lastRequest: Promise<string | null>
+}
+
+export function readModelSignals(deps: Deps, namespace: string, model: string, timings?: StepTimings): ModelSignals {
+  const signals: ModelSignals = {
+    idle: Promise.resolve(timed(timings, 'observe.idle', deps.bus.kv.idle.get(modelKey(namespace, model)))),
+    lastRequest: Promise.resolve(
+      timed(
+        timings,
+        'observe.lastRequest',
+        portsOf(deps)
+          .requests.newest(namespace, model)
+          .then((r) => r.at),
+      ),
+    ),
+  }
+  // Awaited later, maybe not at all (the state read failed first): a failure must not be an unhandled rejection.
+  signals.idle.catch(() => {})
+  signals.lastRequest.catch(() => {})
+  return signals
 }
 
 /**
@@ -267,10 +289,19 @@ export async function reconcile(
       // No copy of the template (not synced yet, or a new CronJob): decide on the fresh GET, as before.
       if (templateRef) templateRead = deps.caches?.templates?.get(namespace, templateRef) ?? freshReads.template
     }
+    // admit issues the model's idle-state and newest-request reads with the state read: neither depends on the
+    // state, and the admission reads both again after its claims (admission/protocol.ts), so their age decides
+    // nothing. One round trip fewer before the decision.
+    const modelRef = backfill?.spec?.modelRef
+    const signals =
+      role === 'admit' && isObjectName(modelRef) ? readModelSignals(deps, namespace, modelRef, timings) : undefined
     const entry = await kv.get(key)
     const state = readState(deps.log, entry)
     timings?.mark('state')
-    const obs = await observe(deps, namespace, name, state, backfill, role, fresh, timings, templateRead)
+    const obs = await observe(deps, namespace, name, state, backfill, role, fresh, timings, {
+      template: templateRead,
+      signals,
+    })
     const observed = obs.observed
     let template = obs.template
     timings?.mark('observe')

@@ -3,7 +3,7 @@
 //
 // A timer is stored as a schedule until it fires; the server then removes the schedule and stores the fired event on
 // `flexinfer.events.timer.<ns>.<backfill>` (one per backfill, kept: FLEXINFER_TIMERS is a limits stream) for admit's
-// consumer. It fires up to one scheduler tick early, so for that tick a state's future timerAt has no schedule:
+// consumer. It fires early (core/timer-tick.ts), so for that moment a state's future timerAt has no schedule:
 // re-arming then fired the same window again, a second admission of it. A fired event whose `due` is the state's
 // timerAt means "fired, its handling not committed yet" (handling it clears or moves timerAt, core/decide.ts): held.
 // Whether admit dead-lettered it instead is not visible here; that only matters once it is past due, where the

@@ -5,6 +5,7 @@
 // the next sweep. Only what may be wrong is re-decided, so a sweep over 10,000 settled backfills publishes nothing.
 import type { ModelBackfill } from './api.js'
 import type { BackfillState } from './state.js'
+import { FIRED_EARLY_WITHIN_MS } from './timer-tick.js'
 import type { JobView, ModelView } from './world.js'
 
 /** Default period of the resync schedule (env RESYNC_MS). */
@@ -15,8 +16,8 @@ export const RESYNC_MS = 30_000
  * and re-deciding one it is about to handle costs only a duplicate, idempotent reconcile.
  */
 export const TIMER_GRACE_MS = 5_000
-/** A schedule fires up to one scheduler tick early and is then purged: only a timer further out must be stored. */
-export const TIMER_STORED_AFTER_MS = 1_000
+/** A schedule fires early and is then removed: only a timer further out must be stored (core/timer-tick.ts). */
+export const TIMER_STORED_AFTER_MS = FIRED_EARLY_WITHIN_MS
 
 export const RESYNC_REASONS = [
   /** The finalizer holds a deleted object: its Job, timer and claims must go and the finalizer with them. */

@@ -26,6 +26,7 @@ import {
   type NatsConnection,
   nkeyAuthenticator,
 } from '@nats-io/transport-node'
+import { scheduleAt } from '../core/timer-tick.js'
 import {
   BUCKET_BACKFILLS,
   BUCKET_CLAIMS,
@@ -497,8 +498,6 @@ export function headerSafe(value: string, max = 1024): string {
   return safe.length <= max ? safe.trim() : `${safe.slice(0, max - 1).trim()}…`
 }
 
-/** nats-server (2.12–2.14) evaluates message schedules on a ~250 ms tick; measured, see bench/README.md. */
-export const SCHEDULER_TICK_MS = 250
 /** How long a disarmed timer's tombstone stays stored (Nats-TTL; the server's minimum is 1 s). */
 export const TIMER_TOMBSTONE_TTL = '1s'
 
@@ -554,8 +553,8 @@ export class Bus {
   async armTimer(namespace: string, backfill: string, at: string) {
     const data = { namespace, backfill, due: at }
     const target = subjectFor('ai.flexinfer.timer.fired', data)
-    // The server's scheduler ticks about every 250 ms: fire one tick early; the admit function waits out the rest.
-    const fireAt = Math.max(Date.now(), Date.parse(at) - SCHEDULER_TICK_MS)
+    // Stored to fire early by the scheduler's tick (core/timer-tick.ts); admit waits out the rest.
+    const fireAt = scheduleAt(Date.parse(at), Date.now())
     await this.js.publish(scheduleSubject(namespace, backfill), encode('ai.flexinfer.timer.fired', data), {
       schedule: { specification: new Date(fireAt), target },
     })

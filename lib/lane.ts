@@ -1,4 +1,5 @@
-// A concurrency limit with a FIFO queue, shared by cancel's DELETE and bookkeeping lanes and admit's bookkeeping lane.
+// A concurrency limit with a FIFO queue, shared by cancel's DELETE and bookkeeping lanes, admit's admission slots
+// and its bookkeeping lane.
 /** Bounded by whoever calls it (the transport's in-flight limit). */
 export class Lane {
   private free: number

@@ -3,8 +3,9 @@
 // Started Event, the status write) runs in admit's bookkeeping lane, not on the admission's slot (bookkeeping.ts).
 
 import { type AfterStart, reconcile } from '../../admission/reconcile.js'
+import { earlyBy } from '../../core/timer-tick.js'
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
-import { SCHEDULER_TICK_MS } from '../../jetstream/bus.js'
+import { Lane } from '../../lib/lane.js'
 import { StepTimings } from '../../observability/step-timings.js'
 import type { Deps, EventFunction } from '../../transport/function.js'
 import { BookkeepingLane } from './bookkeeping.js'
@@ -12,8 +13,34 @@ import { BookkeepingLane } from './bookkeeping.js'
 /** Longest a graceful stop waits for queued bookkeeping (the rest is redone by the next decisions). */
 const DRAIN_MS = 10_000
 
+/** Admissions at once: I/O-bound (API reads, KV, Job create); many at once keeps a burst of due timers on time. */
+export const ADMISSION_SLOTS = 32
+/**
+ * Events handled at once: the admission slots and room for timers waiting out their early tick, which hold no slot
+ * (a burst of windows ending together would otherwise spend up to a tick of each slot doing nothing).
+ */
+export const ADMIT_CONCURRENCY = 4 * ADMISSION_SLOTS
+
+/**
+ * Waits `waitMs` (a timer's early remainder) without a slot, then runs `admission` in one of `slots`. Returns the
+ * admission's result and how long it held its slot.
+ */
+export async function afterEarlyTick<T>(
+  slots: Lane,
+  waitMs: number,
+  admission: () => Promise<T>,
+): Promise<{ result: T; slotMs: number }> {
+  if (waitMs > 0) await new Promise((r) => setTimeout(r, waitMs))
+  return slots.run(async () => {
+    const heldFrom = performance.now()
+    const result = await admission()
+    return { result, slotMs: Math.round(performance.now() - heldFrom) }
+  })
+}
+
 export function admitFunction(): EventFunction {
   const lane = new BookkeepingLane()
+  const slots = new Lane(ADMISSION_SLOTS)
   let log: Deps['log'] | undefined
   /** Hands an admission's bookkeeping to the lane; `queued` gets the promise of its end (for the timings line). */
   const handOff =
@@ -23,8 +50,7 @@ export function admitFunction(): EventFunction {
     }
   return {
     name: 'admit',
-    // Admissions are I/O-bound (API reads, KV, Job create): many at once keeps a burst of due timers on time.
-    concurrency: 32,
+    concurrency: ADMIT_CONCURRENCY,
     subscriptions: [
       { stream: STREAM_TIMERS, subjects: ['flexinfer.events.timer.>'] },
       { stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.admit'] },
@@ -42,22 +68,23 @@ export function admitFunction(): EventFunction {
       if (event.type === 'ai.flexinfer.timer.fired') {
         const { namespace, backfill, due } = event.data
         const timings = new StepTimings()
-        const heldFrom = performance.now()
-        // Timers fire up to one scheduler tick early (see Bus.armTimer): wait out that remainder, never more.
+        // Timers fire early by the scheduler's tick (core/timer-tick.ts): wait out that remainder, never more, and
+        // without a slot.
         const early = Date.parse(due) - deps.now()
-        if (early > 0 && early <= 2 * SCHEDULER_TICK_MS) await new Promise((r) => setTimeout(r, early))
-        timings.mark('wait')
         const queued: { done?: Promise<void> } = {}
-        const d = await reconcile(
-          deps,
-          'admit',
-          namespace,
-          backfill,
-          { type: 'timer' },
-          { timings, afterStart: handOff(deps, queued) },
-        )
-        // How long this admission held its slot (the steps after it, in the lane, do not).
-        const slotMs = Math.round(performance.now() - heldFrom)
+        // slotMs: how long this admission held its slot (the steps after it, in the lane, do not).
+        const { result: d, slotMs } = await afterEarlyTick(slots, earlyBy(Date.parse(due), deps.now()), () => {
+          // 'wait': the early tick and the wait for a slot.
+          timings.mark('wait')
+          return reconcile(
+            deps,
+            'admit',
+            namespace,
+            backfill,
+            { type: 'timer' },
+            { timings, afterStart: handOff(deps, queued) },
+          )
+        })
         const startedAt = d?.actions.some((a) => a.type === 'createJob') ? d.state?.startedAt : undefined
         if (startedAt) {
           // The lateness profile (bench/README.md): lateMs is what the benchmark measures, startedAt − due. Logged
@@ -79,15 +106,9 @@ export function admitFunction(): EventFunction {
           else line()
         }
       } else if (event.type === 'ai.flexinfer.backfill.admit') {
-        await reconcile(
-          deps,
-          'admit',
-          event.data.namespace,
-          event.data.backfill,
-          { type: 'admit' },
-          {
-            afterStart: handOff(deps, {}),
-          },
+        const { namespace, backfill } = event.data
+        await slots.run(() =>
+          reconcile(deps, 'admit', namespace, backfill, { type: 'admit' }, { afterStart: handOff(deps, {}) }),
         )
       }
     },
