@@ -5,7 +5,7 @@
 import { beforeAll, describe, expect, it } from 'vitest'
 import { type Faults, type SimStats, searchSeeds, simulate } from './support/dst.js'
 
-const SEEDS = Number(process.env.SIM_SEEDS ?? 24)
+const SEEDS = Number(process.env.SIM_SEEDS ?? 48)
 const NO_FAULTS: Faults = {
   failBefore: 0,
   failAfter: 0,
