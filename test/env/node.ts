@@ -52,6 +52,8 @@ export const TOUCHED_SYSCTLS = [
 export interface NodeImages {
   pause: { ref: string; archive: string }
   busybox: { ref: string; archive: string }
+  /** nats-server and the nats CLI on busybox (images/build.sh, once the test servers are built). */
+  nats: { ref: string; archive: string } | null
   /** The project's image (images/build.sh --app), when built. */
   app: { ref: string; archive: string; from: string } | null
 }
@@ -85,7 +87,48 @@ export interface NodeContext {
   elapsed: () => string
   /** Also import the project's image, when images/build.sh --app has made it. */
   appImage?: boolean
+  /** The pod network (planNodeNetwork), chosen before the apiserver starts: it advertises the host's address on it. */
+  network: NodeNetwork
+  /** The apiserver's port on loopback: pods reach it through the kubernetes Service (below, the forwarder). */
+  apiserverPort: number
 }
+
+/** The node's pod network, fixed before anything starts. */
+export interface NodeNetwork {
+  id: string
+  podCidr: string
+  hostIp: string
+}
+
+/**
+ * The pod network of an environment in `dir`: a /24 of 10.244.0.0/16 no route of the machine uses. Known before the
+ * apiserver starts, which advertises the bridge address as the kubernetes Service's endpoint: pods reach the
+ * apiserver there (through a forwarder to its loopback port), not on loopback, which a pod's packets cannot reach.
+ */
+export async function planNodeNetwork(dir: string): Promise<NodeNetwork> {
+  const id = createHash('sha256').update(dir).digest('hex').slice(0, 8)
+  const third = await choosePodCidr(id)
+  return { id, podCidr: `10.244.${third}.0/24`, hostIp: `10.244.${third}.1` }
+}
+
+/**
+ * The kubernetes Service's endpoint (the bridge address, on the apiserver's port) to the apiserver on loopback: a
+ * plain TCP relay (TLS stays end to end; the serving certificate names 10.0.0.1). The apiserver itself stays bound
+ * to loopback, so nothing of it listens on the machine's other interfaces. Every connection is closed with either
+ * side, and at most 256 are relayed at once.
+ */
+const APISERVER_FORWARDER = `
+const net = require('node:net')
+const [listenHost, port, target] = process.argv.slice(1)
+const server = net.createServer((client) => {
+  const upstream = net.connect({ host: target, port: Number(port) })
+  const close = () => { client.destroy(); upstream.destroy() }
+  client.on('error', close); upstream.on('error', close); client.on('close', close); upstream.on('close', close)
+  client.pipe(upstream); upstream.pipe(client)
+})
+server.maxConnections = 256
+server.listen(Number(port), listenHost, () => console.log('forwarding ' + listenHost + ':' + port + ' to ' + target))
+`
 
 function ctr(address: string, args: string[]) {
   return runOk(CTR, ['--address', address, '--namespace', K8S_NAMESPACE, ...args], { timeoutMs: 120_000 })
@@ -121,12 +164,17 @@ export function nodeUnavailableReason(): string | undefined {
 }
 
 /** The images' manifest (images/build.sh), made first when missing (pause and busybox take seconds). */
-export async function ensureNodeImages(opts: { app?: boolean } = {}): Promise<NodeImages> {
+export async function ensureNodeImages(opts: { app?: boolean; nats?: boolean } = {}): Promise<NodeImages> {
   const path = join(cacheDir(), 'images', 'images.json')
   const read = (): NodeImages | undefined => {
     try {
       const m = JSON.parse(readFileSync(path, 'utf8')) as NodeImages
-      const files = [m.pause.archive, m.busybox.archive, ...(opts.app ? [m.app?.archive ?? ''] : [])]
+      const files = [
+        m.pause.archive,
+        m.busybox.archive,
+        ...(opts.app ? [m.app?.archive ?? ''] : []),
+        ...(opts.nats ? [m.nats?.archive ?? ''] : []),
+      ]
       return files.every((f) => f && existsSync(f)) ? m : undefined
     } catch {
       return undefined
@@ -303,7 +351,7 @@ export async function startNode(ctx: NodeContext): Promise<NodeInfo> {
   const why = nodeUnavailableReason()
   if (why) throw new Error(`cannot start the node: ${why}`)
   const { dir, pki, binaries, log, elapsed } = ctx
-  const id = createHash('sha256').update(dir).digest('hex').slice(0, 8)
+  const { id, podCidr, hostIp } = ctx.network
   const nodeDir = join(dir, 'node')
   const cgroupRoot = `modelbackfill-${id}`
   const bridge = `mbf${id.slice(0, 8)}`
@@ -315,9 +363,7 @@ export async function startNode(ctx: NodeContext): Promise<NodeInfo> {
   const podLogsDir = join(nodeDir, 'pod-logs')
   const cniConfDir = join(nodeDir, 'cni', 'net.d')
   const cleanupPath = join(nodeDir, 'cleanup.sh')
-  const [images, third] = await Promise.all([ensureNodeImages(), choosePodCidr(id)])
-  const podCidr = `10.244.${third}.0/24`
-  const hostIp = `10.244.${third}.1`
+  const images = await ensureNodeImages()
   await Promise.all(
     [containerdDir, kubeletRootDir, podLogsDir, cniConfDir, join(nodeDir, 'cni', 'ipam')].map((d) =>
       mkdir(d, { recursive: true }),
@@ -362,6 +408,13 @@ export async function startNode(ctx: NodeContext): Promise<NodeInfo> {
   const comment = ['-m', 'comment', '--comment', `modelbackfill-node-${id}`]
   await runOk('iptables', ['-I', 'FORWARD', '1', '-i', bridge, '!', '-o', bridge, ...comment, '-j', 'DROP'])
   await runOk('iptables', ['-I', 'FORWARD', '1', '-o', bridge, '!', '-i', bridge, ...comment, '-j', 'DROP'])
+  const forwarder = ctx.start('apiserver-forwarder', process.execPath, [
+    '-e',
+    APISERVER_FORWARDER,
+    hostIp,
+    String(ctx.apiserverPort),
+    LOOPBACK,
+  ])
   await writeFile(
     join(cniConfDir, '10-modelbackfill.conflist'),
     `${JSON.stringify(
@@ -612,7 +665,14 @@ export async function startNode(ctx: NodeContext): Promise<NodeInfo> {
     async () => (await httpGet(`http://${LOOPBACK}:${dnsReady}/ready`)).status === 200,
     { timeoutMs: 60_000, intervalMs: 250 },
   )
+  const forwarding = waitFor(
+    'the apiserver forwarder',
+    async () =>
+      (await httpGet(`https://${hostIp}:${ctx.apiserverPort}/readyz`, { ...adminTls, insecure: true })).status === 200,
+    { timeoutMs: 30_000, intervalMs: 100 },
+  )
   await Promise.all([
+    whileRunning(forwarder, forwarding),
     whileRunning(kubelet, nodeReady),
     whileRunning(proxy, proxyReady),
     whileRunning(scheduler, schedulerReady),
