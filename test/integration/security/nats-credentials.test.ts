@@ -12,6 +12,9 @@ import { Kvm } from '@nats-io/kv'
 import { createUser } from '@nats-io/nkeys'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { documentedSince } from '../../../admission/nats-ports.js'
+import { catalog } from '../../../events/catalog.js'
+import { encode } from '../../../events/codec.js'
 import { Bus, KvMirror, natsServerOptions } from '../../../jetstream/bus.js'
 import { provision } from '../../../process/provision.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -209,6 +212,22 @@ describe('least privilege on JetStream', () => {
     await expect(kvm.create('intruder-bucket')).rejects.toThrow()
     const kv = await kvm.open('flexinfer-claims')
     await expect(kv.destroy()).rejects.toThrow(/permissions violation/i)
+  })
+
+  it('admit reads what the admission protocol reads: requests on the documented subject past its cursor', async () => {
+    // Stored by the gateway as a gateway publishes it, on the documented subject (FLEXINFER_FOREGROUND).
+    const js = jetstream(await as('gateway'))
+    const data = { namespace: 'team-a', model: 'gemma', at: new Date().toISOString() }
+    const stored = await js.publish(
+      catalog['ai.flexinfer.foreground.request'].subject,
+      encode('ai.flexinfer.foreground.request', data),
+    )
+    const admit = await jetstreamManager(await as('admit'))
+    const seen = await documentedSince(admit, 'team-a', 'gemma', stored.seq - 1, Date.now)
+    expect(seen.at).not.toBeNull()
+    expect(seen.cursor).toBeGreaterThanOrEqual(stored.seq)
+    // And past the newest: nothing, in the one read of the common case.
+    expect((await documentedSince(admit, 'team-a', 'gemma', seen.cursor, Date.now)).at).toBeNull()
   })
 
   it('each user publishes only the events it owns; the gateway only foreground requests', async () => {
