@@ -2,7 +2,8 @@
 // never trusts demand's progress. A Job is created only when
 //   - nothing will leave it running: a demand instance pulls foreground requests and a cancel instance pulls
 //     cancel requests (the server's count of waiting pull requests: a killed process has none, a paused one
-//     none once its pulls expire), and
+//     none once its pulls expire), and the gateway ingress, where one is watched, can publish (admission/ingress.ts),
+//     and
 //   - no foreground request it cannot see is waiting: the model's newest request on its per-model subject is read
 //     straight from the stream (with the server's store time), and every request on the documented subject that
 //     the stream held when the check began has been acknowledged by demand, which acks only once its idle-state
@@ -14,6 +15,7 @@ import { foregroundSubject, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_
 import { isNotFound, lastBySubject } from '../jetstream/bus.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
 import type { Deps } from '../transport/function.js'
+import { ingressReadyUrl, probeIngress } from './ingress.js'
 import type { FenceResult } from './ports.js'
 
 /** How long admission waits for demand to work through the documented subject's backlog before it re-checks. */
@@ -121,9 +123,11 @@ function pullingElsewhere(jsm: JetStreamManager, bus: object, names: ReturnType<
 export async function checkFence(deps: Deps): Promise<FenceResult> {
   const jsm = deps.bus.jsm
   const names = consumers(deps)
-  const [demandForeground, elsewhere] = await Promise.all([
+  const ingressUrl = ingressReadyUrl()
+  const [demandForeground, elsewhere, ingress] = await Promise.all([
     consumerInfo(jsm, STREAM_FOREGROUND, names.demandForeground),
     pullingElsewhere(jsm, deps.bus, names),
+    ingressUrl ? probeIngress(ingressUrl) : undefined,
   ])
   // What demand has acknowledged is in the idle state read after this: the reads around the POST look at the
   // documented subject only past it (all of it when there is no demand consumer at all).
@@ -132,6 +136,7 @@ export async function checkFence(deps: Deps): Promise<FenceResult> {
     return { ready: false, why: 'no demand instance is pulling foreground requests', cursor: floor }
   }
   if (elsewhere !== null) return { ready: false, why: elsewhere, cursor: floor }
+  if (ingress && !ingress.visible) return { ready: false, why: ingress.why, cursor: floor }
   if (demandForeground.num_pending + demandForeground.num_ack_pending === 0) return { ready: true, cursor: floor }
   const target = (await jsm.streams.info(STREAM_FOREGROUND)).state.last_seq
   const deadline = Date.now() + FENCE_WAIT_MS

@@ -27,6 +27,7 @@ import {
 } from '@kubernetes/client-node'
 import { FINALIZER, GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION } from '../core/api.js'
 import { backfillLabelValue, LABEL_ATTEMPT, LABEL_BACKFILL } from '../core/names.js'
+import { withDeadline } from '../lib/deadline.js'
 import {
   apiMessage,
   CONTROLLER_UID_LABEL,
@@ -181,6 +182,20 @@ export function makePooledClient<T>(
   )
 }
 
+/**
+ * The apiserver did not answer the request (refused, reset, timed out: no HTTP status), or answered that it cannot
+ * yet (429 "storage is (re)initializing" right after a restart, 503).
+ */
+const notAnswering = (err: unknown) => {
+  const code = statusCode(err)
+  return code === undefined || code === 429 || code === 503
+}
+
+/** How often a caller waiting for the apiserver (Kube.whenReachable) asks whether it answers. */
+const REACHABLE_POLL_MS = 250
+/** The longest one shared poll runs (bounded even when every caller gave up meanwhile). */
+const POLL_FOR_MS = 60_000
+
 export class Kube {
   readonly custom: CustomObjectsApi
   readonly batch: BatchV1Api
@@ -207,6 +222,51 @@ export class Kube {
   /** Closes the pooled connections (idle ones never hold the process open, but a clean stop closes them). */
   close() {
     this.auth.close()
+  }
+
+  private answering: Promise<void> | undefined
+
+  /**
+   * Runs `call`; while it fails without an answer from the apiserver (refused, reset, timed out, or not ready yet), waits
+   * for the apiserver to answer again and runs it again at once, for at most `maxWaitMs` in all; then the last
+   * failure is thrown (the caller's own retry takes over). Why: retried only by its event's redelivery backoff (up to
+   * 30 s apart by then), a call failed through an apiserver outage ran again up to that long after the apiserver was
+   * back — a cancel done 10+ s after a 50 s outage. The wait is one probe shared by every caller: a discovery GET
+   * (any authenticated identity may) every REACHABLE_POLL_MS, each with a deadline of its own.
+   */
+  async whenReachable<T>(call: () => Promise<T>, maxWaitMs: number): Promise<T> {
+    const until = Date.now() + maxWaitMs
+    for (;;) {
+      try {
+        return await call()
+      } catch (err) {
+        const left = until - Date.now()
+        if (!notAnswering(err) || left <= 0) throw err
+        this.answering ??= this.pollUntilAnswering().finally(() => {
+          this.answering = undefined
+        })
+        const answered = await withDeadline(this.answering, left, 'the apiserver to answer').then(
+          () => true,
+          () => false,
+        )
+        if (!answered) throw err
+      }
+    }
+  }
+
+  /** Polls until the apiserver answers, at most POLL_FOR_MS (then rejects; a later caller starts another). */
+  private async pollUntilAnswering(): Promise<void> {
+    const until = Date.now() + POLL_FOR_MS
+    for (;;) {
+      if (Date.now() > until) throw new Error(`the apiserver did not answer within ${POLL_FOR_MS} ms`)
+      try {
+        await withDeadline(this.core.getAPIResources(), REACHABLE_POLL_MS * 4, 'apiserver discovery')
+        return
+      } catch (err) {
+        if (!notAnswering(err)) return // an answer, even a refusal: it is reachable
+        await new Promise((r) => setTimeout(r, REACHABLE_POLL_MS).unref())
+      }
+    }
   }
 
   private crd(plural: string, namespace: string, name: string) {

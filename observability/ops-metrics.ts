@@ -2,7 +2,7 @@
 // backfill is in (a backfill stuck in Blocked, Starting or Cancelling), how long a cancel signal took to become the
 // Job's DELETE (preemption latency), the dead letters stored so far, whether this process reaches NATS, what its
 // consumers hold, and the fail-safe's state. The phase and the dead-letter count are read from NATS and exported only
-// by the process that exports the cluster-wide series (process/metrics.ts); the rest is each process's own.
+// by the process that exports the cluster-wide series (transport/metrics.ts); the rest is each process's own.
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
 import { PHASES } from '../core/api.js'
 import type { BackfillState } from '../core/state.js'
@@ -39,6 +39,17 @@ export const failSafeCancellations = new Counter({
   help: 'Backfill Jobs deleted by the fail-safe through Kubernetes while foreground demand was unobservable.',
   registers: [],
 })
+/**
+ * The gateway ingress (functions/ingress): whether this instance can publish foreground requests now. 0 makes
+ * foreground demand invisible to the preemption path (cancel's fail-safe sees it through the ingress's /readyz).
+ * Other processes export 1: they have nothing to publish.
+ */
+export const ingressPublishing = new Gauge({
+  name: 'flexinfer_model_backfill_ingress_publishing',
+  help: 'Whether this gateway ingress can publish foreground requests to NATS (its stream answers, its latest publish succeeded).',
+  registers: [],
+})
+ingressPublishing.set(1)
 /** How long a scrape waits for NATS before it reports it unreachable (or keeps a NATS-read value as it was). */
 const NATS_DEADLINE_MS = 1_000
 
@@ -56,7 +67,9 @@ export interface OpsSources {
 /** Adds the operational metrics to a registry that mirrors the backfill states. */
 export function registerOpsMetrics(registry: Registry, src: OpsSources) {
   registry.registerMetric(preemptionLatency)
-  for (const m of [failSafeEngaged, foregroundUnobservable, failSafeCancellations]) registry.registerMetric(m)
+  for (const m of [failSafeEngaged, foregroundUnobservable, failSafeCancellations, ingressPublishing]) {
+    registry.registerMetric(m)
+  }
   // Reachability as this process sees it, at scrape time and bounded. Every function reports its own (a partition
   // may cut one off and not the others): the NATS-unreachable alert is per pod.
   new Gauge({

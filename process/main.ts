@@ -8,6 +8,7 @@
 import { readFileSync } from 'node:fs'
 // Only what every mode needs is imported here; each mode loads its own modules below (await import), so a function
 // that scales to zero does not pay at start for fastify, the bridge or the provision step (cold start).
+import { ingressReadyUrl } from '../admission/ingress.js'
 import { FUNCTION_NAMES } from '../functions/names.js'
 import { natsReplicas } from '../jetstream/bus.js'
 import { kubeRequestTimeoutMs } from '../kube/kube-common.js'
@@ -65,6 +66,10 @@ environment:
   FAILSAFE_BLIND_MS   cancel: foreground demand unobservable (NATS unreachable, no demand instance pulling) for
                       longer than this and every running backfill Job is deleted through Kubernetes alone (default
                       5000, at least 1000; docs/operations.md)
+  INGRESS_READY_URL   admit, cancel: the gateway ingress's /readyz through its Service (deployed:
+                      http://model-backfill-ingress/readyz). An ingress that cannot publish is unobservable foreground
+                      demand: nothing is admitted, and past FAILSAFE_BLIND_MS cancel's fail-safe deletes the running
+                      Jobs. Unset: no ingress is watched (gateways publish to NATS themselves)
   METRICS_HANDOVER_MS a cancel instance taking over the exporter lease waits this long before it exports the
                       cluster-wide series (default 45000: longer than the PodMonitor's 30 s scrape interval)
   LOG_LEVEL           pino level (default info)
@@ -94,6 +99,7 @@ const only = process.env.FUNCTION ?? process.argv[2]
 try {
   // The same for the metrics handover and, where cancel runs, the fail-safe's bound.
   metricsHandoverMs()
+  ingressReadyUrl()
   if (!only || only === 'all' || only.split(',').includes('cancel')) {
     ;(await import('../functions/cancel/fail-safe.js')).failSafeBoundMs()
   }
@@ -208,8 +214,8 @@ if (only === 'gate') {
       log.error('the ingress needs a bearer token: set INGRESS_TOKEN_FILE (a mounted Secret) or INGRESS_TOKEN')
       process.exit(2)
     }
-    const { INGRESS_TYPES, ingress } = await import('../functions/ingress/index.js')
-    const served = await startHttpFunction(ingress, {
+    const { INGRESS_TYPES, ingressFunction } = await import('../functions/ingress/index.js')
+    const served = await startHttpFunction(ingressFunction(), {
       ...common,
       ...limits,
       port,

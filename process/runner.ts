@@ -13,8 +13,8 @@ import { type PulledConsumer, registerConsumerLag } from '../observability/ops-m
 import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from '../transport/deps.js'
 import type { Deps, EventFunction } from '../transport/function.js'
 import { type RunningFunction, runOnJetStream } from '../transport/jetstream-adapter.js'
+import { BackfillMetrics } from '../transport/metrics.js'
 import type { Watcher } from '../transport/watcher.js'
-import { BackfillMetrics } from './metrics.js'
 
 export interface RunnerOptions extends ProcessOptions {
   functions?: string[]

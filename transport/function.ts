@@ -29,7 +29,7 @@ export interface Deps {
   instance?: string
   /**
    * Every backfill state by KV key, kept current from the bucket's republished changes by the mirror the metrics
-   * exporter already holds in every runner process (process/metrics.ts): lifecycle's sweep reads it instead of one
+   * exporter already holds in every runner process (transport/metrics.ts): lifecycle's sweep reads it instead of one
    * direct get per backfill.
    */
   backfillStates?: ReadonlyMap<string, BackfillState>
@@ -50,6 +50,8 @@ export interface EventFunction {
   /** Optional warm-up (caches, watches) before the first event and teardown after the last. */
   start?(deps: Deps): Promise<void>
   stop?(): Promise<void>
+  /** Served over HTTP: why this instance cannot do its work now (its /readyz answers 503 with it), or undefined. */
+  notReady?(): string | undefined
   /** Resolves when the event's effect is durable; rejects to have it redelivered. */
   handle(event: InboundEvent, deps: Deps): Promise<void>
 }

@@ -10,6 +10,8 @@
 //   422  the handler threw PermanentError (can never succeed) — dead-lettered here, never retried
 //   503  transient handler failure, or the dead letter could not be stored: retry later (nothing is lost)
 //
+// GET /healthz, /readyz (503 while stopping, without NATS, or when the function says why it cannot work) and /metrics.
+//
 // The handler logic is shared with the JetStream adapter (transport/process-event.ts); functions are unaware of it.
 import { HTTP } from 'cloudevents'
 import Fastify, {
@@ -24,6 +26,7 @@ import type { RequestAuthenticator } from './auth/kubernetes.js'
 import { assertUsableToken, bearerMatches, type TokenProvider } from './auth/token.js'
 import { openDeps, type ProcessOptions } from './deps.js'
 import type { Deps, EventFunction } from './function.js'
+import { BackfillMetrics } from './metrics.js'
 import { type Outcome, processDecoded } from './process-event.js'
 
 export { bearerMatches, readToken } from './auth/token.js'
@@ -217,9 +220,17 @@ export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOpt
 
   app.get('/healthz', async () => ({ ok: true }))
   app.get('/readyz', async (_req, reply) => {
-    const ok = !closing && !deps.bus.nc.isClosed()
-    reply.code(ok ? 200 : 503)
-    return { ok, function: fn.name }
+    const why = closing ? 'stopping' : deps.bus.nc.isClosed() ? 'NATS connection closed' : fn.notReady?.()
+    reply.code(why ? 503 : 200)
+    return why ? { ok: false, function: fn.name, why } : { ok: true, function: fn.name }
+  })
+  // What every function serves, whatever its transport: its process metrics and its own function metrics. Never the
+  // cluster-wide series: only a cancel process holding the exporter lease exports those (transport/metrics.ts).
+  const metrics = new BackfillMetrics(undefined, () => false)
+  metrics.attach(deps.bus)
+  app.get('/metrics', async (_req, reply) => {
+    reply.header('content-type', metrics.registry.contentType)
+    return metrics.metrics()
   })
 
   const slots = semaphore(Math.max(1, fn.concurrency))

@@ -1,6 +1,7 @@
 // The fail-safe: foreground always wins, so background does not run while foreground demand cannot be observed.
 // Every cancel process probes, once a second, whether the preemption path can see foreground requests — NATS answers
-// and a demand instance pulls each of demand's two consumers (the admission fence's own test, admission/fence.ts).
+// and a demand instance pulls each of demand's two consumers (the admission fence's own test, admission/fence.ts),
+// and the gateway ingress, where gateways POST their requests, can publish them (its /readyz, INGRESS_READY_URL; admission/ingress.ts).
 // When it has not seen that for longer than FAILSAFE_BLIND_MS (core/decide.ts failSafe), it cancels every running
 // backfill Job in scope through Kubernetes alone: the Cancelling/ForegroundUnobservable status first (decide reads it
 // back once NATS is back and counts the preemption under `other`), then the Job's DELETE and its pods', a Warning
@@ -16,6 +17,7 @@
 // rights. Each cancel replica decides alone (no coordination, which would need NATS): deletes are idempotent.
 import type { KubeConfig, V1Job } from '@kubernetes/client-node'
 import { consumerInfo, consumers } from '../../admission/fence.js'
+import { ingressReadyUrl, probeIngress } from '../../admission/ingress.js'
 import {
   type Blindness,
   blindStatus,
@@ -52,8 +54,20 @@ export function failSafeBoundMs(env: NodeJS.ProcessEnv = process.env): number {
   return n
 }
 
-/** Whether the preemption path can see foreground requests now: NATS answers and demand pulls both consumers. */
-export async function probeVisibility(deps: Deps): Promise<Visibility> {
+/**
+ * Whether the preemption path can see foreground requests now: NATS answers and demand pulls both consumers, and
+ * the gateway ingress (when one is watched) can publish.
+ */
+export async function probeVisibility(deps: Deps, ingressUrl?: string): Promise<Visibility> {
+  const [path, ingress] = await Promise.all([
+    probePath(deps),
+    ingressUrl ? probeIngress(ingressUrl) : ({ visible: true } as const),
+  ])
+  const why = [path, ingress].flatMap((v) => (v.visible ? [] : [v.why]))
+  return why.length ? { visible: false, why: why.join('; ') } : { visible: true }
+}
+
+async function probePath(deps: Deps): Promise<Visibility> {
   const names = consumers(deps)
   const jsm = deps.bus.jsm
   try {
@@ -87,12 +101,15 @@ export interface FailSafeOptions {
   refusal: (job: V1Job, backfill: string) => string | undefined
   /** The probe (tests replace it to simulate what only a real outage shows otherwise). */
   probe?: (deps: Deps) => Promise<Visibility>
+  /** The gateway ingress's /readyz; default INGRESS_READY_URL. */
+  ingressUrl?: string
 }
 
 export function startFailSafe(deps: Deps, jobs: ObjectCache<V1Job>, opts: FailSafeOptions): FailSafe {
   const boundMs = opts.boundMs ?? failSafeBoundMs()
   const every = opts.probeEveryMs ?? PROBE_EVERY_MS
-  const probe = opts.probe ?? probeVisibility
+  const ingressUrl = opts.ingressUrl ?? ingressReadyUrl()
+  const probe = opts.probe ?? ((d: Deps) => probeVisibility(d, ingressUrl))
   const lane = new Lane(WIDTH)
   let state: Blindness = { lastSeenAt: deps.now(), engaged: false }
   // Jobs this engagement already cancelled, by UID: pruned to those still in the watched copy, so bounded by it.

@@ -41,6 +41,9 @@ const BOOKKEEPING_WIDTH = 16
 /** Longest a reconcile waits for the DELETE lane to drain (a steady trickle of cancels must not starve it). */
 const BOOKKEEPING_YIELD_MAX_MS = 10_000
 
+/** Longest a cancel waits in the handler for an apiserver that does not answer before its event is retried. */
+const UNREACHABLE_WAIT_MS = 20_000
+
 const isCancelReason = (r: string): r is CancelReason => (REASONS.Cancelling as readonly string[]).includes(r)
 
 /** Why `job` may not be deleted on behalf of backfill `backfill`, or undefined when it is that backfill's. */
@@ -142,9 +145,12 @@ export function cancelFunction(): EventFunction {
         if (out.result === 'deleted') deleted.add(uid)
         return out.result
       }
-      // The watched copy first; a Job created a moment ago may not be in it yet: one GET then.
-      const job = jobs?.get(namespace, jobName) ?? (await deps.kube.getJob(namespace, jobName))
-      let result = job ? await remove(job) : ('absent' as const)
+      // An apiserver that does not answer (an outage): tried again the moment it does, not at the next redelivery.
+      let result = await deps.kube.whenReachable(async () => {
+        // The watched copy first; a Job created a moment ago may not be in it yet: one GET then.
+        const job = jobs?.get(namespace, jobName) ?? (await deps.kube.getJob(namespace, jobName))
+        return job ? await remove(job) : ('absent' as const)
+      }, UNREACHABLE_WAIT_MS)
       // No Job yet: the admission may still be creating it (in-flight.ts). Waited for outside the DELETE lane.
       let waitedMs: number | undefined
       if (result === 'absent' && reason === 'ForegroundDemand') {

@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest'
 import { type BackfillState, emptyCounters } from '../../core/state.js'
 import type { KvMirror } from '../../jetstream/bus.js'
-import { BackfillMetrics } from '../../process/metrics.js'
+import { BackfillMetrics } from '../../transport/metrics.js'
 
 const state = (counters: Partial<BackfillState['counters']>): BackfillState => ({
   namespace: 'ns',

@@ -1,6 +1,6 @@
 // The monitoring manifests name only metrics the functions really export: every metric in an alert expression
 // (monitoring/prometheusrule.yaml, and the chart's copy of its groups) must appear in the exposition of
-// process/metrics.ts (which includes observability/ops-metrics.ts). The chart's copies of the CRD, the dashboard and the
+// transport/metrics.ts (which includes observability/ops-metrics.ts). The chart's copies of the CRD, the dashboard and the
 // alert groups must be the sources' own.
 import { readFile } from 'node:fs/promises'
 import { describe, expect, it } from 'vitest'
@@ -9,7 +9,7 @@ import { PHASES } from '../../core/api.js'
 import { type BackfillState, emptyCounters } from '../../core/state.js'
 import type { KvMirror } from '../../jetstream/bus.js'
 import { preemptionLatency, registerConsumerLag } from '../../observability/ops-metrics.js'
-import { BackfillMetrics } from '../../process/metrics.js'
+import { BackfillMetrics } from '../../transport/metrics.js'
 
 const read = (path: string) => readFile(new URL(`../../${path}`, import.meta.url), 'utf8')
 
@@ -45,7 +45,7 @@ async function exposition() {
 }
 
 describe('monitoring', () => {
-  it('every metric an alert uses is exported by process/metrics.ts', async () => {
+  it('every metric an alert uses is exported by transport/metrics.ts', async () => {
     const [rule, text] = await Promise.all([read('monitoring/prometheusrule.yaml'), exposition()])
     const rules = rulesOf(parse(rule).spec.groups)
     const exported = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]))
@@ -66,6 +66,7 @@ describe('monitoring', () => {
         'flexinfer_model_backfill_nats_up',
         'flexinfer_model_backfill_failsafe_engaged',
         'flexinfer_model_backfill_consumer_pending',
+        'flexinfer_model_backfill_ingress_publishing',
       ]),
     )
     // A function, and the whole preemption path, down: `up` and `absent` by the PodMonitor's component label.
@@ -125,10 +126,14 @@ describe('monitoring', () => {
     expect(text).toContain('flexinfer_model_backfill_dead_letters_total{stream="FLEXINFER_DEADLETTER"} 0')
   })
 
-  it('the PodMonitor scrapes /metrics of demand and cancel with the metrics’ own labels', async () => {
+  it('the PodMonitor scrapes /metrics of every function and the ingress with the metrics’ own labels', async () => {
     const [monitor] = parseAllDocuments(await read('monitoring/podmonitor.yaml')).map((d) => d.toJS())
     expect(monitor.spec.selector.matchExpressions).toEqual([
-      { key: 'app.kubernetes.io/component', operator: 'In', values: ['demand', 'cancel'] },
+      {
+        key: 'app.kubernetes.io/component',
+        operator: 'In',
+        values: ['source', 'demand', 'admit', 'cancel', 'lifecycle', 'ingress'],
+      },
     ])
     for (const e of monitor.spec.podMetricsEndpoints) expect(e).toMatchObject({ path: '/metrics', honorLabels: true })
   })

@@ -88,10 +88,10 @@ it('NATS down: every running Job deleted within the bound through Kubernetes; NA
     const b = await world.getBackfill(name)
     expect(b?.status, name).toMatchObject({ phase: 'Cancelling', reason: FAILSAFE_REASON })
     expect(b?.status?.message, name).toMatch(/NATS unreachable/)
-    expect(
-      (await world.events(name)).map((e) => e.reason),
-      name,
-    ).toContain(FAILSAFE_REASON)
+    // The Warning Event is recorded after the DELETEs (functions/cancel/fail-safe.ts): it may follow them by a moment.
+    await waitUntil(`${name}'s ${FAILSAFE_REASON} Event`, async () =>
+      (await world.events(name)).some((e) => e.reason === FAILSAFE_REASON) ? true : undefined,
+    )
   }
   const metrics = await runner.metrics.metrics()
   expect(metrics).toMatch(/^flexinfer_model_backfill_failsafe_engaged 1$/m)

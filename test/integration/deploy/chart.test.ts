@@ -212,7 +212,7 @@ describe.each(['keda', 'knative'] as const)('helm template --set mode=%s', (mode
     }
   })
 
-  it('a PodDisruptionBudget keeps one pod of ingress, demand and cancel; the PodMonitor scrapes demand and cancel', () => {
+  it('a PodDisruptionBudget keeps one pod of ingress, demand and cancel; the PodMonitor scrapes every function and the ingress', () => {
     const labels = podLabels(chart)
     const pdbs = of(chart, 'PodDisruptionBudget')
     expect(pdbs.map(component).sort()).toEqual(['cancel', 'demand', 'ingress'])
@@ -230,9 +230,12 @@ describe.each(['keda', 'knative'] as const)('helm template --set mode=%s', (mode
         selects(monitor.spec.selector.matchLabels, l) &&
         (monitor.spec.selector.matchExpressions[0].values as string[]).includes(c),
     )
-    expect(scraped.map(([c]) => c).sort()).toEqual(['cancel', 'demand'])
-    // The named port exists on those pods (keda: the container's `http`; Knative names the user port `user-port`).
-    expect(monitor.spec.podMetricsEndpoints[0].port).toBe(mode === 'keda' ? 'http' : 'user-port')
+    expect(scraped.map(([c]) => c).sort()).toEqual(['admit', 'cancel', 'demand', 'ingress', 'lifecycle', 'source'])
+    // The named port exists on those pods (keda: the container's `http`; Knative names the user port `user-port`; the
+    // ingress Deployment's is `http` in both modes).
+    expect(monitor.spec.podMetricsEndpoints.map((e: { port: string }) => e.port)).toEqual(
+      mode === 'keda' ? ['http'] : ['user-port', 'http'],
+    )
     expect(monitor.spec.podMetricsEndpoints[0].honorLabels).toBe(true)
   })
 })

@@ -22,7 +22,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { GROUP, VERSION } from '../../../core/api.js'
 import { jobName } from '../../../core/names.js'
 import { encode } from '../../../events/codec.js'
-import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
+import { INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
 import { sweep } from '../../../functions/lifecycle/resync.js'
 import { natsServerOptions } from '../../../jetstream/bus.js'
 import { provision } from '../../../process/provision.js'
@@ -344,7 +344,7 @@ describe('NATS permissions', () => {
 
 describe('the HTTP ingress as its own NATS user', () => {
   it('publishes a POSTed foreground request with no permission violation', async () => {
-    const ingressFn = await startHttpFunction(ingress, {
+    const ingressFn = await startHttpFunction(ingressFunction(), {
       natsUrl: nats.url('ingress'),
       provision: false,
       kubeconfig: kcs.demand,

@@ -2,7 +2,7 @@
 // the functions store in FLEXINFER_DEADLETTER (the stream's last sequence), read at scrape time.
 import { afterAll, expect, it } from 'vitest'
 import { Bus } from '../../../jetstream/bus.js'
-import { BackfillMetrics } from '../../../process/metrics.js'
+import { BackfillMetrics } from '../../../transport/metrics.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

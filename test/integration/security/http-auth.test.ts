@@ -15,7 +15,7 @@ import { CoreV1Api } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
 import { encode } from '../../../events/codec.js'
-import { INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
+import { INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
 import { lifecycle } from '../../../functions/lifecycle/index.js'
 import { TokenReviewAuth } from '../../../transport/auth/kubernetes.js'
 import { type FileToken, tokenFromEnv, tokenProblem } from '../../../transport/auth/token.js'
@@ -58,7 +58,7 @@ beforeAll(async () => {
     token: (await tokenFromEnv('HTTP_AUTH_TOKEN', { HTTP_AUTH_TOKEN_FILE: tokenFile })) as FileToken,
   })
   fileToken = (await tokenFromEnv('INGRESS_TOKEN', { INGRESS_TOKEN_FILE: tokenFile }, { pollMs: 100 })) as FileToken
-  ing = await serve(ingress, {
+  ing = await serve(ingressFunction(), {
     token: fileToken,
     acceptTypes: INGRESS_TYPES,
     bodyLimit: 64 * 1024,
@@ -227,7 +227,7 @@ describe('placeholder secrets are refused at start', () => {
     )
     await writeFile(join(dir, 'empty'), '\n')
     await expect(tokenFromEnv('INGRESS_TOKEN', { INGRESS_TOKEN_FILE: join(dir, 'empty') })).rejects.toThrow(/empty/)
-    await expect(serve(ingress, { token: 'change-me-token' })).rejects.toThrow(/placeholder/)
+    await expect(serve(ingressFunction(), { token: 'change-me-token' })).rejects.toThrow(/placeholder/)
   })
 
   it('the ingress process exits 2 with the reason, and never prints the value', async () => {

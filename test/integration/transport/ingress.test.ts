@@ -9,7 +9,7 @@ import { type ConsumerMessages, DeliverPolicy, jetstream } from '@nats-io/jetstr
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../../events/catalog.js'
 import { decode, type InboundEvent } from '../../../events/codec.js'
-import { INGRESS_SUBJECT, INGRESS_TYPES, ingress } from '../../../functions/ingress/index.js'
+import { INGRESS_SUBJECT, INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
 import { createLogger } from '../../../observability/log.js'
 import { type HttpFunction, readToken, startHttpFunction } from '../../../transport/http-adapter.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -34,7 +34,7 @@ beforeAll(async () => {
   })
   const logger = createLogger('ingress-test', capture)
   logger.level = 'trace'
-  served = await startHttpFunction(ingress, {
+  served = await startHttpFunction(ingressFunction(), {
     natsUrl: env.natsUrl,
     kubeconfig: env.kc,
     port: 0,

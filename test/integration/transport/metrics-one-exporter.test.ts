@@ -2,10 +2,18 @@
 // process mirrors, so `sum by (…)` over the pods a PodMonitor scrapes must still equal the state — at any replica
 // count, and through the exporter going away (observability/exporter-lease.ts). Deployed shape on the real servers:
 // two cancel processes and two demand processes, the rest in one, each with its own /metrics, scraped as the
-// PodMonitor does; the sums are compared with the KV state. Then the exporting process stops (a scale-down, a
-// rolling update): no scrape ever shows a series twice, and the other cancel takes over after the handover.
+// PodMonitor does; the sums are compared with the KV state. The PodMonitor scrapes every function whatever its
+// transport, so the Knative overlay's processes are scraped too: source, admit and lifecycle served over HTTP
+// (transport/http-adapter.ts) and the gateway ingress, each with its process metrics and never a contract series.
+// Then the exporting process stops (a scale-down, a rolling update): no scrape ever shows a series twice, and the
+// other cancel takes over after the handover.
+
+import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, expect, it, vi } from 'vitest'
+import { INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
+import { loadFunction } from '../../../functions/load.js'
 import type { Runner } from '../../../process/runner.js'
+import { type HttpFunction, startHttpFunction } from '../../../transport/http-adapter.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
@@ -19,17 +27,29 @@ const SAVED = vi.hoisted(() => {
 const env = useTestEnv()
 const instance = testInstance()
 const runners: Runner[] = []
+/** The Knative overlay's HTTP-served functions and the ingress (they only need to be up and scraped here). */
+const served: HttpFunction[] = []
 let world: BackfillWorld
 
 beforeAll(async () => {
-  runners.push(await startTestRunner(env, { instance, functions: ['source', 'admit', 'lifecycle'] }))
+  runners.push(await startTestRunner(env, { instance, functions: ['source', 'admit', 'lifecycle'], httpPort: 0 }))
   for (const functions of [['cancel'], ['cancel'], ['demand'], ['demand']]) {
     runners.push(await startTestRunner(env, { instance, functions, watch: false, httpPort: 0 }))
   }
+  const token = `metrics-${randomUUID()}`
+  for (const name of ['source', 'admit', 'lifecycle']) {
+    const factory = (await loadFunction(name)) as NonNullable<Awaited<ReturnType<typeof loadFunction>>>
+    const common = { natsUrl: env.natsUrl, kubeconfig: env.kc, namespaces: [env.namespace], port: 0, token }
+    served.push(await startHttpFunction(factory(), common))
+  }
+  served.push(
+    await startHttpFunction(ingressFunction(), { natsUrl: env.natsUrl, port: 0, token, acceptTypes: INGRESS_TYPES }),
+  )
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
 })
 afterAll(async () => {
   world?.close()
+  for (const f of served) await f.stop().catch(() => {})
   for (const r of runners) await r.stop().catch(() => {})
   if (SAVED === undefined) delete process.env.METRICS_HANDOVER_MS
   else process.env.METRICS_HANDOVER_MS = SAVED
@@ -42,8 +62,9 @@ const CONTRACT =
 async function scrape(targets: Runner[]) {
   const sums = new Map<string, number>()
   const exporters = new Set<number>()
-  for (const [i, r] of targets.entries()) {
-    const text = await (await fetch(`${r.httpUrl}/metrics`)).text()
+  const urls = [...targets.map((r) => r.httpUrl), ...served.map((f) => f.url)]
+  for (const [i, url] of urls.entries()) {
+    const text = await (await fetch(`${url}/metrics`)).text()
     for (const line of text.split('\n')) {
       const m = CONTRACT.exec(line)
       if (!m?.[2]?.includes(`namespace="${env.namespace}"`)) continue
@@ -92,7 +113,7 @@ it('sum over every scraped pod equals the KV state, with one exporter at a time,
   await world.finishJob((await world.getBackfill('two'))?.status?.jobName as string, 'Succeeded')
   await world.waitFor('two', 'Succeeded', 'JobComplete')
 
-  const scraped = runners.slice(1) // what the PodMonitor selects: cancel and demand
+  const scraped = runners.filter((r) => r.httpUrl) // with `served`: what the PodMonitor selects, every function
   const want = await truth(names)
   const first = await waitUntil('the scraped sums to equal the KV state', async () => {
     const got = await scrape(scraped)

@@ -123,9 +123,18 @@ export class BackfillMetrics {
     return this.mirror.values
   }
 
+  /** Mirrors the backfill states from `bus` (what the cluster-wide series and lifecycle's sweep read). */
   start(bus: Bus) {
-    this.bus = bus
+    this.attach(bus)
     return this.mirror.start(bus.nc, bus.kv.backfills)
+  }
+
+  /**
+   * Only this process's own metrics over `bus` (NATS reachability), without mirroring the states: a process that
+   * never exports the cluster-wide series (one served over HTTP) has no use for the mirror.
+   */
+  attach(bus: Bus) {
+    this.bus = bus
   }
 
   stop() {
