@@ -186,9 +186,20 @@ export function makePooledClient<T>(
  * The apiserver did not answer the request (refused, reset, timed out: no HTTP status), or answered that it cannot
  * yet (429 "storage is (re)initializing" right after a restart, 503).
  */
+/** How a request that got no answer fails: the socket's errors, fetch's, our own deadline's. */
+const NO_ANSWER =
+  /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|socket hang up|fetch failed|DeadlineError|AbortError|FetchError/
+
+/**
+ * The apiserver did not answer (or answered "not yet": 429 while its storage initializes, 503). Only that: an error
+ * of the caller's own (a refusal to delete, a decode failure) has no status either, and waiting would not change it.
+ */
 const notAnswering = (err: unknown) => {
   const code = statusCode(err)
-  return code === undefined || code === 429 || code === 503
+  if (code === 429 || code === 503) return true
+  if (code !== undefined) return false
+  const e = err as { name?: unknown; code?: unknown; message?: unknown; cause?: { code?: unknown; message?: unknown } }
+  return NO_ANSWER.test(`${e?.name} ${e?.code} ${e?.message} ${e?.cause?.code} ${e?.cause?.message}`)
 }
 
 /** How often a caller waiting for the apiserver (Kube.whenReachable) asks whether it answers. */

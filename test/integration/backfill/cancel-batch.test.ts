@@ -88,8 +88,9 @@ describe('collection DELETEs of a burst of cancels', () => {
       60_000,
     )
 
-    // One send in flight per namespace: the first cancel goes alone (by name), the other 49 queue and go together.
-    const batcher = new DeleteBatcher(kube, new Lane(8), { perNamespace: 1 })
+    // One send in flight per namespace: the first cancel goes alone (by name), the other 49 queue and go together
+    // (one collection: the request's bound raised above them; the default keeps collections small).
+    const batcher = new DeleteBatcher(kube, new Lane(8), { perNamespace: 1, max: N })
     const before = kube.requests.write
     const results = await Promise.all(doomed.map((d) => batcher.delete(d)))
     expect(results.every((r) => r.result === 'deleted')).toBe(true)
