@@ -64,6 +64,8 @@ export interface RunningFunction {
    * delivery; still in its stream, logged) — for logs, tests and the benchmark.
    */
   stats: { handled: number; deadLettered: number; retried: number; dropped: number }
+  /** Delivered messages held for a free handler (not yet started). */
+  waiting(): number
 }
 
 /** Creates or updates the function's durable consumers (the provision step, and every process run locally). */
@@ -348,6 +350,7 @@ export async function runOnJetStream(
   return {
     name: fn.name,
     stats,
+    waiting: () => queues.reduce((n, q) => n + q.size, 0),
     async stop() {
       // Graceful: stop pulling, let what is in flight finish (and ack), then tear down.
       for (const loop of loops) await loop.messages.close()

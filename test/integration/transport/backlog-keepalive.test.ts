@@ -100,6 +100,10 @@ it('a stop gives back what waits for a handler at once: the next consumer handle
   const js = jetstream(env.nc)
   await Promise.all(Array.from({ length: N }, (_, i) => js.publish(`${fn.base}.e`, event(`s-${i}`))))
   await waitFor('two in flight', async () => seen.length >= 2, { timeoutMs: 20_000 })
+  // Every event in this process's hands first: what the server delivers after the stop's unsubscribe is dropped by
+  // the client and comes back only after ack_wait (30 s here), which is not what this test is about. A CI run on a
+  // loaded machine stopped while some were still on the wire and waited 20 s for them.
+  await waitFor('all delivered', async () => seen.length + fn.running.waiting() >= N, { timeoutMs: 20_000 })
   const stopStarted = Date.now()
   await fn.running.stop()
   // Only what was in flight was finished: the stop did not work through the ~18 waiting (~4.5 s).
