@@ -4,7 +4,8 @@
 // a cancelled Job being gone); Failed is left only by a generation bump; attempts = distinct Job names POSTed; a
 // completed Job observed with a cancel condition yields Succeeded and no preemption; every reason belongs to its
 // phase; the finalizer goes only after the Job; deciding again on the result is a no-op. And on the world after
-// every delivery: never two active Jobs per model or node.
+// every delivery: never two active Jobs per model or node; the claims held are exactly the live attempts'; the
+// status shows the state.
 // SIM_COVERAGE=1 prints what the histories exercised; SIM_RUNS=5000 runs a longer search; SIM_SEED (SIM_PATH)
 // replays a failure.
 import fc from 'fast-check'

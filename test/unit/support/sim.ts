@@ -10,6 +10,7 @@
 // through a thin demand driver (the idle state, the request stored, the model's claim read, a cancel published).
 // What stays here is the world's physics: Jobs starting, finishing and being reaped, Models, sessions, leases, specs.
 import type { V1CronJob, V1Job } from '@kubernetes/client-node'
+import { claimKeys } from '../../../admission/claims.js'
 import {
   deepFreeze,
   MemoryJobs,
@@ -95,6 +96,8 @@ type Message =
     }
 
 const CANCEL_REASONS = REASONS.Cancelling as readonly string[]
+/** The phases of an attempt that holds its claims. */
+const LIVE: readonly string[] = ['Starting', 'Running', 'Cancelling']
 const NODES = [NODE, OTHER_NODE]
 const WAKES_ITSELF_MAX = 4
 
@@ -747,17 +750,47 @@ export class Sim {
     }
   }
 
-  /** What checkWorld last looked at: it looks again when the Jobs changed. */
-  private seenJobs = -1
+  /** What checkWorld last looked at: it looks again when the world moved. */
+  private seenWorld = ''
 
-  /** Never two active Jobs per model or per node. */
+  /**
+   * After every delivery, the world as the functions left it: never two active Jobs per model or per node; the
+   * claims bucket holds exactly the live attempts (each claim names an attempt its backfill's state calls Starting,
+   * Running or Cancelling, and each such attempt holds its model's and its node's claims); the status shows the
+   * state (phase, reason, attempts).
+   */
   private checkWorld() {
-    if (this.jobs.changes === this.seenJobs) return
-    this.seenJobs = this.jobs.changes
+    const world = `${this.jobs.changes}/${this.claims.writes}/${this.states.writes}/${this.bfs.map((b) => b.object?.metadata.resourceVersion).join()}`
+    if (world === this.seenWorld) return
+    this.seenWorld = world
     const active = this.activeJobs().map((j) => j.view)
     for (const [x, y] of pairs(active)) {
       if (x.model === y.model) this.fail(`two active Jobs on model ${x.model}: ${x.name}, ${y.name}`)
       if (x.node === y.node) this.fail(`two active Jobs on node ${x.node}: ${x.name}, ${y.name}`)
+    }
+    for (const key of this.claims.keys()) {
+      const claim = readClaim(this.claims.peek(key))
+      if (!claim) continue
+      const s = this.bfs[this.indexOf(claim.backfill)]?.state
+      if (s?.jobName !== claim.jobName || !LIVE.includes(s.phase)) {
+        this.fail(`claim ${key} held by ${claim.jobName}, an attempt that is not live (${s?.phase}/${s?.jobName})`)
+      }
+    }
+    for (const b of this.bfs) {
+      const s = b.state
+      if (s?.jobName && s.nodeName && LIVE.includes(s.phase)) {
+        for (const key of Object.values(claimKeys(NS, s.model, s.nodeName))) {
+          const holder = readClaim(this.claims.peek(key))?.jobName
+          if (holder !== s.jobName)
+            this.fail(`live attempt ${s.jobName} (${s.phase}) without its claim ${key} (${holder})`)
+        }
+      }
+      const st = b.object?.status
+      if (s && b.object && (st?.phase !== s.phase || st.reason !== s.reason || (st.attempts ?? 0) !== s.attempts)) {
+        this.fail(
+          `status of ${b.name} shows ${st?.phase}/${st?.reason} (${st?.attempts}), its state is ${s.phase}/${s.reason} (${s.attempts})`,
+        )
+      }
     }
   }
 }
