@@ -49,7 +49,7 @@ const overdue = (sim: Sim, i: number) => {
 }
 
 describe('needsResync over random histories', () => {
-  const timeout = Math.max(30_000, RUNS * 10)
+  const timeout = Math.max(30_000, RUNS * 40)
   it('picks nothing a delivered history left settled, and every lost timer', { timeout }, async () => {
     let checked = 0
     let lost = 0
