@@ -328,6 +328,14 @@ export class MemoryJobs implements JobApi {
     )
   }
 
+  /**
+   * The Job is gone from the apiserver (deleted and its pods gone, or collected after it finished): the world's doing,
+   * never a port call, so no gate. `created` keeps it.
+   */
+  remove(namespace: string, name: string) {
+    if (this.jobs.delete(`${namespace}/${name}`)) this.changes++
+  }
+
   get(namespace: string, name: string) {
     return step(
       this.gate,

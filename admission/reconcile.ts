@@ -54,6 +54,12 @@ export type Role = 'admit' | 'cancel' | 'lifecycle'
 export interface AdmissionDeps extends Deps {
   /** undefined: the real ones on `bus` and `kube` (admission/nats-ports.ts). */
   admission?: AdmissionPorts
+  /**
+   * Told every decision a reconcile is about to act on (commit and apply, or hand to admit), with what it was decided
+   * on, before anything of it is done (one whose compare-and-set then loses is decided again, and told again): the
+   * property simulator (test/unit/support/sim.ts) checks each one there. It must not change what it is given.
+   */
+  decided?: (observed: Observed, trigger: Trigger, decision: Decision) => void
 }
 
 /** The admission ports a reconcile runs on. */
@@ -307,7 +313,9 @@ export async function reconcile(
     timings?.mark('observe')
     let decision = decide(observed, trigger, deps.now())
     timings?.mark('decide')
+    const decided = (deps as AdmissionDeps).decided
     if (role !== 'admit' && decision.actions.some((a) => a.type === 'createJob')) {
+      decided?.(observed, trigger, decision)
       // Only admit creates Jobs (it holds the claims); hand the backfill over to it, committing nothing.
       await deps.bus.publish('ai.flexinfer.backfill.admit', { namespace, backfill: name })
       return decision
@@ -341,6 +349,7 @@ export async function reconcile(
       observed.backfill = freshBackfill
       if (freshReads.template) template = freshTemplate
     }
+    decided?.(observed, trigger, decision)
     // The state revision this decision stands on: its status may only be shown while no newer one exists.
     let revision = entry?.revision ?? 0
     if (!sameState(state, decision.state)) {

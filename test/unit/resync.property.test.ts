@@ -1,7 +1,7 @@
-// needsResync() against decide() under random histories (support/sim.ts drives decide the way the functions do,
-// every event delivered): (1) after every event, a backfill whose events were all handled is never picked unless
-// it has an active attempt or is being deleted — a settled cluster publishes no resync; (2) a timer whose firing
-// is lost is always picked once its grace period is over, and re-deciding it leaves it settled again.
+// needsResync() against decide() under random histories (support/sim.ts drives the real reconcile() the way the
+// functions do, every event delivered): (1) after every event, a backfill whose events were all handled is never
+// picked unless it has an active attempt or is being deleted — a settled cluster publishes no resync; (2) a timer
+// whose firing is lost is always picked once its grace period is over, and re-deciding it leaves it settled again.
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { needsResync, type ResyncReason, TIMER_GRACE_MS } from '../../core/resync.js'
@@ -19,11 +19,13 @@ const config: fc.Arbitrary<SimConfig> = fc.record({
 // 400 histories: about 60 of them reach a lost timer (200 gave 20–37 since takeover's first window, so the
 // coverage guard below failed now and then at 20).
 const RUNS = Number(process.env.SIM_RUNS ?? 400)
+/** SIM_SEED (and SIM_PATH) replay the run fast-check reported failing. */
+const replay = process.env.SIM_SEED ? { seed: Number(process.env.SIM_SEED), path: process.env.SIM_PATH } : {}
 const ACTIVE = new Set(['Starting', 'Running', 'Cancelling'])
 
 /** The sweep's view of backfill i: its object, state, Job and Model as the sim holds them; its timer as stored. */
 function reason(sim: Sim, i: number): ResyncReason | null | 'gone' {
-  const o = sim.observe(i)
+  const o = sim.view(i)
   if (!o.backfill) return 'gone'
   const timerAt = (sim.bfs[i] as { timerAt?: number }).timerAt
   return needsResync(
@@ -47,39 +49,45 @@ const overdue = (sim: Sim, i: number) => {
 }
 
 describe('needsResync over random histories', () => {
-  const timeout = Math.max(30_000, RUNS * 10)
-  it('picks nothing a delivered history left settled, and every lost timer', { timeout }, () => {
+  const timeout = Math.max(30_000, RUNS * 40)
+  it('picks nothing a delivered history left settled, and every lost timer', { timeout }, async () => {
     let checked = 0
     let lost = 0
-    fc.assert(
-      fc.property(config, fc.array(event, { minLength: 20, maxLength: 40 }), fc.nat(), (cfg, events, seed) => {
-        const sim = new Sim(cfg)
-        sim.run([])
-        for (const ev of events) {
-          sim.apply(ev)
-          for (const i of [0, 1]) {
-            if (overdue(sim, i)) continue
-            const r = reason(sim, i)
-            checked++
-            expect(allowed(sim, i, r), `${r} for ${sim.bfs[i]?.name}\n${sim.trace.join('\n')}`).toBe(true)
+    await fc.assert(
+      fc.asyncProperty(
+        config,
+        fc.array(event, { minLength: 20, maxLength: 40 }),
+        fc.nat(),
+        async (cfg, events, seed) => {
+          const sim = new Sim(cfg)
+          await sim.run([])
+          for (const ev of events) {
+            await sim.apply(ev)
+            for (const i of [0, 1]) {
+              if (overdue(sim, i)) continue
+              const r = reason(sim, i)
+              checked++
+              // The trace only for a failure: joined on every check, it was most of the run.
+              if (!allowed(sim, i, r)) expect.fail(`${r} for ${sim.bfs[i]?.name}\n${sim.trace.join('\n')}`)
+            }
           }
-        }
-        // Lose one backfill's stored timer (its firing dead-lettered) and let the grace period pass.
-        const i = seed % 2
-        const b = sim.bfs[i] as { timerAt?: number }
-        // A timer the state still counts on (one it no longer wants, e.g. after the model went away, is moot).
-        const wanted = Date.parse(sim.bfs[i]?.state?.timerAt ?? '')
-        if (b.timerAt === undefined || Number.isNaN(wanted) || !sim.observe(i).backfill) return
-        lost++
-        sim.now = Math.max(sim.now, b.timerAt, wanted) + TIMER_GRACE_MS
-        b.timerAt = undefined
-        const r = reason(sim, i)
-        expect(r, sim.trace.join('\n')).not.toBeNull()
-        // The resync re-decides it; after that it is settled (or an active attempt) again.
-        sim.wake(i, { type: 'resource' })
-        if (!overdue(sim, i)) expect(allowed(sim, i, reason(sim, i))).toBe(true)
-      }),
-      { numRuns: RUNS },
+          // Lose one backfill's stored timer (its firing dead-lettered) and let the grace period pass.
+          const i = seed % 2
+          const b = sim.bfs[i] as { timerAt?: number }
+          // A timer the state still counts on (one it no longer wants, e.g. after the model went away, is moot).
+          const wanted = Date.parse(sim.bfs[i]?.state?.timerAt ?? '')
+          if (b.timerAt === undefined || Number.isNaN(wanted) || !sim.view(i).backfill) return
+          lost++
+          sim.now = Math.max(sim.now, b.timerAt, wanted) + TIMER_GRACE_MS
+          b.timerAt = undefined
+          const r = reason(sim, i)
+          if (r === null) expect.fail(`a lost timer not picked\n${sim.trace.join('\n')}`)
+          // The resync re-decides it; after that it is settled (or an active attempt) again.
+          await sim.wake(i, { type: 'resource' })
+          if (!overdue(sim, i)) expect(allowed(sim, i, reason(sim, i))).toBe(true)
+        },
+      ),
+      { numRuns: RUNS, ...replay },
     )
     expect(checked).toBeGreaterThan(1000)
     expect(lost).toBeGreaterThan(20)

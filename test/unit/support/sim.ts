@@ -1,22 +1,62 @@
-// A simulated cluster for property tests of decide(): two backfills sharing a model or a node, driven the way
-// the functions drive them (who is woken by which event, what each action does to the world), with invariant
-// checks on every single decision. No I/O: the "cluster" is a few maps.
-import { checkSpec, type ModelBackfill, type ModelBackfillSpec, REASONS } from '../../../core/api.js'
-import { type Contender, type Decision, decide, type Observed, sameState, type Trigger } from '../../../core/decide.js'
-import type { BackfillState } from '../../../core/state.js'
-import type { GamingSessionView, GPULeaseView, JobView, ModelView } from '../../../core/world.js'
+// A simulated cluster for property tests of decide(): two backfills sharing a model or a node, driven the way the
+// functions drive them (who is woken by which event), with invariant checks on every single decision.
+//
+// Nothing here acts on a decision itself: every decision is made and applied by the real reconcile()
+// (admission/reconcile.ts: observe, decide, the admission protocol with its claims, the state's compare-and-set,
+// apply) over the in-memory ports (admission/memory-ports.ts) and a small in-memory apiserver and bus, as in
+// support/dst.ts but without its faults or its scheduler: each delivery runs to its end before the next. A
+// resource change wakes lifecycle, a timer admit; what they publish (admit requests, cancel requests) is delivered
+// next, to admit or to a thin cancel driver (the Job's DELETE, then the cancel reconcile); a foreground request goes
+// through a thin demand driver (the idle state, the request stored, the model's claim read, a cancel published).
+// What stays here is the world's physics: Jobs starting, finishing and being reaped, Models, sessions, leases, specs.
+import type { V1CronJob, V1Job } from '@kubernetes/client-node'
+import { claimKeys } from '../../../admission/claims.js'
+import {
+  deepFreeze,
+  MemoryJobs,
+  MemoryKv,
+  MemoryRequests,
+  memoryPorts,
+  type StoredJob,
+} from '../../../admission/memory-ports.js'
+import type { Entry } from '../../../admission/ports.js'
+import { type AdmissionDeps, type Role, readState, reconcile } from '../../../admission/reconcile.js'
+import {
+  type CancelReason,
+  checkSpec,
+  FINALIZER,
+  type ModelBackfill,
+  type ModelBackfillSpec,
+  type ModelBackfillStatus,
+  REASONS,
+} from '../../../core/api.js'
+import { type Decision, decide, type Observed, sameState, type Trigger } from '../../../core/decide.js'
+import { backfillKey, backfillLabelValue, LABEL_BACKFILL, modelClaimKey, modelKey } from '../../../core/names.js'
+import { type BackfillState, type Claim, parseClaim, parseEntry, toKv } from '../../../core/state.js'
+import {
+  type GamingSessionView,
+  type GPULeaseView,
+  type JobView,
+  jobView,
+  type ModelView,
+} from '../../../core/world.js'
+import type { Bus } from '../../../jetstream/bus.js'
+import type { Kube } from '../../../kube/kube.js'
+import { PLURALS } from '../../../kube/kube-common.js'
+import type { Logger } from '../../../observability/log.js'
 import {
   aBackfill,
   aGamingSession,
-  aJob,
   aLease,
   aModel,
   anIdleState,
   iso,
   MINUTE,
   NODE,
+  NS,
   OTHER_NODE,
   T0,
+  TEMPLATE,
 } from './world.js'
 
 export type Coincident = 'none' | 'foreground' | 'gaming' | 'lease' | 'suspend' | 'notReady' | 'specChange'
@@ -47,68 +87,173 @@ export interface SimConfig {
   repeatAfterMin: [number, number]
 }
 
-interface SimBackfill {
-  name: string
-  object: ModelBackfill | null
-  state: BackfillState | null
-  /** Every distinct Job name this backfill ever asked to create. */
-  created: Set<string>
-  timerAt?: number
-  /** When the last Job of this backfill deleted for a cancel reason was observed gone. */
-  cancelledJobGoneAt?: number
-}
-
-interface SimJob {
-  owner: number
-  view: JobView
-  cancelled: boolean
-}
-
-interface Claim {
-  bf: number
-  jobName: string
-  idleSince?: string
-}
+/** What the bus carries between the functions: admit requests and cancel requests. */
+type Message =
+  | { type: 'ai.flexinfer.backfill.admit'; data: { namespace: string; backfill: string } }
+  | {
+      type: 'ai.flexinfer.backfill.cancel'
+      data: { namespace: string; backfill: string; jobName: string; reason: CancelReason; at: string }
+    }
 
 const CANCEL_REASONS = REASONS.Cancelling as readonly string[]
+/** The phases of an attempt that holds its claims. */
+const LIVE: readonly string[] = ['Starting', 'Running', 'Cancelling']
 const NODES = [NODE, OTHER_NODE]
 const WAKES_ITSELF_MAX = 4
 
+const silent = (() => {
+  const noop = () => {}
+  const log = { info: noop, warn: noop, error: noop, debug: noop, trace: noop, fatal: noop }
+  return { ...log, isLevelEnabled: () => false, child: () => log } as unknown as Logger
+})()
+
+/** The CronJob every backfill copies: no GPU, no gate. */
+const TEMPLATE_OBJECT: V1CronJob = {
+  metadata: { name: TEMPLATE, namespace: NS, uid: 'uid-template' },
+  spec: {
+    schedule: '0 0 1 1 *',
+    jobTemplate: {
+      spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'eval', image: 'busybox' }] } } },
+    },
+  },
+}
+
 export class InvariantViolation extends Error {}
+
+export class SimBackfill {
+  /** The ModelBackfill as the apiserver stores it; null once it is gone. */
+  object: ModelBackfill | null
+  /** Every distinct Job name this backfill's admissions POSTed. */
+  readonly created = new Set<string>()
+  /** The timer stored for it (a message schedule), as the bus holds it. */
+  timerAt?: number
+  /** When the last Job of this backfill deleted for a cancel reason was observed gone. */
+  cancelledJobGoneAt?: number
+
+  constructor(
+    readonly name: string,
+    object: ModelBackfill,
+    private readonly states: MemoryKv,
+  ) {
+    this.object = object
+  }
+
+  /** The backfill's state as stored in KV (null: none, or deleted); read-only. */
+  get state(): BackfillState | null {
+    const entry = this.states.peek(backfillKey(NS, this.name))
+    if (!entry) return null
+    let state = parsedStates.get(entry)
+    if (state === undefined) {
+      state = deepFreeze(readState(silent, entry as unknown as Parameters<typeof readState>[1]))
+      parsedStates.set(entry, state)
+    }
+    return state
+  }
+}
+
+// Entries and stored Jobs are immutable (a change stores a new object): each is parsed once, and what is parsed
+// from it is frozen, as it is shared.
+const parsedStates = new WeakMap<object, BackfillState | null>()
+const parsedClaims = new WeakMap<object, Claim | null>()
+const views = new WeakMap<V1Job, JobView>()
+
+function readClaim(entry: Entry | null): Claim | null {
+  if (entry?.operation !== 'PUT') return null
+  let claim = parsedClaims.get(entry)
+  if (claim === undefined) {
+    const r = parseEntry(entry.text, parseClaim)
+    claim = r.ok ? deepFreeze(r.value) : null
+    parsedClaims.set(entry, claim)
+  }
+  return claim
+}
+
+/** A stored Job as observed. */
+function viewOf(j: StoredJob): JobView {
+  let view = views.get(j.job)
+  if (!view) {
+    view = deepFreeze(jobView(j.job))
+    views.set(j.job, view)
+  }
+  return view
+}
 
 export class Sim {
   now = T0
   readonly models: ModelView[]
-  readonly idle: (number | undefined)[] = [undefined, undefined]
   /** Newest foreground signal per model, whoever carried it (idle state, lastActiveTime, cancel request). */
   readonly lastForeground: number[] = [Number.NEGATIVE_INFINITY, Number.NEGATIVE_INFINITY]
   sessions: GamingSessionView[] = []
   leases: GPULeaseView[] = []
-  readonly jobs = new Map<string, SimJob>()
-  readonly claims = new Map<string, Claim>()
   readonly bfs: SimBackfill[]
   readonly trace: string[] = []
   decisions = 0
   /** How often each phase/reason was decided, and each action issued: shows what the histories exercised. */
   readonly seen = new Map<string, number>()
 
+  // The stores the real code reads and writes.
+  readonly states = new MemoryKv('backfills')
+  readonly claims = new MemoryKv('claims')
+  readonly idle = new MemoryKv('idle')
+  readonly requests: MemoryRequests
+  readonly jobs: MemoryJobs
+  readonly deps: AdmissionDeps
+  /** Published, not yet delivered. */
+  private readonly outbox: Message[] = []
+  /** Job names a decision deleted for a cancel reason (or the cancel driver deleted). */
+  private readonly cancelled = new Set<string>()
+  /** The backfill whose reconcile is running (one at a time). */
+  private deciding = -1
+
   constructor(readonly config: SimConfig) {
     this.models = [0, 1].map((i) => aModel({ name: `model-${i}`, node: NODE, group: `group-${i}` }))
-    this.bfs = config.names.map((name, i) => ({
-      name,
-      object: aBackfill({
-        name,
-        uid: `uid-${i}`,
-        finalizers: [],
-        spec: {
-          modelRef: this.modelOf(i),
-          idleFor: `${config.idleForMin[i]}m`,
-          repeatAfter: config.repeatAfterMin[i] ? `${config.repeatAfterMin[i]}m` : undefined,
+    this.bfs = config.names.map(
+      (name, i) =>
+        new SimBackfill(
+          name,
+          aBackfill({
+            name,
+            uid: `uid-${i}`,
+            finalizers: [],
+            spec: {
+              modelRef: this.modelOf(i),
+              idleFor: `${config.idleForMin[i]}m`,
+              repeatAfter: config.repeatAfterMin[i] ? `${config.repeatAfterMin[i]}m` : undefined,
+            },
+          }),
+          this.states,
+        ),
+    )
+    for (const b of this.bfs) if (b.object) b.object.metadata.resourceVersion = '1'
+    const clock = { now: () => this.now }
+    this.requests = new MemoryRequests(this.idle, clock)
+    this.jobs = new MemoryJobs(clock)
+    const jobs = this.jobs
+    const ports = memoryPorts({
+      claims: this.claims,
+      states: this.states,
+      requests: this.requests,
+      jobs: {
+        create: (job: V1Job) => {
+          // An admission POSTs its Job: the attempt's name, asked for (an existing one answers 'exists').
+          const owner = this.indexOf(job.metadata?.ownerReferences?.[0]?.name)
+          if (owner >= 0) this.bfs[owner]?.created.add(job.metadata?.name ?? '')
+          this.trace.push(`    POST job ${job.metadata?.name}`)
+          return jobs.create(job)
         },
-      }),
-      state: null,
-      created: new Set<string>(),
-    }))
+        delete: (ns, name, uid) => this.deleteJob(ns, name, uid),
+      },
+      clock,
+      log: silent,
+    })
+    this.deps = {
+      kube: this.kube() as unknown as Kube,
+      bus: this.bus() as unknown as Bus,
+      log: silent,
+      now: () => this.now,
+      admission: ports,
+      decided: (o, trigger, d) => this.decided(o, trigger, d),
+    }
   }
 
   private modelOf(bf: number) {
@@ -117,44 +262,44 @@ export class Sim {
   private modelIndex(name: string) {
     return this.models.findIndex((m) => m.name === name)
   }
+  private indexOf(backfill: string | undefined) {
+    return this.bfs.findIndex((b) => b.name === backfill)
+  }
 
-  // ---- the world as the adapter observes it for one backfill -------------------------------------------------
+  // ---- the world as it is, read without a port call (the tests' and the invariants' view) ---------------------
 
-  observe(i: number): Observed {
+  /** Backfill i's object, state, attempt Job and Model, as they stand: the world's own objects, to read only. */
+  view(i: number): Pick<Observed, 'backfill' | 'state' | 'job' | 'model'> {
     const bf = this.bfs[i] as SimBackfill
+    const state = bf.state
     const modelName = bf.object?.spec.modelRef ?? this.modelOf(i)
-    const m = this.modelIndex(modelName)
-    const model = m >= 0 ? (this.models[m] as ModelView) : null
-    const idle = this.idle[m]
-    const contenders: Contender[] = []
-    for (const job of this.jobs.values()) {
-      if (job.owner === i || job.view.deleting || job.view.outcome) continue
-      const on = job.view.model === modelName ? 'model' : model?.node && job.view.node === model.node ? 'node' : null
-      if (on) contenders.push({ namespace: job.view.namespace, jobName: job.view.name, on })
+    const model = this.models[this.modelIndex(modelName)]
+    const stored = state?.jobName ? this.jobs.jobs.get(`${NS}/${state.jobName}`) : undefined
+    return { backfill: bf.object, state, job: stored ? viewOf(stored) : null, model: model ?? null }
+  }
+
+  private ownerOf(j: StoredJob) {
+    return this.indexOf(j.job.metadata?.ownerReferences?.[0]?.name)
+  }
+
+  private activeJobs(): { owner: number; stored: StoredJob; view: JobView }[] {
+    const out = []
+    for (const stored of this.jobs.jobs.values()) {
+      const view = viewOf(stored)
+      if (!view.deleting && !view.outcome) out.push({ owner: this.ownerOf(stored), stored, view })
     }
-    const jobName = bf.state?.jobName
-    return structuredClone({
-      backfill: bf.object,
-      state: bf.state,
-      model,
-      idle: idle === undefined ? null : anIdleState(idle, modelName),
-      gamingSessions: this.sessions,
-      leases: this.leases,
-      template: { found: true, gpu: [] },
-      job: jobName ? (this.jobs.get(jobName)?.view ?? null) : null,
-      contenders,
-    })
+    return out
   }
 
   // ---- events ----------------------------------------------------------------------------------------------------
 
-  run(events: SimEvent[]) {
+  async run(events: SimEvent[]) {
     // Creation: every backfill is decided once when it appears.
-    for (const i of [0, 1]) this.wake(i, { type: 'resource' })
-    for (const ev of events) this.apply(ev)
+    for (const i of [0, 1]) await this.wake(i, { type: 'resource' })
+    for (const ev of events) await this.apply(ev)
   }
 
-  apply(ev: SimEvent) {
+  async apply(ev: SimEvent) {
     this.trace.push(`${iso(this.now)} ${JSON.stringify(ev)}`)
     switch (ev.k) {
       case 'advance':
@@ -169,8 +314,7 @@ export class Sim {
         const [at, i] = due
         this.now = Math.max(this.now, at)
         ;(this.bfs[i] as SimBackfill).timerAt = undefined
-        this.wake(i, { type: 'timer' })
-        return
+        return this.wake(i, { type: 'timer' })
       }
       case 'foreground':
         return this.foreground(ev.model)
@@ -184,26 +328,28 @@ export class Sim {
       case 'jobFinish': {
         const job = this.activeJobOf(ev.bf)
         if (!job) return
-        if (ev.k === 'jobStart') job.view.started = true
+        if (ev.k === 'jobStart') job.started = true
         else {
-          job.view.started = true
-          job.view.outcome = ev.outcome
-          job.view.outcomeTime = iso(this.now)
-          // A cancel condition observed in the very same decision as the outcome.
-          this.coincident(ev.bf, ev.with)
+          job.started = true
+          job.outcome = ev.outcome
         }
+        this.setJobStatus(job)
+        // A cancel condition observed in the very same decision as the outcome.
+        if (ev.k === 'jobFinish') await this.coincident(ev.bf, ev.with)
         return this.wake(ev.bf, { type: 'resource' })
       }
       case 'reap': {
         const owners = new Set<number>()
-        for (const [name, job] of this.jobs) {
-          if (job.view.deleting || (ev.finished && job.view.outcome)) {
-            this.jobs.delete(name)
-            owners.add(job.owner)
-            if (job.cancelled) (this.bfs[job.owner] as SimBackfill).cancelledJobGoneAt = this.now
+        for (const stored of [...this.jobs.jobs.values()]) {
+          const view = viewOf(stored)
+          if (view.deleting || (ev.finished && view.outcome)) {
+            this.jobs.remove(NS, view.name)
+            const owner = this.ownerOf(stored)
+            owners.add(owner)
+            if (this.cancelled.has(view.name)) (this.bfs[owner] as SimBackfill).cancelledJobGoneAt = this.now
           }
         }
-        for (const i of owners) this.wake(i, { type: 'resource' })
+        for (const i of owners) await this.wake(i, { type: 'resource' })
         return
       }
       case 'gaming':
@@ -241,32 +387,49 @@ export class Sim {
         const b = this.bfs[ev.bf] as SimBackfill
         if (!b.object || b.object.metadata.deletionTimestamp) return
         b.object.metadata.deletionTimestamp = iso(this.now)
+        this.bump(b.object)
         if (!b.object.metadata.finalizers?.length) b.object = null // nothing holds it: gone at once
         return this.wake(ev.bf, { type: 'resource' })
       }
     }
   }
 
-  /** The demand function: idle state first, then a cancel for a claimed attempt whose window this breaks. */
-  private foreground(m: number) {
-    this.idle[m] = this.now
-    this.noteForeground(m, this.now)
-    const claim = this.claims.get(`model.${this.models[m]?.name}`)
-    if (!claim || !(this.now > Date.parse(claim.idleSince ?? ''))) return
-    // The cancel function deletes the Job first, then decides with the request.
-    this.deleteJob(claim.jobName, 'ForegroundDemand')
-    this.wake(claim.bf, { type: 'cancel', reason: 'ForegroundDemand', at: iso(this.now) })
+  /**
+   * The demand function (its part here): the idle state and the stored request, then the model's claim read; a
+   * claimed attempt whose window the request breaks gets a cancel request.
+   */
+  private async foreground(m: number) {
+    await this.signal(m)
+    const claim = readClaim(this.claims.peek(modelClaimKey(NS, this.models[m]?.name ?? '')))
+    if (!claim || !(this.now > Date.parse(claim.idleSince ?? claim.claimedAt))) return
+    this.publish({
+      type: 'ai.flexinfer.backfill.cancel',
+      data: {
+        namespace: claim.namespace,
+        backfill: claim.backfill,
+        jobName: claim.jobName,
+        reason: 'ForegroundDemand',
+        at: iso(this.now),
+      },
+    })
+    await this.drain()
   }
 
-  private coincident(i: number, what: Coincident) {
+  /** A foreground request for model m now: demand's idle-state write and the request as NATS stored it. */
+  private async signal(m: number) {
+    const name = this.models[m]?.name ?? ''
+    this.noteForeground(m, this.now)
+    await this.idle.put(modelKey(NS, name), toKv(anIdleState(this.now, name)))
+    this.requests.store({ namespace: NS, model: name, at: this.now, subject: 'perModel' })
+  }
+
+  private async coincident(i: number, what: Coincident) {
     const model = this.models[this.modelIndex(this.modelOf(i))] as ModelView
     switch (what) {
       case 'none':
         return
       case 'foreground':
-        this.idle[this.modelIndex(model.name)] = this.now
-        this.noteForeground(this.modelIndex(model.name), this.now)
-        return
+        return this.signal(this.modelIndex(model.name))
       case 'gaming':
         this.sessions = [aGamingSession({ nodeName: model.node, expiresAt: iso(this.now + 30 * MINUTE) })]
         return
@@ -288,51 +451,203 @@ export class Sim {
     this.lastForeground[m] = Math.max(this.lastForeground[m] as number, at)
   }
 
+  private bump(b: ModelBackfill) {
+    b.metadata.resourceVersion = String(Number(b.metadata.resourceVersion ?? 0) + 1)
+  }
+
   private respec(i: number, spec: Partial<ModelBackfillSpec>) {
     const b = this.bfs[i] as SimBackfill
     if (!b.object || b.object.metadata.deletionTimestamp) return
     b.object.spec = { ...b.object.spec, ...spec }
     b.object.metadata.generation = (b.object.metadata.generation ?? 1) + 1
+    this.bump(b.object)
   }
 
-  private activeJobOf(i: number): SimJob | undefined {
+  /** The attempt's Job of backfill i while it runs (not deleting, no outcome). */
+  private activeJobOf(i: number): StoredJob | undefined {
     const name = this.bfs[i]?.state?.jobName
-    const job = name ? this.jobs.get(name) : undefined
-    return job && !job.view.deleting && !job.view.outcome ? job : undefined
+    const stored = name ? this.jobs.jobs.get(`${NS}/${name}`) : undefined
+    return stored && stored.deletedAt === undefined && !stored.outcome ? stored : undefined
   }
 
-  private deleteJob(name: string, why: string) {
-    const job = this.jobs.get(name)
-    if (!job) return
-    job.view.deleting = true
-    if (CANCEL_REASONS.includes(why)) job.cancelled = true
+  /** The Job controller's report: started (active), or finished with its condition. */
+  private setJobStatus(j: StoredJob) {
+    const t = iso(this.now) as unknown as Date
+    const status = {
+      ...(j.started ? { startTime: t, active: j.outcome ? 0 : 1 } : {}),
+      ...(j.outcome
+        ? { completionTime: t, conditions: [{ type: j.outcome, status: 'True', lastTransitionTime: t }] }
+        : {}),
+    }
+    this.jobs.update(j, (job) => ({ ...job, status }))
   }
 
   private wakeAll() {
-    for (const i of [0, 1]) this.wake(i, { type: 'resource' })
+    return this.wakeEach([0, 1])
   }
   private wakeModel(m: number) {
     const name = this.models[m]?.name
-    for (const i of [0, 1]) if (this.bfs[i]?.object?.spec.modelRef === name) this.wake(i, { type: 'resource' })
+    return this.wakeEach([0, 1].filter((i) => this.bfs[i]?.object?.spec.modelRef === name))
+  }
+  private async wakeEach(bfs: number[]) {
+    for (const i of bfs) await this.wake(i, { type: 'resource' })
   }
 
-  /** Decides one backfill; its own status write wakes it again until it settles (as the watch would). */
-  wake(i: number, trigger: Trigger) {
+  /**
+   * Delivers one trigger for backfill i to the function that handles it, and whatever that publishes; its own
+   * status write wakes it again until it settles (as the watch would).
+   */
+  async wake(i: number, trigger: Trigger) {
     for (let round = 0; round < WAKES_ITSELF_MAX; round++) {
       const b = this.bfs[i] as SimBackfill
       if (!b.object && !b.state) return
       const before = b.state
-      this.decideOnce(i, round === 0 ? trigger : { type: 'resource' })
+      await this.reconcile(i, round === 0 ? trigger : { type: 'resource' })
+      await this.drain()
       if (sameState(before, b.state)) return
     }
   }
 
-  // ---- one decision, its invariants, its actions ----------------------------------------------------------------
-
-  private decideOnce(i: number, trigger: Trigger) {
+  /** The function a trigger goes to: timers and admit requests to admit, cancels to cancel, the rest to lifecycle. */
+  private async reconcile(i: number, trigger: Trigger) {
+    const role: Role =
+      trigger.type === 'timer' || trigger.type === 'admit'
+        ? 'admit'
+        : trigger.type === 'cancel'
+          ? 'cancel'
+          : 'lifecycle'
     const b = this.bfs[i] as SimBackfill
-    const o = this.observe(i)
-    const d = decide(structuredClone(o), trigger, this.now)
+    this.deciding = i
+    try {
+      const d = await reconcile(this.deps, role, NS, b.name, trigger)
+      if (!d) this.fail(`${role} gave up on ${b.name} (compare-and-set conflicts with nobody else writing)`)
+    } finally {
+      this.deciding = -1
+    }
+    this.checkWorld()
+  }
+
+  private publish(m: Message) {
+    this.trace.push(`    publish ${m.type.replace('ai.flexinfer.', '')} ${JSON.stringify(m.data)}`)
+    this.outbox.push(m)
+  }
+
+  /** Delivers what was published, oldest first: admit requests to admit, cancel requests to the cancel driver. */
+  private async drain() {
+    for (let m = this.outbox.shift(); m; m = this.outbox.shift()) {
+      const i = this.indexOf(m.data.backfill)
+      if (i < 0) continue
+      if (m.type === 'ai.flexinfer.backfill.admit') {
+        await this.wake(i, { type: 'admit' })
+        continue
+      }
+      // The cancel function: the Job's DELETE first (by its UID), then the decision with the request.
+      const { jobName, reason, at } = m.data
+      const job = this.jobs.jobs.get(`${NS}/${jobName}`)
+      if (job) await this.deleteJob(NS, jobName, job.uid)
+      if (job && CANCEL_REASONS.includes(reason)) this.cancelled.add(jobName)
+      await this.wake(i, { type: 'cancel', reason, at })
+    }
+  }
+
+  private deleteJob(namespace: string, name: string, uid?: string) {
+    this.trace.push(`    DELETE job ${name}`)
+    return this.jobs.delete(namespace, name, uid)
+  }
+
+  // ---- the in-memory apiserver and bus that reconcile() reads and writes through Deps -----------------------------
+
+  private object(name: string) {
+    return this.bfs[this.indexOf(name)]?.object ?? null
+  }
+
+  private kube() {
+    const ownJobs = (name: string) =>
+      [...this.jobs.jobs.values()]
+        .map((s) => s.job)
+        .filter((j) => j.metadata?.labels?.[LABEL_BACKFILL] === backfillLabelValue(name))
+    const rawModel = (m: ModelView) => ({
+      metadata: { namespace: m.namespace, name: m.name },
+      spec: { gpu: { shared: m.group } },
+      status: { phase: m.phase, gpu: { node: m.node }, lastActiveTime: m.lastActiveTime },
+    })
+    return {
+      // Copies: reconcile's objects are its own, as a GET's are.
+      getBackfill: async (_ns: string, name: string) => structuredClone(this.object(name)),
+      getModel: async (_ns: string, name: string) => {
+        const m = this.models.find((x) => x.name === name)
+        return m ? rawModel(m) : null
+      },
+      getCronJob: async () => TEMPLATE_OBJECT,
+      getJob: (ns: string, name: string) => this.jobs.get(ns, name),
+      listAll: async (plural: string) =>
+        plural === PLURALS.gamingSessions
+          ? this.sessions.map((s) => ({
+              metadata: { namespace: s.namespace, name: s.name, ...(s.deleting ? { deletionTimestamp: iso(0) } : {}) },
+              spec: { nodeName: s.nodeName, mode: s.mode, expiresAt: s.expiresAt },
+            }))
+          : this.leases.map((l) => ({
+              metadata: { namespace: l.namespace, name: l.name },
+              spec: { node: l.node, group: l.group, expiresAt: l.expiresAt },
+            })),
+      listOwnJobs: async (_ns: string, name: string) => ownJobs(name),
+      listBackfillJobs: async () => [...this.jobs.jobs.values()].map((s) => s.job),
+      setFinalizer: async (b: ModelBackfill, present: boolean) => {
+        const cur = this.object(b.metadata.name)
+        if (!cur) return
+        const has = (cur.metadata.finalizers ?? []).includes(FINALIZER)
+        if (has === present) return
+        this.trace.push(`    ${present ? 'add' : 'remove'} finalizer ${b.metadata.name}`)
+        cur.metadata.finalizers = present ? [...(cur.metadata.finalizers ?? []), FINALIZER] : []
+        this.bump(cur)
+        b.metadata = {
+          ...b.metadata,
+          finalizers: [...cur.metadata.finalizers],
+          resourceVersion: cur.metadata.resourceVersion,
+        }
+        // The last finalizer of an object being deleted: the apiserver removes it.
+        if (!present && cur.metadata.deletionTimestamp)
+          (this.bfs[this.indexOf(b.metadata.name)] as SimBackfill).object = null
+      },
+      recordEvent: async () => {},
+      writeStatus: async (b: ModelBackfill, status: ModelBackfillStatus) => {
+        const cur = this.object(b.metadata.name)
+        if (!cur) return true // 404: nothing to show it on
+        if (cur.metadata.resourceVersion !== b.metadata.resourceVersion) return false
+        cur.status = structuredClone(status)
+        this.bump(cur)
+        return true
+      },
+      deleteJob: (ns: string, name: string, uid?: string) => this.deleteJob(ns, name, uid),
+    }
+  }
+
+  private bus() {
+    const timer = (name: string) => this.bfs[this.indexOf(name)] as SimBackfill
+    return {
+      kv: { backfills: this.states, idle: this.idle, claims: this.claims },
+      publish: async (type: Message['type'], data: Message['data']) => {
+        this.publish({ type, data } as Message)
+        return { seq: 0 }
+      },
+      armTimer: async (_ns: string, name: string, at: string) => {
+        timer(name).timerAt = Date.parse(at)
+      },
+      cancelTimer: async (_ns: string, name: string) => {
+        timer(name).timerAt = undefined
+      },
+      timerArmed: async (_ns: string, name: string) => timer(name).timerAt !== undefined,
+      // No fired timer waits unhandled: a tick delivers its timer at once.
+      jsm: { streams: { getMessage: () => Promise.reject(new Error('no message found')) } },
+    }
+  }
+
+  // ---- each decision: its invariants ------------------------------------------------------------------------------
+
+  /** Told by reconcile of every decision it acts on, before it does. */
+  private decided(o: Observed, trigger: Trigger, d: Decision) {
+    const i = this.deciding
+    const b = this.bfs[i] as SimBackfill
     this.decisions++
     for (const key of [
       d.state ? `${d.state.phase}/${d.state.reason}` : 'gone',
@@ -346,10 +661,8 @@ export class Sim {
         .join(' ')}`,
     )
     this.checkDecision(i, o, trigger, d)
-    this.applyActions(i, o, d)
-    b.state = d.state
-    if (b.object && d.status) b.object.status = d.status
-    this.checkWorld()
+    for (const a of d.actions)
+      if (a.type === 'deleteJob' && CANCEL_REASONS.includes(a.why)) this.cancelled.add(a.jobName)
   }
 
   private fail(message: string): never {
@@ -416,19 +729,17 @@ export class Sim {
 
     // Deleting the ModelBackfill: the Job goes before the finalizer.
     if (d.actions.some((a) => a.type === 'removeFinalizer')) {
-      const active = [...this.jobs.values()].some((j) => j.owner === i && !j.view.deleting && !j.view.outcome)
-      if (active) this.fail('finalizer removed while the Job is still active')
+      if (this.activeJobs().some((j) => j.owner === i)) this.fail('finalizer removed while the Job is still active')
     }
 
     // Idempotent: deciding again on the result, same world, same trigger, converges and admits nothing new.
     if (out && !knownNonIdempotent(o, out)) {
       // Same world: only the Job decide looks at follows the state's jobName (actions are not applied yet).
-      const job = out.jobName === prior?.jobName ? o.job : (this.jobs.get(out.jobName ?? '')?.view ?? null)
-      const again = decide(
-        { ...structuredClone(o), state: structuredClone(out), job: structuredClone(job) },
-        trigger,
-        this.now,
-      )
+      const stored = this.jobs.jobs.get(`${NS}/${out.jobName ?? ''}`)
+      const job = out.jobName === prior?.jobName ? o.job : stored ? viewOf(stored) : null
+      // Copies of what this decision hands on (decide copies the state it works on and changes nothing it is given;
+      // the observation itself is reconcile's, shared, not copied: a copy per decision was a third of the run).
+      const again = decide({ ...o, state: structuredClone(out), job: structuredClone(job) }, trigger, this.now)
       if (!sameState(out, again.state)) {
         this.fail(
           `not idempotent:\n first  ${JSON.stringify(out)}\n second ${JSON.stringify(again.state)}\n actions ${JSON.stringify(again.actions)}`,
@@ -439,66 +750,47 @@ export class Sim {
     }
   }
 
-  private applyActions(i: number, o: Observed, d: Decision) {
-    const b = this.bfs[i] as SimBackfill
-    for (const a of d.actions) {
-      switch (a.type) {
-        case 'addFinalizer':
-          if (b.object)
-            b.object.metadata.finalizers = [...(b.object.metadata.finalizers ?? []), 'ai.flexinfer/modelbackfill']
-          break
-        case 'removeFinalizer':
-          if (b.object) {
-            b.object.metadata.finalizers = []
-            if (b.object.metadata.deletionTimestamp) b.object = null
-          }
-          break
-        case 'createJob': {
-          b.created.add(a.jobName)
-          if (this.jobs.has(a.jobName)) break // AlreadyExists: the same attempt
-          const model = o.backfill?.spec.modelRef ?? ''
-          this.jobs.set(a.jobName, {
-            owner: i,
-            cancelled: false,
-            view: aJob(a.jobName, {
-              model,
-              node: a.node,
-              ownerUid: o.backfill?.metadata.uid,
-              createdAt: iso(this.now),
-            }),
-          })
-          const claim = { bf: i, jobName: a.jobName, idleSince: d.state?.idleSince }
-          this.claims.set(`model.${model}`, claim)
-          this.claims.set(`node.${a.node}`, claim)
-          break
-        }
-        case 'deleteJob':
-          this.deleteJob(a.jobName, a.why)
-          break
-        case 'releaseClaims':
-          for (const [key, claim] of this.claims) if (claim.jobName === a.jobName) this.claims.delete(key)
-          break
-        case 'armTimer':
-          b.timerAt = Date.parse(a.at)
-          break
-        case 'cancelTimer':
-          b.timerAt = undefined
-          break
-        case 'deleteState':
-        case 'recordEvent':
-          break
+  /** What checkWorld last looked at: it looks again when the world moved. */
+  private seenWorld = ''
+
+  /**
+   * After every delivery, the world as the functions left it: never two active Jobs per model or per node; the
+   * claims bucket holds exactly the live attempts (each claim names an attempt its backfill's state calls Starting,
+   * Running or Cancelling, and each such attempt holds its model's and its node's claims); the status shows the
+   * state (phase, reason, attempts).
+   */
+  private checkWorld() {
+    const world = `${this.jobs.changes}/${this.claims.writes}/${this.states.writes}/${this.bfs.map((b) => b.object?.metadata.resourceVersion).join()}`
+    if (world === this.seenWorld) return
+    this.seenWorld = world
+    const active = this.activeJobs().map((j) => j.view)
+    for (const [x, y] of pairs(active)) {
+      if (x.model === y.model) this.fail(`two active Jobs on model ${x.model}: ${x.name}, ${y.name}`)
+      if (x.node === y.node) this.fail(`two active Jobs on node ${x.node}: ${x.name}, ${y.name}`)
+    }
+    for (const key of this.claims.keys()) {
+      const claim = readClaim(this.claims.peek(key))
+      if (!claim) continue
+      const s = this.bfs[this.indexOf(claim.backfill)]?.state
+      if (s?.jobName !== claim.jobName || !LIVE.includes(s.phase)) {
+        this.fail(`claim ${key} held by ${claim.jobName}, an attempt that is not live (${s?.phase}/${s?.jobName})`)
       }
     }
-  }
-
-  /** Never two active Jobs per model or per node. */
-  private checkWorld() {
-    const active = [...this.jobs.values()].filter((j) => !j.view.deleting && !j.view.outcome)
-    for (const [x, y] of pairs(active)) {
-      if (x.view.model === y.view.model)
-        this.fail(`two active Jobs on model ${x.view.model}: ${x.view.name}, ${y.view.name}`)
-      if (x.view.node === y.view.node)
-        this.fail(`two active Jobs on node ${x.view.node}: ${x.view.name}, ${y.view.name}`)
+    for (const b of this.bfs) {
+      const s = b.state
+      if (s?.jobName && s.nodeName && LIVE.includes(s.phase)) {
+        for (const key of Object.values(claimKeys(NS, s.model, s.nodeName))) {
+          const holder = readClaim(this.claims.peek(key))?.jobName
+          if (holder !== s.jobName)
+            this.fail(`live attempt ${s.jobName} (${s.phase}) without its claim ${key} (${holder})`)
+        }
+      }
+      const st = b.object?.status
+      if (s && b.object && (st?.phase !== s.phase || st.reason !== s.reason || (st.attempts ?? 0) !== s.attempts)) {
+        this.fail(
+          `status of ${b.name} shows ${st?.phase}/${st?.reason} (${st?.attempts}), its state is ${s.phase}/${s.reason} (${s.attempts})`,
+        )
+      }
     }
   }
 }
