@@ -8,6 +8,7 @@ import {
   type Action,
   type Decision,
   decide,
+  GATES,
   initialState,
   MAX_REJECTED_RECHECK_MS,
   type Observed,
@@ -900,16 +901,20 @@ describe('decide: focused transitions', () => {
 
   it('the ModelBackfill gone without its finalizer: state, timer and claims are dropped', () => {
     const f = FIXTURES.Running
+    // Nothing left to gate: no gate is evaluated.
+    const unreached = GATES.map((gate) => ({ gate, verdict: 'not-reached', evidence: 'not evaluated' }))
     const d = decide({ ...f.world, backfill: null }, { type: 'resource' }, f.now)
     expect(d).toEqual({
       state: null,
       status: null,
       actions: [{ type: 'cancelTimer' }, { type: 'deleteState' }, { type: 'releaseClaims', jobName: J1 }],
+      gates: unreached,
     })
     expect(decide(aWorld({ backfill: null }), { type: 'resource' }, f.now)).toEqual({
       state: null,
       status: null,
       actions: [],
+      gates: unreached,
     })
   })
 
