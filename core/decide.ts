@@ -331,7 +331,13 @@ export function decide(o: Observed, trigger: Trigger, now: number, options: Deci
   }
 
   if (w.s.jobName) {
-    if (attemptInFlight(w, trigger)) return finish(w)
+    if (attemptInFlight(w, trigger)) {
+      // A finished attempt whose Job is still there: its outcome is what holds the backfill.
+      const phase = w.s.phase
+      if (phase === 'Succeeded' || phase === 'Failed')
+        report(w, 'previous run', phase === 'Failed' ? 'blocked' : 'wait', w.s.message, undefined, ms(w.s.nextRunTime))
+      return finish(w)
+    }
     // The attempt is over: what its checks reported is not this decision's verdict.
     for (let i = 0; i < GATES.length; i++) w.gates[i] = NOT_REACHED[i] as GateReport
   }
