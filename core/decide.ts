@@ -108,7 +108,17 @@ export type Action =
   | { type: 'cancelTimer' }
   | { type: 'releaseClaims'; jobName: string }
   | { type: 'deleteState' }
-  | { type: 'recordEvent'; eventType: 'Normal' | 'Warning'; reason: string; message: string }
+  | {
+      type: 'recordEvent'
+      eventType: 'Normal' | 'Warning'
+      reason: string
+      message: string
+      /**
+       * The Job whose start this Event tells (BackfillStarted): it belongs to that attempt even when a raced admission
+       * deletes the Job at once and the rest of the decision is not applied.
+       */
+      startedJob?: string
+    }
 
 export interface Decision {
   /** The next state; null when the state should be deleted. */
@@ -1116,6 +1126,7 @@ function admit(w: Work) {
       eventType: 'Normal',
       reason: 'BackfillStarted',
       message: `Started attempt ${s.attempts} as Job ${s.jobName} on node ${node}`,
+      startedJob: s.jobName,
     },
   )
   set(w, 'Starting', 'JobCreated', `creating Job ${s.jobName} (attempt ${s.attempts})`)

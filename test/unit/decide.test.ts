@@ -1618,3 +1618,13 @@ describe('a Job the apiserver refuses (quota, webhook, invalid) releases the att
     expect(t.step(now + SECOND).state?.rejections).toBeUndefined()
   })
 })
+
+describe('what apply reads from the actions', () => {
+  it('the Started Event names the Job it tells: a raced admission records it without reading Event reasons', () => {
+    const d = decide(aWorld({ idle: anIdleState(T0) }), { type: 'timer' }, T0 + 30 * MINUTE)
+    const create = d.actions.find((a) => a.type === 'createJob')
+    const started = d.actions.filter((a) => a.type === 'recordEvent' && a.startedJob)
+    expect(create?.jobName).toBe(J1)
+    expect(started).toMatchObject([{ reason: 'BackfillStarted', startedJob: J1 }])
+  })
+})
