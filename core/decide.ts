@@ -359,7 +359,7 @@ export function decide(o: Observed, trigger: Trigger, now: number, options: Deci
   // Held before the admission gates: by the spec, suspend, or the previous run's outcome.
   const held = preAdmission(w, checked)
   if (held === 'held') {
-    if (w.everyGate && w.spec) gatesAndAdmit(w, false, trigger, false)
+    if (w.everyGate) gatesAndAdmit(w, false, trigger, false)
     return finish(w)
   }
   gatesAndAdmit(w, held === 'repeatDue', trigger, true)

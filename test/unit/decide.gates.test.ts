@@ -141,6 +141,11 @@ describe('decide() reports its gates', () => {
     expect(holds(every).map((g) => g.gate)).toEqual(['idle window', 'gaming', 'claims', 'preemption path'])
     expect(every.state).toEqual(d.state)
     expect(every.actions).toEqual(d.actions)
+    // An invalid spec holds first; the gates that do not need it are still shown (the idle window does).
+    const bad = admissible({ backfill: aBackfill({ spec: { repeatAfter: 'soon' } }), template: templateMissing })
+    const report = decide(bad, { type: 'timer' }, ADMIT_AT, { everyGate: true })
+    expect(holds(report).map((g) => g.gate)).toEqual(['spec', 'template'])
+    expect(gate(report, 'idle window').verdict).toBe('not-reached')
   })
 })
 
