@@ -278,13 +278,13 @@ export function gates(input: ExplainInput, reports: readonly GateReport[]): Gate
   return reports.map((r) => {
     if (r.gate === 'preemption path') return fenceGate(input, r)
     if (r.gate === 'idle window') return idleGate(input, r, inFlight)
+    if (r.gate === 'claims') return claimsGate(input, r, inFlight)
     if (r.verdict === 'not-reached') {
       const why = inFlight ? 'not checked while an attempt is in flight' : 'not evaluated'
       // The resolved durations are worth seeing whether or not the spec was checked.
       const evidence = r.gate === 'spec' ? `${why}; ${passed(input, r.gate)}` : why
       return { gate: r.gate, verdict: r.verdict, evidence }
     }
-    if (r.gate === 'claims') return claimsGate(input, r)
     if (r.verdict === 'pass') return { gate: r.gate, verdict: r.verdict, evidence: passed(input, r.gate) }
     const expires = (r.gate === 'gaming' || r.gate === 'gpu lease') && r.until !== undefined
     return {
@@ -380,8 +380,11 @@ function idleGate(input: ExplainInput, r: GateReport, inFlight: boolean): Gate {
   }
 }
 
-/** decide's contenders, and the claims in flexinfer-claims (which admit meets only as it takes them). */
-function claimsGate(input: ExplainInput, r: GateReport): Gate {
+/**
+ * decide's contenders, and the claims in flexinfer-claims (which admit meets only as it takes them). The claims are
+ * shown while an attempt is in flight too: they are how demand finds the attempt to cancel.
+ */
+function claimsGate(input: ExplainInput, r: GateReport, inFlight: boolean): Gate {
   const { now } = input
   const mine = (c: Claim) => c.namespace === input.namespace && c.backfill === input.name
   const foreign = input.claims.filter((c) => !mine(c.claim))
@@ -394,10 +397,17 @@ function claimsGate(input: ExplainInput, r: GateReport): Gate {
       evidence: `claim ${c.key} held by ${c.claim.namespace}/${c.claim.backfill} (Job ${c.claim.jobName}, attempt ${c.claim.attempt}, since ${relative(isoMs(c.claim.claimedAt), now)})`,
     }
   }
-  if (r.verdict !== 'pass') return { gate: r.gate, verdict: r.verdict, evidence: r.evidence }
-  if (held.length)
-    return { gate: r.gate, verdict: 'pass', evidence: `held by this backfill: ${held.map((c) => c.key).join(', ')}` }
-  return { gate: r.gate, verdict: 'pass', evidence: 'model and node are free' }
+  const free = r.verdict === 'pass' || r.verdict === 'not-reached'
+  if (free && held.length)
+    return { gate: r.gate, verdict: r.verdict, evidence: `held by this backfill: ${held.map((c) => c.key).join(', ')}` }
+  if (r.verdict === 'pass') return { gate: r.gate, verdict: 'pass', evidence: 'model and node are free' }
+  if (r.verdict === 'not-reached')
+    return {
+      gate: r.gate,
+      verdict: r.verdict,
+      evidence: inFlight ? 'not checked while an attempt is in flight' : 'not evaluated',
+    }
+  return { gate: r.gate, verdict: r.verdict, evidence: r.evidence }
 }
 
 /** decide's verdict on the fence explain read (handed to it as admit hands it); unknown when it could not be read. */

@@ -241,6 +241,10 @@ describe('explain', () => {
       verdict: 'not-reached',
       evidence: 'not checked while an attempt is in flight',
     })
+    // The attempt's own claims are still shown: they are how demand finds it to cancel.
+    const claim = { namespace: NS, backfill: BACKFILL, attempt: 1, jobName: J(1), claimedAt: iso(T0 + 30 * MINUTE) }
+    const held = explain(input(t.world, T0 + 32 * MINUTE, { claims: [{ key: `node.${NODE}`, claim }] }))
+    expect(gate(held, 'claims')).toMatchObject({ evidence: `held by this backfill: node.${NODE}` })
     expect(gate(e, 'spec')?.evidence).toContain('idleFor 10m')
     expect(renderExplanation(e)).toContain('  -       template')
     expect(e.gates.filter((g) => g.verdict !== 'pass' && g.verdict !== 'not-reached')).toEqual([])
