@@ -598,9 +598,9 @@ async function createAttemptJob(
       { ...where, lastRequestAt: at, deleted: outcome.deleted },
       'foreground request stored while the Job was being created; deleted it at once',
     )
-    // The attempt did start (and is about to be recorded as cancelled): its Started event still belongs.
+    // The attempt did start (and is about to be recorded as cancelled): the Event that tells its start still belongs.
     for (const e of d.actions) {
-      if (e.type === 'recordEvent' && e.reason === 'BackfillStarted') {
+      if (e.type === 'recordEvent' && e.startedJob === action.jobName) {
         await kube.recordEvent(b, e.eventType, e.reason, e.message)
       }
     }

@@ -1,20 +1,20 @@
 // `kubectl mbf explain`: why a backfill is (not) running, gate by gate, from the same observation admit makes
 // (admission/reconcile.ts observe()) plus the NATS state around it. Pure: the I/O lives in cli/read.ts, so the
-// verdicts are unit-tested with made-up worlds. The gates are listed in decide()'s admission order and use its own
-// helpers (blockingGamingSession, blockingLease, checkSpec), and the closing line is decide() itself, run on the
-// observation without applying anything: what admit would do if woken now.
+// verdicts are unit-tested with made-up worlds. The gates and their verdicts are decide()'s own report (run with
+// everyGate, on the observation, without applying anything), and the closing line is that same decision: what admit
+// would do if woken now. Explain only words the evidence and adds what decide does not read (the claims KV, whether
+// the fence could be read).
 import { checkSpec } from '../core/api.js'
-import { decide, type Observed } from '../core/decide.js'
+import { decide, type GateName, type GateReport, type GateVerdict, type Observed } from '../core/decide.js'
 import { GATE_CONTAINER, GATE_SECRET, gateSettings } from '../core/gate.js'
 import type { BackfillState, Claim } from '../core/state.js'
-import { firstWindowStart } from '../core/takeover.js'
-import { blockingGamingSession, blockingLease } from '../core/world.js'
 import { human, isoMs, relative } from './format.js'
 
-export type Verdict = 'pass' | 'wait' | 'blocked' | 'cancels' | 'unknown'
+/** decide()'s verdicts, and unknown: what explain could not read (the fence). */
+export type Verdict = GateVerdict | 'unknown'
 
 export interface Gate {
-  gate: string
+  gate: GateName | 'exists'
   verdict: Verdict
   evidence: string
 }
@@ -178,12 +178,6 @@ export function gatePodSeen(pod: {
   }
 }
 
-const latest = (...times: (string | undefined)[]) =>
-  times.reduce((max, t) => {
-    const v = isoMs(t)
-    return Number.isNaN(v) ? max : Math.max(max, v)
-  }, Number.NEGATIVE_INFINITY)
-
 /** Where the last foreground signal came from: the evidence an operator can check by hand. */
 function lastForeground(o: Observed) {
   const candidates = [
@@ -242,7 +236,6 @@ export function explain(input: ExplainInput): Explanation {
               : 'created',
     }
   }
-  out.gates = gates(input)
 
   const timerAt = isoMs(s?.timerAt)
   if (!Number.isNaN(timerAt)) {
@@ -258,7 +251,9 @@ export function explain(input: ExplainInput): Explanation {
 
   const observed: Observed = { ...o }
   if ('ready' in input.fence && !input.fence.ready) observed.preemptionPath = { ready: false, why: input.fence.why }
-  const d = decide(observed, { type: 'timer' }, now)
+  // Every gate evaluated, not only the first that holds; the decision itself is the same as without everyGate.
+  const d = decide(observed, { type: 'timer' }, now, { everyGate: true })
+  out.gates = gates(input, d.gates)
   if (d.state) {
     out.decideNow = {
       phase: d.state.phase,
@@ -270,204 +265,159 @@ export function explain(input: ExplainInput): Explanation {
   return out
 }
 
-/** The admission gates in decide()'s order, each with its evidence. */
-export function gates(input: ExplainInput): Gate[] {
-  const { observed: o, now } = input
-  const b = o.backfill
+/**
+ * decide()'s own gate report (run with everyGate: every gate that holds, not only the first), each told with the
+ * evidence an operator can check: decide's message where a gate holds, what was looked at where it passes. Only the
+ * claims in flexinfer-claims and the fence's readability are added here: decide does not read them (admit takes the
+ * claims, and learns the fence, only as it admits).
+ */
+export function gates(input: ExplainInput, reports: readonly GateReport[]): Gate[] {
+  const b = input.observed.backfill
   if (!b) return []
-  const s = o.state
-  const out: Gate[] = []
-  const ns = b.metadata.namespace
-  const checked = checkSpec(b.spec)
-  const spec = 'resolved' in checked ? checked.resolved : null
-  out.push(
-    'problem' in checked
-      ? { gate: 'spec', verdict: 'blocked', evidence: `${checked.problem.reason}: ${checked.problem.message}` }
-      : {
-          gate: 'spec',
-          verdict: 'pass',
-          evidence: `idleFor ${human(checked.resolved.idleForMs)}, maxRunDuration ${human(checked.resolved.maxRunDurationMs)}${checked.resolved.repeatAfterMs ? `, repeatAfter ${human(checked.resolved.repeatAfterMs)}` : ', one-shot'}`,
-        },
-  )
-  out.push(
-    b.spec.suspend
-      ? { gate: 'suspend', verdict: 'blocked', evidence: 'spec.suspend is true' }
-      : { gate: 'suspend', verdict: 'pass', evidence: 'not suspended' },
-  )
-  if (s && s.generation !== (b.metadata.generation ?? 1)) {
-    out.push({
-      gate: 'generation',
-      verdict: s.jobName ? 'cancels' : 'wait',
-      evidence: `spec generation ${b.metadata.generation} not yet decided (state is for ${s.generation})`,
-    })
-  }
-  const inFlight = Boolean(s?.jobName && (s.phase === 'Starting' || s.phase === 'Running'))
-  const stop: Verdict = inFlight ? 'cancels' : 'blocked'
-  const m = o.model
-  if (!m) {
-    out.push({ gate: 'model', verdict: stop, evidence: `Model ${ns}/${b.spec.modelRef} not found` })
-  } else if (!m.ready) {
-    out.push({
-      gate: 'model',
-      verdict: inFlight ? 'cancels' : 'wait',
-      evidence: `Model ${m.name} is ${m.phase ?? 'not Ready'}`,
-    })
-  } else if (!m.node) {
-    out.push({
-      gate: 'model',
-      verdict: inFlight ? 'cancels' : 'wait',
-      evidence: `Model ${m.name} Ready, but no status.gpu.node or hostname selector`,
-    })
-  } else if (inFlight && s?.nodeName && s.nodeName !== m.node) {
-    out.push({
-      gate: 'model',
-      verdict: 'cancels',
-      evidence: `Model ${m.name} moved to node ${m.node} (attempt on ${s.nodeName})`,
-    })
-  } else {
-    out.push({ gate: 'model', verdict: 'pass', evidence: `Model ${m.name} Ready on node ${m.node}` })
-  }
-  if (!o.template.found) {
-    out.push({ gate: 'template', verdict: 'blocked', evidence: `CronJob ${ns}/${b.spec.templateRef} not found` })
-  } else if (o.template.gpu.length) {
-    const g = o.template.gpu[0]
-    out.push({
-      gate: 'template',
-      verdict: 'blocked',
-      evidence: `CronJob ${b.spec.templateRef} requests ${g?.resource}=${g?.quantity}`,
-    })
-  } else {
-    out.push({ gate: 'template', verdict: 'pass', evidence: `CronJob ${b.spec.templateRef} found, no GPU request` })
-  }
-  out.push(idleGate(input, spec?.idleForMs, inFlight))
-
-  const session = blockingGamingSession(o.gamingSessions, m?.node, now)
-  out.push(
-    session
-      ? {
-          gate: 'gaming',
-          verdict: stop,
-          evidence: `GamingSession ${session.namespace}/${session.name} on node ${m?.node}${session.expiresAt ? `, expires ${relative(isoMs(session.expiresAt), now)}` : ''}`,
-        }
-      : {
-          gate: 'gaming',
-          verdict: m?.node ? 'pass' : 'unknown',
-          evidence: m?.node ? `no GamingSession on node ${m.node}` : 'no node to check',
-        },
-  )
-  const lease = m ? blockingLease(o.leases, m, now) : undefined
-  out.push(
-    lease
-      ? {
-          gate: 'gpu lease',
-          verdict: stop,
-          evidence: `GPULease ${lease.namespace}/${lease.name} holds ${lease.node ? `node ${lease.node}` : `group ${lease.group}`}`,
-        }
-      : {
-          gate: 'gpu lease',
-          verdict: m ? 'pass' : 'unknown',
-          evidence: m ? `no GPULease on node ${m.node ?? '-'}${m.group ? ` or group ${m.group}` : ''}` : 'no model',
-        },
-  )
-  out.push(claimsGate(input))
-  out.push(fenceGate(input, inFlight))
-  return out
+  const inFlight = attemptInFlight(input.observed.state)
+  return reports.map((r) => {
+    if (r.gate === 'preemption path') return fenceGate(input, r)
+    if (r.gate === 'idle window') return idleGate(input, r, inFlight)
+    if (r.gate === 'claims') return claimsGate(input, r, inFlight)
+    if (r.verdict === 'not-reached') {
+      const why = inFlight ? 'not checked while an attempt is in flight' : 'not evaluated'
+      // The resolved durations are worth seeing whether or not the spec was checked.
+      const evidence = r.gate === 'spec' ? `${why}; ${passed(input, r.gate)}` : why
+      return { gate: r.gate, verdict: r.verdict, evidence }
+    }
+    if (r.verdict === 'pass') return { gate: r.gate, verdict: r.verdict, evidence: passed(input, r.gate) }
+    const expires = (r.gate === 'gaming' || r.gate === 'gpu lease') && r.until !== undefined
+    return {
+      gate: r.gate,
+      verdict: r.verdict,
+      evidence: expires ? `${r.evidence}; expires ${relative(r.until as number, input.now)}` : r.evidence,
+    }
+  })
 }
 
-function idleGate(input: ExplainInput, idleForMs: number | undefined, inFlight: boolean): Gate {
+const attemptInFlight = (s: BackfillState | null) =>
+  Boolean(s?.jobName && (s.phase === 'Starting' || s.phase === 'Running'))
+
+/** What a gate that passed looked at. */
+function passed(input: ExplainInput, gate: GateName): string {
+  const { observed: o } = input
+  const b = o.backfill as NonNullable<Observed['backfill']>
+  const m = o.model
+  const generation = b.metadata.generation ?? 1
+  switch (gate) {
+    case 'generation':
+      return o.state && o.state.generation !== generation
+        ? `spec generation ${generation} not yet decided (state is for ${o.state.generation}): starting over`
+        : `spec generation ${generation}`
+    case 'spec': {
+      const checked = checkSpec(b.spec)
+      if (!('resolved' in checked)) return 'valid'
+      const r = checked.resolved
+      return `idleFor ${human(r.idleForMs)}, maxRunDuration ${human(r.maxRunDurationMs)}${r.repeatAfterMs ? `, repeatAfter ${human(r.repeatAfterMs)}` : ', one-shot'}`
+    }
+    case 'suspend':
+      return 'not suspended'
+    case 'previous run':
+      return 'no finished run holds it'
+    case 'model':
+      return `Model ${m?.name ?? b.spec.modelRef} found`
+    case 'template':
+      return `CronJob ${b.spec.templateRef} found`
+    case 'gpu request':
+      return `CronJob ${b.spec.templateRef} requests no GPU`
+    case 'background gate':
+      return 'buildable (or none asked for)'
+    case 'model ready':
+      return `Model ${m?.name} Ready`
+    case 'node':
+      return `Model ${m?.name} on node ${m?.node}`
+    case 'gaming':
+      return `no GamingSession on node ${m?.node}`
+    case 'gpu lease':
+      return `no GPULease on node ${m?.node ?? '-'}${m?.group ? ` or group ${m.group}` : ''}`
+    case 'rejected recheck':
+      return 'no refused Job waiting for its re-check'
+    default:
+      return 'pass'
+  }
+}
+
+function idleGate(input: ExplainInput, r: GateReport, inFlight: boolean): Gate {
   const { observed: o, now } = input
   const s = o.state
   const last = lastForeground(o)
   const lastText = last
     ? `last foreground request ${relative(last.at, now)} (${last.source})`
     : 'no foreground request recorded'
-  if (inFlight && s) {
-    const admittedOn = isoMs(s.idleSince ?? s.startedAt)
-    if (last && last.at > admittedOn)
-      return {
-        gate: 'idle window',
-        verdict: 'cancels',
-        evidence: `${lastText}, after the window the attempt was admitted on`,
-      }
+  const gate = { gate: r.gate, verdict: r.verdict }
+  if (inFlight && r.verdict !== 'not-reached') {
     return {
-      gate: 'idle window',
-      verdict: 'pass',
-      evidence: `${lastText}; none since the attempt's window (idle since ${s.idleSince ?? '-'})`,
+      ...gate,
+      evidence:
+        r.verdict === 'cancels'
+          ? `${lastText}, after the window the attempt was admitted on`
+          : `${lastText}; none since the attempt's window (idle since ${s?.idleSince ?? '-'})`,
     }
   }
-  if (idleForMs === undefined) return { gate: 'idle window', verdict: 'unknown', evidence: lastText }
-  if (o.model && !o.model.ready)
-    return {
-      gate: 'idle window',
-      verdict: 'wait',
-      evidence: `${lastText}; the window starts when the model turns Ready`,
-    }
+  if (r.since === undefined || r.until === undefined) {
+    const why = o.model && !o.model.ready ? '; the window starts when the model turns Ready' : ''
+    return { ...gate, evidence: `${lastText}${why}` }
+  }
   // No state yet: the functions have not decided it; their first decision (core/takeover.ts) starts the window at
   // the last known foreground activity, or now when nothing is known.
-  const idleSinceLeft = o.backfill?.status?.idleSince
-  const windowStart =
-    s?.windowStart ??
-    new Date(
-      firstWindowStart(
-        [o.idle?.lastForegroundAt, o.lastRequestAt, o.model?.lastActiveTime, idleSinceLeft ?? undefined],
-        now,
-      ),
-    ).toISOString()
-  const idleSince = latest(windowStart, o.idle?.lastForegroundAt, o.lastRequestAt, o.model?.lastActiveTime)
   const startText = !s
     ? '; no state yet (the functions have not seen this backfill): its first window starts at the last known foreground activity'
-    : last && last.at >= idleSince
+    : last && last.at >= r.since
       ? ''
-      : `; window started ${relative(idleSince, now)} (after creation, a cancel or the model turning Ready)`
-  const due = idleSince + idleForMs
-  if (now < due)
-    return {
-      gate: 'idle window',
-      verdict: 'wait',
-      evidence: `${lastText}${startText}; window completes in ${human(due - now)} (idleFor ${human(idleForMs)})`,
-    }
+      : `; window started ${relative(r.since, now)} (after creation, a cancel or the model turning Ready)`
+  const idleFor = `(idleFor ${human(r.until - r.since)})`
   return {
-    gate: 'idle window',
-    verdict: 'pass',
-    evidence: `${lastText}${startText}; window complete since ${human(now - due)} (idleFor ${human(idleForMs)})`,
+    ...gate,
+    evidence:
+      now < r.until
+        ? `${lastText}${startText}; window completes in ${human(r.until - now)} ${idleFor}`
+        : `${lastText}${startText}; window complete since ${human(now - r.until)} ${idleFor}`,
   }
 }
 
-function claimsGate(input: ExplainInput): Gate {
-  const { observed: o, now } = input
+/**
+ * decide's contenders, and the claims in flexinfer-claims (which admit meets only as it takes them). The claims are
+ * shown while an attempt is in flight too: they are how demand finds the attempt to cancel.
+ */
+function claimsGate(input: ExplainInput, r: GateReport, inFlight: boolean): Gate {
+  const { now } = input
   const mine = (c: Claim) => c.namespace === input.namespace && c.backfill === input.name
   const foreign = input.claims.filter((c) => !mine(c.claim))
   const held = input.claims.filter((c) => mine(c.claim))
-  const contender = o.contenders[0]
-  if (foreign.length) {
-    const c = foreign[0] as { key: string; claim: Claim }
+  const c = foreign[0]
+  if (c) {
     return {
-      gate: 'claims',
+      gate: r.gate,
       verdict: 'blocked',
       evidence: `claim ${c.key} held by ${c.claim.namespace}/${c.claim.backfill} (Job ${c.claim.jobName}, attempt ${c.claim.attempt}, since ${relative(isoMs(c.claim.claimedAt), now)})`,
     }
   }
-  if (contender) {
-    const who = contender.backfill ? `${contender.namespace}/${contender.backfill}` : contender.namespace
+  const free = r.verdict === 'pass' || r.verdict === 'not-reached'
+  if (free && held.length)
+    return { gate: r.gate, verdict: r.verdict, evidence: `held by this backfill: ${held.map((c) => c.key).join(', ')}` }
+  if (r.verdict === 'pass') return { gate: r.gate, verdict: 'pass', evidence: 'model and node are free' }
+  if (r.verdict === 'not-reached')
     return {
-      gate: 'claims',
-      verdict: 'blocked',
-      evidence: `active Job ${who}/${contender.jobName} on the same ${contender.on}`,
+      gate: r.gate,
+      verdict: r.verdict,
+      evidence: inFlight ? 'not checked while an attempt is in flight' : 'not evaluated',
     }
-  }
-  if (held.length)
-    return { gate: 'claims', verdict: 'pass', evidence: `held by this backfill: ${held.map((c) => c.key).join(', ')}` }
-  return { gate: 'claims', verdict: 'pass', evidence: 'model and node are free' }
+  return { gate: r.gate, verdict: r.verdict, evidence: r.evidence }
 }
 
-function fenceGate(input: ExplainInput, inFlight: boolean): Gate {
+/** decide's verdict on the fence explain read (handed to it as admit hands it); unknown when it could not be read. */
+function fenceGate(input: ExplainInput, r: GateReport): Gate {
   const f = input.fence
-  if ('error' in f)
-    return { gate: 'preemption path', verdict: 'unknown', evidence: `could not read the consumers: ${f.error}` }
-  if (f.ready)
-    return { gate: 'preemption path', verdict: 'pass', evidence: 'demand and cancel are pulling; demand has caught up' }
-  // Only admission checks the fence; a running attempt is not cancelled by it.
-  return { gate: 'preemption path', verdict: inFlight ? 'unknown' : 'wait', evidence: f.why }
+  if ('error' in f) return { gate: r.gate, verdict: 'unknown', evidence: `could not read the consumers: ${f.error}` }
+  if (!f.ready) return { gate: r.gate, verdict: r.verdict, evidence: f.why }
+  if (r.verdict === 'pass')
+    return { gate: r.gate, verdict: 'pass', evidence: 'demand and cancel are pulling; demand has caught up' }
+  return { gate: r.gate, verdict: r.verdict, evidence: 'not checked while an attempt is in flight' }
 }
 
 /** The newest cancel: the KV history's Cancelling revision, the BackfillCancelled Event, the cancel request. */
@@ -491,7 +441,14 @@ export function lastCancel(input: ExplainInput): LastCancel | undefined {
   }
 }
 
-const MARK: Record<Verdict, string> = { pass: 'ok', wait: 'WAIT', blocked: 'BLOCKED', cancels: 'CANCELS', unknown: '?' }
+const MARK: Record<Verdict, string> = {
+  pass: 'ok',
+  wait: 'WAIT',
+  blocked: 'BLOCKED',
+  cancels: 'CANCELS',
+  unknown: '?',
+  'not-reached': '-',
+}
 
 export function renderExplanation(e: Explanation): string {
   const lines: string[] = []

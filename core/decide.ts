@@ -108,7 +108,17 @@ export type Action =
   | { type: 'cancelTimer' }
   | { type: 'releaseClaims'; jobName: string }
   | { type: 'deleteState' }
-  | { type: 'recordEvent'; eventType: 'Normal' | 'Warning'; reason: string; message: string }
+  | {
+      type: 'recordEvent'
+      eventType: 'Normal' | 'Warning'
+      reason: string
+      message: string
+      /**
+       * The Job whose start this Event tells (BackfillStarted): it belongs to that attempt even when a raced admission
+       * deletes the Job at once and the rest of the decision is not applied.
+       */
+      startedJob?: string
+    }
 
 export interface Decision {
   /** The next state; null when the state should be deleted. */
@@ -116,6 +126,93 @@ export interface Decision {
   /** The status to show, or null when the object is gone. */
   status: ModelBackfillStatus | null
   actions: Action[]
+  /** Every gate of GATES, in that order, as this decision evaluated it. */
+  gates: readonly GateReport[]
+}
+
+/**
+ * The gates decide() evaluates, in the order a report lists them (admission's order; an attempt in flight is checked
+ * against the ones that can cancel it, CANCEL_GATES). `kubectl mbf explain` shows exactly these.
+ */
+export const GATES = [
+  'generation',
+  'spec',
+  'suspend',
+  'previous run',
+  'model',
+  'template',
+  'gpu request',
+  'background gate',
+  'model ready',
+  'node',
+  'idle window',
+  'gaming',
+  'gpu lease',
+  'claims',
+  'preemption path',
+  'rejected recheck',
+] as const
+export type GateName = (typeof GATES)[number]
+
+/**
+ * pass; wait / blocked: the gate holds the backfill (its phase is WaitingForIdle or Succeeded / Blocked, Suspended or
+ * Failed); cancels: it ends the attempt in flight; not-reached: not evaluated, because an earlier gate decided, the
+ * gate does not apply (admission's gates while an attempt runs), or what it needs is missing (no Model, no valid spec).
+ */
+export type GateVerdict = 'pass' | 'wait' | 'blocked' | 'cancels' | 'not-reached'
+
+export interface GateReport {
+  gate: GateName
+  verdict: GateVerdict
+  /** For a gate that holds or cancels: decide's own message for it (the status message it sets). */
+  evidence: string
+  /** idle window: when the window decide measured began (epoch ms). */
+  since?: number
+  /** When the gate opens by itself, epoch ms: the idle window's end, the session's or lease's expiry, when known. */
+  until?: number
+}
+
+/**
+ * The reports that need no data are shared and frozen: the common decision allocates one array and at most a couple
+ * of reports, and builds no string it did not build before.
+ */
+const constReports = (verdict: GateVerdict, evidence: (g: GateName) => string): Readonly<GateReport>[] =>
+  GATES.map((gate) => Object.freeze({ gate, verdict, evidence: evidence(gate) }))
+const NOT_REACHED = Object.freeze(constReports('not-reached', () => 'not evaluated'))
+const PASSED = Object.freeze(constReports('pass', () => 'pass'))
+const GATE_INDEX = Object.fromEntries(GATES.map((g, i) => [g, i])) as Record<GateName, number>
+/** Decide's checks of an attempt in flight, in its order (cancelReason's); the first that fails cancels it. */
+const CANCEL_GATES = [
+  'suspend',
+  'generation',
+  'model',
+  'model ready',
+  'node',
+  'gaming',
+  'gpu lease',
+  'idle window',
+] as const satisfies readonly GateName[]
+const ADMISSION_GATES = [
+  'model',
+  'template',
+  'gpu request',
+  'background gate',
+  'model ready',
+  'node',
+  'idle window',
+  'gaming',
+  'gpu lease',
+  'claims',
+  'preemption path',
+  'rejected recheck',
+] as const satisfies readonly GateName[]
+
+export interface DecideOptions {
+  /**
+   * Evaluate every gate, also past the one that decided (reported, never acted on): `kubectl mbf explain` shows the
+   * operator everything that holds a backfill, not only the first. Functions leave it off.
+   */
+  everyGate?: boolean
 }
 
 /** As contract.md maps them (the reference controller's mapping): dashboards written for it must keep working. */
@@ -150,6 +247,19 @@ interface Work {
   s: BackfillState
   actions: Action[]
   spec: ResolvedSpec | null
+  gates: GateReport[]
+  everyGate: boolean
+}
+
+function report(w: Work, gate: GateName, verdict: GateVerdict, evidence: string, since?: number, until?: number) {
+  const r: GateReport = { gate, verdict, evidence }
+  if (since !== undefined && !Number.isNaN(since)) r.since = since
+  if (until !== undefined && !Number.isNaN(until)) r.until = until
+  w.gates[GATE_INDEX[gate]] = r
+}
+
+const pass = (w: Work, gate: GateName) => {
+  w.gates[GATE_INDEX[gate]] = PASSED[GATE_INDEX[gate]] as GateReport
 }
 
 export function initialState(b: ModelBackfill, now: number): BackfillState {
@@ -170,7 +280,7 @@ export function initialState(b: ModelBackfill, now: number): BackfillState {
   }
 }
 
-export function decide(o: Observed, trigger: Trigger, now: number): Decision {
+export function decide(o: Observed, trigger: Trigger, now: number, options: DecideOptions = {}): Decision {
   const b = o.backfill
   if (!b) return gone(o)
   const checked = checkSpec(b.spec)
@@ -202,6 +312,8 @@ export function decide(o: Observed, trigger: Trigger, now: number): Decision {
     s: structuredClone({ ...base, model: b.spec.modelRef, uid: b.metadata.uid }),
     actions: [],
     spec,
+    gates: NOT_REACHED.slice() as GateReport[],
+    everyGate: options.everyGate === true,
   }
   if (taken?.summary) {
     w.actions.push({
@@ -228,28 +340,72 @@ export function decide(o: Observed, trigger: Trigger, now: number): Decision {
     if (stray.name !== w.s.jobName) w.actions.push({ type: 'deleteJob', jobName: stray.name, why: 'Cleanup' })
   }
 
-  if (w.s.jobName && attemptInFlight(w, trigger)) return finish(w)
+  if (w.s.jobName) {
+    if (attemptInFlight(w, trigger)) {
+      // A finished attempt whose Job is still there: its outcome is what holds the backfill.
+      const phase = w.s.phase
+      if (phase === 'Succeeded' || phase === 'Failed')
+        report(w, 'previous run', phase === 'Failed' ? 'blocked' : 'wait', w.s.message, undefined, ms(w.s.nextRunTime))
+      return finish(w)
+    }
+    // The attempt is over: what its checks reported is not this decision's verdict.
+    for (let i = 0; i < GATES.length; i++) w.gates[i] = NOT_REACHED[i] as GateReport
+  }
   // No attempt in flight: a spec change just clears what the last generation left and starts over.
-  if (w.s.generation !== (b.metadata.generation ?? 1)) restartForNewGeneration(w)
+  if (w.s.generation !== (b.metadata.generation ?? 1)) {
+    restartForNewGeneration(w)
+    report(w, 'generation', 'pass', 'spec changed; starting over')
+  } else pass(w, 'generation')
+  // Held before the admission gates: by the spec, suspend, or the previous run's outcome.
+  const held = preAdmission(w, checked)
+  if (held === 'held') {
+    if (w.everyGate) gatesAndAdmit(w, false, trigger, false)
+    return finish(w)
+  }
+  gatesAndAdmit(w, held === 'repeatDue', trigger, true)
+  return finish(w)
+}
+
+/** Spec, suspend and the previous run's outcome: 'held' when one holds the backfill, 'repeatDue' when a repeat is. */
+function preAdmission(w: Work, checked: ReturnType<typeof checkSpec>): 'held' | 'repeatDue' | undefined {
+  const { b } = w
+  let held = false
   if ('problem' in checked) {
     set(w, 'Blocked', checked.problem.reason, checked.problem.message)
-    return finish(w)
-  }
+    report(w, 'spec', 'blocked', checked.problem.message)
+    if (!w.everyGate) return 'held'
+    held = true
+  } else pass(w, 'spec')
   if (b.spec.suspend) {
-    set(w, 'Suspended', 'Suspended', 'spec.suspend is true; no attempt may run')
-    return finish(w)
+    if (!held) set(w, 'Suspended', 'Suspended', 'spec.suspend is true; no attempt may run')
+    report(w, 'suspend', 'blocked', 'spec.suspend is true; no attempt may run')
+    if (!w.everyGate) return 'held'
+    held = true
+  } else pass(w, 'suspend')
+  if (held) return 'held'
+  if (w.s.phase === 'Failed') {
+    report(w, 'previous run', 'blocked', w.s.message)
+    return 'held'
   }
-  if (w.s.phase === 'Failed') return finish(w)
-  let repeatDue = false
   if (w.s.phase === 'Succeeded') {
-    const hold = cooldown(w)
-    if (hold) return finish(w)
-    repeatDue = true
+    if (cooldown(w)) {
+      report(
+        w,
+        'previous run',
+        (w.s.phase as Phase) === 'Blocked' ? 'blocked' : 'wait',
+        w.s.message,
+        undefined,
+        ms(w.s.nextRunTime),
+      )
+      return 'held'
+    }
     // Due: the time has come, so it no longer shows as the next run (the reference clears it at RepeatDue).
     w.s.nextRunTime = undefined
+    pass(w, 'previous run')
+    return 'repeatDue'
   }
-  gatesAndAdmit(w, repeatDue, trigger)
-  return finish(w)
+  pass(w, 'previous run')
+  return undefined
 }
 
 /** The ModelBackfill is gone (its finalizer was removed by someone else, or it never had one). */
@@ -259,7 +415,7 @@ function gone(o: Observed): Decision {
     actions.push({ type: 'cancelTimer' }, { type: 'deleteState' })
     if (o.state.jobName) actions.push({ type: 'releaseClaims', jobName: o.state.jobName })
   }
-  return { state: null, status: null, actions }
+  return { state: null, status: null, actions, gates: NOT_REACHED }
 }
 
 /** Deletion: the Job goes first, then the finalizer, the timer, the claims and the state. */
@@ -312,7 +468,7 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
   }
   if (job) {
     s.rejections = undefined // the apiserver took this attempt's Job: the rejection back-off starts over
-    const reason = cancelReason(w, trigger)
+    const reason = cancelReason(w, trigger, true)
     if (reason) {
       cancel(w, reason)
       return true
@@ -367,6 +523,8 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
         return true
       }
       if (!reason) {
+        // Every check of the attempt passed (the admission gates ran when it was admitted).
+        for (const gate of CANCEL_GATES) pass(w, gate)
         w.actions.push({
           type: 'createJob',
           jobName,
@@ -499,23 +657,68 @@ function preempted(w: Work, jobName: string, reason: CancelReason | undefined, w
 const foregroundAt = (trigger: Trigger) =>
   trigger.type === 'cancel' && trigger.reason === 'ForegroundDemand' ? trigger.at : undefined
 
-/** The first reason that wins over the running attempt, if any. */
-function cancelReason(w: Work, trigger: Trigger): CancelReason | undefined {
+/**
+ * The first reason that wins over the running attempt, if any. `reportGates`: this decision acts on it, so each
+ * gate checked is reported (cancels / pass; with everyGate, the ones past the first too).
+ */
+function cancelReason(w: Work, trigger: Trigger, reportGates = false): CancelReason | undefined {
+  let first: CancelReason | undefined
+  for (const gate of CANCEL_GATES) {
+    const reason = cancelCheck(w, gate, trigger)
+    if (reason === SKIP) continue
+    if (!reportGates) {
+      if (reason) return reason
+      continue
+    }
+    if (reason) report(w, gate, 'cancels', cancelMessage(reason))
+    else pass(w, gate)
+    first ??= reason
+    if (first && !w.everyGate) return first
+  }
+  return first
+}
+
+/** One check of an attempt in flight: the cancel reason when it fails. */
+function cancelCheck(
+  w: Work,
+  gate: (typeof CANCEL_GATES)[number],
+  trigger: Trigger,
+): CancelReason | typeof SKIP | undefined {
   const { s, o, b, now } = w
-  // Suspending is itself a spec change; the more specific reason wins.
-  if (b.spec.suspend) return 'Suspended'
-  if (s.generation !== (b.metadata.generation ?? 1)) return 'SpecChanged'
   const model = o.model
-  if (!model) return 'ModelNotFound'
-  if (!model.ready) return 'ModelNotReady'
-  if (!model.node) return 'NodeUnresolved'
-  if (s.nodeName && model.node !== s.nodeName) return 'NodeChanged'
-  if (blockingGamingSession(o.gamingSessions, model.node, now)) return 'GamingIntent'
-  if (blockingLease(o.leases, model, now)) return 'GPULeaseActive'
-  const lastForeground = latest(o.idle?.lastForegroundAt, o.lastRequestAt, model.lastActiveTime, foregroundAt(trigger))
-  // Any foreground request after the idle window the attempt was admitted on breaks it.
-  if (lastForeground > ms(s.idleSince ?? s.startedAt)) return 'ForegroundDemand'
-  return undefined
+  switch (gate) {
+    case 'suspend':
+      // Suspending is itself a spec change; the more specific reason wins.
+      return b.spec.suspend ? 'Suspended' : undefined
+    case 'generation':
+      return s.generation !== (b.metadata.generation ?? 1) ? 'SpecChanged' : undefined
+    case 'model':
+      return model ? undefined : 'ModelNotFound'
+    case 'model ready':
+      if (!model) return SKIP
+      return model.ready ? undefined : 'ModelNotReady'
+    case 'node':
+      if (!model) return SKIP
+      if (!model.node) return 'NodeUnresolved'
+      return s.nodeName && model.node !== s.nodeName ? 'NodeChanged' : undefined
+    case 'gaming':
+      if (!model?.node) return SKIP
+      return blockingGamingSession(o.gamingSessions, model.node, now) ? 'GamingIntent' : undefined
+    case 'gpu lease':
+      if (!model) return SKIP
+      return blockingLease(o.leases, model, now) ? 'GPULeaseActive' : undefined
+    case 'idle window': {
+      if (!model) return SKIP
+      const lastForeground = latest(
+        o.idle?.lastForegroundAt,
+        o.lastRequestAt,
+        model.lastActiveTime,
+        foregroundAt(trigger),
+      )
+      // Any foreground request after the idle window the attempt was admitted on breaks it.
+      return lastForeground > ms(s.idleSince ?? s.startedAt) ? 'ForegroundDemand' : undefined
+    }
+  }
 }
 
 /**
@@ -686,98 +889,230 @@ function cooldown(w: Work): boolean {
   return false
 }
 
-/** The admission gates in order; admits when every one passes. */
-function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
-  const { s, o, b, now } = w
-  const spec = w.spec as ResolvedSpec
-  const model = o.model
-  const waitReason = repeatDue || s.reason === 'RepeatDue' ? 'RepeatDue' : 'IdleWindow'
+/** What holds the backfill at a gate: the state decide sets, and the timer that re-checks it. */
+interface Hold {
+  phase: Phase
+  reason: string
+  message: string
+  /** Arm the timer at this time (epoch ms). */
+  timer?: number
+  /** Not warm: there is no idle window to speak of (the reference clears idleSince too). */
+  clearIdle?: true
+  until?: number
+}
+
+/** What the admission gates share: computed once, before the first. */
+interface AdmitCtx {
+  repeatDue: boolean
+  waitReason: 'RepeatDue' | 'IdleWindow'
+  trigger: Trigger
+  /** The model was not Ready or did not exist: warm from now on, its idle window starts now. */
+  wasCold: boolean
+  /** A refused Job waits for its re-check timer (read before any gate changed the state). */
+  rejectedWait: boolean
+  idleSince: number
+  due: number
+}
+
+/** A gate that cannot be evaluated here (no Model, no valid spec): reported as not reached. */
+const SKIP = 'skip'
+
+/**
+ * The admission gates in order; admits when every one passes. `live`: acts on the first that holds (sets the
+ * state, arms its timer); otherwise (everyGate, after an earlier hold) only reports. With everyGate the gates past
+ * the first hold are evaluated and reported too, never acted on.
+ */
+function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger, live: boolean) {
+  const { s, o, now } = w
   // No attempt holds a node here: status.nodeName shows the model's node whenever it is resolved (the Node column
   // of a waiting or blocked declaration), as the reference does.
-  s.nodeName = model?.node
-  if (!model) {
-    s.idleSince = undefined
-    return set(w, 'Blocked', 'ModelNotFound', `Model ${b.metadata.namespace}/${b.spec.modelRef} not found`)
+  if (live) s.nodeName = o.model?.node
+  const ctx: AdmitCtx = {
+    repeatDue,
+    waitReason: repeatDue || s.reason === 'RepeatDue' ? 'RepeatDue' : 'IdleWindow',
+    trigger,
+    wasCold:
+      (s.phase === 'WaitingForIdle' && s.reason === 'ModelNotReady') ||
+      (s.phase === 'Blocked' && s.reason === 'ModelNotFound'),
+    rejectedWait: s.phase === 'Blocked' && s.reason === 'JobRejected' && now < ms(s.timerAt),
+    idleSince: Number.NaN,
+    due: Number.NaN,
   }
-  if (!o.template.found) {
-    armTimer(w, now + RECHECK_MS)
-    return set(w, 'Blocked', 'TemplateNotFound', `CronJob ${b.metadata.namespace}/${b.spec.templateRef} not found`)
-  }
-  if (o.template.gpu.length) {
-    const g = o.template.gpu[0] as GpuViolation
-    armTimer(w, now + RECHECK_MS)
-    return set(
+  let acting = live
+  for (const gate of ADMISSION_GATES) {
+    if (!acting && !w.everyGate) return
+    const hold = admissionCheck(w, gate, ctx)
+    if (hold === SKIP) continue
+    const idle = gate === 'idle window'
+    if (acting && idle) s.idleSince = iso(ctx.idleSince)
+    if (!hold) {
+      if (acting && gate === 'model ready' && ctx.wasCold) s.windowStart = iso(now)
+      if (idle && w.everyGate) report(w, gate, 'pass', 'pass', ctx.idleSince, ctx.due)
+      else pass(w, gate)
+      continue
+    }
+    if (acting) {
+      if (hold.clearIdle) s.idleSince = undefined
+      if (hold.timer !== undefined) armTimer(w, hold.timer)
+      set(w, hold.phase, hold.reason, hold.message)
+      acting = false
+    }
+    report(
       w,
-      'Blocked',
-      'GPURequestForbidden',
-      `CronJob ${b.spec.templateRef} ${g.container ? `container ${g.container}` : 'pod spec'} sets ${g.resource}=${g.quantity}; backfill must not request a GPU`,
+      gate,
+      hold.phase === 'Blocked' ? 'blocked' : 'wait',
+      hold.message,
+      idle ? ctx.idleSince : undefined,
+      hold.until,
     )
   }
-  if (o.template.gate) {
-    armTimer(w, now + RECHECK_MS)
-    return set(w, 'Blocked', 'InvalidEnvironment', `background gate: ${o.template.gate}`)
+  if (acting) admit(w)
+}
+
+/** One admission gate: undefined when it passes. */
+function admissionCheck(
+  w: Work,
+  gate: (typeof ADMISSION_GATES)[number],
+  ctx: AdmitCtx,
+): Hold | typeof SKIP | undefined {
+  const { s, o, b, now } = w
+  const model = o.model
+  switch (gate) {
+    case 'model':
+      if (model) return undefined
+      return {
+        phase: 'Blocked',
+        reason: 'ModelNotFound',
+        message: `Model ${b.metadata.namespace}/${b.spec.modelRef} not found`,
+        clearIdle: true,
+      }
+    case 'template':
+      if (o.template.found) return undefined
+      return {
+        phase: 'Blocked',
+        reason: 'TemplateNotFound',
+        message: `CronJob ${b.metadata.namespace}/${b.spec.templateRef} not found`,
+        timer: now + RECHECK_MS,
+      }
+    case 'gpu request': {
+      if (!o.template.found) return SKIP
+      const g = o.template.gpu[0]
+      if (!g) return undefined
+      return {
+        phase: 'Blocked',
+        reason: 'GPURequestForbidden',
+        message: `CronJob ${b.spec.templateRef} ${g.container ? `container ${g.container}` : 'pod spec'} sets ${g.resource}=${g.quantity}; backfill must not request a GPU`,
+        timer: now + RECHECK_MS,
+      }
+    }
+    case 'background gate':
+      if (!o.template.found) return SKIP
+      if (!o.template.gate) return undefined
+      return {
+        phase: 'Blocked',
+        reason: 'InvalidEnvironment',
+        message: `background gate: ${o.template.gate}`,
+        timer: now + RECHECK_MS,
+      }
+    case 'model ready':
+      if (!model) return SKIP
+      if (model.ready) return undefined
+      return {
+        phase: 'WaitingForIdle',
+        reason: 'ModelNotReady',
+        message: `Model ${model.name} is ${model.phase ?? 'not Ready'}`,
+        clearIdle: true,
+      }
+    case 'node':
+      if (!model) return SKIP
+      if (model.node) return undefined
+      return {
+        phase: 'WaitingForIdle',
+        reason: 'NodeUnresolved',
+        message: `Model ${model.name} has no status.gpu.node or hostname selector`,
+      }
+    case 'idle window': {
+      if (!model?.ready || !w.spec) return SKIP
+      // Warm from now on: a model that was not Ready, or did not exist at all, starts its idle window now.
+      const windowStart = ctx.wasCold ? iso(now) : s.windowStart
+      // The cancel request's own time counts too: it may arrive before the coalesced idle-state write.
+      ctx.idleSince = latest(
+        windowStart,
+        o.idle?.lastForegroundAt,
+        o.lastRequestAt,
+        model.lastActiveTime,
+        foregroundAt(ctx.trigger),
+      )
+      ctx.due = ctx.idleSince + w.spec.idleForMs
+      if (now >= ctx.due) return undefined
+      const why = ctx.repeatDue || ctx.waitReason === 'RepeatDue' ? 'cooldown over; ' : ''
+      return {
+        phase: 'WaitingForIdle',
+        reason: ctx.waitReason,
+        message: `${why}idle since ${iso(ctx.idleSince)}; window completes at ${iso(ctx.due)}`,
+        timer: ctx.due,
+        until: ctx.due,
+      }
+    }
+    case 'gaming': {
+      if (!model?.node) return SKIP
+      const session = blockingGamingSession(o.gamingSessions, model.node, now)
+      if (!session) return undefined
+      return {
+        phase: 'Blocked',
+        reason: 'GamingIntent',
+        message: `GamingSession ${session.name} targets node ${model.node}`,
+        timer: expiryTimer(now, session.expiresAt),
+        until: ms(session.expiresAt),
+      }
+    }
+    case 'gpu lease': {
+      if (!model) return SKIP
+      const lease = blockingLease(o.leases, model, now)
+      if (!lease) return undefined
+      return {
+        phase: 'Blocked',
+        reason: 'GPULeaseActive',
+        message: `GPULease ${lease.namespace}/${lease.name} holds the model's GPU`,
+        timer: expiryTimer(now, lease.expiresAt),
+        until: ms(lease.expiresAt),
+      }
+    }
+    case 'claims': {
+      const contender = o.contenders[0]
+      if (!contender) return undefined
+      const who = contender.backfill ? `${contender.namespace}/${contender.backfill}` : contender.namespace
+      return {
+        phase: 'Blocked',
+        reason: 'ConcurrentBackfill',
+        message: `backfill ${who} (Job ${contender.jobName}) is active on the same ${contender.on}`,
+        timer: now + RECHECK_MS,
+      }
+    }
+    case 'preemption path':
+      if (!o.preemptionPath) return undefined
+      // Foreground must win: no Job while nothing would cancel it, or while requests may be waiting unseen.
+      return {
+        phase: 'WaitingForIdle',
+        reason: ctx.waitReason,
+        message: `idle window complete; not admitting: ${o.preemptionPath.why}`,
+        timer: now + PATH_RECHECK_MS,
+      }
+    case 'rejected recheck':
+      // A refused Job is retried by its re-check timer, not by whatever event comes first (a Model status update).
+      if (!ctx.rejectedWait) return undefined
+      return { phase: 'Blocked', reason: 'JobRejected', message: s.message, until: ms(s.timerAt) }
   }
-  if (!model.ready) {
-    // Not warm: there is no idle window to speak of (the reference clears idleSince too).
-    s.idleSince = undefined
-    return set(w, 'WaitingForIdle', 'ModelNotReady', `Model ${model.name} is ${model.phase ?? 'not Ready'}`)
-  }
-  // Warm from now on: a model that was not Ready, or did not exist at all, starts its idle window now.
-  const wasCold =
-    (s.phase === 'WaitingForIdle' && s.reason === 'ModelNotReady') ||
-    (s.phase === 'Blocked' && s.reason === 'ModelNotFound')
-  if (wasCold) s.windowStart = iso(now)
-  if (!model.node) {
-    return set(w, 'WaitingForIdle', 'NodeUnresolved', `Model ${model.name} has no status.gpu.node or hostname selector`)
-  }
-  // The cancel request's own time counts too: it may arrive before the coalesced idle-state write.
-  const idleSince = latest(
-    s.windowStart,
-    o.idle?.lastForegroundAt,
-    o.lastRequestAt,
-    model.lastActiveTime,
-    foregroundAt(trigger),
-  )
-  s.idleSince = iso(idleSince)
-  const due = idleSince + spec.idleForMs
-  if (now < due) {
-    armTimer(w, due)
-    const why = repeatDue || waitReason === 'RepeatDue' ? 'cooldown over; ' : ''
-    return set(w, 'WaitingForIdle', waitReason, `${why}idle since ${s.idleSince}; window completes at ${iso(due)}`)
-  }
-  const session = blockingGamingSession(o.gamingSessions, model.node, now)
-  if (session) {
-    armExpiry(w, session.expiresAt)
-    return set(w, 'Blocked', 'GamingIntent', `GamingSession ${session.name} targets node ${model.node}`)
-  }
-  const lease = blockingLease(o.leases, model, now)
-  if (lease) {
-    armExpiry(w, lease.expiresAt)
-    return set(w, 'Blocked', 'GPULeaseActive', `GPULease ${lease.namespace}/${lease.name} holds the model's GPU`)
-  }
-  const contender = o.contenders[0]
-  if (contender) {
-    armTimer(w, now + RECHECK_MS)
-    const who = contender.backfill ? `${contender.namespace}/${contender.backfill}` : contender.namespace
-    return set(
-      w,
-      'Blocked',
-      'ConcurrentBackfill',
-      `backfill ${who} (Job ${contender.jobName}) is active on the same ${contender.on}`,
-    )
-  }
-  if (o.preemptionPath) {
-    // Foreground must win: no Job while nothing would cancel it, or while requests may be waiting unseen.
-    armTimer(w, now + PATH_RECHECK_MS)
-    return set(w, 'WaitingForIdle', waitReason, `idle window complete; not admitting: ${o.preemptionPath.why}`)
-  }
-  // A refused Job is retried by its re-check timer, not by whatever event comes first (a Model status update).
-  if (s.phase === 'Blocked' && s.reason === 'JobRejected' && now < ms(s.timerAt)) return true
-  // Admit.
+}
+
+function admit(w: Work) {
+  const { s, b, now } = w
+  const spec = w.spec as ResolvedSpec
+  const node = w.o.model?.node as string
   s.attempts += 1
   s.counters.starts += 1
   s.jobName = nameJob(b.metadata.name, s.attempts)
-  s.nodeName = model.node
+  s.nodeName = node
   s.startedAt = iso(now)
   s.runningSince = s.startedAt
   s.completionTime = undefined
@@ -785,20 +1120,22 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger): boolean {
   s.finishedJobName = undefined
   s.notStartingReported = undefined
   w.actions.push(
-    { type: 'createJob', jobName: s.jobName, attempt: s.attempts, node: model.node, spec },
+    { type: 'createJob', jobName: s.jobName, attempt: s.attempts, node, spec },
     {
       type: 'recordEvent',
       eventType: 'Normal',
       reason: 'BackfillStarted',
-      message: `Started attempt ${s.attempts} as Job ${s.jobName} on node ${model.node}`,
+      message: `Started attempt ${s.attempts} as Job ${s.jobName} on node ${node}`,
+      startedJob: s.jobName,
     },
   )
-  return set(w, 'Starting', 'JobCreated', `creating Job ${s.jobName} (attempt ${s.attempts})`)
+  set(w, 'Starting', 'JobCreated', `creating Job ${s.jobName} (attempt ${s.attempts})`)
 }
 
-function armExpiry(w: Work, expiresAt: string | undefined) {
+/** Re-check just past an expiry; one without an expiry (or an unreadable one) every RECHECK_MS. */
+function expiryTimer(now: number, expiresAt: string | undefined): number {
   const at = ms(expiresAt)
-  armTimer(w, Number.isNaN(at) ? w.now + RECHECK_MS : Math.max(at, w.now) + 1)
+  return Number.isNaN(at) ? now + RECHECK_MS : Math.max(at, now) + 1
 }
 
 /** Lazy re-arm: a timer already due no later than `at` will fire and re-check, so it is left alone. */
@@ -831,7 +1168,12 @@ function finish(w: Work): Decision {
   } else {
     s.updatedAt = iso(now)
   }
-  return { state: deleting ? null : s, status: deleting ? null : projectStatus(s, b, now), actions: w.actions }
+  return {
+    state: deleting ? null : s,
+    status: deleting ? null : projectStatus(s, b, now),
+    actions: w.actions,
+    gates: w.gates,
+  }
 }
 
 const withoutStamp = (s: BackfillState) => JSON.stringify({ ...s, updatedAt: undefined })

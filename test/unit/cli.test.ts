@@ -5,7 +5,7 @@ import { parseArgs, UsageError } from '../../cli/args.js'
 import { type ExplainInput, explain, gatePodSeen, renderExplanation } from '../../cli/explain.js'
 import { human, table } from '../../cli/format.js'
 import { getRow, idleShare, metricsByModel, renderGet, topRows } from '../../cli/views.js'
-import type { Observed } from '../../core/decide.js'
+import { decide, GATES, type Observed } from '../../core/decide.js'
 import { ANNOTATION_GATE_ENDPOINT_ENV, ANNOTATION_GATE_MAX_IN_FLIGHT, GATE_CONTAINER } from '../../core/gate.js'
 import {
   aBackfill,
@@ -100,7 +100,10 @@ describe('explain', () => {
       verdict: 'wait',
       evidence: 'last foreground request 2m13s ago (idle KV (demand)); window completes in 7m47s (idleFor 10m)',
     })
-    expect(gate(e, 'model')?.evidence).toBe(`Model llm Ready on node ${NODE}`)
+    // One line per check decide makes: found, Ready, on a node.
+    expect(gate(e, 'model')?.evidence).toBe('Model llm found')
+    expect(gate(e, 'model ready')?.evidence).toBe('Model llm Ready')
+    expect(gate(e, 'node')?.evidence).toBe(`Model llm on node ${NODE}`)
     expect(e.gates.filter((g) => g.verdict !== 'pass').map((g) => g.gate)).toEqual(['idle window'])
     // Timers are re-armed lazily: the one armed at creation fires first, and admit re-arms it to the window's end.
     expect(e.nextTimer).toMatchObject({ at: iso(T0 + 10 * MINUTE), in: 'in 6m47s', stored: true })
@@ -133,9 +136,10 @@ describe('explain', () => {
         fence: { ready: false, why: 'no demand instance is pulling foreground requests' },
       }),
     )
+    // decide's own message: what the status says once this gate is the one that holds.
     expect(gate(e, 'gaming')).toMatchObject({
       verdict: 'blocked',
-      evidence: `GamingSession gaming/evening on node ${NODE}`,
+      evidence: `GamingSession evening targets node ${NODE}`,
     })
     expect(gate(e, 'claims')).toMatchObject({
       verdict: 'blocked',
@@ -205,6 +209,45 @@ describe('explain', () => {
     expect(gate(soon, 'idle window')?.verdict).toBe('wait')
     expect(gate(soon, 'idle window')?.evidence).toContain('no state yet')
     expect(soon.decideNow).toMatchObject({ phase: 'WaitingForIdle', wouldCreateJob: false })
+  })
+
+  it("the gates are decide()'s own: every gate in its order, with the verdicts its report gives", () => {
+    // The background gate the template cannot build holds admission (decide's InvalidEnvironment); the template
+    // itself is found.
+    const world = aWorld({ idle: anIdleState(T0), template: { found: true, gpu: [], gate: 'no container sets X' } })
+    const e = explain(input(world, T0 + 30 * MINUTE))
+    expect(e.gates.map((g) => g.gate)).toEqual([...GATES])
+    expect(gate(e, 'template')?.verdict).toBe('pass')
+    expect(gate(e, 'background gate')).toEqual({
+      gate: 'background gate',
+      verdict: 'blocked',
+      evidence: 'background gate: no container sets X',
+    })
+    const d = decide(structuredClone(world), { type: 'timer' }, T0 + 30 * MINUTE, { everyGate: true })
+    expect(e.gates.map((g) => g.verdict)).toEqual(d.gates.map((g) => g.verdict))
+    expect(e.decideNow).toMatchObject({ phase: 'Blocked', reason: 'InvalidEnvironment', wouldCreateJob: false })
+    const unreadable = explain(input(world, T0 + 30 * MINUTE, { fence: { error: 'timeout' } }))
+    expect(gate(unreadable, 'preemption path')).toMatchObject({ verdict: 'unknown' })
+  })
+
+  it('an attempt in flight: the admission-only gates are not checked', () => {
+    const t = new Timeline(aWorld({ idle: anIdleState(T0) }))
+    t.step(T0 + 30 * MINUTE)
+    t.change(() => ({ job: aJob(J(1), { started: true }) }))
+    t.step(T0 + 31 * MINUTE)
+    const e = explain(input(t.world, T0 + 32 * MINUTE))
+    expect(gate(e, 'claims')).toEqual({
+      gate: 'claims',
+      verdict: 'not-reached',
+      evidence: 'not checked while an attempt is in flight',
+    })
+    // The attempt's own claims are still shown: they are how demand finds it to cancel.
+    const claim = { namespace: NS, backfill: BACKFILL, attempt: 1, jobName: J(1), claimedAt: iso(T0 + 30 * MINUTE) }
+    const held = explain(input(t.world, T0 + 32 * MINUTE, { claims: [{ key: `node.${NODE}`, claim }] }))
+    expect(gate(held, 'claims')).toMatchObject({ evidence: `held by this backfill: node.${NODE}` })
+    expect(gate(e, 'spec')?.evidence).toContain('idleFor 10m')
+    expect(renderExplanation(e)).toContain('  -       template')
+    expect(e.gates.filter((g) => g.verdict !== 'pass' && g.verdict !== 'not-reached')).toEqual([])
   })
 
   it('a missing backfill is reported, not crashed on', () => {

@@ -8,6 +8,7 @@ import {
   type Action,
   type Decision,
   decide,
+  GATES,
   initialState,
   MAX_REJECTED_RECHECK_MS,
   type Observed,
@@ -900,16 +901,20 @@ describe('decide: focused transitions', () => {
 
   it('the ModelBackfill gone without its finalizer: state, timer and claims are dropped', () => {
     const f = FIXTURES.Running
+    // Nothing left to gate: no gate is evaluated.
+    const unreached = GATES.map((gate) => ({ gate, verdict: 'not-reached', evidence: 'not evaluated' }))
     const d = decide({ ...f.world, backfill: null }, { type: 'resource' }, f.now)
     expect(d).toEqual({
       state: null,
       status: null,
       actions: [{ type: 'cancelTimer' }, { type: 'deleteState' }, { type: 'releaseClaims', jobName: J1 }],
+      gates: unreached,
     })
     expect(decide(aWorld({ backfill: null }), { type: 'resource' }, f.now)).toEqual({
       state: null,
       status: null,
       actions: [],
+      gates: unreached,
     })
   })
 
@@ -1611,5 +1616,15 @@ describe('a Job the apiserver refuses (quota, webhook, invalid) releases the att
     // Created at last: the Job observed resets the back-off.
     t.change(() => ({ job: aJob(J1) }))
     expect(t.step(now + SECOND).state?.rejections).toBeUndefined()
+  })
+})
+
+describe('what apply reads from the actions', () => {
+  it('the Started Event names the Job it tells: a raced admission records it without reading Event reasons', () => {
+    const d = decide(aWorld({ idle: anIdleState(T0) }), { type: 'timer' }, T0 + 30 * MINUTE)
+    const create = d.actions.find((a) => a.type === 'createJob')
+    const started = d.actions.filter((a) => a.type === 'recordEvent' && a.startedJob)
+    expect(create?.jobName).toBe(J1)
+    expect(started).toMatchObject([{ reason: 'BackfillStarted', startedJob: J1 }])
   })
 })

@@ -58,10 +58,11 @@ describe('a live backfill', () => {
 
     const waiting = await explainJson(n.backfill)
     expect(waiting.status).toMatchObject({ phase: 'WaitingForIdle', reason: 'IdleWindow' })
-    expect(gate(waiting, 'model')).toEqual({
-      gate: 'model',
+    expect(gate(waiting, 'model')).toEqual({ gate: 'model', verdict: 'pass', evidence: `Model ${n.model} found` })
+    expect(gate(waiting, 'node')).toEqual({
+      gate: 'node',
       verdict: 'pass',
-      evidence: `Model ${n.model} Ready on node ${n.node}`,
+      evidence: `Model ${n.model} on node ${n.node}`,
     })
     expect(gate(waiting, 'idle window')?.verdict).toBe('wait')
     expect(gate(waiting, 'idle window')?.evidence).toMatch(/window completes in (9m|10m)/)
