@@ -22,6 +22,8 @@ export default defineConfig({
           globalSetup: ['test/env/global-setup.ts'],
           // The functions log JSON per transition; tests only want warnings and errors.
           env: { LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' },
+          // ... which the loggers made in-process take from here (the entry point's configuration sets it deployed).
+          setupFiles: ['test/env/log-level.ts'],
           testTimeout: 60_000,
           hookTimeout: 120_000,
           // Two cores: a few files at once keeps the apiserver responsive.

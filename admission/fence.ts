@@ -15,7 +15,7 @@ import { foregroundSubject, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_
 import { isNotFound, lastBySubject } from '../jetstream/bus.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
 import type { Deps } from '../transport/function.js'
-import { ingressReadyUrl, probeIngress } from './ingress.js'
+import { probeIngress } from './ingress.js'
 import type { FenceResult } from './ports.js'
 
 /** How long admission waits for demand to work through the documented subject's backlog before it re-checks. */
@@ -123,7 +123,8 @@ function pullingElsewhere(jsm: JetStreamManager, bus: object, names: ReturnType<
 export async function checkFence(deps: Deps): Promise<FenceResult> {
   const jsm = deps.bus.jsm
   const names = consumers(deps)
-  const ingressUrl = ingressReadyUrl()
+  // INGRESS_READY_URL (deployed: http://model-backfill-ingress/readyz); unset: no ingress is watched.
+  const ingressUrl = deps.settings?.ingressReadyUrl
   const [demandForeground, elsewhere, ingress] = await Promise.all([
     consumerInfo(jsm, STREAM_FOREGROUND, names.demandForeground),
     pullingElsewhere(jsm, deps.bus, names),

@@ -16,26 +16,6 @@ const PROBE_DEADLINE_MS = 1_000
 /** The most of a refusal's body read (the ingress's own is a short JSON object). */
 const BODY_MAX = 300
 
-/**
- * INGRESS_READY_URL: the ingress's /readyz through its Service (deployed: http://model-backfill-ingress/readyz).
- * Unset or empty: no ingress is watched (gateways publish to NATS themselves). Anything but an http(s) URL is a
- * specific error.
- */
-export function ingressReadyUrl(env: NodeJS.ProcessEnv = process.env): string | undefined {
-  const raw = env.INGRESS_READY_URL?.trim()
-  if (!raw) return undefined
-  let url: URL | undefined
-  try {
-    url = new URL(raw)
-  } catch {
-    url = undefined
-  }
-  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
-    throw new Error(`INGRESS_READY_URL must be the gateway ingress's http(s) /readyz URL, not "${raw}"`)
-  }
-  return url.href
-}
-
 /** Whether the gateway ingress can publish foreground requests: its /readyz answers 200 within the deadline. */
 export async function probeIngress(url: string): Promise<Visibility> {
   try {

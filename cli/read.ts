@@ -189,7 +189,12 @@ export async function openSession(args: Args, opened?: KubeSession): Promise<Ses
   let nc: NatsConnection
   try {
     nc = await deadline(
-      connect({ ...natsServerOptions(natsUrl), name: 'kubectl-mbf', timeout: args.timeoutMs, maxReconnectAttempts: 0 }),
+      connect({
+        ...natsServerOptions(natsUrl, process.env),
+        name: 'kubectl-mbf',
+        timeout: args.timeoutMs,
+        maxReconnectAttempts: 0,
+      }),
       args.timeoutMs + 1000,
       'connecting',
     )

@@ -2,7 +2,7 @@
 // start does not load cancel's, admit's or lifecycle's modules and, through them, the Kubernetes client (cold
 // start). functions/index.ts is the same table with static imports (provision, tests);
 // test/unit/function-loaders.test.ts checks the two agree.
-import type { EventFunction } from '../transport/function.js'
+import type { EventFunction, Settings } from '../transport/function.js'
 import type { FunctionName } from './names.js'
 
 export const functionLoaders = {
@@ -10,16 +10,22 @@ export const functionLoaders = {
     const { source } = await import('./source/index.js')
     return () => source
   },
-  demand: async () => (await import('./demand/index.js')).demandFunction,
+  demand: async () => {
+    const { demandFunction } = await import('./demand/index.js')
+    return (settings?: Settings) => demandFunction({ ackAll: settings?.demandAckAll })
+  },
   admit: async () => (await import('./admit/index.js')).admitFunction,
   cancel: async () => (await import('./cancel/index.js')).cancelFunction,
   lifecycle: async () => {
     const { lifecycle } = await import('./lifecycle/index.js')
     return () => lifecycle
   },
-} satisfies Record<FunctionName, () => Promise<() => EventFunction>>
+} satisfies Record<FunctionName, () => Promise<FunctionFactory>>
+
+/** Makes a function; the process's settings (process/config.ts) are given to those that read one at construction. */
+export type FunctionFactory = (settings?: Settings) => EventFunction
 
 /** A function's factory by name; undefined for a name that is not a function. */
-export function loadFunction(name: string): Promise<() => EventFunction> | undefined {
+export function loadFunction(name: string): Promise<FunctionFactory> | undefined {
   return Object.hasOwn(functionLoaders, name) ? functionLoaders[name as FunctionName]() : undefined
 }

@@ -146,9 +146,9 @@ export const MAX_REPLICAS = 5
 /**
  * How many servers keep a copy of every stream, KV bucket and durable consumer: NATS_REPLICAS, default 1 (one
  * nats-server). On a JetStream cluster set 3 (the deployment manifests do): a server can then die without losing
- * a timer, a claim or an event. Read where the topology is ensured; a bad value throws (main.ts checks at start).
+ * a timer, a claim or an event. Parsed once at start (process/config.ts); a bad value throws.
  */
-export function natsReplicas(env: NodeJS.ProcessEnv = process.env): number {
+export function natsReplicas(env: { NATS_REPLICAS?: string }): number {
   const raw = env.NATS_REPLICAS?.trim()
   if (!raw) return 1
   const n = Number(raw)
@@ -162,7 +162,7 @@ export function natsReplicas(env: NodeJS.ProcessEnv = process.env): number {
  * Creates the streams, or updates them in place (idempotent): an existing stream gets the configured replicas too,
  * and the server moves its durable consumers (which inherit the stream's replicas) along with it.
  */
-export async function ensureStreams(jsm: JetStreamManager, replicas = natsReplicas()) {
+export async function ensureStreams(jsm: JetStreamManager, replicas = 1) {
   for (const base of streamConfigs) {
     const config = { ...base, num_replicas: replicas }
     try {
@@ -252,15 +252,16 @@ export interface TopologyOptions {
   /** Default 120 s. */
   waitMs?: number
   log?: Logger
-  /** Replicas of what provisioning creates or updates; default natsReplicas() (NATS_REPLICAS, else 1). */
+  /** Replicas of what provisioning creates or updates (NATS_REPLICAS); default 1. */
   replicas?: number
+  /** How long the first connection waits for NATS (NATS_CONNECT_WAIT_MS); default 120 s. */
+  connectWaitMs?: number
+  /** The credential files of a mounted Secret (NATS_CREDS_FILE, NATS_NKEY_SEED_FILE); see natsServerOptions. */
+  credentials?: NatsCredentialFiles
 }
 
-/** How long a process waits for NATS at start before it gives up (NATS_CONNECT_WAIT_MS, default 120 s). */
-const connectWaitMs = () => {
-  const n = Number(process.env.NATS_CONNECT_WAIT_MS)
-  return Number.isInteger(n) && n > 0 ? n : 120_000
-}
+/** How long a process waits for NATS at start before it gives up (NATS_CONNECT_WAIT_MS). */
+export const DEFAULT_CONNECT_WAIT_MS = 120_000
 
 /**
  * The first connection, waiting for NATS while it is down or restarting (every 500 ms, a 5 s dial deadline each,
@@ -270,10 +271,15 @@ const connectWaitMs = () => {
  * will not get better by waiting. Later disconnects reconnect forever (maxReconnectAttempts -1).
  */
 export async function connectWaiting(servers: string, name: string, topology: TopologyOptions = {}) {
-  const waitMs = topology.waitMs ?? connectWaitMs()
+  const waitMs = topology.waitMs ?? topology.connectWaitMs ?? DEFAULT_CONNECT_WAIT_MS
   const deadline = Date.now() + waitMs
   // noAsyncTraces: no Error (and stack capture) per request; on the hot path that was a fifth of the CPU.
-  const options = { ...natsServerOptions(servers), name, maxReconnectAttempts: -1, noAsyncTraces: true }
+  const options = {
+    ...natsServerOptions(servers, topology.credentials),
+    name,
+    maxReconnectAttempts: -1,
+    noAsyncTraces: true,
+  }
   for (let attempt = 1; ; attempt++) {
     try {
       return await connect({ ...options, timeout: 5_000 })
@@ -362,11 +368,7 @@ const bucketConfigs = [
  */
 const LEADER_READS = { allow_direct: false } as const
 
-export async function ensureBuckets(
-  nc: NatsConnection,
-  jsm?: JetStreamManager,
-  replicas = natsReplicas(),
-): Promise<Buckets> {
+export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager, replicas = 1): Promise<Buckets> {
   const kvm = new Kvm(nc)
   const [idle, backfills, claims] = await Promise.all(
     bucketConfigs.map(({ name, ...options }) => kvm.create(name, { ...options, replicas, ...LEADER_READS })),
@@ -408,6 +410,12 @@ export async function bindTopology(jsm: JetStreamManager, nc: NatsConnection, op
   return { idle, backfills, claims } as Buckets
 }
 
+/** The credential files of a mounted Secret, by the variables that name them (process/config.ts reads them). */
+export interface NatsCredentialFiles {
+  NATS_CREDS_FILE?: string
+  NATS_NKEY_SEED_FILE?: string
+}
+
 /**
  * Connection options from `NATS_URL` and the credential files of a mounted Secret (nats/README.md):
  * - `NATS_CREDS_FILE` (a JWT `.creds` file) or `NATS_NKEY_SEED_FILE` (an NKey seed, `SU…`): the deployed form. The
@@ -419,7 +427,7 @@ export async function bindTopology(jsm: JetStreamManager, nc: NatsConnection, op
  */
 export function natsServerOptions(
   servers: string,
-  env: NodeJS.ProcessEnv = process.env,
+  env: NatsCredentialFiles = {},
 ): {
   servers: string[]
   user?: string
@@ -526,7 +534,7 @@ export class Bus {
   static async open(nc: NatsConnection, topology: TopologyOptions = {}): Promise<Bus> {
     const jsm = await jetstreamManager(nc)
     if (topology.provision === false) return new Bus(nc, jsm, await bindTopology(jsm, nc, topology), topology)
-    const replicas = topology.replicas ?? natsReplicas()
+    const replicas = topology.replicas ?? 1
     await ensureStreams(jsm, replicas)
     return new Bus(nc, jsm, await ensureBuckets(nc, jsm, replicas), topology)
   }

@@ -28,8 +28,8 @@ export async function orNull<T>(call: Promise<T>): Promise<T | null> {
 /** Default deadline of one Kubernetes API request, answer body included. */
 export const DEFAULT_KUBE_REQUEST_TIMEOUT_MS = 10_000
 
-/** KUBE_REQUEST_TIMEOUT_MS, validated (a typo must not silently mean "no deadline"). */
-export function kubeRequestTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
+/** KUBE_REQUEST_TIMEOUT_MS, validated (a typo must not silently mean "no deadline"); process/config.ts parses it. */
+export function kubeRequestTimeoutMs(env: { KUBE_REQUEST_TIMEOUT_MS?: string }): number {
   const raw = env.KUBE_REQUEST_TIMEOUT_MS?.trim()
   if (!raw) return DEFAULT_KUBE_REQUEST_TIMEOUT_MS
   const ms = Number(raw)

@@ -31,9 +31,9 @@ import { withDeadline } from '../lib/deadline.js'
 import {
   apiMessage,
   CONTROLLER_UID_LABEL,
+  DEFAULT_KUBE_REQUEST_TIMEOUT_MS,
   JobRejectedError,
   KubeRequestTimeout,
-  kubeRequestTimeoutMs,
   orNull,
   PLURALS,
   REJECTED,
@@ -169,7 +169,7 @@ export function makePooledClient<T>(
   kc: KubeConfig,
   auth: PooledAuthentication,
   Api: new (configuration: Configuration) => T,
-  requestTimeoutMs = kubeRequestTimeoutMs(),
+  requestTimeoutMs = DEFAULT_KUBE_REQUEST_TIMEOUT_MS,
 ): T {
   const cluster = kc.getCurrentCluster()
   if (!cluster) throw new Error('the kubeconfig has no current cluster')
@@ -216,14 +216,17 @@ export class Kube {
 
   readonly auth: PooledAuthentication
 
-  /** Deadline of every request (default KUBE_REQUEST_TIMEOUT_MS, else 10 s). */
+  /** Deadline of every request (KUBE_REQUEST_TIMEOUT_MS; default 10 s). */
   readonly requestTimeoutMs: number
+  /** Who reports the Events this process writes (HOSTNAME: the pod; default `local`). */
+  private readonly reportingInstance: string
 
   constructor(
     readonly kc: KubeConfig,
-    opts: { requestTimeoutMs?: number } = {},
+    opts: { requestTimeoutMs?: number; reportingInstance?: string } = {},
   ) {
-    this.requestTimeoutMs = opts.requestTimeoutMs ?? kubeRequestTimeoutMs()
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? DEFAULT_KUBE_REQUEST_TIMEOUT_MS
+    this.reportingInstance = opts.reportingInstance ?? 'local'
     this.auth = new PooledAuthentication(kc)
     this.custom = makePooledClient(kc, this.auth, CustomObjectsApi, this.requestTimeoutMs)
     this.batch = makePooledClient(kc, this.auth, BatchV1Api, this.requestTimeoutMs)
@@ -555,7 +558,7 @@ export class Kube {
           count: 1,
           source: { component: 'model-backfill' },
           reportingComponent: 'flexinfer.ai/model-backfill',
-          reportingInstance: process.env.HOSTNAME ?? 'local',
+          reportingInstance: this.reportingInstance,
         },
       })
       this.rememberEvent(name, 1)

@@ -20,15 +20,6 @@ const CALL_DEADLINE_MS = 2_000
  */
 export const EXPORTER_KEY = 'exporter'
 
-/** METRICS_HANDOVER_MS: whole milliseconds ≥ 0 (0: no wait, for a Prometheus that does not scrape), else an error. */
-export function metricsHandoverMs(env: NodeJS.ProcessEnv = process.env): number {
-  const raw = env.METRICS_HANDOVER_MS
-  if (raw === undefined || raw === '') return HANDOVER_MS
-  const n = Number(raw)
-  if (!Number.isInteger(n) || n < 0) throw new Error(`METRICS_HANDOVER_MS must be whole milliseconds ≥ 0, not "${raw}"`)
-  return n
-}
-
 export interface LeaseOptions {
   /** Who holds it (shown in `nats kv get`): the pod and a per-process id. */
   id: string

@@ -4,11 +4,17 @@ import { type DestinationStream, type Logger, pino } from 'pino'
 
 export type { Logger }
 
+/** The level of the loggers made from now on: LOG_LEVEL, as the entry point parsed it (process/config.ts). */
+let level = 'info'
+export function setLogLevel(to: string) {
+  level = to
+}
+
 /** `destination` (default stdout) lets a test capture every line. */
 export function createLogger(name: string, destination?: DestinationStream): Logger {
   const options = {
     name,
-    level: process.env.LOG_LEVEL ?? 'info',
+    level,
     redact: {
       paths: [
         'token',

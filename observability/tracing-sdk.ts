@@ -48,7 +48,7 @@ class AsyncContextManager implements ContextManager {
 export interface TracingOptions {
   /** Default: the OTLP/HTTP exporter configured by the OTEL_EXPORTER_OTLP_* variables. */
   exporter?: SpanExporter
-  /** service.name; default OTEL_SERVICE_NAME, else `model-backfill-<FUNCTION>` (or `model-backfill`). */
+  /** service.name (process/config.ts: OTEL_SERVICE_NAME, else `model-backfill-<FUNCTION>`); default model-backfill. */
   serviceName?: string
   /** Export each span as it ends (tests); default batched. */
   simple?: boolean
@@ -58,10 +58,7 @@ export function startProvider(opts: TracingOptions): TracerProvider {
   const exporter = opts.exporter ?? new OTLPTraceExporter()
   const provider = new TracerProvider({
     resource: resourceFromAttributes({
-      'service.name':
-        opts.serviceName ??
-        process.env.OTEL_SERVICE_NAME ??
-        (process.env.FUNCTION ? `model-backfill-${process.env.FUNCTION}` : 'model-backfill'),
+      'service.name': opts.serviceName ?? 'model-backfill',
     }),
     spanProcessors: [
       opts.simple

@@ -50,12 +50,15 @@ export interface EventEnvelope {
 
 const TRACER = 'model-backfill'
 let enabled = false
-let envChecked = false
 let provider: { shutdown(): Promise<void> } | undefined
 /** The SDK being loaded (startTracing). */
 let starting: Promise<void> | undefined
 
-export function tracingConfigured(env: NodeJS.ProcessEnv = process.env): boolean {
+/**
+ * Whether the OpenTelemetry variables ask for spans (process/config.ts reads them; the SDK reads the exporter's own,
+ * OTEL_EXPORTER_OTLP_*, itself).
+ */
+export function tracingConfigured(env: Readonly<Record<string, string | undefined>>): boolean {
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false
   // An exporter list, when given, decides (`none`: off even with an endpoint set).
   const exporters = env.OTEL_TRACES_EXPORTER?.split(',')
@@ -72,10 +75,9 @@ import type { TracingOptions } from './tracing-sdk.js'
 /**
  * Sets up the tracer provider and the context manager for this process (once; later calls are ignored). The SDK
  * and the exporter are imported here, not at load: with tracing off a process never loads them (cold start, issue
- * 11). The entry point awaits it before serving; tracingEnabled() starts it from the environment otherwise.
+ * 11). The entry point awaits it before serving, when its configuration turns tracing on.
  */
 export function startTracing(opts: TracingOptions = {}): Promise<void> {
-  envChecked = true
   starting ??= import('./tracing-sdk.js').then((sdk) => {
     provider = sdk.startProvider(opts)
     enabled = true
@@ -93,13 +95,8 @@ export async function stopTracing(): Promise<void> {
   await p?.shutdown()
 }
 
-/** Whether this process records spans; the first call sets tracing up from the environment when configured. */
+/** Whether this process records spans (startTracing has set the SDK up). */
 export function tracingEnabled(): boolean {
-  if (!envChecked) {
-    envChecked = true
-    // Loading the SDK is asynchronous: inEventSpan waits for it (a failed load leaves tracing off).
-    if (tracingConfigured()) startTracing().catch(() => {})
-  }
   return enabled
 }
 
@@ -160,7 +157,7 @@ export function eventTraceContext(e: EventEnvelope): TraceExtensions | undefined
  */
 export function inEventSpan<T>(event: EventEnvelope, fn: string, handle: () => Promise<T>): Promise<T> {
   if (!tracingEnabled()) {
-    // Set up from the environment and still loading: this event waits for the SDK (once per process).
+    // Started and still loading: this event waits for the SDK (once per process).
     if (starting) return starting.then(() => (enabled ? inEventSpan(event, fn, handle) : handle()), handle)
     return handle()
   }

@@ -8,13 +8,9 @@
 import { readFileSync } from 'node:fs'
 // Only what every mode needs is imported here; each mode loads its own modules below (await import), so a function
 // that scales to zero does not pay at start for fastify, the bridge or the provision step (cold start).
-import { ingressReadyUrl } from '../admission/ingress.js'
 import { FUNCTION_NAMES } from '../functions/names.js'
-import { natsReplicas } from '../jetstream/bus.js'
-import { kubeRequestTimeoutMs } from '../kube/kube-common.js'
-import { parseWatchNamespaces } from '../kube/scope.js'
-import { metricsHandoverMs } from '../observability/exporter-lease.js'
-import { createLogger } from '../observability/log.js'
+import { createLogger, setLogLevel } from '../observability/log.js'
+import { type Config, loadConfig, processSettings, tracingOptions } from './config.js'
 
 // As process/provision.ts names them (not imported from there: it loads every function).
 const DEFAULT_CONSUMER_OWNERS = FUNCTION_NAMES
@@ -73,6 +69,18 @@ environment:
   METRICS_HANDOVER_MS a cancel instance taking over the exporter lease waits this long before it exports the
                       cluster-wide series (default 45000: longer than the PodMonitor's 30 s scrape interval)
   LOG_LEVEL           pino level (default info)
+  NATS_CREDS_FILE, NATS_NKEY_SEED_FILE  the process's NATS identity: a JWT .creds file or an NKey seed (a mounted
+                      Secret, re-read at every reconnect; nats/README.md)
+  NATS_CONNECT_WAIT_MS  how long a process started while NATS is unreachable waits for it (default 120000)
+  RESYNC_MS           lifecycle: the resync sweep's period (default 30000, at least 1000; 0 turns it off)
+  CANCEL_DELETE_PODS  cancel: false leaves the attempt's pods to the garbage collector (default true: deleted at once)
+  MAX_DELIVER, RETRY_BACKOFF_MS, RETRY_BACKOFF_MAX_MS  deliveries of a failing event before it is dead-lettered
+                      (default 8), with a doubling delay between them (default 250, at most 30000)
+  HOSTNAME            this pod (Kubernetes sets it): the exporter lease's holder, the reporter of its Events
+  OTEL_SERVICE_NAME   with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT, ...): service.name (default
+                      model-backfill-<FUNCTION>)
+
+Every value is checked at start: a bad one stops the process with every bad variable named.
 `
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
@@ -81,32 +89,22 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
   process.exit(0)
 }
 
+// The one read of the environment (process/config.ts): every bad value stops the process here, each one named.
+let config: Config
+try {
+  config = loadConfig(process.env)
+} catch (err) {
+  createLogger('model-backfill').error((err as Error).message)
+  process.exit(2)
+}
+setLogLevel(config.logLevel)
 const log = createLogger('model-backfill')
-const natsUrl = process.env.NATS_URL
+const natsUrl = config.natsUrl
 if (!natsUrl) {
   log.error('NATS_URL is not set (with the local environment: `. .testenv/env.sh`)')
   process.exit(2)
 }
-try {
-  // Read where each Kube is made; checked here so a bad value stops the process at once, with the reason.
-  kubeRequestTimeoutMs()
-  natsReplicas()
-} catch (err) {
-  log.error((err as Error).message)
-  process.exit(2)
-}
-const only = process.env.FUNCTION ?? process.argv[2]
-try {
-  // The same for the metrics handover and, where cancel runs, the fail-safe's bound.
-  metricsHandoverMs()
-  ingressReadyUrl()
-  if (!only || only === 'all' || only.split(',').includes('cancel')) {
-    ;(await import('../functions/cancel/fail-safe.js')).failSafeBoundMs()
-  }
-} catch (err) {
-  log.error((err as Error).message)
-  process.exit(2)
-}
+const only = config.function ?? process.argv[2]
 /** The ingress takes small foreground requests only: a quarter of the functions' limit. */
 const INGRESS_BODY_LIMIT = 256 * 1024
 /** Default of HTTP_AUTH_ALLOWED: the ServiceAccounts of this pod's namespace (where Knative makes the Triggers'). */
@@ -118,62 +116,39 @@ function ownNamespaceServiceAccounts(): string {
     return ''
   }
 }
-function positive(name: string): number | undefined {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return undefined
-  const n = Number(raw)
-  if (!Number.isInteger(n) || n <= 0) {
-    log.error(`${name} must be a positive integer, not "${raw}"`)
-    process.exit(2)
-  }
-  return n
-}
-const http = only === 'ingress' || process.env.TRANSPORT === 'http'
-let namespaces: string[] | undefined
-try {
-  namespaces = parseWatchNamespaces(process.env.WATCH_NAMESPACES)
-} catch (err) {
-  log.error((err as Error).message)
-  process.exit(2)
-}
+const http = only === 'ingress' || config.transport === 'http'
+const namespaces = config.watchNamespaces
 // Tracing on (OTEL_* set): the SDK is loaded now, before the first event; off, it is never loaded (cold start).
-{
-  const { startTracing, tracingConfigured } = await import('../observability/tracing.js')
-  if (tracingConfigured()) await startTracing()
-}
+const tracing = tracingOptions(config)
+if (tracing) await (await import('../observability/tracing.js')).startTracing(tracing)
 // What every long-running process below starts with.
-const common = { natsUrl, provision: process.env.NATS_PROVISION !== 'false', logger: log }
+const common = { natsUrl, provision: config.natsProvision, logger: log, ...processSettings(config) }
 let stop: () => Promise<void>
 if (only === 'gate') {
   const { gateConfig } = await import('../functions/gate/config.js')
   const { startGate } = await import('../functions/gate/index.js')
-  let config: ReturnType<typeof gateConfig>
+  let sidecar: ReturnType<typeof gateConfig>
   try {
-    config = gateConfig(process.env)
+    // The sidecar's own settings (admit sets them: core/gate.ts GATE_ENV), parsed from this same environment.
+    sidecar = gateConfig(process.env)
   } catch (err) {
     log.error((err as Error).message)
     process.exit(2)
   }
-  const gate = await startGate(config, log)
-  log.info({ url: gate.url, model: `${config.namespace}/${config.model}` }, 'gate listening')
+  const gate = await startGate(sidecar, log)
+  log.info({ url: gate.url, model: `${sidecar.namespace}/${sidecar.model}` }, 'gate listening')
   stop = gate.stop
 } else if (only === 'provision') {
   try {
     const { provision } = await import('./provision.js')
-    await provision({
-      natsUrl,
-      consumers: process.env.PROVISION_CONSUMERS?.split(',')
-        .map((n) => n.trim())
-        .filter(Boolean),
-      log,
-    })
+    await provision({ natsUrl, consumers: config.provisionConsumers, log, config })
     process.exit(0)
   } catch (err) {
     log.error({ err }, 'provisioning the NATS topology failed')
     process.exit(1)
   }
 } else if (only === 'bridge') {
-  const sink = process.env.K_SINK
+  const sink = config.kSink
   if (!sink) {
     log.error('the bridge needs K_SINK (the Broker address; a SinkBinding injects it)')
     process.exit(2)
@@ -182,28 +157,35 @@ if (only === 'gate') {
   const bridge = await startBridge({
     ...common,
     sink,
-    tokenFile: process.env.BRIDGE_SINK_TOKEN_FILE || undefined,
+    tokenFile: config.bridgeSinkTokenFile,
     namespaces,
-    httpPort: Number(process.env.PORT ?? 8080),
-    httpHost: process.env.HOST ?? '0.0.0.0',
+    httpPort: config.port ?? 8080,
+    httpHost: config.host ?? '0.0.0.0',
   })
   stop = bridge.stop
 } else if (http) {
-  const port = Number(process.env.PORT ?? 8080)
-  const host = process.env.HOST ?? '0.0.0.0'
+  const port = config.port ?? 8080
+  const host = config.host ?? '0.0.0.0'
   const limits = {
-    bodyLimit: positive('HTTP_BODY_LIMIT_BYTES') ?? (only === 'ingress' ? INGRESS_BODY_LIMIT : undefined),
-    requestTimeoutMs: positive('HTTP_REQUEST_TIMEOUT_MS'),
+    bodyLimit: config.httpBodyLimitBytes ?? (only === 'ingress' ? INGRESS_BODY_LIMIT : undefined),
+    requestTimeoutMs: config.httpRequestTimeoutMs,
   }
   // Placeholder, empty or unreadable tokens stop the process here with the reason (never the value).
   const { tokenFromEnv } = await import('../transport/auth/token.js')
   const { startHttpFunction } = await import('../transport/http-adapter.js')
   const token = await (async () => {
     try {
-      if (only === 'ingress') return await tokenFromEnv('INGRESS_TOKEN', process.env, { log })
-      const env = process.env
-      const name = env.HTTP_AUTH_TOKEN !== undefined || env.HTTP_AUTH_TOKEN_FILE ? 'HTTP_AUTH_TOKEN' : 'HTTP_TOKEN'
-      return await tokenFromEnv(name, env, { log })
+      const tokens = {
+        INGRESS_TOKEN: config.ingressToken,
+        INGRESS_TOKEN_FILE: config.ingressTokenFile,
+        HTTP_AUTH_TOKEN: config.httpAuthToken,
+        HTTP_AUTH_TOKEN_FILE: config.httpAuthTokenFile,
+        HTTP_TOKEN: config.httpToken,
+        HTTP_TOKEN_FILE: config.httpTokenFile,
+      }
+      if (only === 'ingress') return await tokenFromEnv('INGRESS_TOKEN', tokens, { log })
+      const name = config.httpAuthToken !== undefined || config.httpAuthTokenFile ? 'HTTP_AUTH_TOKEN' : 'HTTP_TOKEN'
+      return await tokenFromEnv(name, tokens, { log })
     } catch (err) {
       log.error((err as Error).message)
       process.exit(2)
@@ -228,23 +210,22 @@ if (only === 'gate') {
     // Only this function's code (functions/load.ts); the Kubernetes client only with HTTP_AUTH=kubernetes or for
     // a function that calls the apiserver (transport/deps.ts).
     const { loadFunction } = await import('../functions/load.js')
-    const factory = only ? await loadFunction(only) : undefined
+    const load = only ? await loadFunction(only) : undefined
+    const factory = load && (() => load(common.settings))
     if (!factory) {
       log.error(`TRANSPORT=http serves one function: FUNCTION must be one of ${FUNCTION_NAMES.join(', ')}`)
       process.exit(2)
     }
     const { scoped } = await import('../transport/deps.js')
     const authenticator =
-      process.env.HTTP_AUTH === 'kubernetes'
+      config.httpAuth === 'kubernetes'
         ? await (async () => {
             const { TokenReviewAuth } = await import('../transport/auth/kubernetes.js')
             const { loadKubeConfig } = await import('../kube/kube.js')
             try {
               return new TokenReviewAuth(loadKubeConfig(), {
-                audience: process.env.HTTP_AUTH_AUDIENCE ?? '',
-                allowed: (process.env.HTTP_AUTH_ALLOWED ?? ownNamespaceServiceAccounts())
-                  .split(',')
-                  .map((a) => a.trim()),
+                audience: config.httpAuthAudience,
+                allowed: (config.httpAuthAllowed ?? ownNamespaceServiceAccounts()).split(',').map((a) => a.trim()),
               })
             } catch (err) {
               log.error((err as Error).message)
@@ -252,7 +233,7 @@ if (only === 'gate') {
             }
           })()
         : undefined
-    if (!token && !authenticator && process.env.HTTP_AUTH !== 'none') {
+    if (!token && !authenticator && config.httpAuth !== 'none') {
       log.error(
         'TRANSPORT=http needs a bearer token: set HTTP_AUTH_TOKEN_FILE (a mounted Secret) or HTTP_AUTH_TOKEN ' +
           '(HTTP_AUTH=none serves unauthenticated: development only)',
@@ -276,10 +257,11 @@ if (only === 'gate') {
   const { startRunner } = await import('./runner.js')
   const runner = await startRunner({
     ...common,
+    config,
     functions: only && only !== 'all' ? only.split(',') : undefined,
-    watch: process.env.WATCH ? process.env.WATCH !== 'false' : !only || only === 'all',
-    httpPort: Number(process.env.PORT ?? 9464),
-    httpHost: process.env.HOST ?? '127.0.0.1',
+    watch: config.watch ?? (!only || only === 'all'),
+    httpPort: config.port ?? 9464,
+    httpHost: config.host ?? '127.0.0.1',
     namespaces,
   })
   log.info(`metrics at ${runner.httpUrl}/metrics`)

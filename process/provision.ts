@@ -7,12 +7,13 @@
 import { BUCKET_BACKFILLS, BUCKET_CLAIMS, BUCKET_MODEL_IDLE, STREAM_EVENTS } from '../events/catalog.js'
 import { functionFactories } from '../functions/index.js'
 import { ensureResyncSchedule } from '../functions/lifecycle/resync.js'
-import { Bus, isNotFound, natsReplicas, streamConfigs } from '../jetstream/bus.js'
+import { Bus, isNotFound, streamConfigs } from '../jetstream/bus.js'
 import { consumerName } from '../jetstream/names.js'
 import type { Logger } from '../observability/log.js'
 import { createBridge } from '../transport/bridge.js'
-import type { EventFunction } from '../transport/function.js'
+import type { EventFunction, Settings } from '../transport/function.js'
 import { ensureConsumers } from '../transport/jetstream-adapter.js'
+import { type Config, loadConfig, processSettings } from './config.js'
 
 /** Durable consumers an older release made that nothing reads any more (they would hold messages forever). */
 const OBSOLETE_CONSUMERS = [[STREAM_EVENTS, 'demand']] as const
@@ -23,9 +24,9 @@ export const CONSUMER_OWNERS = [...Object.keys(functionFactories), 'bridge'] as 
 /** The keda overlay's default: every function pulls from its own consumers (the bridge is Knative's). */
 export const DEFAULT_CONSUMER_OWNERS = Object.keys(functionFactories)
 
-function consumerOwner(name: string): EventFunction {
+function consumerOwner(name: string, settings: Settings): EventFunction {
   const factory = functionFactories[name]
-  if (factory) return factory()
+  if (factory) return factory(settings)
   // Only the bridge's name, subscriptions and concurrency are read here; the sink is never called.
   if (name === 'bridge') return createBridge({ sink: 'http://127.0.0.1/' })
   throw new Error(`cannot provision consumers for "${name}": known owners are ${CONSUMER_OWNERS.join(', ')}`)
@@ -36,7 +37,7 @@ export interface ProvisionOptions {
   /** Functions (and/or `bridge`) whose durable consumers to create; default DEFAULT_CONSUMER_OWNERS. */
   consumers?: readonly string[]
   log?: Logger
-  /** Period of the resync schedule; default env RESYNC_MS, else 30 s. */
+  /** Period of the resync schedule; default RESYNC_MS (config), else 30 s. */
   resyncMs?: number
   /**
    * Replicas of every stream, KV bucket and durable consumer (consumers inherit their stream's); default
@@ -45,6 +46,8 @@ export interface ProvisionOptions {
   replicas?: number
   /** How long migrating a consumer's ack policy waits for its in-flight messages (default ~30 s). */
   migrationSettleMs?: number
+  /** The configuration main.ts parsed; without it (tests) the environment is parsed here. */
+  config?: Config
 }
 
 export interface Provisioned {
@@ -55,9 +58,15 @@ export interface Provisioned {
 }
 
 export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
-  const owners = (opts.consumers ?? DEFAULT_CONSUMER_OWNERS).map(consumerOwner)
-  const replicas = opts.replicas ?? natsReplicas()
-  const bus = await Bus.connect(opts.natsUrl, 'model-backfill:provision', { replicas })
+  const config = opts.config ?? loadConfig(process.env)
+  const { settings, connectWaitMs, natsCredentials } = processSettings(config)
+  const owners = (opts.consumers ?? DEFAULT_CONSUMER_OWNERS).map((name) => consumerOwner(name, settings))
+  const replicas = opts.replicas ?? config.natsReplicas
+  const bus = await Bus.connect(opts.natsUrl, 'model-backfill:provision', {
+    replicas,
+    connectWaitMs,
+    credentials: natsCredentials,
+  })
   try {
     // Consumers of older releases: foreground requests moved from FLEXINFER_EVENTS to their own streams.
     for (const [stream, name] of OBSOLETE_CONSUMERS) {
@@ -72,12 +81,12 @@ export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
     for (const fn of owners) {
       // An existing consumer with another ack policy (demand's: explicit → all) is migrated without losing events
       // (jetstream/consumer-migration.ts).
-      await ensureConsumers({ bus, log: opts.log }, fn, { migrationSettleMs: opts.migrationSettleMs })
+      await ensureConsumers({ bus, log: opts.log, settings }, fn, { migrationSettleMs: opts.migrationSettleMs })
       consumers.push(...fn.subscriptions.map((s) => `${s.stream}/${consumerName(fn.name, s.stream)}`))
     }
     // The repeating resync schedule (every RESYNC_MS), whichever overlay: stored from the start, so sweeps run even
     // before lifecycle has ever been scaled up (keda: its lifecycle-timers consumer; knative: the bridge's).
-    await ensureResyncSchedule({ bus, log: opts.log }, opts.resyncMs)
+    await ensureResyncSchedule({ bus, log: opts.log }, opts.resyncMs ?? config.resyncMs)
     const done: Provisioned = {
       replicas,
       streams: streamConfigs.map((c) => c.name),

@@ -4,17 +4,19 @@
 import { randomUUID } from 'node:crypto'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { loadFunction } from '../functions/load.js'
+import { type FunctionFactory, loadFunction } from '../functions/load.js'
 import { FUNCTION_NAMES } from '../functions/names.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
-import { EXPORTER_KEY, ExporterLease, metricsHandoverMs } from '../observability/exporter-lease.js'
+import { EXPORTER_KEY, ExporterLease } from '../observability/exporter-lease.js'
 import { createLogger } from '../observability/log.js'
 import { type PulledConsumer, registerConsumerLag } from '../observability/ops-metrics.js'
+import { startTracing } from '../observability/tracing.js'
 import { deleteInstanceConsumers, openDeps, type ProcessOptions, scoped } from '../transport/deps.js'
-import type { Deps, EventFunction } from '../transport/function.js'
+import type { Deps } from '../transport/function.js'
 import { type RunningFunction, runOnJetStream } from '../transport/jetstream-adapter.js'
 import { BackfillMetrics } from '../transport/metrics.js'
 import type { Watcher } from '../transport/watcher.js'
+import { type Config, loadConfig, processSettings, tracingOptions } from './config.js'
 
 export interface RunnerOptions extends ProcessOptions {
   functions?: string[]
@@ -29,6 +31,11 @@ export interface RunnerOptions extends ProcessOptions {
    * way, scoped to its namespace. Production runners leave it unset and share the functions' consumers.
    */
   instance?: string
+  /**
+   * The configuration (process/config.ts) whose settings the functions get, where `opts` does not set them: main.ts
+   * passes the one it parsed; without it (tests, the benchmark) the environment is parsed here, once per runner.
+   */
+  config?: Config
 }
 
 export interface Runner {
@@ -39,10 +46,15 @@ export interface Runner {
   stop(): Promise<void>
 }
 
-export async function startRunner(opts: RunnerOptions): Promise<Runner> {
+export async function startRunner(options: RunnerOptions): Promise<Runner> {
+  const config = options.config ?? loadConfig(process.env)
+  const opts: RunnerOptions = { ...processSettings(config), ...options }
+  // Tracing as main.ts starts it, for a runner started without it (tests, the benchmark); once per process.
+  const tracing = options.config ? undefined : tracingOptions(config)
+  if (tracing) await startTracing(tracing)
   const names = opts.functions ?? [...FUNCTION_NAMES]
   // Only the functions run here are loaded (functions/load.ts): demand's process never loads the Kubernetes client.
-  const factories = new Map<string, () => EventFunction>()
+  const factories = new Map<string, FunctionFactory>()
   for (const name of names) {
     const factory = await loadFunction(name)
     if (!factory) throw new Error(`unknown function "${name}"; known: ${FUNCTION_NAMES.join(', ')}`)
@@ -57,7 +69,15 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
         ])
         const log = opts.logger ?? createLogger('model-backfill')
         return startBeforeNats(
-          { kubeconfig: opts.kubeconfig, namespaces: opts.namespaces, log, now: opts.now },
+          {
+            kubeconfig: opts.kubeconfig,
+            namespaces: opts.namespaces,
+            log,
+            now: opts.now,
+            settings: opts.settings,
+            kubeRequestTimeoutMs: opts.kubeRequestTimeoutMs,
+            hostname: opts.hostname,
+          },
           refusal,
         )
       })()
@@ -75,8 +95,8 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
   // by processes running cancel (always on, in both overlays). Every other process exports only its own metrics.
   const lease = names.includes('cancel')
     ? new ExporterLease(bus.kv.claims, instanceName(EXPORTER_KEY, opts.instance), {
-        id: `${process.env.HOSTNAME ?? 'local'}/${randomUUID()}`,
-        handoverMs: metricsHandoverMs(),
+        id: `${config.hostname}/${randomUUID()}`,
+        handoverMs: config.metricsHandoverMs,
       })
     : undefined
   const metrics = new BackfillMetrics(opts.namespaces, lease ? () => lease.holding() : () => false)
@@ -86,7 +106,7 @@ export async function startRunner(opts: RunnerOptions): Promise<Runner> {
   const running: RunningFunction[] = []
   const pulled: PulledConsumer[] = []
   for (const name of names) {
-    const fn = scoped((factories.get(name) as () => EventFunction)(), opts.namespaces, opts.instance)
+    const fn = scoped((factories.get(name) as FunctionFactory)(opts.settings), opts.namespaces, opts.instance)
     running.push(await runOnJetStream(deps, fn))
     for (const { stream } of fn.subscriptions) {
       const consumer = consumerName(fn.name, stream)

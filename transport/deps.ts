@@ -5,12 +5,12 @@ import type { KubeConfig } from '@kubernetes/client-node'
 import type { GateDeployment } from '../core/gate.js'
 import { STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST, STREAM_TIMERS } from '../events/catalog.js'
 import type { InboundEvent } from '../events/codec.js'
-import { Bus } from '../jetstream/bus.js'
+import { Bus, type NatsCredentialFiles } from '../jetstream/bus.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
 import type { AdmissionCaches, Kube } from '../kube/kube.js'
 import { checkNamespaceCount } from '../kube/scope.js'
 import { createLogger, type Logger } from '../observability/log.js'
-import type { Deps, EventFunction } from './function.js'
+import type { Deps, EventFunction, Settings } from './function.js'
 
 /** What every process (runner, HTTP function, bridge) is started with. */
 export interface ProcessOptions {
@@ -30,8 +30,20 @@ export interface ProcessOptions {
   provision?: boolean
   /** With provision false: how long to wait for the provisioned topology before failing (default 120 s). */
   topologyWaitMs?: number
-  /** The background gate admit injects; default: from GATE_IMAGE and GATE_NATS_URL (gateDeployment). */
+  /** The background gate admit injects (GATE_IMAGE and GATE_NATS_URL); unset: none. */
   gate?: GateDeployment
+  /** The functions' and the adapters' settings (process/config.ts); unset: every default. */
+  settings?: Settings
+  /** NATS_CONNECT_WAIT_MS: how long to wait for NATS at start (default 120 s). */
+  connectWaitMs?: number
+  /** NATS_CREDS_FILE / NATS_NKEY_SEED_FILE: the credentials of a mounted Secret (jetstream/bus.ts). */
+  natsCredentials?: NatsCredentialFiles
+  /** NATS_REPLICAS: replicas of what provisioning creates (default 1). */
+  replicas?: number
+  /** KUBE_REQUEST_TIMEOUT_MS: deadline of every Kubernetes API request (default 10 s). */
+  kubeRequestTimeoutMs?: number
+  /** HOSTNAME: this pod, as Kubernetes Events report it (default `local`). */
+  hostname?: string
 }
 
 export interface DepsOptions extends ProcessOptions {
@@ -53,6 +65,9 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
   const busSide = Bus.connect(opts.natsUrl, opts.name, {
     provision: opts.provision,
     waitMs: opts.topologyWaitMs,
+    connectWaitMs: opts.connectWaitMs,
+    credentials: opts.natsCredentials,
+    replicas: opts.replicas,
     log,
   })
   const [k, b] = await Promise.allSettled([kubeSide, busSide])
@@ -69,7 +84,8 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
     log,
     now: opts.now ?? Date.now,
     namespaces: opts.namespaces,
-    gate: opts.gate ?? gateDeployment(),
+    gate: opts.gate,
+    settings: opts.settings,
     caches,
   }
   return {
@@ -92,7 +108,12 @@ async function openKube(
   log: Logger,
 ): Promise<{ kube: Kube; caches?: AdmissionCaches; close(): Promise<void> }> {
   const client = (opts.kube ?? needsKube(opts.functions)) ? await import('../kube/kube.js') : undefined
-  const kube = client ? new client.Kube(opts.kubeconfig ?? client.loadKubeConfig()) : noKube()
+  const kube = client
+    ? new client.Kube(opts.kubeconfig ?? client.loadKubeConfig(), {
+        requestTimeoutMs: opts.kubeRequestTimeoutMs,
+        reportingInstance: opts.hostname,
+      })
+    : noKube()
   if (!client || !opts.functions?.includes('admit')) return { kube, close: async () => kube.close() }
   // Scoped: Jobs, Models, ModelBackfills and CronJobs watched per managed namespace (a Role each), sessions and
   // leases cluster-wide.
@@ -108,19 +129,6 @@ async function openKube(
     throw err
   }
   return { kube, caches, close }
-}
-
-/**
- * The background gate admit injects (core/gate.ts): GATE_IMAGE (this release's image) and GATE_NATS_URL (NATS as
- * pods in the users' namespaces reach it) together; neither: backfills that opt in are blocked with the reason.
- */
-export function gateDeployment(env: NodeJS.ProcessEnv = process.env): GateDeployment | undefined {
-  const image = env.GATE_IMAGE?.trim()
-  const natsUrl = env.GATE_NATS_URL?.trim()
-  if (!image && !natsUrl) return undefined
-  if (!image || !natsUrl)
-    throw new Error('GATE_IMAGE and GATE_NATS_URL enable the background gate together; one is unset')
-  return { image, natsUrl }
 }
 
 /**

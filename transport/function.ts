@@ -33,8 +33,33 @@ export interface Deps {
    * direct get per backfill.
    */
   backfillStates?: ReadonlyMap<string, BackfillState>
-  /** The background gate admit injects into the Jobs of backfills that opt in (transport/deps.ts gateDeployment). */
+  /** The background gate admit injects into the Jobs of backfills that opt in (GATE_IMAGE, GATE_NATS_URL). */
   gate?: GateDeployment
+  /** What the process was configured with (process/config.ts reads it from the environment); unset: defaults. */
+  settings?: Settings
+}
+
+/**
+ * The settings the functions and the JetStream adapter read, as process/config.ts parsed them from the environment
+ * at start. Each one unset means its default (as a process started without that variable), so tests and tools that
+ * build Deps by hand need none of them.
+ */
+export interface Settings {
+  /** MAX_DELIVER: deliveries of a failing event before it is dead-lettered (default 8). */
+  maxDeliver?: number
+  /** RETRY_BACKOFF_MS, RETRY_BACKOFF_MAX_MS: the doubling delay before a failed event is redelivered. */
+  retryBackoffMs?: number
+  retryBackoffMaxMs?: number
+  /** DEMAND_ACK_POLICY=all: demand's consumers ack in batches. */
+  demandAckAll?: boolean
+  /** CANCEL_DELETE_PODS (default true): cancel deletes the attempt's pods right after its Job. */
+  cancelDeletePods?: boolean
+  /** FAILSAFE_BLIND_MS: foreground demand unobservable this long and cancel's fail-safe engages. */
+  failSafeBlindMs?: number
+  /** INGRESS_READY_URL: the gateway ingress's /readyz; unset: no ingress is watched. */
+  ingressReadyUrl?: string
+  /** RESYNC_MS: lifecycle's sweep period (0: off). */
+  resyncMs?: number
 }
 
 export interface EventFunction {

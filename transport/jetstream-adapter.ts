@@ -8,17 +8,9 @@ import { awaitProvisioned, headerSafe, isNotFound } from '../jetstream/bus.js'
 import { migrateAckPolicy } from '../jetstream/consumer-migration.js'
 import { consumerName } from '../jetstream/names.js'
 import { AckFloor } from './ack-floor.js'
-import type { Deps, EventFunction } from './function.js'
+import type { Deps, EventFunction, Settings } from './function.js'
 import { processEvent } from './process-event.js'
 
-const envInt = (name: string, fallback: number) => {
-  const n = Number(process.env[name])
-  return Number.isInteger(n) && n > 0 ? n : fallback
-}
-/**
- * The retry budget of a failing event, ~62 s by default: MAX_DELIVER deliveries, naked with a doubling backoff from
- * RETRY_BACKOFF_MS up to RETRY_BACKOFF_MAX_MS, then dead-lettered (env overrides: tests shorten it).
- */
 /**
  * Lifetime of each pull request. A pull waits on the consumer's leader; when that nats-server dies (kill -9 on a
  * cluster) the new leader knows nothing of it and the client notices only after two missed idle heartbeats: with
@@ -35,17 +27,30 @@ export const PULL_EXPIRES_MS = 4_000
  */
 export const PULL_HEARTBEAT_MS = 500
 
-export const MAX_DELIVER = envInt('MAX_DELIVER', 8)
+/**
+ * The retry budget of a failing event, ~62 s by default: MAX_DELIVER deliveries, naked with a doubling backoff from
+ * RETRY_BACKOFF_MS up to RETRY_BACKOFF_MAX_MS, then dead-lettered (Deps.settings overrides them: tests shorten it).
+ */
+export const DEFAULT_MAX_DELIVER = 8
+export const DEFAULT_BACKOFF_MS = 250
+export const DEFAULT_BACKOFF_MAX_MS = 30_000
+/** The default budget (MAX_DELIVER unset). */
+export const MAX_DELIVER = DEFAULT_MAX_DELIVER
 /**
  * The server's delivery limit on every durable consumer, a little above MAX_DELIVER: an event that can never be
  * dead-lettered (the publish keeps failing) stops being redelivered; without it such poison messages cycled
  * forever and, enough of them, filled max_ack_pending and stopped the consumer.
  */
-export const CONSUMER_MAX_DELIVER = MAX_DELIVER + 3
+export const consumerMaxDeliver = (maxDeliver = DEFAULT_MAX_DELIVER) => maxDeliver + 3
+/** The consumers' delivery limit with the default MAX_DELIVER. */
+export const CONSUMER_MAX_DELIVER = consumerMaxDeliver()
 export const ACK_WAIT_MS = 30_000
-const BACKOFF_BASE_MS = envInt('RETRY_BACKOFF_MS', 250)
-const BACKOFF_MAX_MS = envInt('RETRY_BACKOFF_MAX_MS', 30_000)
-const backoffMs = (deliveries: number) => Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** Math.min(deliveries, 7))
+/** The delay before a failed event's next delivery, from the process's settings (RETRY_BACKOFF_MS, ..._MAX_MS). */
+const backoffMs = (settings: Settings | undefined, deliveries: number) =>
+  Math.min(
+    settings?.retryBackoffMaxMs ?? DEFAULT_BACKOFF_MAX_MS,
+    (settings?.retryBackoffMs ?? DEFAULT_BACKOFF_MS) * 2 ** Math.min(deliveries, 7),
+  )
 
 export interface JetStreamOptions {
   /** ack_wait of the consumers ensureConsumers creates or updates (default 30 s). */
@@ -70,7 +75,7 @@ export interface RunningFunction {
 
 /** Creates or updates the function's durable consumers (the provision step, and every process run locally). */
 export async function ensureConsumers(
-  deps: Pick<Deps, 'bus'> & { log?: Deps['log'] },
+  deps: Pick<Deps, 'bus'> & { log?: Deps['log']; settings?: Settings },
   fn: EventFunction,
   opts: JetStreamOptions = {},
 ) {
@@ -80,7 +85,7 @@ export async function ensureConsumers(
       durable_name: durable,
       ack_policy: fn.ackAll ? AckPolicy.All : AckPolicy.Explicit,
       ack_wait: (opts.ackWaitMs ?? ACK_WAIT_MS) * 1_000_000,
-      max_deliver: CONSUMER_MAX_DELIVER,
+      max_deliver: consumerMaxDeliver(deps.settings?.maxDeliver),
       max_ack_pending: Math.max(1000, fn.concurrency * 2),
       filter_subjects: sub.subjects,
     }
@@ -244,13 +249,13 @@ export async function runOnJetStream(
   }
 
   const retry = (msg: JsMsg, reason: string, floor: AckFloor<JsMsg> | undefined) => {
-    if (msg.info.deliveryCount >= MAX_DELIVER) {
+    if (msg.info.deliveryCount >= (deps.settings?.maxDeliver ?? DEFAULT_MAX_DELIVER)) {
       void deadLetter(msg, reason, floor)
       return
     }
     stats.retried++
     log.warn({ error: reason, delivery: msg.info.deliveryCount }, 'retrying')
-    msg.nak(backoffMs(msg.info.deliveryCount))
+    msg.nak(backoffMs(deps.settings, msg.info.deliveryCount))
   }
 
   const deadLetter = async (msg: JsMsg, reason: string, floor: AckFloor<JsMsg> | undefined) => {

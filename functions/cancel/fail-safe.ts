@@ -17,7 +17,7 @@
 // rights. Each cancel replica decides alone (no coordination, which would need NATS): deletes are idempotent.
 import type { KubeConfig, V1Job } from '@kubernetes/client-node'
 import { consumerInfo, consumers } from '../../admission/fence.js'
-import { ingressReadyUrl, probeIngress } from '../../admission/ingress.js'
+import { probeIngress } from '../../admission/ingress.js'
 import {
   type Blindness,
   blindStatus,
@@ -33,7 +33,7 @@ import { withDeadline } from '../../lib/deadline.js'
 import { Lane } from '../../lib/lane.js'
 import { describeError, type Logger } from '../../observability/log.js'
 import { failSafeCancellations, failSafeEngaged, foregroundUnobservable } from '../../observability/ops-metrics.js'
-import type { Deps } from '../../transport/function.js'
+import type { Deps, Settings } from '../../transport/function.js'
 import { deleteAttemptPods } from './fast-path.js'
 
 /** How often the path is probed. */
@@ -42,17 +42,6 @@ export const PROBE_EVERY_MS = 1_000
 const PROBE_DEADLINE_MS = 1_000
 /** Jobs cancelled at once while engaged (each: a GET, a status write, two DELETEs, an Event). */
 const WIDTH = 16
-
-/** FAILSAFE_BLIND_MS: a whole number of milliseconds ≥ 1000 (a reconnect must not trip it), else a specific error. */
-export function failSafeBoundMs(env: NodeJS.ProcessEnv = process.env): number {
-  const raw = env.FAILSAFE_BLIND_MS
-  if (raw === undefined || raw === '') return FAILSAFE_BLIND_MS
-  const n = Number(raw)
-  if (!Number.isInteger(n) || n < 1_000) {
-    throw new Error(`FAILSAFE_BLIND_MS must be a whole number of milliseconds, at least 1000, not "${raw}"`)
-  }
-  return n
-}
 
 /**
  * Whether the preemption path can see foreground requests now: NATS answers and demand pulls both consumers, and
@@ -101,14 +90,14 @@ export interface FailSafeOptions {
   refusal: (job: V1Job, backfill: string) => string | undefined
   /** The probe (tests replace it to simulate what only a real outage shows otherwise). */
   probe?: (deps: Deps) => Promise<Visibility>
-  /** The gateway ingress's /readyz; default INGRESS_READY_URL. */
+  /** The gateway ingress's /readyz; default Deps.settings.ingressReadyUrl (INGRESS_READY_URL). */
   ingressUrl?: string
 }
 
 export function startFailSafe(deps: Deps, jobs: ObjectCache<V1Job>, opts: FailSafeOptions): FailSafe {
-  const boundMs = opts.boundMs ?? failSafeBoundMs()
+  const boundMs = opts.boundMs ?? deps.settings?.failSafeBlindMs ?? FAILSAFE_BLIND_MS
   const every = opts.probeEveryMs ?? PROBE_EVERY_MS
-  const ingressUrl = opts.ingressUrl ?? ingressReadyUrl()
+  const ingressUrl = opts.ingressUrl ?? deps.settings?.ingressReadyUrl
   const probe = opts.probe ?? ((d: Deps) => probeVisibility(d, ingressUrl))
   const lane = new Lane(WIDTH)
   let state: Blindness = { lastSeenAt: deps.now(), engaged: false }
@@ -233,15 +222,33 @@ export function startFailSafe(deps: Deps, jobs: ObjectCache<V1Job>, opts: FailSa
  * the cancel function (and its own fail-safe) runs.
  */
 export async function startBeforeNats(
-  opts: { kubeconfig?: KubeConfig; namespaces?: string[]; log: Logger; now?: () => number },
+  opts: {
+    kubeconfig?: KubeConfig
+    namespaces?: string[]
+    log: Logger
+    now?: () => number
+    settings?: Settings
+    /** KUBE_REQUEST_TIMEOUT_MS and HOSTNAME, as the process's own client gets them. */
+    kubeRequestTimeoutMs?: number
+    hostname?: string
+  },
   refusal: FailSafeOptions['refusal'],
 ): Promise<{ stop(): Promise<void> }> {
   const { Kube, loadKubeConfig, backfillJobsCache } = await import('../../kube/kube.js')
-  const kube = new Kube(opts.kubeconfig ?? loadKubeConfig())
+  const kube = new Kube(opts.kubeconfig ?? loadKubeConfig(), {
+    requestTimeoutMs: opts.kubeRequestTimeoutMs,
+    reportingInstance: opts.hostname,
+  })
   const jobs = backfillJobsCache(kube, opts.namespaces)
   // The watch starts in the background: an apiserver that is down too must not hold the process's start.
   const started = jobs.start().catch((err) => opts.log.warn({ error: describeError(err) }, 'fail-safe: no Job watch'))
-  const deps = { kube, log: opts.log, now: opts.now ?? Date.now, namespaces: opts.namespaces } as unknown as Deps
+  const deps = {
+    kube,
+    log: opts.log,
+    now: opts.now ?? Date.now,
+    namespaces: opts.namespaces,
+    settings: opts.settings,
+  } as unknown as Deps
   const failSafe = startFailSafe(deps, jobs, {
     refusal,
     probe: async () => ({ visible: false, why: 'NATS unreachable (not connected since this process started)' }),

@@ -84,7 +84,7 @@ export function cancelFunction(): EventFunction {
       // CANCEL_DELETE_PODS=false leaves them to the garbage collector, which is slower.
       batcher = new DeleteBatcher(deps.kube, deletes, {
         capacity: IN_FLIGHT,
-        deletePods: process.env.CANCEL_DELETE_PODS !== 'false',
+        deletePods: deps.settings?.cancelDeletePods ?? true,
         onPodsError: (ns, err) =>
           deps.log.warn({ namespace: ns, error: describeError(err) }, 'cancel: deleting the pods failed; the GC will'),
         onRefused: (err) =>

@@ -383,7 +383,7 @@ export function demandFunction(opts: { ackAll?: boolean } = {}): EventFunction {
     // request is finished only once its idle write is stored and the claim re-read, but the ack floor is the
     // durable's, so with several demand replicas one replica's ack can cover another's unfinished request
     // (README.md). Per-message acks stay the default, safe at any replica count.
-    ackAll: opts.ackAll ?? process.env.DEMAND_ACK_POLICY === 'all',
+    ackAll: opts.ackAll ?? false,
     // The documented subject (the firehose) and the per-model subjects (the newest request per model).
     subscriptions: [
       { stream: STREAM_FOREGROUND, subjects: [REQUEST_SUBJECT], deliverNew: true },

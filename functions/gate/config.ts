@@ -1,9 +1,12 @@
 // The gate's settings, as admit sets them on the sidecar (core/gate.ts GATE_ENV) or a person sets them by hand.
 import { GATE_ENGINES, GATE_ENV, GATE_PORT, type GateEngine, MAX_GATE_MAX_IN_FLIGHT } from '../../core/gate.js'
 import { isObjectName } from '../../core/names.js'
+import type { NatsCredentialFiles } from '../../jetstream/bus.js'
 
 export interface GateConfig {
   natsUrl: string
+  /** NATS_NKEY_SEED_FILE / NATS_CREDS_FILE: the gate's own NATS identity, mounted by admit (core/gate.ts). */
+  natsCredentials: NatsCredentialFiles
   upstream: string
   namespace: string
   model: string
@@ -20,7 +23,7 @@ export interface GateConfig {
 export const DEFAULT_NATS_BOUND_MS = 2_000
 
 /** Every setting checked, each bad one named with what was expected; nothing half-configured starts. */
-export function gateConfig(env: NodeJS.ProcessEnv): GateConfig {
+export function gateConfig(env: Readonly<Record<string, string | undefined>>): GateConfig {
   const problems: string[] = []
   const need = (name: string) => {
     const v = env[name]?.trim()
@@ -62,6 +65,10 @@ export function gateConfig(env: NodeJS.ProcessEnv): GateConfig {
     problems.push(`${GATE_ENV.engine}="${engine}": expected one of ${GATE_ENGINES.join(', ')}`)
   const config = {
     natsUrl,
+    natsCredentials: {
+      NATS_CREDS_FILE: env.NATS_CREDS_FILE || undefined,
+      NATS_NKEY_SEED_FILE: env.NATS_NKEY_SEED_FILE || undefined,
+    },
     upstream: origin,
     namespace,
     model,

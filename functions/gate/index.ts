@@ -59,7 +59,7 @@ export async function startGate(config: GateConfig, log: Logger): Promise<Runnin
     for (let attempt = 1; !stopped; attempt++) {
       try {
         nc = await connect({
-          ...natsServerOptions(config.natsUrl),
+          ...natsServerOptions(config.natsUrl, config.natsCredentials),
           name: `gate-${config.namespace}-${config.job}`,
           maxReconnectAttempts: -1,
           reconnectTimeWait: 250,

@@ -91,7 +91,7 @@ export function lifecycleFunction(): EventFunction {
       // Armed here too (not only by the provision step), so a local run or an upgrade without the provision Job
       // still gets its sweeps. A failure here must not keep lifecycle from serving events.
       try {
-        await ensureResyncSchedule(deps)
+        await ensureResyncSchedule(deps, deps.settings?.resyncMs)
       } catch (err) {
         deps.log.warn({ err }, 'could not check or arm the resync schedule; the provision step arms it too')
       }

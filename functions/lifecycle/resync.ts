@@ -19,20 +19,11 @@ import type { Deps } from '../../transport/function.js'
 import type { LifecycleCaches } from './caches.js'
 import type { PendingResyncs } from './pending.js'
 
-/** The sweep period: env RESYNC_MS (milliseconds, at least 1000); 0 turns the schedule off (not recommended). */
-export function resyncIntervalMs(env: NodeJS.ProcessEnv = process.env): number {
-  const raw = env.RESYNC_MS
-  if (raw === undefined || raw === '') return RESYNC_MS
-  const ms = Number(raw)
-  if (!Number.isFinite(ms) || ms < 0) throw new Error(`RESYNC_MS must be a number of milliseconds, got "${raw}"`)
-  return ms === 0 ? 0 : Math.max(1000, Math.round(ms))
-}
-
-/** Arms the repeating resync schedule unless it is stored already with this period (lifecycle start, provision). */
-export async function ensureResyncSchedule(
-  deps: Pick<Deps, 'bus'> & { log?: Deps['log'] },
-  intervalMs = resyncIntervalMs(),
-) {
+/**
+ * Arms the repeating resync schedule unless it is stored already with this period (lifecycle start, provision). The
+ * period is RESYNC_MS (process/config.ts: milliseconds, at least 1000; 0 turns the schedule off, not recommended).
+ */
+export async function ensureResyncSchedule(deps: Pick<Deps, 'bus'> & { log?: Deps['log'] }, intervalMs = RESYNC_MS) {
   if (intervalMs === 0) return false
   const armed = await deps.bus.armResync(intervalMs)
   if (armed) deps.log?.info({ intervalMs }, 'resync schedule armed')

@@ -1,11 +1,13 @@
-// Tracing switched on the way a deployment does it: OTEL_EXPORTER_OTLP_ENDPOINT set, nothing called but the hooks.
-// The first handled event sets up the OTLP/HTTP exporter from the environment; the spans reach a loopback
+// Tracing switched on the way a deployment does it: OTEL_EXPORTER_OTLP_ENDPOINT set, the configuration parsed and
+// tracing started as the entry point does (process/main.ts), then nothing called but the hooks. The SDK sets up
+// the OTLP/HTTP exporter from the environment itself; the spans reach a loopback
 // collector (OTLP/HTTP JSON) at shutdown, with service.name model-backfill-<FUNCTION>. A file of its own: the tracer
 // provider is process-wide.
 import Fastify from 'fastify'
 import { afterAll, expect, it } from 'vitest'
 import { decode } from '../../events/codec.js'
-import { inEventSpan, stopTracing, traced, tracingEnabled } from '../../observability/tracing.js'
+import { inEventSpan, startTracing, stopTracing, traced, tracingEnabled } from '../../observability/tracing.js'
+import { loadConfig, tracingOptions } from '../../process/config.js'
 
 const collector = Fastify({ logger: false })
 const posts: { url: string; body: unknown }[] = []
@@ -21,6 +23,9 @@ it('OTEL_EXPORTER_OTLP_ENDPOINT turns spans on; they are exported over OTLP/HTTP
   Object.assign(process.env, { OTEL_EXPORTER_OTLP_ENDPOINT: url, FUNCTION: 'cancel' })
   delete process.env.OTEL_SERVICE_NAME
   try {
+    const tracing = tracingOptions(loadConfig(process.env))
+    expect(tracing).toEqual({ serviceName: 'model-backfill-cancel' })
+    await startTracing(tracing)
     const decoded = decode(
       JSON.stringify({
         specversion: '1.0',

@@ -7,6 +7,10 @@
 // observability (the logger and tracing) sits below events because encoding an event stamps the active trace on it.
 // cli is a tool on top of everything but the functions; clients (the gateway package) imports nothing of ours.
 // Tests, benchmarks and scripts are not checked.
+//
+// Configuration is read once, in the composition root: no room below process/ reads `process.env` (process/config.ts
+// parses every setting at start and the values are passed down), so a setting has one name, one default and one
+// validation, and a bad value stops the process at start instead of at its first use.
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { dirname, join, relative, resolve, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -32,6 +36,13 @@ const BELOW: Record<string, readonly string[]> = {
 const OWN_PACKAGES: Record<string, string> = { '@flexinfer/gateway-emitter': 'clients/ts/src/index.ts' }
 /** Imports tolerated while their owner moves them out. */
 const TOLERATED = new Set<string>()
+/**
+ * Rooms that may read the environment: the composition root, the kubectl plugin (an entry point of its own, which
+ * reads the NATS context and credentials as the nats CLI does) and the standalone gateway client package.
+ */
+const READS_ENV = new Set(['process', 'cli', 'clients'])
+/** Files below the composition root allowed to read `process.env`, each with the reason. */
+const ENV_TOLERATED: Record<string, string> = {}
 /** Files in a room that are build tools, not product code (they run at development time only). */
 const TOOLING = new Set(['events/generate.ts', 'crds/generate.ts'])
 
@@ -69,7 +80,15 @@ export function checkLayers(root: string, rooms: Record<string, readonly string[
       const file = relative(root, abs)
       if (TOOLING.has(file)) continue
       const edges: string[] = []
-      const { importedFiles } = ts.preProcessFile(readFileSync(abs, 'utf8'), true, true)
+      const text = readFileSync(abs, 'utf8')
+      if (!READS_ENV.has(room) && !(file in ENV_TOLERATED) && readsEnvironment(text)) {
+        violations.push({
+          file,
+          imports: 'process.env',
+          why: `${room} may not read the environment (process/config.ts parses it; receive the value instead)`,
+        })
+      }
+      const { importedFiles } = ts.preProcessFile(text, true, true)
       for (const { fileName } of importedFiles) {
         // Our own packages by name are rooms too: the functions must not load the gateway client's sources.
         const own = OWN_PACKAGES[fileName.split('/').slice(0, 2).join('/')]
@@ -88,6 +107,32 @@ export function checkLayers(root: string, rooms: Record<string, readonly string[
     violations.push({ file: cycle[0] as string, imports: cycle.join(' → '), why: 'import cycle' })
   }
   return violations
+}
+
+/** Whether the source reads `process.env`: `process.env`, `process['env']` or `{ env } = process`. */
+export function readsEnvironment(text: string): boolean {
+  const file = ts.createSourceFile('x.ts', text, ts.ScriptTarget.Latest, false)
+  const isProcess = (e: ts.Node) => ts.isIdentifier(e) && e.text === 'process'
+  const visit = (node: ts.Node): boolean => {
+    if (ts.isPropertyAccessExpression(node) && isProcess(node.expression) && node.name.text === 'env') return true
+    if (
+      ts.isElementAccessExpression(node) &&
+      isProcess(node.expression) &&
+      ts.isStringLiteralLike(node.argumentExpression) &&
+      node.argumentExpression.text === 'env'
+    )
+      return true
+    if (
+      ts.isVariableDeclaration(node) &&
+      node.initializer &&
+      isProcess(node.initializer) &&
+      ts.isObjectBindingPattern(node.name) &&
+      node.name.elements.some((e) => ((e.propertyName ?? e.name) as ts.Identifier).text === 'env')
+    )
+      return true
+    return ts.forEachChild(node, visit) ?? false
+  }
+  return visit(file)
 }
 
 /** Elementary cycles found by depth-first search, each reported once (from its smallest member). */
@@ -119,8 +164,8 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   const violations = checkLayers(root)
   for (const v of violations) console.error(`${v.file}: ${v.why}: ${v.imports}`)
   if (violations.length > 0) {
-    console.error(`\n${violations.length} layering violation(s); the rule is in tools/layers/check.ts`)
+    console.error(`\n${violations.length} layering violation(s); the rules are in tools/layers/check.ts`)
     process.exit(1)
   }
-  console.log('layers: no upward import, no cycle')
+  console.log('layers: no upward import, no cycle, no environment read below process/')
 }

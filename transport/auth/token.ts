@@ -1,6 +1,7 @@
-// Bearer tokens of the HTTP endpoints (the ingress, the Knative-served functions): read from the environment or a
-// mounted Secret file, refused at start when they are a placeholder, compared in constant time, and re-read when
-// the Secret file changes (Kubernetes swaps the mounted file atomically; polling stat sees it, fs.watch often not).
+// Bearer tokens of the HTTP endpoints (the ingress, the Knative-served functions): a value (INGRESS_TOKEN,
+// HTTP_AUTH_TOKEN) or a mounted Secret file (their _FILE variables; process/config.ts reads both), refused at start
+// when they are a placeholder, compared in constant time, and re-read when the Secret file changes (Kubernetes swaps
+// the mounted file atomically; polling stat sees it, fs.watch often not).
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { readFile, stat } from 'node:fs/promises'
@@ -45,10 +46,11 @@ export function bearerMatches(header: string | undefined, token: string): boolea
 }
 
 /**
- * A token from the environment: `<NAME>` itself, or the file named by `<NAME>_FILE` (a mounted Secret), trimmed.
+ * A token from the settings (the environment as the entry point read it): `<NAME>` itself, or the file named by
+ * `<NAME>_FILE` (a mounted Secret), trimmed.
  * Undefined when neither is set; throws when the file cannot be read or is empty.
  */
-export function readToken(name: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+export function readToken(name: string, env: Readonly<Record<string, string | undefined>>): string | undefined {
   const file = env[`${name}_FILE`]
   if (file) {
     const token = readFileSync(file, 'utf8').trim()
@@ -143,7 +145,7 @@ const identity = (s: { ino: number; size: number; mtimeMs: number }) => `${s.ino
  */
 export async function tokenFromEnv(
   name: string,
-  env: NodeJS.ProcessEnv = process.env,
+  env: Readonly<Record<string, string | undefined>>,
   opts: Omit<FileTokenOptions, 'what'> = {},
 ): Promise<TokenProvider | undefined> {
   const file = env[`${name}_FILE`]

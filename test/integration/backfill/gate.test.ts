@@ -75,11 +75,13 @@ describe('the background gate', () => {
     expect(envOf(pod?.containers[0]).OPENAI_BASE_URL).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/v1$/)
     expect(gpuViolations({ spec: { schedule: '', jobTemplate: { spec: job?.spec } } } as V1CronJob)).toEqual([])
 
-    // The gate as the sidecar would run, on the test's NATS (the sidecar's own NATS_URL names the cluster's).
+    // The gate as the sidecar would run, on the test's NATS (the sidecar's own NATS_URL names the cluster's, and its
+    // seed file is the mounted Secret's path in the pod).
     const settings = envOf(sidecar)
     expect(settings.GATE_UPSTREAM).toBe(engineUrl)
+    expect(settings.NATS_NKEY_SEED_FILE).toMatch(/^\//)
     const running: RunningGate = await startGate(
-      gateConfig({ ...settings, NATS_URL: env.natsUrl, GATE_PORT: '0' }),
+      gateConfig({ ...settings, NATS_URL: env.natsUrl, NATS_NKEY_SEED_FILE: undefined, GATE_PORT: '0' }),
       log,
     )
     stops.push(running.stop)

@@ -14,7 +14,7 @@ import { type Environment, killServer, restartServer, startEnvironment } from '.
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 
 // The retry budget shortened from ~62 s to ~1.4 s (3 deliveries, 400 + 800 ms backoff) and a sweep every 2 s, so
-// the outage needs only to outlast the timers. Read when transport/jetstream-adapter.ts loads: set before imports.
+// the outage needs only to outlast the timers. Read when the runner starts (process/config.ts).
 const RETRY_ENV = vi.hoisted(() => {
   const set = { MAX_DELIVER: '3', RETRY_BACKOFF_MS: '200', RETRY_BACKOFF_MAX_MS: '1000', RESYNC_MS: '2000' }
   const saved = Object.fromEntries(Object.keys(set).map((k) => [k, process.env[k]]))
