@@ -4,8 +4,10 @@ import { defineConfig } from 'vitest/config'
 // (etcd, kube-apiserver, kube-controller-manager, nats-server) started once by the global setup.
 export default defineConfig({
   test: {
-    // The JSON report lets .ci/run print the plain "N passed, N failed" closing line CI looks for.
-    reporters: ['default', ['json', { outputFile: 'test-results/vitest.json' }]],
+    // The JSON report lets .ci/run print the plain "N passed, N failed" closing line CI looks for. The install test
+    // runs after the suite and writes its own (VITEST_JSON_REPORT): a CLI --outputFile does not reach a reporter's
+    // own option, and the suite's report was overwritten by the install's.
+    reporters: ['default', ['json', { outputFile: process.env.VITEST_JSON_REPORT || 'test-results/vitest.json' }]],
     projects: [
       {
         test: {
