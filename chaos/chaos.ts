@@ -23,6 +23,10 @@ export interface ChaosResult extends Counts {
   jobs_created: number
   /** Not an invariant: Jobs a request raced (stored while the POST was in flight) that were deleted promptly. */
   jobs_raced_and_deleted: number
+  /** Workload Jobs whose creation the oracle timed by the apiserver's audit log (all of them, when it works). */
+  jobs_timed_by_audit: number
+  /** The oracle's watch: how late it saw a Job created, at most (what timing by the watch alone would be off by). */
+  watch_lag_ms_max: number
   hostile_events_stored: number
   hostile_events_refused: number
   hostile_refs_accepted: number
@@ -224,7 +228,7 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
         const ready = fleet.readyAfter(f.fn as FunctionName, f.start)
         f.end = ready ?? f.start + config.restartDelayMaxMs + config.processStartAllowanceMs
       }
-      const verdict = await verdictOf(oracle, jsm, traffic.requests)
+      const verdict = await verdictOf(oracle, jsm, traffic.requests, env.auditLogPath)
       const limit = opts.evidence ?? 20
       const crashes = fleet.crashes.filter((c) => !c.duringStartup)
       const startupFailures = fleet.crashes.filter((c) => c.duringStartup)
@@ -253,6 +257,8 @@ export async function runChaos(config: ChaosConfig, opts: RunOptions = {}): Prom
         foreground_requests_refused: traffic.failed(),
         jobs_created: [...oracle.jobs.values()].filter((j) => j.owner).length,
         jobs_raced_and_deleted: verdict.raced.length,
+        jobs_timed_by_audit: verdict.timedByAudit,
+        watch_lag_ms_max: verdict.watchLagMsMax,
         hostile_events_stored: hostile.stored,
         hostile_events_refused: hostile.refused,
         hostile_refs_accepted: workload.backfills.filter((b) => b.hostile).length,

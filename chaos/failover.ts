@@ -109,6 +109,10 @@ export interface FailoverResult extends Counts {
   jobs_created: number
   /** Not an invariant: Jobs a request raced (stored while the POST was in flight) that were deleted promptly. */
   jobs_raced_and_deleted: number
+  /** Workload Jobs whose creation the oracle timed by the apiserver's audit log (all of them, when it works). */
+  jobs_timed_by_audit: number
+  /** The oracle's watch: how late it saw a Job created, at most (what timing by the watch alone would be off by). */
+  watch_lag_ms_max: number
   preemption_latency: Percentiles
   preemption_latency_during_failover: Percentiles
   settled_after_last_fault_s: number | null
@@ -215,7 +219,7 @@ export async function runFailover(
       const { problems, settledAt } = await awaitSettled(oracle, traffic.requests, lastFaultEnd, config.settleWithinMs)
       await awaitCancelDeadlines(traffic.requests, config.cancelBoundMs)
 
-      const verdict = await verdictOf(oracle, jsm, traffic.requests)
+      const verdict = await verdictOf(oracle, jsm, traffic.requests, env.auditLogPath)
       const preemptions = oracle.preemptions(traffic.requests)
       const during = (t: number) => failoverWindows.some((w) => t >= w.from && t <= w.to)
       const latencies = preemptions.flatMap((p) => (p.latencyMs === undefined ? [] : [p.latencyMs]))
@@ -239,6 +243,8 @@ export async function runFailover(
         foreground_requests_refused: traffic.failed(),
         jobs_created: [...oracle.jobs.values()].filter((j) => j.owner).length,
         jobs_raced_and_deleted: verdict.raced.length,
+        jobs_timed_by_audit: verdict.timedByAudit,
+        watch_lag_ms_max: verdict.watchLagMsMax,
         preemption_latency: percentiles(latencies),
         preemption_latency_during_failover: percentiles(latenciesDuring),
         settled_after_last_fault_s: settledAt ? Math.round((settledAt - lastFaultEnd) / 100) / 10 : null,

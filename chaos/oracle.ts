@@ -5,7 +5,9 @@
 //   request for m accepted by NATS at s with c - w + tol < s < c - tol. c is the time the watch delivered ADDED
 //   (creationTimestamp has 1 s resolution); when the watch lagged more than 1 s behind creationTimestamp (a relist
 //   after an outage), c is only known to lie in [ct, ct + 1 s) and the rule uses the bounds that cannot
-//   over-count: ct + 1 s - w + tol < s < ct - tol. s is the PubAck time (store time ≤ PubAck).
+//   over-count: ct + 1 s - w + tol < s < ct - tol. s is the PubAck time (store time ≤ PubAck). When the apiserver
+//   audits Job writes (chaos/audit.ts), c is when it received the Job's POST and a deletion is when its DELETE
+//   completed, both to the microsecond: the watch's delay under load no longer moves either.
 //   Except a raced Job: the watch saw it deleted by s + raceDeleteBound (1 s) for the earliest such s — the request
 //   may have been stored after admit's last read, while the POST was in flight, and foreground waited no longer
 //   than the bound. Reported apart (jobs_raced_and_deleted), not counted; never for a watch that lagged.
@@ -29,6 +31,7 @@ import {
   type V1Job,
 } from '@kubernetes/client-node'
 import { GROUP, type ModelBackfill, VERSION } from '../core/api.js'
+import { createOf, deleteAfter, type JobAudit } from './audit.js'
 import type { ChaosConfig } from './config.js'
 import { type DeclaredBackfill, type ForegroundRequest, modelKey, type Workload } from './workload.js'
 
@@ -201,6 +204,7 @@ export class Oracle {
     requests: ForegroundRequest[],
     now: number,
     storeTime: (seq: number) => Promise<number | undefined> = async () => undefined,
+    audit?: JobAudit,
   ) {
     const tol = this.config.windowToleranceMs
     const byModel = new Map<string, ForegroundRequest[]>()
@@ -215,13 +219,24 @@ export class Oracle {
 
     const inWindow: Record<string, unknown>[] = []
     const raced: Record<string, unknown>[] = []
+    let timedByAudit = 0
+    /** How late the watch delivered a Job's ADDED after the apiserver completed its POST, at most. */
+    let watchLagMsMax = 0
     for (const { job, backfill, model } of jobs) {
       const w = backfill.idleForMs
-      const lagged = job.addedAt - job.createdSecond > 1000 + tol
-      const created = lagged ? job.createdSecond : job.addedAt
+      const key = `${job.namespace}/${job.name}`
+      // The apiserver's record when there is one: the POST's arrival, before the write (a bound that cannot
+      // over-count), whatever the watch's delay. Otherwise the watch's ADDED, or the second when it lagged.
+      const audited = audit ? createOf(audit, key, job.createdSecond) : undefined
+      if (audited) {
+        timedByAudit++
+        watchLagMsMax = Math.max(watchLagMsMax, Math.round(job.addedAt - audited.completedAt))
+      }
+      const lagged = !audited && job.addedAt - job.createdSecond > 1000 + tol
+      const created = audited ? audited.receivedAt : lagged ? job.createdSecond : job.addedAt
       const [from, to] = lagged
         ? [job.createdSecond + 1000 - w + tol, job.createdSecond - tol]
-        : [job.addedAt - w + tol, job.addedAt - tol]
+        : [created - w + tol, created - tol]
       // Store time ≤ PubAck time: a request acked up to 1 s after `to` may still have been stored before it.
       const candidates = (byModel.get(model) ?? []).filter((r) => r.ackAt > from && r.ackAt < to + 1000)
       const hits: { sentAt: number; ackAt: number; storedAt?: number }[] = []
@@ -232,9 +247,23 @@ export class Oracle {
       }
       // Raced, not ignored: deleted (as admit's re-check after the create does) within the bound of the earliest
       // request — which also bounds how long before the Job it can have been stored (the Job ends after it is seen).
-      // Only with a watch that did not lag: the creation is then known up to the watch's delay.
-      const end = job.endHow === 'deleting' || job.endHow === 'deleted' ? job.endAt : undefined
+      // Only when the creation is known to the moment: from the apiserver's audit, or a watch that did not lag.
+      const deletion = audited && audit ? deleteAfter(audit, key, audited) : undefined
+      const end = deletion
+        ? deletion.completedAt
+        : job.endHow === 'deleting' || job.endHow === 'deleted'
+          ? job.endAt
+          : undefined
       const first = hits[0]
+      const timing = audited
+        ? {
+            timedBy: 'apiserver audit',
+            postMs: Math.round(audited.completedAt - audited.receivedAt),
+            watchLagMs: Math.round(job.addedAt - audited.completedAt),
+            createdBy: audited.user,
+            deletedBy: deletion?.user,
+          }
+        : { timedBy: lagged ? 'creationTimestamp (watch lagged)' : 'watch' }
       if (
         first &&
         !lagged &&
@@ -249,6 +278,7 @@ export class Oracle {
           firstRequestStoredMsBeforeCreation: Math.round(created - (first.storedAt ?? first.ackAt)),
           deletedMsAfterRequest: Math.round(end - (first.storedAt ?? first.ackAt)),
           liveMs: Math.round(end - created),
+          ...timing,
         })
         continue
       }
@@ -266,7 +296,9 @@ export class Oracle {
           // ≥ idleFor: inside the window only by the store time, not by the event's own time (the "clocks" item).
           lastRequestSentMsBeforeCreation: Math.round(created - last.sentAt),
           // Stored before the creation's second began: inside the window whatever the watch's delay was.
-          certain: (last.storedAt ?? last.ackAt) < job.createdSecond,
+          certain: audited ? true : (last.storedAt ?? last.ackAt) < job.createdSecond,
+          deletedMsAfterRequest: end === undefined ? null : Math.round(end - (last.storedAt ?? last.ackAt)),
+          ...timing,
         })
       }
     }
@@ -313,7 +345,16 @@ export class Oracle {
         })
       }
     }
-    return { inWindow, raced, twoLive, foreignDeleted, lost, blind: this.runningWhileBlind(now) }
+    return {
+      inWindow,
+      raced,
+      twoLive,
+      foreignDeleted,
+      lost,
+      blind: this.runningWhileBlind(now),
+      timedByAudit,
+      watchLagMsMax,
+    }
   }
 
   /** Jobs still live past the fail-safe's bound into a NATS outage (the rule above). */

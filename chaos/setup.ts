@@ -12,6 +12,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { STREAM_FOREGROUND } from '../events/catalog.js'
 import { type Environment, startEnvironment } from '../test/env/environment.js'
 import { sleep, waitFor } from '../test/env/exec.js'
+import { readJobAudit } from './audit.js'
 import { buildFunctions, Fleet, type FleetOptions } from './fleet.js'
 import type { Counts, Oracle } from './oracle.js'
 import { type ForegroundRequest, NAMESPACES } from './workload.js'
@@ -69,7 +70,11 @@ export async function withRig<R extends { ok: boolean; logs?: string }>(
     // Compiling the functions overlaps the environment's start.
     const built = buildFunctions(buildDir).then(() => say('functions compiled'))
     built.catch(() => {})
-    environment = await startEnvironment({ natsCluster: opts.natsCluster, log: (l) => say(`env: ${l}`) })
+    environment = await startEnvironment({
+      natsCluster: opts.natsCluster,
+      auditJobs: true,
+      log: (l) => say(`env: ${l}`),
+    })
     const env = environment
     await built
     const kc = new KubeConfig()
@@ -115,11 +120,22 @@ export async function withRig<R extends { ok: boolean; logs?: string }>(
  * The oracle's verdict now, each request judged by its JetStream store time, read back by its seq from
  * FLEXINFER_FOREGROUND — the stream the documented subject is stored in (a seq of another stream is another message).
  */
-export function verdictOf(oracle: Oracle, jsm: JetStreamManager, requests: ForegroundRequest[]) {
-  return oracle.evaluate(requests, Date.now(), async (seq) => {
-    const stored = await jsm.streams.getMessage(STREAM_FOREGROUND, { seq })
-    return stored ? Date.parse(stored.timestamp) : undefined
-  })
+export async function verdictOf(
+  oracle: Oracle,
+  jsm: JetStreamManager,
+  requests: ForegroundRequest[],
+  auditLogPath?: string,
+) {
+  const audit = await readJobAudit(auditLogPath)
+  return oracle.evaluate(
+    requests,
+    Date.now(),
+    async (seq) => {
+      const stored = await jsm.streams.getMessage(STREAM_FOREGROUND, { seq })
+      return stored ? Date.parse(stored.timestamp) : undefined
+    },
+    audit,
+  )
 }
 
 /** The invariant counts: every one must be 0. */

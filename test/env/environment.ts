@@ -77,6 +77,8 @@ export interface EnvironmentInfo {
   startupMs: number
   /** The node (StartOptions.node): where pods run, its network, its containerd. */
   node?: NodeInfo
+  /** The apiserver's audit log of Job creates and deletes (StartOptions.auditJobs). */
+  auditLogPath?: string
 }
 
 /**
@@ -116,6 +118,42 @@ export interface StartOptions {
    * `{ appImage: true }` also imports the project's image (images/build.sh --app) into it.
    */
   node?: boolean | { appImage?: boolean }
+  /**
+   * The apiserver writes an audit log of Job creates and deletes (`auditLogPath`, JSON lines): when each happened
+   * to the microsecond and who asked, from the apiserver itself (the chaos oracle's creation and deletion times;
+   * creationTimestamp has 1 s resolution and a watch delivers late under load). Default false.
+   */
+  auditJobs?: boolean
+}
+
+/**
+ * Audit only what the oracle reads (Jobs created and deleted, at the end of each request), everything else not at
+ * all: one short line per Job write. The log backend blocks the request until its line is written, so the file holds
+ * every Job write whose response was sent.
+ */
+async function auditJobsFlags(dir: string, logPath: string) {
+  const policy = join(dir, 'audit-policy.yaml')
+  await writeFile(
+    policy,
+    [
+      'apiVersion: audit.k8s.io/v1',
+      'kind: Policy',
+      'omitStages: [RequestReceived, ResponseStarted, Panic]',
+      'rules:',
+      '  - level: Metadata',
+      '    verbs: [create, delete, deletecollection]',
+      '    resources: [{ group: batch, resources: [jobs] }]',
+      '  - level: None',
+      '',
+    ].join('\n'),
+  )
+  return [
+    `--audit-policy-file=${policy}`,
+    `--audit-log-path=${logPath}`,
+    '--audit-log-format=json',
+    '--audit-log-mode=blocking',
+    '--audit-log-maxbackup=0',
+  ]
 }
 
 const owned = new WeakMap<object, Reaper>()
@@ -237,6 +275,8 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
           '--kubelet-preferred-address-types=InternalIP',
         ])
       : ['--authorization-mode=RBAC']
+    const auditLogPath = opts.auditJobs ? join(logs, 'audit-jobs.log') : undefined
+    const auditFlags = auditLogPath ? await auditJobsFlags(dir, auditLogPath) : []
     const apiserver = start('kube-apiserver', binaries.kubeApiserver, [
       `--etcd-servers=${etcdUrl}`,
       `--bind-address=${LOOPBACK}`,
@@ -255,6 +295,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       '--allow-privileged=true',
       '--profiling=false',
       `--cert-dir=${join(dir, 'apiserver')}`,
+      ...auditFlags,
     ])
     const tls = await adminTls(pki)
     readiness.set('kube-apiserver', (p) =>
@@ -387,6 +428,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       processes: processes.map((p) => ({ name: p.name, pid: p.pid, logPath: p.logPath })),
       startupMs: Date.now() - started,
       node,
+      auditLogPath,
     }
     await writeFile(join(dir, 'env.json'), `${JSON.stringify(info, null, 2)}\n`)
     const current = (name: string) => processes.findLast((p) => p.name === name)

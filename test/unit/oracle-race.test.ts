@@ -3,6 +3,7 @@
 // time; anything else inside the window counts. Judged from the oracle's own records, as in a run.
 import { KubeConfig } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
+import { type JobAudit, parseJobAudit } from '../../chaos/audit.js'
 import { short } from '../../chaos/config.js'
 import { Oracle } from '../../chaos/oracle.js'
 import { emptyWorkload, type ForegroundRequest } from '../../chaos/workload.js'
@@ -10,7 +11,11 @@ import { emptyWorkload, type ForegroundRequest } from '../../chaos/workload.js'
 const T = Date.parse('2026-12-01T12:00:00.000Z')
 const W = 4_000
 
-function judge(job: { addedAt: number; endAt?: number; endHow?: string; createdSecond?: number }, storedAt: number) {
+function judge(
+  job: { addedAt: number; endAt?: number; endHow?: string; createdSecond?: number },
+  storedAt: number,
+  audit?: JobAudit,
+) {
   const workload = emptyWorkload()
   workload.backfills.push({ namespace: 'a', name: 'bf', model: 'm', node: 'n', idleForMs: W, hostile: false })
   const oracle = new Oracle(new KubeConfig(), workload, short, () => {})
@@ -33,7 +38,30 @@ function judge(job: { addedAt: number; endAt?: number; endHow?: string; createdS
     seq: 7,
     background: false,
   }
-  return oracle.evaluate([request], T + 60_000, async () => storedAt)
+  return oracle.evaluate([request], T + 60_000, async () => storedAt, audit)
+}
+
+/** An audit event as kube-apiserver writes it (--audit-log-format=json, level Metadata, stage ResponseComplete). */
+function auditLine(verb: 'create' | 'delete', code: number, receivedAt: number, completedAt: number, name = 'bf-1') {
+  // The apiserver's microseconds: Date.parse keeps the milliseconds.
+  const micro = (t: number) => new Date(t).toISOString().replace('Z', '417Z')
+  return JSON.stringify({
+    kind: 'Event',
+    apiVersion: 'audit.k8s.io/v1',
+    level: 'Metadata',
+    auditID: `id-${verb}-${receivedAt}`,
+    stage: 'ResponseComplete',
+    requestURI: verb === 'create' ? '/apis/batch/v1/namespaces/a/jobs' : `/apis/batch/v1/namespaces/a/jobs/${name}`,
+    verb,
+    user: { username: 'system:admin', groups: ['system:masters', 'system:authenticated'] },
+    sourceIPs: ['127.0.0.1'],
+    userAgent: 'node-fetch',
+    objectRef: { resource: 'jobs', namespace: 'a', name, apiGroup: 'batch', apiVersion: 'v1' },
+    responseStatus: { metadata: {}, code },
+    requestReceivedTimestamp: micro(receivedAt),
+    stageTimestamp: micro(completedAt),
+    annotations: { 'authorization.k8s.io/decision': 'allow' },
+  })
 }
 
 describe('oracle: a Job created inside an idle window', () => {
@@ -76,5 +104,64 @@ describe('oracle: a Job created inside an idle window', () => {
     const verdict = await judge({ addedAt: T + 3_000, createdSecond: T, endAt: T + 3_100, endHow: 'deleting' }, T - 500)
     expect(verdict.inWindow).toHaveLength(1)
     expect(verdict.raced).toHaveLength(0)
+  })
+
+  it('a watch that delivered the Job late: the apiserver audit times it, and the raced request is allowed', async () => {
+    // The watch saw ADDED 700 ms after the apiserver received the POST (a loaded machine), and the deletion as late:
+    // by the watch the request was stored 570 ms before the Job and deleted 1.2 s after it; by the apiserver it was
+    // stored while the POST was in flight and the DELETE completed 500 ms after it.
+    const received = T + 130
+    const job = { addedAt: T + 830, createdSecond: T, endAt: T + 1_460, endHow: 'deleting' }
+    const withoutAudit = await judge(job, T + 260)
+    expect(withoutAudit.inWindow).toHaveLength(1)
+    const audit = parseJobAudit(
+      [
+        auditLine('create', 201, received, received + 40),
+        // Refused writes are no creation or deletion.
+        auditLine('create', 409, T + 300, T + 310),
+        auditLine('delete', 404, T + 600, T + 610),
+        auditLine('delete', 200, T + 740, T + 760),
+        // A torn last line while the apiserver stops.
+        '{"kind":"Event","stage":"ResponseCo',
+      ].join('\n'),
+    )
+    expect(audit.unreadable).toBe(1)
+    const verdict = await judge(job, T + 260, audit)
+    expect(verdict.inWindow).toHaveLength(0)
+    expect(verdict.timedByAudit).toBe(1)
+  })
+
+  it('timed by the apiserver audit, a request stored before the POST arrived still counts', async () => {
+    const received = T + 500
+    const audit = parseJobAudit(
+      [auditLine('create', 201, received, received + 30), auditLine('delete', 200, T + 2_000, T + 2_020)].join('\n'),
+    )
+    // Stored 400 ms before the POST arrived; the DELETE completed 1.9 s after it: neither raced nor allowed.
+    const verdict = await judge({ addedAt: T + 540, endAt: T + 2_100, endHow: 'deleting' }, T + 100, audit)
+    expect(verdict.inWindow).toHaveLength(1)
+    expect(verdict.inWindow[0]).toMatchObject({
+      timedBy: 'apiserver audit',
+      certain: true,
+      lastRequestStoredMsBeforeCreation: 400,
+      deletedMsAfterRequest: 1_920,
+      postMs: 30,
+      watchLagMs: 10,
+      createdBy: 'system:admin',
+    })
+    // Deleted within the bound instead: raced, not counted.
+    const quick = parseJobAudit(
+      [auditLine('create', 201, received, received + 30), auditLine('delete', 200, T + 900, T + 950)].join('\n'),
+    )
+    const raced = await judge({ addedAt: T + 540, endAt: T + 1_100, endHow: 'deleting' }, T + 100, quick)
+    expect(raced.inWindow).toHaveLength(0)
+    expect(raced.raced).toHaveLength(1)
+  })
+
+  it('an audit of another Job of the same name (another second) is not used', async () => {
+    const audit = parseJobAudit(auditLine('create', 201, T - 5_000, T - 4_990))
+    const verdict = await judge({ addedAt: T }, T - 300, audit)
+    expect(verdict.timedByAudit).toBe(0)
+    expect(verdict.inWindow).toHaveLength(1)
+    expect(verdict.inWindow[0]).toMatchObject({ timedBy: 'watch' })
   })
 })

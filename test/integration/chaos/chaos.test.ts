@@ -43,6 +43,8 @@ describe('chaos (short variant)', () => {
     expect(result.kills).toBeGreaterThanOrEqual(config.kills - 2)
     expect(result.foreground_requests).toBeGreaterThan(100)
     expect(result.jobs_created).toBeGreaterThan(0)
+    // Every Job's creation timed by the apiserver itself (chaos/audit.ts), not by the watch's delivery.
+    expect(result.jobs_timed_by_audit).toBe(result.jobs_created)
     expect(result.faults).toMatchObject({ 'demand-pause': 1, quota: 1, 'nats-restart': 1, 'apiserver-stop': 1 })
     expect(result.hostile_events_stored).toBeGreaterThan(config.hostileEvents / 2)
     if (failing.length) process.stderr.write(`[chaos] progress:\n${lines.join('\n')}\n[chaos] failing:\n${report}\n`)

@@ -36,6 +36,8 @@ describe('failover (short variant)', () => {
     expect(result.kills[0]?.new_leader).not.toBe(result.kills[0]?.server)
     expect(result.foreground_requests).toBeGreaterThan(20)
     expect(result.jobs_created).toBeGreaterThan(0)
+    // Every Job's creation timed by the apiserver itself (chaos/audit.ts), not by the watch's delivery.
+    expect(result.jobs_timed_by_audit).toBe(result.jobs_created)
     expect(failing).toEqual([])
   }, 300_000)
 })
