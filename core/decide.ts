@@ -192,20 +192,9 @@ const CANCEL_GATES = [
   'gpu lease',
   'idle window',
 ] as const satisfies readonly GateName[]
-const ADMISSION_GATES = [
-  'model',
-  'template',
-  'gpu request',
-  'background gate',
-  'model ready',
-  'node',
-  'idle window',
-  'gaming',
-  'gpu lease',
-  'claims',
-  'preemption path',
-  'rejected recheck',
-] as const satisfies readonly GateName[]
+/** Admission's gates: GATES from the model on (the ones before it decide for every trigger, admission or not). */
+type AdmissionGate = Exclude<GateName, 'generation' | 'spec' | 'suspend' | 'previous run'>
+const ADMISSION_GATES = GATES.slice(GATES.indexOf('model')) as readonly AdmissionGate[]
 
 export interface DecideOptions {
   /**
@@ -972,7 +961,7 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger, live: bool
 /** One admission gate: undefined when it passes. */
 function admissionCheck(
   w: Work,
-  gate: (typeof ADMISSION_GATES)[number],
+  gate: AdmissionGate,
   ctx: AdmitCtx,
 ): Hold | typeof SKIP | undefined {
   const { s, o, b, now } = w
