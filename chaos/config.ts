@@ -71,8 +71,15 @@ export interface ChaosConfig {
   cancelBoundMs: number
   /** Oracle: start-up allowance of a restarted function process (part of a kill's fault window). */
   processStartAllowanceMs: number
-  /** Oracle: tolerance on both edges of an idle window (watch delivery delay, PubAck vs store time). */
+  /** Oracle: tolerance on both edges of an idle window timed by the watch (its delivery delay, PubAck vs store time). */
   windowToleranceMs: number
+  /**
+   * Oracle: the same, for a Job whose creation the apiserver's audit log times (chaos/audit.ts): only the slack
+   * between NATS's and the apiserver's clocks on one machine and the request's store, so the admission protocol's
+   * own bound — no Job created more than 100 ms after a request stored inside its window, as the deterministic
+   * simulation checks it (test/unit/support/dst.ts).
+   */
+  auditedWindowToleranceMs: number
   /**
    * Oracle: a Job the watch saw after a request stored inside its idle window (beyond the tolerance) is allowed only
    * when the watch saw it deleted within this long of the request's store time: the request raced the POST (no
@@ -123,6 +130,7 @@ export const full: ChaosConfig = {
   cancelBoundMs: 10_000,
   processStartAllowanceMs: 8_000,
   windowToleranceMs: 250,
+  auditedWindowToleranceMs: 100,
   raceDeleteBoundMs: 1_000,
   settleWithinMs: 60_000,
   rssLimitMb: 400,

@@ -234,9 +234,10 @@ export class Oracle {
       }
       const lagged = !audited && job.addedAt - job.createdSecond > 1000 + tol
       const created = audited ? audited.receivedAt : lagged ? job.createdSecond : job.addedAt
+      const edge = audited ? this.config.auditedWindowToleranceMs : tol
       const [from, to] = lagged
         ? [job.createdSecond + 1000 - w + tol, job.createdSecond - tol]
-        : [created - w + tol, created - tol]
+        : [created - w + edge, created - edge]
       // Store time ≤ PubAck time: a request acked up to 1 s after `to` may still have been stored before it.
       const candidates = (byModel.get(model) ?? []).filter((r) => r.ackAt > from && r.ackAt < to + 1000)
       const hits: { sentAt: number; ackAt: number; storedAt?: number }[] = []

@@ -157,6 +157,14 @@ describe('oracle: a Job created inside an idle window', () => {
     expect(raced.raced).toHaveLength(1)
   })
 
+  it("timed by the apiserver audit, the window's edge is the simulation's 100 ms, not the watch's 250 ms", async () => {
+    const received = T + 500
+    const audit = parseJobAudit(auditLine('create', 201, received, received + 20))
+    // Stored 150 ms before the POST arrived and never deleted: inside the bound a watch needs, outside the audit's.
+    expect((await judge({ addedAt: received + 30 }, received - 150, audit)).inWindow).toHaveLength(1)
+    expect((await judge({ addedAt: received + 30 }, received - 80, audit)).inWindow).toHaveLength(0)
+  })
+
   it('an audit of another Job of the same name (another second) is not used', async () => {
     const audit = parseJobAudit(auditLine('create', 201, T - 5_000, T - 4_990))
     const verdict = await judge({ addedAt: T }, T - 300, audit)
