@@ -16,7 +16,13 @@ import { ClaimReads } from './claim-reads.js'
 export const COALESCE_MS = 250
 const bucketOf = (kv: KV) => (kv as unknown as { bucket: string }).bucket
 const DONE = Promise.resolve()
-const CANCEL_DEDUPE_MS = 60_000
+/**
+ * A cancel is sent once per admitted window and sent again, at most this often, while requests keep breaking that
+ * window and the claim still stands: one that did not end the attempt (dropped by cancel as not breaking the window
+ * it saw, lost with a process) must not leave the Job running under foreground traffic. Each send has its own
+ * msgID, so JetStream stores it; replicas and redeliveries within one interval still collapse into one message.
+ */
+export const CANCEL_RESEND_MS = 2_000
 /**
  * Models tracked in memory before idle ones are forgotten (a gateway sending random model names must not grow
  * the process without bound). Forgetting costs nothing but one extra KV read on that model's next request.
@@ -133,8 +139,10 @@ export class Demand {
     this.stats.requests++
     const now = this.deps.now()
     // The window is measured from when NATS accepted the request (its store time), not the gateway's clock: one
-    // that lags would shorten the window, one that runs ahead would hold the model busy into the future.
-    const at = event.storedAt ?? sentAt(event.time, now)
+    // that lags would shorten the window, one that runs ahead would hold the model busy into the future. In whole
+    // milliseconds, as windows are written (ISO times): a store time's microseconds would make the request that
+    // opened a window look later than the window's start, and cancel the attempt admitted on it.
+    const at = Math.floor(event.storedAt ?? sentAt(event.time, now))
     const entry = this.entry(namespace, model)
 
     // Only a claimed model can need a cancel: the usual request allocates nothing for it (no key, no promise).
@@ -218,13 +226,15 @@ export class Demand {
     // Core NATS, nothing stored, so it is sent for every request that breaks the window, not once: a gate that missed
     // one (NATS away for less than its bound) closes on the next.
     this.deps.bus.nc.publish(preemptSubject(claim.namespace, model), JSON.stringify({ job: claim.jobName, at }))
-    // One cancel per admission: Job names repeat across namespaces (and when a backfill is re-created), so the
-    // key names the namespace and the claim's time too — else JetStream's duplicate window would drop the cancel.
-    const cancelKey = `${claim.namespace}.${claim.jobName}.${claim.claimedAt}`
+    // One cancel per admitted window per resend interval: Job names repeat across namespaces (and when a backfill is
+    // re-created), so the key names the namespace, the claim's time and its window too — else JetStream's duplicate
+    // window would drop the cancel.
+    const cancelKey = `${claim.namespace}.${claim.jobName}.${claim.claimedAt}.${claim.idleSince ?? ''}`
     const sent = this.cancelled.get(cancelKey)
     const now = this.deps.now()
-    if (sent && now - sent < CANCEL_DEDUPE_MS) return
+    if (sent !== undefined && now - sent < CANCEL_RESEND_MS) return
     this.cancelled.set(cancelKey, now)
+    const interval = Math.floor(now / CANCEL_RESEND_MS)
     if (this.cancelled.size > 10_000) this.pruneCancelled(now)
     this.stats.cancels++
     // Rare (once per admission broken by foreground) and what an operator asks first: which request cancelled what.
@@ -243,7 +253,7 @@ export class Demand {
           at: new Date(at).toISOString(),
         },
         // Replicas and redeliveries publishing the same cancel collapse into one message.
-        { msgID: `cancel-${cancelKey}` },
+        { msgID: `cancel-${cancelKey}-${interval}` },
       )
       // The preemption's hops (bench/preemption-profile.ts), epoch ms: request stored, handled here, cancel stored
       // (its PubAck back). Debug only, and only per cancel: nothing on the per-request path.
@@ -265,7 +275,7 @@ export class Demand {
   }
 
   private pruneCancelled(now: number) {
-    for (const [job, at] of this.cancelled) if (now - at >= CANCEL_DEDUPE_MS) this.cancelled.delete(job)
+    for (const [job, at] of this.cancelled) if (now - at >= CANCEL_RESEND_MS) this.cancelled.delete(job)
   }
 
   /** Persists the newest request time with compare-and-set (replicas never move it backwards). */

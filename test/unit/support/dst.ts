@@ -39,6 +39,7 @@ import type { Trigger } from '../../../core/decide.js'
 import { ANNOTATION_MODEL, backfillKey, modelKey } from '../../../core/names.js'
 import { type Claim, parseClaim, parseEntry, toKv } from '../../../core/state.js'
 import { awaitAdmittedJob } from '../../../functions/cancel/in-flight.js'
+import { CANCEL_RESEND_MS } from '../../../functions/demand/index.js'
 import { type Bus, isCasConflict } from '../../../jetstream/bus.js'
 import type { Kube } from '../../../kube/kube.js'
 import type { Logger } from '../../../observability/log.js'
@@ -50,7 +51,6 @@ export const CLAIMLESS_MS = 2_000
 const SLOW_CALL_MS = 300
 const NS = 'sim'
 const ACK_WAIT_MS = 2_000
-const DEDUPE_MS = 60_000
 const T0 = Date.parse('2026-06-01T00:00:00.000Z')
 
 /** How hostile a schedule is: probabilities per step or per call. */
@@ -679,7 +679,7 @@ export class Simulation {
 
   /**
    * Demand, its cancel half: the idle state written (never moved back), then the model's claim read; a claim whose
-   * window the request breaks gets one cancel per admission (remembered by namespace, Job and claimedAt).
+   * window the request breaks gets one cancel per admitted window and resend interval (functions/demand).
    */
   private deliverDemand(r: { seq: number; model: string; at: number }) {
     this.spawn(
@@ -709,9 +709,9 @@ export class Simulation {
         const parsed = entry?.operation === 'PUT' ? parseEntry(entry.text, parseClaim) : null
         const claim = parsed?.ok ? parsed.value : null
         if (claim && r.at > Date.parse(claim.idleSince ?? claim.claimedAt)) {
-          const dedupe = `${claim.namespace}.${claim.jobName}.${claim.claimedAt}`
+          const dedupe = `${claim.namespace}.${claim.jobName}.${claim.claimedAt}.${claim.idleSince ?? ''}`
           const sent = this.cancelsSent.get(dedupe)
-          if (sent === undefined || this.now - sent >= DEDUPE_MS) {
+          if (sent === undefined || this.now - sent >= CANCEL_RESEND_MS) {
             this.cancelsSent.set(dedupe, this.now)
             try {
               await this.publish('ai.flexinfer.backfill.cancel', {
