@@ -1176,7 +1176,17 @@ function finish(w: Work): Decision {
   }
 }
 
-const withoutStamp = (s: BackfillState) => JSON.stringify({ ...s, updatedAt: undefined })
+// A state as read from KV is frozen (core/state.ts remembers its parse) and decided on again and again: its JSON
+// without the stamp is remembered with it.
+const stampFree = new WeakMap<BackfillState, string>()
+const withoutStamp = (s: BackfillState) => {
+  let json = stampFree.get(s)
+  if (json === undefined) {
+    json = JSON.stringify({ ...s, updatedAt: undefined })
+    if (Object.isFrozen(s)) stampFree.set(s, json)
+  }
+  return json
+}
 export const sameState = (a: BackfillState | null, b: BackfillState | null) =>
   a === b || (a !== null && b !== null && withoutStamp(a) === withoutStamp(b))
 
