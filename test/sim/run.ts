@@ -61,6 +61,7 @@ if (r.failed) {
   process.stdout.write(`${f.schedule.slice(-60).join('\n')}\n`)
   process.stdout.write(
     `seed ${f.seed} FAILED after ${r.runs} schedules, ${Math.round(r.ms)} ms: ${f.violation}\n` +
+      `failed ${f.steps >= steps ? 'in the quiet tail' : `at step ${f.steps} of ${steps}`}\n` +
       `replay: npm run sim -- --seed ${f.seed} --steps ${steps}${values.revert ? ` --revert ${values.revert}` : ''}${values.hostile ? ' --hostile' : ''} --print\n`,
   )
   process.exit(1)
