@@ -170,7 +170,7 @@ export function runMutant(
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { values } = parseArgs({
     options: {
-      seeds: { type: 'string', default: '3000' },
+      seeds: { type: 'string', default: '5000' },
       'max-seconds': { type: 'string', default: '240' },
       steps: { type: 'string', default: '400' },
       only: { type: 'string' },
