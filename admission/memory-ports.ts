@@ -30,8 +30,18 @@ export type Gate = (op: string, detail?: () => string) => Promise<Verdict>
 export const immediate: Gate = () => OK
 const OK: Promise<Verdict> = Promise.resolve('ok')
 
-/** A failure the scheduler injected (a timeout before or after the call took effect): anything else is a bug. */
-export class SimulatedFault extends Error {}
+/**
+ * A failure the scheduler injected (a timeout before or after the call took effect): anything else is a bug. Without
+ * a stack: thousands are thrown a second, and where one came from is in the schedule, not in a stack.
+ */
+export class SimulatedFault extends Error {
+  constructor(message: string) {
+    const limit = Error.stackTraceLimit
+    Error.stackTraceLimit = 0
+    super(message)
+    Error.stackTraceLimit = limit
+  }
+}
 
 /** Errors thrown on every lost compare-and-set: without a stack (capturing one cost more than the write). */
 function quietError<E extends Error>(make: () => E): E {

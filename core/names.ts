@@ -4,13 +4,27 @@ import { createHash } from 'node:crypto'
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 
+// Every reconcile derives its backfill's label value, and observe() every listed Job's: the same few names hashed
+// again and again. Remembered, bounded (the oldest forgotten first).
+const NAME_HASH_MEMO_MAX = 1024
+const nameHashes = new Map<string, string>()
+const nameHash = (name: string) => {
+  let h = nameHashes.get(name)
+  if (h === undefined) {
+    h = sha256(name)
+    if (nameHashes.size >= NAME_HASH_MEMO_MAX) nameHashes.delete(nameHashes.keys().next().value as string)
+    nameHashes.set(name, h)
+  }
+  return h
+}
+
 /**
  * `<backfill>-<attempt>-<first 8 hex of sha256(backfill)>`, DNS-safe, at most 63 characters. A long name is trimmed
  * in its backfill part only: the attempt and the hash are what keep every attempt's (and every backfill's) name
  * distinct, so they always survive.
  */
 export function jobName(backfill: string, attempt: number): string {
-  const suffix = `-${attempt}-${sha256(backfill).slice(0, 8)}`
+  const suffix = `-${attempt}-${nameHash(backfill).slice(0, 8)}`
   const prefix = backfill
     .toLowerCase()
     .replace(/[^a-z0-9-]/g, '-')
@@ -21,7 +35,7 @@ export function jobName(backfill: string, attempt: number): string {
 }
 
 /** Value of the `ai.flexinfer/model-backfill` label: first 16 hex of sha256(backfill name). */
-export const backfillLabelValue = (backfill: string) => sha256(backfill).slice(0, 16)
+export const backfillLabelValue = (backfill: string) => nameHash(backfill).slice(0, 16)
 
 export const LABEL_BACKFILL = 'ai.flexinfer/model-backfill'
 

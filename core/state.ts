@@ -115,8 +115,25 @@ export type Claim = z.infer<typeof ClaimSchema>
 
 export type Parsed<T> = { ok: true; value: T } | { ok: false; error: string }
 
+/**
+ * The parses parseEntry() remembers, per parser: a KV value never changes once written (a change is a new revision
+ * with its own bytes), and every reconcile reads the same few values again (its state, the model's idle state, the
+ * claims), so the same text is parsed once, not on every read. Bounded (the oldest parse is forgotten first), and
+ * handed out frozen: one reader cannot change what another reads.
+ */
+const PARSED_MEMO_MAX = 256
+const memos = new WeakMap<(raw: unknown) => Parsed<unknown>, Map<string, Parsed<unknown>>>()
+
+function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object' && !Object.isFrozen(o)) {
+    Object.freeze(o)
+    for (const v of Object.values(o)) deepFreeze(v)
+  }
+  return o
+}
+
 function parser<S extends z.ZodType>(schema: S) {
-  return (raw: unknown): Parsed<z.infer<S>> => {
+  const parse = (raw: unknown): Parsed<z.infer<S>> => {
     const r = schema.safeParse(raw)
     if (r.success) return { ok: true, value: { ...(r.data as object), v: STATE_VERSION } as z.infer<S> }
     const why = r.error.issues
@@ -125,6 +142,8 @@ function parser<S extends z.ZodType>(schema: S) {
       .join('; ')
     return { ok: false, error: why }
   }
+  memos.set(parse, new Map())
+  return parse
 }
 
 /** Parses a KV value of any known version into this release's shape (upgraded to STATE_VERSION). */
@@ -137,11 +156,20 @@ export const toKv = (value: object) => JSON.stringify({ ...value, v: STATE_VERSI
 
 /** Parses the bytes of a KV entry: JSON first, then the schema. */
 export function parseEntry<T>(text: string, parse: (raw: unknown) => Parsed<T>): Parsed<T> {
+  const memo = memos.get(parse) as Map<string, Parsed<T>> | undefined
+  const known = memo?.get(text)
+  if (known) return known
   let raw: unknown
+  let r: Parsed<T> | undefined
   try {
     raw = JSON.parse(text)
   } catch (err) {
-    return { ok: false, error: `not JSON: ${(err as Error).message}` }
+    r = { ok: false, error: `not JSON: ${(err as Error).message}` }
   }
-  return parse(raw)
+  r ??= parse(raw)
+  if (memo) {
+    if (memo.size >= PARSED_MEMO_MAX) memo.delete(memo.keys().next().value as string)
+    memo.set(text, deepFreeze(r))
+  }
+  return r
 }

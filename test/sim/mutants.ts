@@ -1,8 +1,9 @@
-// npm run sim:mutants [-- --seeds N --max-seconds T --only name]: the race-finding check. Each admission race fixed
-// so far is put back — a fix in product code undone on a copy of the tree (the working tree is never touched), a
-// fix of the simulated drivers undone by its --revert flag — and the simulation must find it again within a bounded
-// number of seeds and seconds. Prints, per race, the first failing seed, how many schedules and how long it took, and
-// the violation; exits 1 if a race was not found (or a mutation no longer applies: its anchor text changed).
+// npm run sim:mutants [-- --seeds N --max-seconds T --steps K --jobs J --only name]: the race-finding check. Each
+// admission race fixed so far is put back — a fix in product code undone on a copy of the tree (the working tree is
+// never touched), a fix of the simulated drivers undone by its --revert flag — and the simulation must find it again
+// within a bounded number of seeds and seconds. Prints, per race, the first failing seed, how many schedules and how
+// long it took, where in its schedule it failed, and the violation; exits 1 if a race was not found (or a mutation no
+// longer applies: its anchor text changed). --jobs goes to npm run sim (default: one worker thread per CPU).
 import { spawnSync } from 'node:child_process'
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -125,12 +126,14 @@ export interface MutantResult {
   schedules?: number
   ms?: number
   violation?: string
+  /** Where in its schedule the failing seed failed: at which step, or in the quiet tail. */
+  where?: string
   output: string
 }
 
 export function runMutant(
   m: Mutant,
-  o: { seeds: number; maxSeconds: number; steps: number; hostile?: boolean },
+  o: { seeds: number; maxSeconds: number; steps: number; hostile?: boolean; jobs?: number },
 ): MutantResult {
   const dir = m.edits?.length ? mutatedCopy(m) : root
   try {
@@ -138,6 +141,7 @@ export function runMutant(
     args.push('--steps', String(o.steps), '--max-seconds', String(o.maxSeconds))
     if (m.revert) args.push('--revert', m.revert)
     if (o.hostile) args.push('--hostile')
+    if (o.jobs !== undefined) args.push('--jobs', String(o.jobs))
     // Bounded: the run stops itself at --max-seconds; the kill is for a run that hangs.
     const r = spawnSync(process.execPath, args, {
       cwd: dir,
@@ -155,6 +159,7 @@ export function runMutant(
       schedules: Number(f[2]),
       ms: Number(f[3]),
       violation: f[4],
+      where: /failed (at step \d+ of \d+|in the quiet tail)/.exec(output)?.[1],
       output,
     }
   } finally {
@@ -165,11 +170,12 @@ export function runMutant(
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { values } = parseArgs({
     options: {
-      seeds: { type: 'string', default: '3000' },
+      seeds: { type: 'string', default: '5000' },
       'max-seconds': { type: 'string', default: '240' },
       steps: { type: 'string', default: '400' },
       only: { type: 'string' },
       hostile: { type: 'boolean', default: false },
+      jobs: { type: 'string' },
     },
   })
   const o = {
@@ -177,6 +183,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     maxSeconds: Number(values['max-seconds']),
     steps: Number(values.steps),
     hostile: values.hostile,
+    jobs: values.jobs === undefined ? undefined : Number(values.jobs),
   }
   let missed = 0
   for (const m of MUTANTS.filter((x) => !values.only || x.name === values.only)) {
@@ -184,7 +191,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     if (!r.found) missed++
     process.stdout.write(
       r.found
-        ? `${m.name}: found, seed ${r.seed} after ${r.schedules} schedules, ${(r.ms ?? 0) / 1000} s: ${r.violation}\n`
+        ? `${m.name}: found, seed ${r.seed} after ${r.schedules} schedules, ${(r.ms ?? 0) / 1000} s: ${r.violation} ` +
+            `(failed ${r.where})\n`
         : `${m.name}: NOT found within ${o.seeds} seeds / ${o.maxSeconds} s (${m.race})\n${r.output.slice(-400)}\n`,
     )
   }

@@ -1,10 +1,12 @@
-// npm run sim -- --seeds N [--from S] [--steps K] [--max-seconds T] [--revert a,b] [--seed S --print]: the
-// deterministic simulation of admission (test/unit/support/dst.ts) over many seeds; a failing seed is printed with its
-// schedule and replays exactly. --revert undoes fixes of the simulated drivers (the race-finding check, see
+// npm run sim -- --seeds N [--from S] [--steps K] [--max-seconds T] [--jobs J] [--revert a,b] [--seed S --print]: the
+// deterministic simulation of admission (test/unit/support/dst.ts) over many seeds, on J worker threads (default: one
+// per CPU; --jobs 1 runs them in this thread); the lowest failing seed is printed with its schedule and replays
+// exactly. --revert undoes fixes of the simulated drivers (the race-finding check, see
 // test/sim/mutants.ts); --hostile draws more duplicates and slow calls; --stats prints how often each fault kind was
 // generated.
 import { parseArgs } from 'node:util'
 import { DEFAULT_FAULTS, HOSTILE_FAULTS, type Reverts, searchSeeds, simulate } from '../unit/support/dst.js'
+import { defaultJobs, searchSeedsParallel } from './parallel.js'
 
 const { values } = parseArgs({
   options: {
@@ -12,6 +14,7 @@ const { values } = parseArgs({
     from: { type: 'string', default: '1' },
     steps: { type: 'string', default: '400' },
     'max-seconds': { type: 'string' },
+    jobs: { type: 'string' },
     revert: { type: 'string', default: '' },
     seed: { type: 'string' },
     print: { type: 'boolean', default: false },
@@ -41,22 +44,30 @@ if (values.seed !== undefined) {
 const from = Number(values.from)
 const count = Number(values.seeds)
 const maxMs = values['max-seconds'] === undefined ? undefined : Number(values['max-seconds']) * 1000
+const jobs = values.jobs === undefined ? defaultJobs() : Number(values.jobs)
 const cpu0 = process.cpuUsage()
-const r = await searchSeeds(from, count, { steps, reverts, faults, maxMs })
+const r =
+  jobs > 1
+    ? await searchSeedsParallel(from, count, jobs, { steps, reverts, faults, maxMs })
+    : await searchSeeds(from, count, { steps, reverts, faults, maxMs })
+// The process's CPU time: every worker thread's included.
 const cpu = process.cpuUsage(cpu0)
 const cpuS = (cpu.user + cpu.system) / 1e6
 const rate = Math.round((r.runs / r.ms) * 1000)
+const stepRate = Math.round((r.steps / r.ms) * 1000)
 if (values.stats) process.stdout.write(`${JSON.stringify(r.stats)}\n`)
 if (r.failed) {
   const f = r.failed
   process.stdout.write(`${f.schedule.slice(-60).join('\n')}\n`)
   process.stdout.write(
     `seed ${f.seed} FAILED after ${r.runs} schedules, ${Math.round(r.ms)} ms: ${f.violation}\n` +
+      `failed ${f.steps >= steps ? 'in the quiet tail' : `at step ${f.steps} of ${steps}`}\n` +
       `replay: npm run sim -- --seed ${f.seed} --steps ${steps}${values.revert ? ` --revert ${values.revert}` : ''}${values.hostile ? ' --hostile' : ''} --print\n`,
   )
   process.exit(1)
 }
 process.stdout.write(
-  `${r.runs} schedules ok (seeds ${from}..${from + r.runs - 1}, ${steps} steps) in ${Math.round(r.ms)} ms, ${rate}/s ` +
-    `(${Math.round(r.runs / cpuS)} per CPU second)\n`,
+  `${r.runs} schedules ok (seeds ${from}..${from + r.runs - 1}, ${steps} steps, ${jobs} job${jobs > 1 ? 's' : ''}) in ` +
+    `${Math.round(r.ms)} ms: ${rate} schedules/s, ${stepRate} steps/s (${Math.round(r.runs / cpuS)} schedules ` +
+    `per CPU second)\n`,
 )
