@@ -959,11 +959,7 @@ function gatesAndAdmit(w: Work, repeatDue: boolean, trigger: Trigger, live: bool
 }
 
 /** One admission gate: undefined when it passes. */
-function admissionCheck(
-  w: Work,
-  gate: AdmissionGate,
-  ctx: AdmitCtx,
-): Hold | typeof SKIP | undefined {
+function admissionCheck(w: Work, gate: AdmissionGate, ctx: AdmitCtx): Hold | typeof SKIP | undefined {
   const { s, o, b, now } = w
   const model = o.model
   switch (gate) {
