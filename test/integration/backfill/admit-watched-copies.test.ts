@@ -9,9 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import type { AdmissionCaches } from '../../../kube/kube.js'
 import type { Runner } from '../../../process/runner.js'
-import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, ms, waitUntil } from '../support/backfill-world.js'
+import { BackfillWorld, handledAll, ms, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -80,7 +79,9 @@ describe.sequential("a change admit's watched copy has not seen", () => {
     expect(job.spec?.template.spec?.containers[0]?.image).toBe('busybox:1.36')
     // The GPU gate decided on the template as it is now, not on the copy: Blocked, and no Job.
     await world.waitFor(gpu.backfill, 'Blocked', 'GPURequestForbidden', Math.max(0, gpu.due - Date.now()) + 30_000)
-    await sleep(2000)
+    // The timer's admission is over (admit has handled all it was sent): a Job POSTed from the stale copy would be
+    // there by now.
+    await handledAll(admit)
     expect(await world.jobsOf(gpu.backfill)).toEqual([])
     expect((await world.state(gpu.backfill))?.attempts ?? 0).toBe(0)
   })
@@ -99,7 +100,9 @@ describe.sequential("a change admit's watched copy has not seen", () => {
     expect(caches().backfills?.get(env.namespace, n.backfill)?.spec.suspend).toBeFalsy()
 
     await world.waitFor(n.backfill, 'Suspended', 'Suspended', Math.max(0, n.due - Date.now()) + 30_000)
-    await sleep(2000) // a Job POSTed from the old spec would be there by now
+    // The timer's admission is over (admit has handled all it was sent): a Job POSTed from the old spec would be
+    // there by now.
+    await handledAll(admit)
     expect(await world.jobsOf(n.backfill)).toEqual([])
     const state = await world.state(n.backfill)
     expect(state?.attempts ?? 0).toBe(0)

@@ -7,13 +7,14 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { afterAll, beforeAll, describe, inject, it } from 'vitest'
 import { backfillLabelValue, jobName, LABEL_BACKFILL } from '../../../core/names.js'
+import { SCHEDULER_TICK_MS } from '../../../core/timer-tick.js'
 import { BUCKET_CLAIMS, STREAM_DEAD_LETTER } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
 import { DEAD_LETTER_REASON } from '../../../jetstream/bus.js'
 import type { Runner } from '../../../process/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, STARTED, waitUntil } from '../support/backfill-world.js'
+import { BackfillWorld, handledAll, STARTED, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -77,6 +78,7 @@ describe.concurrent('hostile refs', () => {
       idleFor: '1s',
     })
     hostile.push(['long', { modelRef: 'x'.repeat(300) }, 'ModelNotFound'])
+    const declaredAt = Date.now()
 
     for (const [id, refs, reason] of hostile) {
       const field = refs.modelRef !== undefined ? 'modelRef' : 'templateRef'
@@ -90,7 +92,11 @@ describe.concurrent('hostile refs', () => {
       expect.objectContaining({ type: 'Warning', reason: 'Blocked', message: expect.stringMatching(/gemma 4/) }),
     )
     await world.waitFor(n.backfill, 'Running', 'JobRunning')
-    await sleep(1500) // past idleFor: still nothing created for them
+    // Time is the subject here: their idleFor (1s, and a scheduler tick) must have passed since the last of them was
+    // declared, so that any timer armed for their window has fired; then admit has handled all it was sent.
+    await sleep(declaredAt + 1000 + SCHEDULER_TICK_MS - Date.now())
+    await handledAll(runner, ['admit'])
+    // Still nothing created for them.
     for (const [id] of hostile) expect(await world.jobsOf(`hostile-${id}`)).toEqual([])
     // Fixing the ref is a spec change like any other: it then runs.
     await world.patchBackfillSpec('hostile-space', { modelRef: n.model })
@@ -147,7 +153,7 @@ describe.concurrent('cancel authority', () => {
     expect(reason).toMatch(
       new RegExp(`refusing to delete Job ${foreignWorld.namespace}/payroll for backfill payroll: it carries no`),
     )
-    await sleep(500)
+    // The dead letter is the cancel handled: the refusal is decided before any DELETE is sent.
     expect(await alive(foreignWorld, 'payroll')).toBe(true)
   })
 
@@ -167,7 +173,7 @@ describe.concurrent('cancel authority', () => {
     const job = jobName(n.backfill, 1)
     const other = await forgeCancel({ namespace: env.namespace, backfill: 'victim', jobName: job })
     expect(other).toMatch(/its ai.flexinfer\/model-backfill label is not that of backfill victim/)
-    await sleep(500)
+    // Both dead letters are the cancels handled: the refusal is decided before any DELETE is sent.
     expect(await alive(world, 'lookalike')).toBe(true)
     expect(await alive(world, job)).toBe(true)
     expect((await world.getBackfill(n.backfill))?.status?.phase).toBe('Running')
@@ -187,7 +193,10 @@ describe.concurrent('cancel authority', () => {
     // The backfill is declared and decided many times (finalizer, window, timers): none of it may touch that Job.
     await world.declare('labelled')
     await world.waitFor(n.backfill, 'WaitingForIdle')
-    await sleep(3000)
+    // Its window ended, its timer fired and it was admitted; and the functions that reconcile (and so may delete a
+    // stray) have handled all they were sent by then.
+    await world.waitFor(n.backfill, 'Running', 'JobRunning')
+    await handledAll(runner, ['admit', 'cancel', 'lifecycle'])
     expect(await alive(world, `${n.backfill}-7-unowned`)).toBe(true)
   })
 

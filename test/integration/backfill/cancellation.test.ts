@@ -6,7 +6,7 @@ import { describe, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
-import { ms, STARTED, waitUntil } from '../support/backfill-world.js'
+import { handledAll, ms, STARTED, waitUntil } from '../support/backfill-world.js'
 
 const env = useTestEnv()
 const sys = useBackfillSystem(env, { httpPort: 0 })
@@ -50,7 +50,8 @@ describe.concurrent('foreground demand', () => {
     expect(cancelling.status?.conditions?.[0]).toMatchObject({ status: 'False', reason: 'ForegroundDemand' })
     const deleting = await sys.world.job(r.job)
     expect(deleting?.metadata?.deletionTimestamp).toBeTruthy()
-    await new Promise((resolve) => setTimeout(resolve, 1000))
+    // Every function has handled what the deletion set off (the Job's update included): still Cancelling.
+    await handledAll(sys.runner)
     expect((await sys.world.getBackfill(r.backfill))?.status?.phase).toBe('Cancelling')
 
     await sys.world.releasePods(r.job)
@@ -334,7 +335,8 @@ describe.concurrent('deleting the ModelBackfill', () => {
       reason: 'BackfillCancelled',
       message: `ModelBackfill is being deleted; deleting Job ${r.job}`,
     })
-    await new Promise((resolve) => setTimeout(resolve, 1000))
+    // Every function has handled what the deletion set off: the ModelBackfill is still there.
+    await handledAll(sys.runner)
     expect(await sys.world.getBackfill(r.backfill)).not.toBeNull()
 
     await sys.world.releasePods(r.job)

@@ -4,12 +4,14 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { reconcile } from '../../../admission/reconcile.js'
 import { jobName } from '../../../core/names.js'
+import { SCHEDULER_TICK_MS } from '../../../core/timer-tick.js'
 import { STREAM_DEAD_LETTER } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
 import { DEAD_LETTER_REASON } from '../../../jetstream/bus.js'
 import type { Runner } from '../../../process/runner.js'
+import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { BackfillWorld, handledAll, ms, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -37,8 +39,9 @@ describe('racing admit replicas', () => {
     await world.model('m-race', { node: 'node-race' })
     await world.template('tpl-race')
     await world.backfill('race', { modelRef: 'm-race', templateRef: 'tpl-race', idleFor: '2s' })
-    await world.waitFor('race', 'WaitingForIdle', 'IdleWindow')
-    await new Promise((r) => setTimeout(r, 2100))
+    const waiting = await world.waitFor('race', 'WaitingForIdle', 'IdleWindow')
+    // Time is the subject: the window must be complete for the racers to admit (100 ms past its end).
+    await sleep(ms(waiting.status?.idleSince) + 2100 - Date.now())
     // Both replicas (and direct reconciles on two independent connections) race for the same admission.
     const bus = runner.deps.bus
     await Promise.all([
@@ -50,7 +53,9 @@ describe('racing admit replicas', () => {
       reconcile(secondAdmit.deps, 'admit', env.namespace, 'race', { type: 'admit' }),
     ])
     await world.waitFor('race', 'Running')
-    await new Promise((r) => setTimeout(r, 1500))
+    // Every racer done: the direct reconciles returned above, and both replicas (one durable consumer) and the
+    // rest of the system have handled all they were sent.
+    await handledAll(runner)
     const jobs = await ownJobs('race')
     expect(jobs.map((j) => j.metadata?.name)).toEqual([jobName('race', 1)])
     const state = await world.state('race')
@@ -115,7 +120,10 @@ describe('duplicated and reordered events', () => {
     ]
     const shuffled = [...replays, ...replays, ...replays].sort(() => Math.random() - 0.5)
     for (const publish of shuffled) await publish()
-    await new Promise((r) => setTimeout(r, 3000))
+    // The replayed timers (due 200 ms after they were armed) have fired: time is the subject, a scheduler tick more;
+    // then every function has handled all the replays.
+    await sleep(200 + SCHEDULER_TICK_MS)
+    await handledAll(runner)
 
     const after = await world.state('replay')
     expect(after?.phase).toBe('Succeeded')
@@ -147,7 +155,8 @@ describe('duplicated and reordered events', () => {
       ...Array.from({ length: 5 }, () => runner.deps.bus.publish('ai.flexinfer.backfill.cancel', cancel)),
     ])
     await world.waitFor('dup', 'WaitingForIdle')
-    await new Promise((r) => setTimeout(r, 500))
+    // Every duplicate cancel handled (each one's bookkeeping runs before its ack).
+    await handledAll(runner)
     const state = await world.state('dup')
     expect(state?.counters.preemptions).toEqual({ foreground: 1 })
     expect(state?.attempts).toBe(1)

@@ -7,8 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { BackfillState } from '../../../core/state.js'
 import type { Runner } from '../../../process/runner.js'
+import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { BackfillWorld, handledAll, waitUntil } from '../support/backfill-world.js'
 import { hook as hookCall, watchJobs } from '../support/job-watch.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
 
@@ -30,7 +31,6 @@ afterAll(async () => {
   await runner?.stop()
 })
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 const jobsSeenOf = (backfill: string) => jobWatch?.of(backfill) ?? []
 
 function hook<T extends object, K extends keyof T>(obj: T, key: K, wrap: (original: T[K]) => T[K]) {
@@ -70,14 +70,17 @@ describe('a request on the documented subject, stored after the fence', () => {
           const revision = await original(key, value, version)
           if (storedAt === undefined && s.name === backfill && s.phase === 'Starting') {
             storedAt = await world.foregroundOnDocumentedSubject(model)
-            await sleep(300)
+            await sleep(300) // time is the subject: the slow step the request lands in
           }
           return revision
         }) as typeof kv.update,
     )
     await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
     await waitUntil('the admission to reach its state write', async () => storedAt)
-    await sleep(1500)
+    // Past the gap: the admission that passed the fence has been handled (its Job POSTed, or not), and the watch has
+    // seen every Job change made until then.
+    await handledAll(runner, ['admit'])
+    await jobWatch?.caughtUp()
     const stored = storedAt as number
     // The chaos oracle's rule: a Job seen at c breaks the window of a request stored at s when
     // c - idleFor + 250 ms < s < c - 250 ms.
@@ -100,7 +103,7 @@ describe('a request on the documented subject, stored after the fence', () => {
           const owner = job.metadata?.ownerReferences?.[0]?.name
           if (storedAt === undefined && owner === backfill) {
             storedAt = await world.foregroundOnDocumentedSubject(model)
-            await sleep(300)
+            await sleep(300) // time is the subject: the slow step the request lands in
           }
           return original(job)
         }) as typeof kube.createJob,

@@ -7,8 +7,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { lastRequestAt } from '../../../admission/fence.js'
 import type { BackfillState } from '../../../core/state.js'
 import type { Runner } from '../../../process/runner.js'
+import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, ms, waitUntil } from '../support/backfill-world.js'
+import { BackfillWorld, handledAll, ms, waitUntil } from '../support/backfill-world.js'
 import { hook as hookCall, watchJobs } from '../support/job-watch.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
 
@@ -30,7 +31,6 @@ afterAll(async () => {
   await runner?.stop()
 })
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 const jobsSeenOf = (backfill: string) => jobWatch?.of(backfill) ?? []
 
 /** A hook for this test file (support/job-watch.ts); undone in afterAll. */
@@ -65,15 +65,17 @@ describe('the fence → create gap', () => {
           // Committed: the admission is past its fence and on its way to the POST.
           if (storedAt === undefined && s.name === backfill && s.phase === 'Starting') {
             storedAt = await foregroundStoredAt(model)
-            await sleep(600)
+            await sleep(600) // time is the subject: the slow step the request lands in
           }
           return revision
         }) as typeof kv.update,
     )
     await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
     await waitUntil('the admission to reach its state write', async () => storedAt)
-    // Past the gap: the request was in the store before the POST could be sent.
-    await sleep(2000)
+    // Past the gap: the admission that passed the fence has been handled (its Job POSTed, or not), and the watch has
+    // seen every Job change made until then.
+    await handledAll(runner, ['admit'])
+    await jobWatch?.caughtUp()
     // The chaos oracle's rule (chaos/oracle.ts): a Job seen at c breaks the window of a request stored at s when
     // c - idleFor + 250 ms < s < c - 250 ms.
     const stored = storedAt as number
@@ -114,7 +116,7 @@ describe('the fence → create gap', () => {
           const owner = job.metadata?.ownerReferences?.[0]?.name
           if (storedAt === undefined && owner === backfill) {
             storedAt = await foregroundStoredAt(model)
-            await sleep(400)
+            await sleep(400) // time is the subject: the slow step the request lands in
           }
           return original(job)
         }) as typeof kube.createJob,

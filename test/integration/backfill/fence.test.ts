@@ -3,6 +3,7 @@
 // demand (scaled to zero, crashed, backlogged). Each scenario stops the function's consumer loop in a running
 // system, as a scale-to-zero or a crash leaves it: the durable consumer stays and requests queue on it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { SCHEDULER_TICK_MS } from '../../../core/timer-tick.js'
 import { catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
 import { cancelFunction } from '../../../functions/cancel/index.js'
@@ -11,8 +12,9 @@ import type { Runner } from '../../../process/runner.js'
 import { scoped } from '../../../transport/deps.js'
 import type { EventFunction } from '../../../transport/function.js'
 import { type RunningFunction, runOnJetStream } from '../../../transport/jetstream-adapter.js'
+import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, ms, waitUntil } from '../support/backfill-world.js'
+import { BackfillWorld, handledAll, ms, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -29,8 +31,6 @@ afterAll(async () => {
   for (const f of restarted) await f.stop()
   await runner?.stop()
 })
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 /** Stops one function of the running system (its durable consumer stays, as when it is scaled to zero). */
 async function stopFunction(name: string) {
@@ -54,12 +54,14 @@ describe('the admission fence', () => {
     await stopFunction('demand')
     await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '4s' })
     await world.waitFor(backfill, 'WaitingForIdle', 'IdleWindow')
+    // Time is the subject: the request must land well inside the declaration's window, so that the window it opens
+    // ends measurably later than the declaration's own.
     await sleep(2500)
     const requestAt = await world.foregroundOnDocumentedSubject(model)
-    // Past the declaration's first window: without the fence admit saw no request (demand never wrote one).
-    await sleep(4000)
-    expect(await world.jobsOf(backfill)).toEqual([])
+    // The declaration's first window ended and admit handled its timer: without the fence admit saw no request
+    // (demand never wrote one) and would have admitted; the fence's refusal is in the status.
     await world.waitForStatus(backfill, 'not admitting: no demand', (s) => /no demand instance/.test(s.message ?? ''))
+    expect(await world.jobsOf(backfill)).toEqual([])
 
     await startFunction(demandFunction())
     await world.waitFor(backfill, 'Running', undefined, 20_000)
@@ -75,9 +77,9 @@ describe('the admission fence', () => {
     await world.template(template)
     await stopFunction('cancel')
     await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
-    await sleep(3500)
-    expect(await world.jobsOf(backfill)).toEqual([])
+    // The window ended and admit handled its timer: the fence's refusal is in the status, and no Job was created.
     await world.waitForStatus(backfill, 'not admitting: no cancel', (s) => /no cancel instance/.test(s.message ?? ''))
+    expect(await world.jobsOf(backfill)).toEqual([])
     await startFunction(cancelFunction())
     await world.waitFor(backfill, 'Running', undefined, 20_000)
     // And it is cancelled by the next request, through the restarted cancel.
@@ -90,7 +92,9 @@ describe('the admission fence', () => {
     await world.model(model, { node })
     await world.template(template)
     await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '4s' })
-    await world.waitFor(backfill, 'WaitingForIdle', 'IdleWindow')
+    const waiting = await world.waitFor(backfill, 'WaitingForIdle', 'IdleWindow')
+    // Time is the subject: the request must land well inside the declaration's window, so that the window it opens
+    // ends measurably (creationTimestamp has whole seconds) later than the declaration's own.
     await sleep(2000)
     // The gateway's clock is an hour behind: its `time` says the request is old news.
     const lagging = new Date(Date.now() - 3_600_000).toISOString()
@@ -101,7 +105,10 @@ describe('the admission fence', () => {
     )
     const stored = await runner.deps.bus.jsm.streams.getMessage(ack.stream, { seq: ack.seq })
     const storedAt = stored?.time.getTime() ?? 0
-    await sleep(3000) // past the declaration's own first window
+    // Past the declaration's own first window (time is the subject: its timer fires then, a scheduler tick early at
+    // most), and admit has handled that timer: no Job for a window the request re-opened.
+    await sleep(ms(waiting.status?.idleSince) + 4000 + SCHEDULER_TICK_MS - Date.now())
+    await handledAll(runner, ['admit'])
     expect(await world.jobsOf(backfill)).toEqual([])
     await world.waitFor(backfill, 'Running', undefined, 20_000)
     const [job] = await world.jobsOf(backfill)

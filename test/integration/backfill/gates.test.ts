@@ -6,13 +6,23 @@
 import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { describe, inject, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
+import { SCHEDULER_TICK_MS } from '../../../core/timer-tick.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
-import { ms, ready } from '../support/backfill-world.js'
+import { handledAll, ms, ready } from '../support/backfill-world.js'
 
 const env = useTestEnv()
 const sys = useBackfillSystem(env)
+
+/**
+ * Time is the subject: idleFor (and a scheduler tick) past `since`, when any timer armed for a window opened then
+ * has fired; then admit has handled all it was sent, that timer included.
+ */
+async function pastIdleFor(since: number, idleForMs = 2000) {
+  await sleep(since + idleForMs + SCHEDULER_TICK_MS - Date.now())
+  await handledAll(sys.runner, ['admit'])
+}
 
 describe.concurrent('WaitingForIdle', () => {
   it('ModelNotReady while the model is not Ready; the idle window starts only when it turns Ready', async ({
@@ -24,7 +34,7 @@ describe.concurrent('WaitingForIdle', () => {
     expect(waiting.status?.idleSince).toBeUndefined()
     expect(ready(waiting)).toBe('False')
 
-    await sleep(3000) // longer than idleFor: a model that is not warm gets no backfill
+    await pastIdleFor(Date.now()) // a model that is not warm gets no backfill
     const still = await sys.world.getBackfill(n.backfill)
     expect(`${still?.status?.phase}/${still?.status?.reason}`).toBe('WaitingForIdle/ModelNotReady')
     expect(await sys.world.jobsOf(n.backfill)).toEqual([])
@@ -72,7 +82,7 @@ describe.concurrent('WaitingForIdle', () => {
     while (Date.now() < until) {
       last = Date.now()
       await emitter.emit({ namespace: env.namespace, model: n.model })
-      await sleep(400)
+      await sleep(400) // time is the subject: requests at this pace keep the model busy
     }
     await emitter.close()
     expect(history.phases()).toEqual(['WaitingForIdle/IdleWindow'])
@@ -96,7 +106,7 @@ describe.concurrent('WaitingForIdle', () => {
     await sys.world.backfill(n.backfill, { modelRef: n.model, templateRef: n.template, idleFor: '2s' })
     const waiting = await sys.world.waitFor(n.backfill, 'WaitingForIdle', 'NodeUnresolved')
     expect(waiting.status?.message).toBe(`Model ${n.model} has no status.gpu.node or hostname selector`)
-    await sleep(2500)
+    await pastIdleFor(Date.now())
     expect((await sys.world.getBackfill(n.backfill))?.status?.reason).toBe('NodeUnresolved')
     expect(await sys.world.jobsOf(n.backfill)).toEqual([])
 
@@ -169,7 +179,8 @@ describe.concurrent('Blocked', () => {
       message: `ModelNotFound: ${message}`,
     })
 
-    await sleep(2500) // longer than idleFor while the Model is missing: that time is not an idle window
+    // Time is the subject: longer than idleFor while the Model is missing, that time is not an idle window.
+    await sleep(2500)
     const createdAt = Date.now()
     await sys.world.model(n.model, { node: n.node })
     const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
@@ -209,7 +220,7 @@ describe.concurrent('Blocked', () => {
     const blocked = await sys.world.waitFor(n.backfill, 'Blocked', 'GPURequestForbidden')
     const message = `CronJob ${n.template} container eval sets limits.nvidia.com/gpu=1; backfill must not request a GPU`
     expect(blocked.status?.message).toBe(message)
-    await sleep(3000)
+    await pastIdleFor(Date.now())
     expect((await sys.world.getBackfill(n.backfill))?.status?.reason).toBe('GPURequestForbidden')
     expect(await sys.world.jobsOf(n.backfill)).toEqual([])
     expect((await sys.world.state(n.backfill))?.attempts).toBe(0)
@@ -254,7 +265,7 @@ describe.concurrent('Blocked', () => {
     expect(c.status?.message).toBe('invalid environment variable name(s): BAD-NAME')
     const d = await sys.world.waitFor(`${n.backfill}-d`, 'Blocked', 'InvalidEnvironment')
     expect(d.status?.message).toBe('FLEXINFER_WORKLOAD_CLASS is reserved and cannot be overridden')
-    await sleep(2500) // past idleFor
+    await pastIdleFor(Date.now())
     expect(await sys.world.jobsOf(`${n.backfill}-c`)).toEqual([])
     expect(await sys.world.jobsOf(`${n.backfill}-d`)).toEqual([])
     expect(await sys.world.events(`${n.backfill}-c`)).toContainEqual({
@@ -285,7 +296,7 @@ describe.concurrent('Blocked', () => {
     await sys.world.backfillBypassingAdmission(inject('testEnv').etcdUrl, n.backfill, spec)
     const blocked = await sys.world.waitFor(n.backfill, 'Blocked', 'InvalidRepeatAfter')
     expect(blocked.status?.message).toBe('repeatAfter 30s must be 0 or at least 1m')
-    await sleep(2500)
+    await pastIdleFor(Date.now())
     expect(await sys.world.jobsOf(n.backfill)).toEqual([])
   })
 })
@@ -296,7 +307,7 @@ describe.concurrent('Suspended', () => {
     const suspended = await sys.world.waitFor(n.backfill, 'Suspended', 'Suspended')
     expect(suspended.status?.message).toBe('spec.suspend is true; no attempt may run')
     expect(ready(suspended)).toBe('False')
-    await sleep(3000)
+    await pastIdleFor(Date.now())
     expect((await sys.world.getBackfill(n.backfill))?.status?.phase).toBe('Suspended')
     expect(await sys.world.jobsOf(n.backfill)).toEqual([])
 

@@ -4,10 +4,9 @@
 // cancellation.test.ts. Tests run concurrently, each on its own node.
 import { describe, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
-import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
-import { ms } from '../support/backfill-world.js'
+import { handledAll, ms } from '../support/backfill-world.js'
 
 const env = useTestEnv()
 const sys = useBackfillSystem(env)
@@ -56,7 +55,8 @@ describe.concurrent('gaming sessions', () => {
     await sys.world.declare(n.backfill)
     const blocked = await sys.world.waitFor(n.backfill, 'Blocked', 'GamingIntent')
     expect(blocked.status?.message).toBe(`GamingSession ${session} targets node ${n.node}`)
-    await sleep(1000)
+    // The admission that found the session is over (admit has handled all it was sent): no Job from it.
+    await handledAll(sys.runner, ['admit'])
     expect(await sys.world.jobsOf(n.backfill)).toEqual([])
 
     await sys.world.clearFinalizers('gamingsessions', session)

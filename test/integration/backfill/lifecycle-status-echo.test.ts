@@ -14,7 +14,7 @@ import { openDeps, scoped } from '../../../transport/deps.js'
 import { type RunningFunction, runOnJetStream } from '../../../transport/jetstream-adapter.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld } from '../support/backfill-world.js'
+import { BackfillWorld, handledAll } from '../support/backfill-world.js'
 import { CountingProxy } from '../support/counting-proxy.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
 
@@ -73,7 +73,7 @@ it('a status write made by a re-arm on a busy model costs lifecycle no reconcile
     const until = Date.now() + 100_000
     for (let i = 0; i < 100 && busy && Date.now() < until; i++) {
       await world.foreground('m')
-      await sleep(1_000)
+      await sleep(1_000) // time is the subject: the model is busy at this pace
     }
   })()
   try {
@@ -84,10 +84,13 @@ it('a status write made by a re-arm on a busy model costs lifecycle no reconcile
       const b = await world.waitFor(name, 'WaitingForIdle', 'IdleWindow', 60_000)
       firstIdle.set(name, b.status?.idleSince)
     }
-    await sleep(2_000) // the echoes of the first decisions (finalizer, first status) are handled
+    // The first decisions (finalizer, first status) are made and their echoes handled by lifecycle.
+    await handledAll(runner)
+    await handledAll({ deps: runner.deps, functions: [lifecycle] })
     const settled = echoes.length
 
     // 12 s: each window's timer fires every ~3 s on the busy model and is re-armed, with a status write each time.
+    // Time is the subject: several windows' worth of re-arms.
     await sleep(12_000)
     for (const name of names) {
       const b = await world.getBackfill(name)

@@ -9,11 +9,12 @@ import { afterAll, beforeAll, describe, it } from 'vitest'
 import type { ModelBackfill, ModelBackfillStatus } from '../../../core/api.js'
 import { buildJob } from '../../../core/job.js'
 import { jobName, modelKey } from '../../../core/names.js'
+import { SCHEDULER_TICK_MS } from '../../../core/timer-tick.js'
 import { BUCKET_CLAIMS } from '../../../events/catalog.js'
 import type { Runner } from '../../../process/runner.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
+import { BackfillWorld, handledAll, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -107,7 +108,10 @@ describe('takeover from the reference controller', () => {
     await waitUntil('state of done and failed', async () =>
       (await world.state('done')) && (await world.state('failed')) ? true : undefined,
     )
-    await sleep(4000) // idleFor is 2s: a rerun would have been admitted by now
+    // Time is the subject: idleFor (2s) and a scheduler tick past the moment they were taken over, when a window
+    // opened then would have ended and its timer fired; then every function has handled all it was sent.
+    await sleep(2000 + SCHEDULER_TICK_MS)
+    await handledAll(runner)
     const done = await world.getBackfill('done')
     const failed = await world.getBackfill('failed')
     expect(`${done?.status?.phase}/${done?.status?.reason}`).toBe('Succeeded/JobComplete')
@@ -134,7 +138,8 @@ describe('takeover from the reference controller', () => {
       return e?.operation === 'PUT' ? e.json<{ jobName: string }>() : undefined
     })
     expect(claim.jobName).toBe(RUNNING_JOB())
-    await sleep(2000)
+    // Everything the takeover set off is handled: nothing deleted the adopted Job.
+    await handledAll(runner)
     const job = await world.job(RUNNING_JOB())
     expect(job?.metadata?.deletionTimestamp).toBeUndefined()
     expect((await world.jobsOf(running.n.backfill)).map((j) => j.metadata?.name)).toEqual([RUNNING_JOB()])

@@ -3,10 +3,11 @@
 // schedules the next run after a cooldown through every gate again (one ~70s test: repeatAfter cannot be under 1m).
 import { describe, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
+import { SCHEDULER_TICK_MS } from '../../../core/timer-tick.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
-import { ms, ready, STARTED, waitUntil } from '../support/backfill-world.js'
+import { handledAll, ms, ready, STARTED, waitUntil } from '../support/backfill-world.js'
 
 const env = useTestEnv()
 const sys = useBackfillSystem(env)
@@ -20,6 +21,7 @@ describe.concurrent('Succeeded', () => {
     const job = jobName(n.backfill, 1)
     await sys.world.finishJob(job, 'Succeeded')
     const done = await sys.world.waitFor(n.backfill, 'Succeeded', 'JobComplete')
+    const doneAt = Date.now()
     const completed = await sys.world.waitForJobCondition(job, 'Complete')
     expect(done.status?.message).toBe(`Job ${job} completed`)
     expect(done.status?.completionTime).toBe(new Date(completed.status?.completionTime as Date).toISOString())
@@ -32,7 +34,11 @@ describe.concurrent('Succeeded', () => {
       message: `Job ${job} completed`,
     })
 
-    await sleep(3000) // past idleFor: a one-shot declaration is done
+    // A one-shot declaration is done: time is the subject, idleFor (and a scheduler tick) past the completion, so a
+    // window wrongly re-opened by it would have ended and its timer fired; then every function has handled all it
+    // was sent.
+    await sleep(doneAt + 2000 + SCHEDULER_TICK_MS - Date.now())
+    await handledAll(sys.runner)
     const later = await sys.world.getBackfill(n.backfill)
     expect(`${later?.status?.phase}/${later?.status?.reason}`).toBe('Succeeded/JobComplete')
     expect(later?.status?.attempts).toBe(1)
@@ -55,6 +61,7 @@ describe.concurrent('Failed', () => {
     const job = jobName(n.backfill, 1)
     await sys.world.finishJob(job, 'Failed')
     const failed = await sys.world.waitFor(n.backfill, 'Failed', 'JobFailed')
+    const failedAt = Date.now()
     const condition = (await sys.world.waitForJobCondition(job, 'Failed')).status?.conditions?.find(
       (c) => c.type === 'Failed',
     )
@@ -69,7 +76,10 @@ describe.concurrent('Failed', () => {
       message: `Job ${job} failed: ${condition?.message}`,
     })
 
-    await sleep(3000)
+    // Terminal: time is the subject, idleFor (and a scheduler tick) past the failure, so a window wrongly re-opened
+    // by it would have ended and its timer fired; then every function has handled all it was sent.
+    await sleep(failedAt + 2000 + SCHEDULER_TICK_MS - Date.now())
+    await handledAll(sys.runner)
     expect((await sys.world.getBackfill(n.backfill))?.status?.phase).toBe('Failed')
     expect((await sys.world.jobsOf(n.backfill)).map((j) => j.metadata?.name)).toEqual([job])
     expect(await history.first(4)).toEqual([...STARTED, 'Failed/JobFailed'])
@@ -90,6 +100,7 @@ describe.concurrent('Failed', () => {
     // status is level-based (it shows what it observes), so Running may be skipped. Proof that the Job did run
     // comes from the Job itself: startTime set and the DeadlineExceeded condition.
     const failed = await sys.world.waitFor(n.backfill, 'Failed', 'JobFailed', 40_000)
+    const failedAt = Date.now()
     const ended = await sys.world.waitForJobCondition(job, 'Failed')
     expect(ended.spec?.activeDeadlineSeconds).toBe(2)
     expect(ended.status?.startTime).toBeTruthy()
@@ -111,7 +122,10 @@ describe.concurrent('Failed', () => {
     expect(state?.counters).toMatchObject({ starts: 1, failed: 1, success: 0 })
     expect(state?.nextRunTime).toBeUndefined()
 
-    await sleep(3000)
+    // Terminal: time is the subject, idleFor (and a scheduler tick) past the failure, so a window wrongly re-opened
+    // by it would have ended and its timer fired; then every function has handled all it was sent.
+    await sleep(failedAt + 2000 + SCHEDULER_TICK_MS - Date.now())
+    await handledAll(sys.runner)
     const later = await sys.world.getBackfill(n.backfill)
     expect(`${later?.status?.phase}/${later?.status?.reason}`).toBe('Failed/JobFailed')
     expect(later?.status?.attempts).toBe(1)

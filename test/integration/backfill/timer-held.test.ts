@@ -15,6 +15,7 @@ import { sweep } from '../../../functions/lifecycle/resync.js'
 import { createLogger } from '../../../observability/log.js'
 import { openDeps } from '../../../transport/deps.js'
 import type { EventFunction } from '../../../transport/function.js'
+import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld } from '../support/backfill-world.js'
 
@@ -102,7 +103,13 @@ it('the sweep re-checks what its listing calls TimerNotStored: a timer held for 
 }, async () => {
   // 'held' (above): its timer fired and waits for admit. 'other': its schedule disarmed, nothing fired for it.
   await deps.bus.cancelTimer(env.namespace, 'other')
-  await new Promise((r) => setTimeout(r, 2_000)) // the tombstone's TTL (1 s): then the listing no longer shows it
+  // The tombstone's TTL (1 s): waited until the stream's listing of stored schedules no longer shows it.
+  await waitFor('the tombstone expired', async () => {
+    const info = await deps.bus.jsm.streams.info(STREAM_TIMERS, {
+      subjects_filter: scheduleSubject(env.namespace, 'other'),
+    })
+    return Object.keys(info.state.subjects ?? {}).length === 0
+  })
   const result = await sweep(deps)
   const picked = Object.fromEntries(result.picked.map((p) => [p.backfill, p.reason]))
   expect(picked).toEqual({ other: 'TimerNotStored' })

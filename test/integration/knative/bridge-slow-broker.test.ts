@@ -13,7 +13,7 @@ import { decode } from '../../../events/codec.js'
 import { Bus } from '../../../jetstream/bus.js'
 import { type RunningBridge, startBridge } from '../../../transport/bridge.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { waitUntil } from '../support/backfill-world.js'
+import { handledAll, waitUntil } from '../support/backfill-world.js'
 import { testInstance } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -36,7 +36,7 @@ beforeAll(async () => {
     reply.raw.on('close', () => {
       if (!reply.raw.writableFinished) hungUp = true
     })
-    await new Promise((resolve) => setTimeout(resolve, DELIVERY_MS))
+    await new Promise((resolve) => setTimeout(resolve, DELIVERY_MS)) // time is the subject: a slow Broker
     // The sender gave up: the delivery is cancelled with its request, the subscriber never gets the event.
     if (hungUp) return reply
     post.taken = true
@@ -66,8 +66,9 @@ it('waits for a Broker that takes 12 s to deliver: the event is taken once, neve
     3 * DELIVERY_MS,
     async () => JSON.stringify(posts),
   )
-  // Acked after the 202: no second POST of it follows.
-  await new Promise((resolve) => setTimeout(resolve, 2_000))
+  // Acked after the 202: no second POST of it follows. Once the bridge has every event it was sent acknowledged at
+  // the server, none can be delivered again.
+  await handledAll({ deps: bridge.deps, functions: [bridge.running] })
   expect(posts.filter((p) => p.backfill === 'slow-bf')).toEqual([{ backfill: 'slow-bf', taken: true }])
   expect(bridge.running.stats).toMatchObject({ retried: 0, deadLettered: 0 })
 }, 90_000)

@@ -22,6 +22,7 @@ import { type FileToken, tokenFromEnv, tokenProblem } from '../../../transport/a
 import type { EventFunction } from '../../../transport/function.js'
 import { type HttpFunction, type HttpFunctionOptions, startHttpFunction } from '../../../transport/http-adapter.js'
 import { repoRoot } from '../../env/binaries.js'
+import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()
@@ -136,7 +137,7 @@ describe('a Knative-served function (lifecycle over HTTP)', () => {
       body: JSON.stringify({ namespace: env.namespace, name: 'forged', node: 'node-a', deleted: false }),
     })
     expect(binary.status).toBe(401)
-    await new Promise((r) => setTimeout(r, 200))
+    // The 401 is the request's end: answered by the token check, which runs before the handler (onRequest).
     expect(handled).toEqual([])
   })
 
@@ -196,14 +197,19 @@ describe('the ingress', () => {
     // As the kubelet does: the new content appears under the same path in one step.
     await writeFile(join(dir, 'token.new'), rotated)
     await rename(join(dir, 'token.new'), tokenFile)
-    const deadline = Date.now() + 10_000
-    while (fileToken.current() !== rotated && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50))
+    // Bounded; a token never reloaded fails the expectations below.
+    await waitFor('the rotated token', () => fileToken.current() === rotated, {
+      timeoutMs: 10_000,
+      intervalMs: 50,
+    }).catch(() => {})
     expect(fileToken.reloads).toBe(1)
     expect((await post(ing.url, request(), TOKEN)).status).toBe(401)
     expect((await post(ing.url, request(), rotated)).status).toBe(202)
 
     await writeFile(join(dir, 'token.new'), 'REPLACE_ME')
     await rename(join(dir, 'token.new'), tokenFile)
+    // Kept: the poller may be mid-check (check() then returns at once) and a refused file leaves nothing to wait
+    // on (FileToken keeps what it has seen private): a moment for the poller to finish, then a check of our own.
     await new Promise((r) => setTimeout(r, 500))
     await fileToken.check()
     expect(fileToken.current()).toBe(rotated)

@@ -17,6 +17,7 @@ import { catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
 import { Bus, KvMirror, natsServerOptions } from '../../../jetstream/bus.js'
 import { provision } from '../../../process/provision.js'
+import { sleep, waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import {
   type AuthNats,
@@ -156,8 +157,11 @@ describe('least privilege on JetStream', () => {
       return Object.values(info.state.subjects ?? {}).reduce((a, b) => a + b, 0)
     }
     const waitFired = async (jsm: Awaited<ReturnType<typeof jetstreamManager>>, name: string) => {
-      const deadline = Date.now() + 10_000
-      while ((await firedCount(jsm, name)) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200))
+      // Bounded; a timer that never fires fails the caller's expectation, with its message.
+      await waitFor(`${name} to fire`, async () => (await firedCount(jsm, name)) > 0, {
+        timeoutMs: 10_000,
+        intervalMs: 200,
+      }).catch(() => {})
       return firedCount(jsm, name)
     }
     // The three users that arm timers, side by side (bounded: ~6 s each on an idle machine).
@@ -173,8 +177,9 @@ describe('least privilege on JetStream', () => {
         await bus.cancelTimer(ns, name)
         expect(await bus.timerArmed(ns, name), user).toBe(false)
         expect(await waitFired(bus.jsm, `${name}-control`), `${user}: the control timer did not fire`).toBe(1)
-        // Past the due time and a few scheduler ticks more (~250 ms each; the machine is loaded).
-        await new Promise((r) => setTimeout(r, 2_000))
+        // Time is the subject: past the due time and a few scheduler ticks more (~250 ms each; the machine is
+        // loaded), and past the tombstone's 1 s TTL checked below.
+        await sleep(2_000)
         expect(await firedCount(bus.jsm, name), `${user}: a disarmed timer fired`).toBe(0)
         // The tombstone carries a 1 s TTL: gone, so the sweep's listing of stored schedules no longer shows it.
         const left = await bus.jsm.streams.info('FLEXINFER_TIMERS', {
@@ -282,12 +287,12 @@ describe('least privilege on JetStream', () => {
     await admit.kv.claims.put('model.follow.after', JSON.stringify({ n: 2 }))
     await admit.kv.backfills.delete('follow.before')
     await admit.kv.claims.delete('model.follow.before')
-    const deadline = Date.now() + 10_000
     const caughtUp = () =>
       mirrors.every(
         ({ mirror, prefix }) => mirror.values.has(`${prefix}after`) && !mirror.values.has(`${prefix}before`),
       )
-    while (!caughtUp() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100))
+    // Bounded; a mirror that does not catch up fails the expectations below, by user.
+    await waitFor('the mirrors to catch up', caughtUp, { timeoutMs: 10_000 }).catch(() => {})
     for (const { user, mirror, prefix } of mirrors) {
       expect(mirror.values.get(`${prefix}after`), user).toEqual({ n: 2 })
       expect(mirror.values.has(`${prefix}before`), user).toBe(false)
@@ -310,15 +315,23 @@ describe('least privilege on JetStream', () => {
         await nc.flush()
       }
     }
-    await new Promise((r) => setTimeout(r, 500)) // the server's log is written asynchronously
-    const log = await nats.log()
-    for (const user of [...USERS, 'provision'])
-      for (const subject of ['flexinfer.kv.flexinfer-claims.model.ns.m', 'flexinfer.kv.flexinfer-backfills.ns.b'])
-        if (
-          !log.includes(`security-${user}" - `) ||
-          !new RegExp(`security-${user}".*Publish Violation - Subject "${subject.replace(/\./g, '\\.')}"`).test(log)
-        )
-          results.push(`${user} ${subject}`)
+    // The server's log is written asynchronously: read it until every violation is there (bounded).
+    const unlogged = async () => {
+      const log = await nats.log()
+      const missing: string[] = []
+      for (const user of [...USERS, 'provision'])
+        for (const subject of ['flexinfer.kv.flexinfer-claims.model.ns.m', 'flexinfer.kv.flexinfer-backfills.ns.b'])
+          if (
+            !log.includes(`security-${user}" - `) ||
+            !new RegExp(`security-${user}".*Publish Violation - Subject "${subject.replace(/\./g, '\\.')}"`).test(log)
+          )
+            missing.push(`${user} ${subject}`)
+      return missing
+    }
+    await waitFor('the violations logged', async () => (await unlogged()).length === 0, { timeoutMs: 5_000 }).catch(
+      () => {},
+    )
+    results.push(...(await unlogged()))
     expect(results).toEqual([])
   })
 })

@@ -27,8 +27,19 @@ import {
 } from '../../../core/api.js'
 import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey, LABEL_BACKFILL, modelKey } from '../../../core/names.js'
 import type { BackfillState, ModelIdleState } from '../../../core/state.js'
-import { BUCKET_BACKFILLS, BUCKET_MODEL_IDLE, catalog } from '../../../events/catalog.js'
+import {
+  BUCKET_BACKFILLS,
+  BUCKET_MODEL_IDLE,
+  catalog,
+  STREAM_EVENTS,
+  STREAM_FOREGROUND,
+  STREAM_FOREGROUND_LAST,
+  STREAM_TIMERS,
+} from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
+import { isNotFound } from '../../../jetstream/bus.js'
+import { consumerName } from '../../../jetstream/names.js'
+import type { Runner } from '../../../process/runner.js'
 import { sleep } from '../../env/exec.js'
 
 export class BackfillWorld {
@@ -609,6 +620,45 @@ export async function waitUntil<T>(
     }
     await sleep(100)
   }
+}
+
+/**
+ * Waits until the runner's functions (`names`, unscoped, e.g. ['admit']; all when omitted) have handled every event
+ * stored for them so far: nothing pending or unacknowledged on any of their consumers. An event is acknowledged only
+ * once handled (or dead-lettered), so a "nothing happened" assertion made after this covers every event they were
+ * sent — timers that fired included — instead of what an arbitrary sleep happened to let through.
+ */
+export async function handledAll(
+  runner: Pick<Runner, 'deps' | 'functions'>,
+  names?: string[],
+  timeoutMs = 30_000,
+): Promise<void> {
+  const fns = runner.functions.filter((f) => !names || names.some((n) => f.name === n || f.name.startsWith(`${n}-`)))
+  const streams = [STREAM_EVENTS, STREAM_TIMERS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST]
+  // Read together, so that one look is close to a snapshot of them all.
+  const left = async () =>
+    (
+      await Promise.all(
+        fns.flatMap((f) =>
+          streams.map(async (stream) => {
+            const durable = consumerName(f.name, stream)
+            const info = await runner.deps.bus.jsm.consumers.info(stream, durable).catch((e) => {
+              if (isNotFound(e)) return null
+              throw e
+            })
+            return info && info.num_pending + info.num_ack_pending > 0
+              ? `${durable}: ${info.num_pending} pending, ${info.num_ack_pending} unacked`
+              : undefined
+          }),
+        ),
+      )
+    ).filter((busy) => busy !== undefined)
+  await waitUntil(
+    `${names?.join(', ') ?? 'every function'} to handle what was sent`,
+    async () => ((await left()).length === 0 ? true : undefined),
+    timeoutMs,
+    async () => (await left()).join('; '),
+  )
 }
 
 const TRANSIENT_NATS_ERRORS = new Set([

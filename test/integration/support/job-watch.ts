@@ -1,6 +1,8 @@
 // A watch of the test's own on a namespace's Jobs — an oracle that does not trust the functions: when each Job was
 // first seen (ADDED) and when it was first seen marked for deletion (or gone). Re-opened if the apiserver closes it.
-import { type KubeConfig, Watch } from '@kubernetes/client-node'
+import { randomBytes } from 'node:crypto'
+import { BatchV1Api, type KubeConfig, Watch } from '@kubernetes/client-node'
+import { waitFor } from '../../env/exec.js'
 
 export interface SeenJob {
   /** The name of its first ownerReference (the ModelBackfill, for ours). */
@@ -42,6 +44,28 @@ export async function watchJobs(kc: KubeConfig, namespace: string) {
     seen,
     /** The Jobs seen whose owner is `backfill`. */
     of: (backfill: string) => [...seen.values()].filter((j) => j.owner === backfill),
+    /**
+     * Resolves once the watch has seen every Job change made before the call: a suspended marker Job (no pods, no
+     * labels the functions select) is created and waited for, the watch delivering changes in their order; then
+     * deleted.
+     */
+    async caughtUp(timeoutMs = 10_000) {
+      const batch = kc.makeApiClient(BatchV1Api)
+      const name = `watch-marker-${randomBytes(4).toString('hex')}`
+      const marker = await batch.createNamespacedJob({
+        namespace,
+        body: {
+          metadata: { name },
+          spec: {
+            suspend: true,
+            template: { spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'busybox' }] } },
+          },
+        },
+      })
+      const uid = marker.metadata?.uid as string
+      await waitFor(`the Job watch to see its marker ${name}`, () => seen.has(uid), { timeoutMs, intervalMs: 20 })
+      await batch.deleteNamespacedJob({ name, namespace, propagationPolicy: 'Background' }).catch(() => {})
+    },
     stop() {
       stopped = true
       controller?.abort()

@@ -12,7 +12,7 @@ import { decode, type InboundEvent } from '../../../events/codec.js'
 import { Bus, DEAD_LETTER_REASON } from '../../../jetstream/bus.js'
 import { type RunningBridge, startBridge } from '../../../transport/bridge.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { waitUntil } from '../support/backfill-world.js'
+import { handledAll, waitUntil } from '../support/backfill-world.js'
 import { testInstance } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -143,8 +143,9 @@ it('a 503 from the sink is retried: the event arrives again and is acked once ta
   const [first, second] = await arrived((e) => backfillOf(e) === 'flaky-bf', 2)
   expect(second?.event).toEqual(first?.event)
   expect(bridge.running.stats.retried).toBeGreaterThan(retriedBefore)
-  // Taken on the second delivery: no third.
-  await new Promise((r) => setTimeout(r, 1500))
+  // Taken on the second delivery: no third. Once the bridge has every event it was sent acknowledged at the
+  // server, none can be delivered again.
+  await handledAll({ deps: bridge.deps, functions: [bridge.running] })
   expect(arrivals.filter((a) => backfillOf(a.event) === 'flaky-bf')).toHaveLength(2)
 })
 
@@ -168,6 +169,7 @@ it('a 400 from the sink dead-letters the event with the status and the answer, n
   expect(dead?.header.get('Flexinfer-Original-Subject')).toBe('flexinfer.events.backfill.admit')
   const kept = decode(dead?.data ?? '')
   expect(kept.ok && kept.event).toEqual(original)
-  await new Promise((r) => setTimeout(r, 1000))
+  // Dead-lettered and terminated: once the server has it (nothing unacknowledged left), it cannot come again.
+  await handledAll({ deps: bridge.deps, functions: [bridge.running] })
   expect(seen.get(original.id)).toBe(1)
 })

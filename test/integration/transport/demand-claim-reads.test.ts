@@ -15,7 +15,7 @@ import { Bus } from '../../../jetstream/bus.js'
 import { JsRequests } from '../../../jetstream/js-requests.js'
 import { startRunner } from '../../../process/runner.js'
 import { ensureBinaries } from '../../env/binaries.js'
-import { sleep } from '../../env/exec.js'
+import { sleep, waitFor } from '../../env/exec.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'
 
 const SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
@@ -54,7 +54,18 @@ async function sniff() {
   await nc.flush()
   return {
     count: (subject: string) => counts.get(subject) ?? 0,
-    /** Other connections' requests may reach this subscription after a flush: wait until the counts stay put. */
+    /**
+     * Every request `sender` sent so far is counted: its flush returns once the server has processed (and routed)
+     * them, and this connection's flush once the server's deliveries queued before it have arrived.
+     */
+    async heard(sender: NatsConnection) {
+      await sender.flush()
+      await nc.flush()
+    },
+    /**
+     * Requests a process sends on its own timers (demand's coalesced idle writes and their claim reads, after the
+     * events were acked) have no event to wait on: wait until the counts stay put for 300 ms.
+     */
     async settle() {
       const deadline = Date.now() + 5_000
       for (let last = ''; Date.now() < deadline; ) {
@@ -96,7 +107,7 @@ it('a claim read is answered by the stream leader as of after the call, and repe
     const before = reads.stats.versions
     await Promise.all(Array.from({ length: 50 }, () => reads.read('model.reads.a')))
     expect(reads.stats.versions - before).toBeLessThanOrEqual(2)
-    await api.settle()
+    await api.heard(bus.nc)
     expect(api.count('$JS.API.STREAM.MSG.GET.KV_flexinfer-claims')).toBe(reads.stats.reads)
   } finally {
     api.stop()
@@ -126,22 +137,20 @@ it('demand: idle writes of unclaimed models cost no claim read each; a claimed m
   const MODELS = 10
   const ROUNDS = 6
   try {
-    // Six rounds 300 ms apart (longer than demand's 250 ms coalescing): about one idle write per model per round.
+    // Time is the subject: six rounds 300 ms apart (longer than demand's 250 ms coalescing): about one idle write per model per round.
     for (let round = 0; round < ROUNDS; round++) {
       for (let i = 0; i < MODELS; i++)
         nc.publish(SUBJECT, encode('ai.flexinfer.foreground.request', { namespace: 'reads', model: `m-${i}` }))
       await sleep(300)
     }
-    const drained = async () => {
-      const deadline = Date.now() + 60_000
-      for (;;) {
+    await waitFor(
+      'demand to drain',
+      async () => {
         const info = await jsm.consumers.info(STREAM_FOREGROUND, 'demand-foreground')
-        if (info.num_pending + info.num_ack_pending === 0 && info.delivered.stream_seq > 0) return
-        if (Date.now() > deadline) throw new Error('demand did not drain')
-        await sleep(100)
-      }
-    }
-    await drained()
+        return info.num_pending + info.num_ack_pending === 0 && info.delivered.stream_seq > 0
+      },
+      { timeoutMs: 60_000 },
+    )
     await api.settle()
     const reads = api.count('$JS.API.STREAM.MSG.GET.KV_flexinfer-claims')
     // Several writes per model (the rounds), but at most the first read of each model (and a few spare).
@@ -153,8 +162,7 @@ it('demand: idle writes of unclaimed models cost no claim read each; a claimed m
     await bus.kv.claims.put('model.reads.m-3', claim('m-3', 'm-3-job'))
     await bus.close()
     nc.publish(SUBJECT, encode('ai.flexinfer.foreground.request', { namespace: 'reads', model: 'm-3' }))
-    const deadline = Date.now() + 30_000
-    while (!cancels.some((c) => c.includes('m-3-job')) && Date.now() < deadline) await sleep(100)
+    await waitFor('the cancel of m-3-job', () => cancels.some((c) => c.includes('m-3-job')), { timeoutMs: 30_000 })
     expect(cancels.some((c) => c.includes('m-3-job'))).toBe(true)
   } finally {
     api.stop()

@@ -101,12 +101,10 @@ const post = (app: FastifyInstance, headers: Record<string, string>, payload: st
   app.inject({ method: 'POST', url: '/', headers, payload })
 
 async function deadLetterFor(text: string): Promise<Msg> {
-  for (let i = 0; i < 100; i++) {
-    const found = dead.find((m) => m.string().includes(text))
-    if (found) return found
-    await new Promise((r) => setTimeout(r, 50))
-  }
-  throw new Error(`no dead letter containing ${text}`)
+  return waitFor(`a dead letter containing ${text}`, () => dead.find((m) => m.string().includes(text)), {
+    timeoutMs: 5_000,
+    intervalMs: 50,
+  })
 }
 
 describe('status codes', () => {
@@ -264,7 +262,8 @@ it('closing drains in-flight requests: the slow one still gets its 202', async (
     closing = app.close().then(() => {
       closed = true
     })
-    // The handler is held by the gate, so close() cannot finish however long we wait.
+    // The handler is held by the gate, so close() cannot finish however long we wait: time is the subject (a
+    // moment in which a close that did not wait for the handler would have finished).
     await new Promise((r) => setTimeout(r, 200))
     expect(closed).toBe(false)
     release()
@@ -288,7 +287,7 @@ it('at most fn.concurrency events in the handler at once; the others wait their 
     async handle() {
       inFlight++
       most = Math.max(most, inFlight)
-      await new Promise((r) => setTimeout(r, 50))
+      await new Promise((r) => setTimeout(r, 50)) // time is the subject: a handler that takes a while, to overlap
       inFlight--
     },
   }

@@ -12,6 +12,7 @@ import { decode, type InboundEvent } from '../../../events/codec.js'
 import { INGRESS_SUBJECT, INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
 import { createLogger } from '../../../observability/log.js'
 import { type HttpFunction, readToken, startHttpFunction } from '../../../transport/http-adapter.js'
+import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()
@@ -91,12 +92,14 @@ const structured = (data: Record<string, unknown>, extra: Record<string, unknown
 const CE = { 'content-type': 'application/cloudevents+json' }
 
 async function published(id: string) {
-  for (let i = 0; i < 100; i++) {
-    const found = seen.filter((s) => s.event.id === id)
-    if (found.length) return found
-    await new Promise((r) => setTimeout(r, 50))
-  }
-  throw new Error(`event ${id} was not published`)
+  return waitFor(
+    `event ${id} published`,
+    () => {
+      const found = seen.filter((s) => s.event.id === id)
+      return found.length ? found : undefined
+    },
+    { timeoutMs: 5_000, intervalMs: 50 },
+  )
 }
 
 it('publishes a valid structured request to its per-model subject, with its request time, and answers 202', async () => {
@@ -132,7 +135,8 @@ it('takes binary mode and a batch; a retried POST is stored once', async () => {
   expect(batch.status).toBe(202)
   await published(a.id)
   await published(b.id)
-  await new Promise((r) => setTimeout(r, 300))
+  // The ingress answers 202 once the event is stored, and a stream's messages reach the consumer in order: a second
+  // copy of the retried POST, stored before the batch was even sent, would have been seen before the batch's.
   expect(await published(id)).toHaveLength(1)
 })
 
@@ -174,7 +178,11 @@ it('rejects what it must not publish: no or wrong token 401, other types and inv
 
   expect((await post('model=m', { 'content-type': 'application/x-www-form-urlencoded' })).status).toBe(415)
 
-  await new Promise((r) => setTimeout(r, 300))
+  // A valid request after them, waited for: the ingress answers once it stored an event, and a stream's messages
+  // reach the consumer in order, so a refused request that was stored anyway would have been seen before it.
+  const marker = structured({ namespace: env.namespace, model: 'm-reject' })
+  expect((await post(marker.body, CE)).status).toBe(202)
+  await published(marker.id)
   for (const id of [ok.id, otherType.id, invalid.id]) expect(seen.find((s) => s.event.id === id)).toBeUndefined()
 })
 

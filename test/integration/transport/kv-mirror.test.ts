@@ -4,7 +4,7 @@
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { Bus, KvMirror } from '../../../jetstream/bus.js'
-import { sleep } from '../../env/exec.js'
+import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'
 
@@ -49,16 +49,17 @@ it('a mirror reloads after a reconnect: changes it could not hear (a put, a dele
   // Not heard: the follower is still disconnected.
   expect(mirror.values.get('model.ns.kept')).toEqual({ v: 1 })
 
-  const deadline = Date.now() + 20_000
-  while (mirror.values.get('model.ns.kept')?.v !== 2 && Date.now() < deadline) await sleep(100)
-  await sleep(500) // one reload applies every key
+  // The reload after the reconnect is the only way v2 can arrive; it applies every key at once (after its
+  // snapshot, with no await in between), so the whole map is checked the moment v2 shows.
+  await waitFor('the reload after the reconnect', () => mirror.values.get('model.ns.kept')?.v === 2, {
+    timeoutMs: 20_000,
+  })
   expect(Object.fromEntries(mirror.values)).toEqual({ 'model.ns.kept': { v: 2 }, 'model.ns.added': { v: 1 } })
   // And it follows live changes again.
   const again = await Bus.connect(nats.url, 'kv-mirror-writer-again')
   await again.kv.claims.put('model.ns.live', JSON.stringify({ v: 3 }))
   await again.close()
-  const live = Date.now() + 10_000
-  while (!mirror.values.has('model.ns.live') && Date.now() < live) await sleep(100)
+  await waitFor('the live change', () => mirror.values.has('model.ns.live'), { timeoutMs: 10_000 })
   expect(mirror.values.get('model.ns.live')).toEqual({ v: 3 })
   await mirror.stop()
 }, 90_000)
@@ -84,7 +85,8 @@ it('a mirror started while NATS is away waits for it, then loads', async () => {
         settled = err
       },
     )
-    await sleep(2_000) // several failed reconnect attempts
+    // Failed reconnect attempts reject the load's flush (the bug: the first one rejected the start); two survived.
+    await waitFor('two failed loads', () => mirror.failedLoads >= 2, { timeoutMs: 20_000 })
     expect(settled).toBeUndefined()
     await nats.start()
     await starting

@@ -53,6 +53,16 @@ afterAll(async () => {
   kube?.close()
 })
 
+/** Waits until the probe's consumer has every message up to stream sequence `seq` acknowledged (or terminated). */
+async function ackFloorAt(probe: string, seq: number) {
+  await waitFor(
+    `${probe}'s ack floor at ${seq}`,
+    async () =>
+      (await bus.jsm.consumers.info(STREAM_EVENTS, consumerName(probe, STREAM_EVENTS))).ack_floor.stream_seq >= seq,
+    { timeoutMs: 10_000 },
+  )
+}
+
 /** A probe function on a subject of its own (ApiServerSource-shaped events are the only ones it handles). */
 async function startProbe(
   handle: (event: InboundEvent) => Promise<void>,
@@ -154,10 +164,11 @@ it('an event that can never be dead-lettered stops at the delivery limit, logged
   const js = jetstream(env.nc)
   const poison = await js.publish(`${probe.base}.poison`, 'not json\r\n')
   await waitFor('the poison event given up', async () => probe.running.stats.dropped === 1, { timeoutMs: 15_000 })
-  await js.publish(`${probe.base}.good`, good('after-poison'))
+  const after = await js.publish(`${probe.base}.good`, good('after-poison'))
   await waitFor('a good event handled', async () => handled.includes('after-poison'), { timeoutMs: 10_000 })
-  // Not redelivered again: nothing pending, delivered exactly up to the limit.
-  await sleep(500)
+  // Not redelivered again: nothing pending, delivered exactly up to the limit — once the server has taken the
+  // poison's term and the good event's ack (its ack floor past both), nothing of them can be redelivered.
+  await ackFloorAt(probe.name, after.seq)
   const info = await bus.jsm.consumers.info(STREAM_EVENTS, consumerName(probe.name, STREAM_EVENTS))
   expect(info.num_ack_pending).toBe(0)
   expect(info.num_redelivered).toBe(0)
@@ -178,6 +189,7 @@ it('a handler slower than ack_wait keeps its message: not redelivered to a secon
     async (event) => {
       const name = (event.data as { metadata: { name: string } }).metadata.name
       starts.push(name)
+      // Time is the subject: a handler slower than ack_wait (2 s).
       if (name === 'slow') await sleep(5_000)
       finished.push(name)
     },
@@ -186,10 +198,11 @@ it('a handler slower than ack_wait keeps its message: not redelivered to a secon
   const info = await bus.jsm.consumers.info(STREAM_EVENTS, consumerName(probe.name, STREAM_EVENTS))
   expect(info.config.ack_wait).toBe(2_000_000_000)
   const js = jetstream(env.nc)
-  await js.publish(`${probe.base}.slow`, good('slow'))
-  await js.publish(`${probe.base}.fast`, good('fast'))
+  const slow = await js.publish(`${probe.base}.slow`, good('slow'))
+  const fast = await js.publish(`${probe.base}.fast`, good('fast'))
   await waitFor('the slow handler done', async () => finished.includes('slow'), { timeoutMs: 10_000 })
-  await sleep(2_500)
+  // Both acked at the server (its ack floor past both): a redelivery of either can no longer come.
+  await ackFloorAt(probe.name, Math.max(slow.seq, fast.seq))
   expect(starts.filter((n) => n === 'slow')).toHaveLength(1)
   expect(finished).toEqual(['fast', 'slow'])
   const after = await bus.jsm.consumers.info(STREAM_EVENTS, consumerName(probe.name, STREAM_EVENTS))
