@@ -17,6 +17,7 @@ import {
 } from '../core/decide.js'
 import { buildJob, gateProblem, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, claimKeys, isObjectName, LABEL_BACKFILL, modelKey } from '../core/names.js'
+import { sameJson } from '../core/same-json.js'
 import {
   type BackfillState,
   type Claim,
@@ -687,7 +688,7 @@ async function writeStatus(deps: Deps, backfill: ModelBackfill, d: Decision, rev
 }
 
 function sameStatus(b: ModelBackfill, d: Decision): boolean {
-  return JSON.stringify(b.status ?? {}) === JSON.stringify(d.status ?? {})
+  return sameJson(b.status ?? {}, d.status ?? {})
 }
 
 /** Takes both claims for `claim`, or none (admission/claims.ts). */

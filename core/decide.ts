@@ -13,6 +13,7 @@ import {
 } from './api.js'
 import type { GpuViolation } from './job.js'
 import { jobName as nameJob } from './names.js'
+import { sameJson } from './same-json.js'
 import { type BackfillState, emptyCounters, type ModelIdleState, type PreemptionReason } from './state.js'
 import { type Takeover, takeover } from './takeover.js'
 import {
@@ -1159,52 +1160,6 @@ function finish(w: Work): Decision {
     actions: w.actions,
     gates: w.gates,
   }
-}
-
-/** What JSON.stringify writes for a number: a non-finite one is null. */
-const asJson = (v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v)
-/** Not plain data (a Date, a boxed value, a class, anything with its own toJSON): compared by its JSON. */
-const isOther = (v: unknown) => {
-  if (v === null || typeof v !== 'object') return false
-  const proto = Object.getPrototypeOf(v)
-  if (Array.isArray(v)) return proto !== Array.prototype
-  return (proto !== Object.prototype && proto !== null) || typeof (v as { toJSON?: unknown }).toJSON === 'function'
-}
-const without = (v: unknown, skip: string | undefined) =>
-  skip !== undefined && v !== null && typeof v === 'object' ? { ...v, [skip]: undefined } : v
-/** The keys JSON.stringify writes, in its order (an undefined, function or symbol value is left out). */
-const jsonKeys = (o: object, skip?: string) =>
-  Object.keys(o).filter((k) => {
-    const t = typeof (o as Record<string, unknown>)[k]
-    return k !== skip && t !== 'undefined' && t !== 'function' && t !== 'symbol'
-  })
-/** In an array an undefined, function or symbol is written as null. */
-const asItem = (v: unknown) => (v === undefined || typeof v === 'function' || typeof v === 'symbol' ? null : v)
-
-/**
- * JSON.stringify(a) === JSON.stringify(b) (`skip` left out of the outer objects), without building either string:
- * decide() compares every decided state with the stored one, the most frequent work of a reconcile. Plain data
- * (what a state is) is compared here; anything else (a Date, a class) by its JSON.
- */
-export function sameJson(a: unknown, b: unknown, skip?: string): boolean {
-  if (isOther(a) || isOther(b) || (skip !== undefined && (Array.isArray(a) || Array.isArray(b)))) {
-    return JSON.stringify(without(a, skip)) === JSON.stringify(without(b, skip))
-  }
-  a = asJson(a)
-  b = asJson(b)
-  if (a === b) return true
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false
-  if (Array.isArray(a) || Array.isArray(b)) {
-    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false
-    for (let i = 0; i < a.length; i++) if (!sameJson(asItem(a[i]), asItem(b[i]))) return false
-    return true
-  }
-  const ka = jsonKeys(a, skip)
-  const kb = jsonKeys(b, skip)
-  if (ka.length !== kb.length) return false
-  const ra = a as Record<string, unknown>
-  const rb = b as Record<string, unknown>
-  return ka.every((k, i) => k === kb[i] && sameJson(ra[k], rb[k]))
 }
 
 export const sameState = (a: BackfillState | null, b: BackfillState | null) =>

@@ -1,7 +1,8 @@
 // sameState compares states field by field instead of by their JSON: it must say exactly what comparing the JSON said.
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { sameJson, sameState } from '../../core/decide.js'
+import { sameState } from '../../core/decide.js'
+import { sameJson } from '../../core/same-json.js'
 import type { BackfillState } from '../../core/state.js'
 
 const json = (v: unknown, skip?: string) =>
