@@ -226,10 +226,7 @@ export class Demand {
     // Core NATS, nothing stored, so it is sent for every request that breaks the window, not once: a gate that missed
     // one (NATS away for less than its bound) closes on the next.
     this.deps.bus.nc.publish(preemptSubject(claim.namespace, model), JSON.stringify({ job: claim.jobName, at }))
-    // One cancel per admitted window per resend interval: Job names repeat across namespaces (and when a backfill is
-    // re-created), so the key names the namespace, the claim's time and its window too — else JetStream's duplicate
-    // window would drop the cancel.
-    const cancelKey = `${claim.namespace}.${claim.jobName}.${claim.claimedAt}.${claim.idleSince ?? ''}`
+    const cancelKey = cancelKeyOf(claim)
     const sent = this.cancelled.get(cancelKey)
     const now = this.deps.now()
     if (sent !== undefined && now - sent < CANCEL_RESEND_MS) return
@@ -374,6 +371,14 @@ export class Demand {
     throw new Error(`could not write idle state for ${key}: repeated compare-and-set conflicts`)
   }
 }
+
+/**
+ * What demand remembers a cancel by (one per admitted window per resend interval) and names its msgID after. Job
+ * names repeat across namespaces (and when a backfill is re-created), so it names the namespace, the claim's time and
+ * its window too — else JetStream's duplicate window would drop the cancel.
+ */
+export const cancelKeyOf = (claim: Claim) =>
+  `${claim.namespace}.${claim.jobName}.${claim.claimedAt}.${claim.idleSince ?? ''}`
 
 /** The sender's time of a request without a store time (HTTP binding), never in the future; unreadable: now. */
 function sentAt(time: string, now: number): number {

@@ -39,7 +39,7 @@ import type { Trigger } from '../../../core/decide.js'
 import { ANNOTATION_MODEL, backfillKey, modelKey } from '../../../core/names.js'
 import { type Claim, parseClaim, parseEntry, toKv } from '../../../core/state.js'
 import { awaitAdmittedJob } from '../../../functions/cancel/in-flight.js'
-import { CANCEL_RESEND_MS } from '../../../functions/demand/index.js'
+import { CANCEL_RESEND_MS, cancelKeyOf } from '../../../functions/demand/index.js'
 import { type Bus, isCasConflict } from '../../../jetstream/bus.js'
 import type { Kube } from '../../../kube/kube.js'
 import type { Logger } from '../../../observability/log.js'
@@ -709,7 +709,7 @@ export class Simulation {
         const parsed = entry?.operation === 'PUT' ? parseEntry(entry.text, parseClaim) : null
         const claim = parsed?.ok ? parsed.value : null
         if (claim && r.at > Date.parse(claim.idleSince ?? claim.claimedAt)) {
-          const dedupe = `${claim.namespace}.${claim.jobName}.${claim.claimedAt}.${claim.idleSince ?? ''}`
+          const dedupe = cancelKeyOf(claim)
           const sent = this.cancelsSent.get(dedupe)
           if (sent === undefined || this.now - sent >= CANCEL_RESEND_MS) {
             this.cancelsSent.set(dedupe, this.now)
