@@ -17,6 +17,7 @@ import { Bus } from '../../../jetstream/bus.js'
 import { createLogger } from '../../../observability/log.js'
 import type { Deps } from '../../../transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { storedRequest } from '../support/demand.js'
 
 const env = useTestEnv()
 const log = createLogger('demand-cancel-window')
@@ -61,15 +62,7 @@ async function world() {
     }
     await claims.put(`model.${env.namespace}.${model}`, toKv(c))
   }
-  const request = (model: string, storedAt: number) =>
-    demand.handle({
-      type: 'ai.flexinfer.foreground.request',
-      id: `r-${model}-${storedAt}`,
-      source: 'test',
-      time: new Date(storedAt).toISOString(),
-      storedAt,
-      data: { namespace: env.namespace, model },
-    })
+  const request = (model: string, storedAt: number) => demand.handle(storedRequest(env.namespace, model, storedAt))
   return { demand, cancels, clock, claim, request }
 }
 

@@ -9,6 +9,7 @@ import { Bus } from '../../../jetstream/bus.js'
 import { createLogger } from '../../../observability/log.js'
 import type { Deps } from '../../../transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { storedRequest } from '../support/demand.js'
 
 const env = useTestEnv()
 const log = createLogger('demand-faults')
@@ -17,15 +18,7 @@ afterAll(async () => {
   await (await jetstreamManager(env.nc)).streams.delete(`KV_${bucket}`).catch(() => {})
 })
 
-const request = (model: string) =>
-  ({
-    type: 'ai.flexinfer.foreground.request',
-    id: `r-${model}`,
-    source: 'test',
-    time: new Date().toISOString(),
-    storedAt: Date.now(),
-    data: { namespace: env.namespace, model },
-  }) as const
+const request = (model: string) => storedRequest(env.namespace, model)
 
 describe('demand under faults', () => {
   it('a claims read that fails after the idle write fails the request instead of acknowledging it', async () => {

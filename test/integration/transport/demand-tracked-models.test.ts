@@ -6,19 +6,12 @@ import { Bus } from '../../../jetstream/bus.js'
 import { createLogger } from '../../../observability/log.js'
 import type { Deps } from '../../../transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { storedRequest } from '../support/demand.js'
 
 const env = useTestEnv()
 const log = createLogger('demand-tracked-models')
 
-const request = (model: string, storedAt: number) =>
-  ({
-    type: 'ai.flexinfer.foreground.request',
-    id: `r-${model}-${storedAt}`,
-    source: 'test',
-    time: new Date(storedAt).toISOString(),
-    storedAt,
-    data: { namespace: env.namespace, model },
-  }) as const
+const request = (model: string, storedAt: number) => storedRequest(env.namespace, model, storedAt)
 
 describe('demand at its tracked-models bound', () => {
   it('a new model past the bound is tracked: its next request joins the same write', async () => {
