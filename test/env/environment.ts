@@ -152,7 +152,6 @@ async function auditJobsFlags(dir: string, logPath: string) {
     `--audit-log-path=${logPath}`,
     '--audit-log-format=json',
     '--audit-log-mode=blocking',
-    '--audit-log-maxbackup=0',
   ]
 }
 
