@@ -190,7 +190,14 @@ it('ingress cut off from NATS: every running Job deleted within the bound; ingre
   for (const name of BACKFILLS) {
     expect((await world.state(name))?.counters, name).toMatchObject({ starts: 2, preemptions: { other: 1 } })
   }
-  expect(await runner.metrics.metrics()).toMatch(/^flexinfer_model_backfill_failsafe_engaged 0$/m)
+  // The gauge is the fail-safe's, set by its next probe (one a second) after the path is back; the admissions above
+  // run on their own fence and may come first.
+  await waitUntil(
+    'the fail-safe to disengage',
+    async () =>
+      /^flexinfer_model_backfill_failsafe_engaged 0$/m.test(await runner.metrics.metrics()) ? true : undefined,
+    10_000,
+  )
   // The ingress's publish probe, refused by the stream once a second all along, stored nothing demand could read.
   const probe = await jetstreamManager(env.nc).then((jsm) =>
     jsm.streams.getMessage(STREAM_FOREGROUND_LAST, { last_by_subj: foregroundSubject('_probe', '_ingress') }),
