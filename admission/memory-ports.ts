@@ -76,6 +76,8 @@ export class MemoryKv implements CasStore {
   private seq = 0
   /** Counts every write: the simulation's oracle re-reads the bucket only when it moved. */
   writes = 0
+  /** Told of every write as it is stored (a watch of the bucket, as KvMirror follows it on NATS). */
+  onWrite?: (key: string, entry: Entry) => void
 
   constructor(
     readonly bucket: string,
@@ -95,7 +97,9 @@ export class MemoryKv implements CasStore {
     this.seq++
     this.writes++
     const bucket = this.bucket
-    this.entries.set(key, Object.freeze({ operation, revision: this.seq, text, bucket, key, string: () => text }))
+    const entry = Object.freeze({ operation, revision: this.seq, text, bucket, key, string: () => text })
+    this.entries.set(key, entry)
+    this.onWrite?.(key, entry)
     return this.seq
   }
 

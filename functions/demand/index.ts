@@ -2,19 +2,17 @@
 // cancel decision is made from a watched copy of the claims bucket (who runs on which model), and idle state
 // is written to KV coalesced — at most one write per model per COALESCE_MS, the first one after a quiet period
 // immediately (leading edge) — while a cancel is never delayed by any of it.
-import type { KV } from '@nats-io/kv'
-import { readIdle } from '../../admission/reconcile.js'
+import { type Entry, isCasConflict } from '../../admission/ports.js'
 import { modelClaimKey, modelKey } from '../../core/names.js'
-import { type Claim, type ModelIdleState, parseClaim, parseEntry, toKv } from '../../core/state.js'
-import { catalog, preemptSubject, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
+import { type Claim, type ModelIdleState, parseClaim, parseEntry, parseModelIdleState, toKv } from '../../core/state.js'
+import { catalog, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
-import { isCasConflict, KvMirror } from '../../jetstream/bus.js'
-import { JsRequests, kvUpdate } from '../../jetstream/js-requests.js'
+import type { Logger } from '../../observability/log.js'
 import type { Deps, EventFunction } from '../../transport/function.js'
-import { ClaimReads } from './claim-reads.js'
+import { NatsDemandPorts } from './nats-ports.js'
+import type { DemandPorts } from './ports.js'
 
 export const COALESCE_MS = 250
-const bucketOf = (kv: KV) => (kv as unknown as { bucket: string }).bucket
 const DONE = Promise.resolve()
 /**
  * A cancel is sent once per admitted window and sent again, at most this often, while requests keep breaking that
@@ -62,7 +60,7 @@ interface ModelEntry {
   lastWriteAt: number
   revision: number
   writing: boolean
-  timer?: NodeJS.Timeout
+  timer?: unknown
   /** Requests after the write in flight (or with none in flight): answered by the next write. */
   next?: Batch
   /** Requests the write in flight covers (at or before its target). */
@@ -74,58 +72,35 @@ export class Demand {
   /** Namespace → model → entry: a request's lookup builds no key string. */
   private readonly models = new Map<string, Map<string, ModelEntry>>()
   private tracked = 0
-  /** Who holds which model (`model.<namespace>.<model>`), mirrored from the claims bucket's republished changes. */
-  private readonly claims = new KvMirror<Claim>((raw, key) => {
-    const r = parseClaim(raw)
-    if (r.ok) return r.value
-    // Left out: the fresh read after each idle write (flush) still cancels whatever holds the model.
-    this.deps.log.error({ key, error: r.error }, 'unreadable claim in the claims bucket ignored by the watch')
-    return null
-  })
   private readonly cancelled = new Map<string, number>()
-  /** The hot path's JetStream requests (idle writes, claim reads): no Error per request (jetstream/js-requests.ts). */
-  private js?: JsRequests
-  private claimReads?: ClaimReads
   /** Counters for logs and the benchmark. */
   readonly stats = { requests: 0, background: 0, kvWrites: 0, cancels: 0 }
 
   constructor(
-    private readonly deps: Deps,
+    private readonly ports: DemandPorts,
+    private readonly log: Logger,
     private readonly maxTrackedModels = MAX_TRACKED_MODELS,
   ) {}
 
-  private get idle(): KV {
-    return this.deps.bus.kv.idle
+  /** Demand on NATS, as the function runs it. */
+  static overNats(deps: Deps, maxTrackedModels = MAX_TRACKED_MODELS) {
+    return new Demand(new NatsDemandPorts(deps), deps.log, maxTrackedModels)
   }
 
   start() {
-    return this.claims.start(this.deps.bus.nc, this.deps.bus.kv.claims, 'model.>')
+    return this.ports.start()
   }
 
-  /** Made on first use (tests drive handle() without start()). */
-  private get requests(): JsRequests {
-    this.js ??= new JsRequests(this.deps.bus.nc, { timeoutMs: 5_000 })
-    return this.js
-  }
-
-  private get reads(): ClaimReads {
-    this.claimReads ??= new ClaimReads(this.requests, bucketOf(this.deps.bus.kv.claims))
-    return this.claimReads
-  }
-
-  /** Claim reads made so far (tests, logs): stream versions read, keys read, answered from memory. */
+  /** Claim reads made so far on NATS (tests, logs): stream versions read, keys read, answered from memory. */
   get claimReadStats() {
-    return this.claimReads?.stats
+    return this.ports instanceof NatsDemandPorts ? this.ports.claimReadStats : undefined
   }
 
   async stop() {
-    await this.claims.stop()
     const entries = [...this.models.values()].flatMap((byModel) => [...byModel.values()])
-    for (const entry of entries) clearTimeout(entry.timer)
+    for (const entry of entries) this.ports.timers.clear(entry.timer)
     await Promise.all(entries.map((e) => (e.seen > e.persisted ? this.flush(e) : undefined)))
-    this.js?.close()
-    this.js = undefined
-    this.claimReads = undefined
+    await this.ports.stop()
   }
 
   handle(event: InboundEvent): Promise<void> | undefined {
@@ -137,7 +112,7 @@ export class Demand {
       return
     }
     this.stats.requests++
-    const now = this.deps.now()
+    const now = this.ports.now()
     // The window is measured from when NATS accepted the request (its store time), not the gateway's clock: one
     // that lags would shorten the window, one that runs ahead would hold the model busy into the future. In whole
     // milliseconds, as windows are written (ISO times): a store time's microseconds would make the request that
@@ -146,7 +121,7 @@ export class Demand {
     const entry = this.entry(namespace, model)
 
     // Only a claimed model can need a cancel: the usual request allocates nothing for it (no key, no promise).
-    const claim = this.claims.values.get(entry.claimKey)
+    const claim = this.ports.watchedClaim(entry.claimKey)
     const cancelling = claim ? this.cancelIfClaimed(at, claim, 'watch', entry.model) : undefined
     entry.requests++
     if (at <= entry.persisted) return cancelling
@@ -160,7 +135,7 @@ export class Demand {
     if (!entry.writing && !entry.timer) {
       const wait = entry.lastWriteAt + COALESCE_MS - now
       if (wait <= 0) void this.flush(entry)
-      else entry.timer = setTimeout(() => void this.flush(entry), wait)
+      else entry.timer = this.ports.timers.set(() => void this.flush(entry), wait)
     }
     return cancelling ? Promise.all([cancelling, durable]).then(() => undefined) : durable
   }
@@ -198,7 +173,7 @@ export class Demand {
 
   /** Drops the models with nothing pending (no waiter, no write, no timer): their state is in KV. */
   private forgetIdle() {
-    const now = this.deps.now()
+    const now = this.ports.now()
     for (const [namespace, byModel] of this.models) {
       for (const [model, e] of byModel) {
         if (!e.writing && !e.timer && !e.next && now - e.lastWriteAt >= COALESCE_MS) {
@@ -225,23 +200,22 @@ export class Demand {
     // The attempt's background gate, if it has one, closes on this at once instead of waiting for the Job's deletion.
     // Core NATS, nothing stored, so it is sent for every request that breaks the window, not once: a gate that missed
     // one (NATS away for less than its bound) closes on the next.
-    this.deps.bus.nc.publish(preemptSubject(claim.namespace, model), JSON.stringify({ job: claim.jobName, at }))
+    this.ports.publishPreempt(claim.namespace, model, { job: claim.jobName, at })
     const cancelKey = cancelKeyOf(claim)
     const sent = this.cancelled.get(cancelKey)
-    const now = this.deps.now()
+    const now = this.ports.now()
     if (sent !== undefined && now - sent < CANCEL_RESEND_MS) return
     this.cancelled.set(cancelKey, now)
     const interval = Math.floor(now / CANCEL_RESEND_MS)
     if (this.cancelled.size > 10_000) this.pruneCancelled(now)
     this.stats.cancels++
     // Rare (once per admission broken by foreground) and what an operator asks first: which request cancelled what.
-    this.deps.log.info(
+    this.log.info(
       { job: `${claim.namespace}/${claim.jobName}`, claimedAt: claim.claimedAt, at: new Date(at).toISOString() },
       'cancel requested: foreground after the window the attempt was admitted on',
     )
     try {
-      const ack = await this.deps.bus.publish(
-        'ai.flexinfer.backfill.cancel',
+      const ack = await this.ports.publishCancel(
         {
           namespace: claim.namespace,
           backfill: claim.backfill,
@@ -250,18 +224,18 @@ export class Demand {
           at: new Date(at).toISOString(),
         },
         // Replicas and redeliveries publishing the same cancel collapse into one message.
-        { msgID: `cancel-${cancelKey}-${interval}` },
+        `cancel-${cancelKey}-${interval}`,
       )
       // The preemption's hops (bench/preemption-profile.ts), epoch ms: request stored, handled here, cancel stored
       // (its PubAck back). Debug only, and only per cancel: nothing on the per-request path.
-      if (this.deps.log.isLevelEnabled('debug'))
-        this.deps.log.debug(
+      if (this.log.isLevelEnabled('debug'))
+        this.log.debug(
           {
             namespace: claim.namespace,
             job: claim.jobName,
             via,
             seq: ack.seq,
-            t: { stored: at, handled: now, acked: this.deps.now() },
+            t: { stored: at, handled: now, acked: this.ports.now() },
           },
           'demand: cancel published',
         )
@@ -277,7 +251,7 @@ export class Demand {
 
   /** Persists the newest request time with compare-and-set (replicas never move it backwards). */
   private async flush(entry: ModelEntry) {
-    clearTimeout(entry.timer)
+    this.ports.timers.clear(entry.timer)
     entry.timer = undefined
     if (entry.writing) return
     entry.writing = true
@@ -289,20 +263,20 @@ export class Demand {
     const key = entry.key
     try {
       await this.writeMax(entry, key, target)
-      entry.lastWriteAt = this.deps.now()
+      entry.lastWriteAt = this.ports.now()
       this.stats.kvWrites++
       // The other half of admit's re-check (admission/fence.ts), after every write and before anything is acked:
       // having written idleness, look at the claim itself (not the watched copy, which may lag) so an admission
       // racing these requests is cancelled either way. A failure here fails the requests, which are redelivered.
       const claim = await this.readClaim(entry.claimKey)
-      if (this.deps.log.isLevelEnabled('debug')) {
-        this.deps.log.debug(
+      if (this.log.isLevelEnabled('debug')) {
+        this.log.debug(
           {
             key,
             target: new Date(target).toISOString(),
             claim: claim ? `${claim.jobName}@${claim.claimedAt}` : null,
-            watched: this.claims.values.get(entry.claimKey)?.jobName ?? null,
-            reads: this.claimReads?.stats,
+            watched: this.ports.watchedClaim(entry.claimKey)?.jobName ?? null,
+            reads: this.claimReadStats,
           },
           'idle written; claim read',
         )
@@ -324,19 +298,27 @@ export class Demand {
       entry.current = undefined
     }
     if (entry.seen > entry.persisted && !entry.timer) {
-      const wait = Math.max(0, entry.lastWriteAt + COALESCE_MS - this.deps.now())
-      entry.timer = setTimeout(() => void this.flush(entry), wait)
+      const wait = Math.max(0, entry.lastWriteAt + COALESCE_MS - this.ports.now())
+      entry.timer = this.ports.timers.set(() => void this.flush(entry), wait)
     }
   }
 
   /** The model's claim as the claims stream's leader has it now (functions/demand/claim-reads.ts). */
   private async readClaim(key: string): Promise<Claim | null> {
-    const entry = await this.reads.read(key)
+    const entry = await this.ports.readClaim(key)
     if (entry?.operation !== 'PUT') return null
     const r = parseEntry(entry.text, parseClaim)
     if (r.ok) return r.value
     // Unreadable: nobody can prove a hold with it (admit replaces it by compare-and-set), so nothing to cancel.
-    this.deps.log.error({ key, revision: entry.revision, error: r.error }, 'unreadable claim ignored')
+    this.log.error({ key, revision: entry.revision, error: r.error }, 'unreadable claim ignored')
+    return null
+  }
+
+  private readIdle(key: string, e: Entry | null): ModelIdleState | null {
+    if (e?.operation !== 'PUT') return null
+    const r = parseEntry(e.text, parseModelIdleState)
+    if (r.ok) return r.value
+    this.log.error({ key, revision: e.revision, error: r.error }, 'unreadable idle state overwritten')
     return null
   }
 
@@ -347,20 +329,19 @@ export class Demand {
         model: entry.model,
         lastForegroundAt: new Date(at).toISOString(),
         requests: entry.requests,
-        updatedAt: new Date(this.deps.now()).toISOString(),
+        updatedAt: new Date(this.ports.now()).toISOString(),
       }
       try {
         // The usual write (a known revision) without nats.js's request machinery; the first one through the KV API.
-        if (entry.revision > 0)
-          entry.revision = await kvUpdate(this.requests, bucketOf(this.idle), key, toKv(value), entry.revision)
-        else entry.revision = await this.idle.create(key, toKv(value))
+        if (entry.revision > 0) entry.revision = await this.ports.idle.update(key, toKv(value), entry.revision)
+        else entry.revision = await this.ports.idle.create(key, toKv(value))
         return
       } catch (err) {
         if (!isCasConflict(err)) throw err
-        const current = await this.idle.get(key)
+        const current = await this.ports.idle.get(key)
         entry.revision = current?.revision ?? 0
         // An unreadable value is overwritten (compare-and-set on its revision): it proves no newer request.
-        const stored = readIdle(this.deps.log, current)
+        const stored = this.readIdle(key, current)
         if (stored) {
           const storedAt = Date.parse(stored.lastForegroundAt)
           entry.requests = Math.max(entry.requests, stored.requests ?? 0)
@@ -405,7 +386,7 @@ export function demandFunction(opts: { ackAll?: boolean } = {}): EventFunction {
       { stream: STREAM_FOREGROUND_LAST, subjects: [`${REQUEST_SUBJECT}.>`], deliverNew: true },
     ],
     async start(deps) {
-      instance = new Demand(deps)
+      instance = Demand.overNats(deps)
       await instance.start()
     },
     async stop() {

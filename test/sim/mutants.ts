@@ -79,6 +79,36 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
+    name: 'demand-cancel-once-per-attempt',
+    race: 'the request that opened a window read as breaking it, its cancel dropped, the real cancels silenced',
+    edits: [
+      {
+        file: 'functions/demand/index.ts',
+        find: 'const at = Math.floor(event.storedAt ?? sentAt(event.time, now))',
+        replace: 'const at = event.storedAt ?? sentAt(event.time, now)',
+      },
+      {
+        file: 'functions/demand/index.ts',
+        find: 'if (sent !== undefined && now - sent < CANCEL_RESEND_MS) return',
+        replace: 'if (sent !== undefined && now - sent < 60_000) return',
+      },
+      // The key without the window and the msgID without the resend interval, as they were (source text, not
+      // templates of this file).
+      {
+        file: 'functions/demand/index.ts',
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: the product's source text
+        find: '-${interval}`',
+        replace: '`',
+      },
+      {
+        file: 'functions/demand/index.ts',
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: the product's source text
+        find: ".${claim.idleSince ?? ''}`",
+        replace: '`',
+      },
+    ],
+  },
+  {
     name: 'cancel-in-flight-no-wait+documented-blind',
     race: 'a cancel arriving while the POST was in flight (a documented-subject request during the POST)',
     revert: 'cancelNoWait,documentedSubjectBlind',

@@ -1,6 +1,6 @@
 // The deterministic simulation of admission (support/dst.ts), a short variant: seeded schedules of the real reconcile
-// over the in-memory ports, every fault kind shown to be generated, a crash at every await of an admission, and a
-// failing seed's exact replay. `npm run sim -- --seeds N` runs the long search, `npm run sim:mutants` the race-finding
+// and the real demand over the in-memory ports, every fault kind shown to be generated, a crash at every await of an
+// admission and of demand, and a failing seed's exact replay. `npm run sim -- --seeds N` runs the long search, `npm run sim:mutants` the race-finding
 // check.
 import { beforeAll, describe, expect, it } from 'vitest'
 import { type Faults, type SimStats, searchSeeds, simulate } from './support/dst.js'
@@ -47,6 +47,8 @@ describe('admission under the deterministic simulation', () => {
     expect(s.duplicates, report).toBeGreaterThan(0)
     expect(s.interleavedTries, report).toBeGreaterThan(0)
     expect(s.lostWatch, report).toBeGreaterThan(0)
+    // The demand process crashed (its memory lost) and was started again.
+    expect(s.demandRestarts, report).toBeGreaterThan(0)
     // Foreground requests on both subjects, some of them while a POST was in flight; cancels that found no Job yet.
     expect(s.requests.documented, report).toBeGreaterThan(0)
     expect(s.requests.perModel, report).toBeGreaterThan(0)
@@ -59,10 +61,10 @@ describe('admission under the deterministic simulation', () => {
 })
 
 it('an admission crashed at every one of its awaits keeps every invariant', { timeout: 60_000 }, async () => {
-  // No random faults: the crash is the only one. Seed 3's first admission goes the whole way (claims, fence, re-reads,
+  // No random faults: the crash is the only one. Seed 6's first admission goes the whole way (claims, fence, re-reads,
   // Starting, the reads around the POST, the POST, a raced Job's delete); seed 1's gives its claims back.
   const reached = new Set<string>()
-  for (const seed of [1, 3]) {
+  for (const seed of [1, 6]) {
     for (let call = 1; call <= 60; call++) {
       const r = await simulate({ seed, steps: 100, faults: NO_FAULTS, crashAt: { role: 'admit', call } })
       if (!r.stats.crashedAt) break
@@ -80,6 +82,24 @@ it('an admission crashed at every one of its awaits keeps every invariant', { ti
     'jobs.delete',
     'claims.delete',
   ]) {
+    expect([...reached], op).toContain(op)
+  }
+})
+
+it('the demand process crashed at every one of its awaits keeps every invariant', async () => {
+  // The real Demand (functions/demand) as one process: a crash loses its memory (coalescing, cancels sent) and what it
+  // had not acknowledged goes to the next process after the ack wait. Seeds 3 and 9 reach each of its calls.
+  const reached = new Set<string>()
+  for (const seed of [3, 9]) {
+    for (let call = 1; call <= 40; call++) {
+      const r = await simulate({ seed, steps: 200, faults: NO_FAULTS, crashAt: { role: 'demand', call } })
+      if (!r.stats.crashedAt) break
+      reached.add(r.stats.crashedAt)
+      expect(r.stats.demandRestarts).toBe(1)
+      expect(r.ok, `seed ${seed}, demand crashed at call ${call} (${r.stats.crashedAt}): ${r.violation}`).toBe(true)
+    }
+  }
+  for (const op of ['idle.create', 'idle.update', 'claims.get', 'publish backfill.cancel']) {
     expect([...reached], op).toContain(op)
   }
 })

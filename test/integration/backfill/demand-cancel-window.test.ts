@@ -50,7 +50,7 @@ async function world() {
       now += ms
     },
   }
-  const demand = new Demand({ bus, now: clock.now, log } as unknown as Deps)
+  const demand = Demand.overNats({ bus, now: clock.now, log } as unknown as Deps)
   const claim = async (model: string, jobName: string, idleSince: number) => {
     const c: Claim = {
       namespace: env.namespace,

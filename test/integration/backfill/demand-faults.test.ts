@@ -25,7 +25,7 @@ describe('demand under faults', () => {
     const shared = await Bus.open(env.nc)
     const claims = await new Kvm(env.nc).create(bucket, { history: 1 })
     const bus = new Bus(env.nc, shared.jsm, { ...shared.kv, claims })
-    const demand = new Demand({ bus, now: Date.now, log } as unknown as Deps)
+    const demand = Demand.overNats({ bus, now: Date.now, log } as unknown as Deps)
     // The claims bucket goes away between two requests (a lost stream, a permission change, a server fault).
     await expect(demand.handle(request('m-ok'))).resolves.toBeUndefined()
     await shared.jsm.streams.delete(`KV_${bucket}`)
@@ -37,7 +37,7 @@ describe('demand under faults', () => {
 
   it('a gateway sending ever-new model names cannot grow demand without bound', async () => {
     const shared = await Bus.open(env.nc)
-    const demand = new Demand({ bus: shared, now: Date.now, log } as unknown as Deps, 100)
+    const demand = Demand.overNats({ bus: shared, now: Date.now, log } as unknown as Deps, 100)
     for (let round = 0; round < 5; round++) {
       // 200 fresh names a round, each written once; the previous rounds' are quiet by now.
       await Promise.all(Array.from({ length: 200 }, (_, i) => demand.handle(request(`random-${round}-${i}`))))

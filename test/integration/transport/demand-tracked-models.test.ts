@@ -16,7 +16,7 @@ const request = (model: string, storedAt: number) => storedRequest(env.namespace
 describe('demand at its tracked-models bound', () => {
   it('a new model past the bound is tracked: its next request joins the same write', async () => {
     const bus = await Bus.open(env.nc)
-    const demand = new Demand({ bus, now: Date.now, log } as unknown as Deps, 10)
+    const demand = Demand.overNats({ bus, now: Date.now, log } as unknown as Deps, 10)
     const t = Date.now()
     await Promise.all(Array.from({ length: 10 }, (_, i) => demand.handle(request(`quiet-${i}`, t))))
     // All ten are quiet now (written, no timer, past the coalescing window): forgettable.

@@ -1,7 +1,8 @@
 // Deterministic simulation of admission against preemption. A seeded scheduler runs the real reconcile() — its
-// admission protocol (admission/), decide(), apply() — for admit, lifecycle and cancel, over the in-memory ports
-// (admission/memory-ports.ts) and an in-memory apiserver and bus, with demand and cancel's event handling as thin
-// drivers around the same real parts (the claims, awaitAdmittedJob). Every call to a port waits at a gate, where the
+// admission protocol (admission/), decide(), apply() — for admit, lifecycle and cancel, and the real Demand
+// (functions/demand: idle writes, claim reads, cancels) as one process that can crash, over the in-memory ports
+// (admission/memory-ports.ts, functions/demand/ports.ts) and an in-memory apiserver and bus; cancel's event handling
+// is a thin driver around the same real parts (awaitAdmittedJob, reconcile). Every call to a port waits at a gate, where the
 // scheduler picks which waiting call runs next, how much virtual time it takes, whether it fails (before or after
 // taking effect) and whether its caller crashes there (it never answers; the event is redelivered). Foreground
 // requests, on either subject, come at any step; events are redelivered and duplicated (two tries of one attempt).
@@ -31,15 +32,19 @@ import {
   memoryPorts,
   SimulatedFault,
   type StoredJob,
+  type StoredRequest,
   type Verdict,
 } from '../../../admission/memory-ports.js'
+import type { Entry } from '../../../admission/ports.js'
 import { type AdmissionDeps, type Role, reconcile } from '../../../admission/reconcile.js'
 import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../core/api.js'
 import type { Trigger } from '../../../core/decide.js'
-import { ANNOTATION_MODEL, backfillKey, modelKey } from '../../../core/names.js'
-import { type Claim, parseClaim, parseEntry, toKv } from '../../../core/state.js'
+import { ANNOTATION_MODEL, backfillKey } from '../../../core/names.js'
+import { type Claim, parseClaim, parseEntry } from '../../../core/state.js'
+import type { InboundEvent } from '../../../events/codec.js'
 import { awaitAdmittedJob } from '../../../functions/cancel/in-flight.js'
-import { CANCEL_RESEND_MS, cancelKeyOf } from '../../../functions/demand/index.js'
+import { Demand } from '../../../functions/demand/index.js'
+import type { DemandPorts } from '../../../functions/demand/ports.js'
 import { type Bus, isCasConflict } from '../../../jetstream/bus.js'
 import type { Kube } from '../../../kube/kube.js'
 import type { Logger } from '../../../observability/log.js'
@@ -114,7 +119,7 @@ export interface SimOptions {
    * Crash the first delivery of `role` that gets this far at its `call`-th port call (1-based): walking `call` over
    * 1, 2, … crashes an admission at every await it makes, one schedule each.
    */
-  crashAt?: { role: Role; call: number }
+  crashAt?: { role: Role | 'demand'; call: number }
 }
 
 /** How often each kind of fault and interleaving was generated in one schedule (or summed over many). */
@@ -140,6 +145,8 @@ export interface SimStats {
   /** Jobs deleted within RACED_MS of their creation (a request raced the admission). */
   racedJobsDeleted: number
   actors: number
+  /** demand processes that crashed (and were started again with empty memory). */
+  demandRestarts: number
   /** The call a `crashAt` crash hit (its op), if it was reached. */
   crashedAt?: string
 }
@@ -172,6 +179,7 @@ export function emptyStats(): SimStats {
     jobsCreated: 0,
     racedJobsDeleted: 0,
     actors: 0,
+    demandRestarts: 0,
   }
 }
 
@@ -190,6 +198,7 @@ export function addStats(a: SimStats, b: SimStats) {
     'jobsCreated',
     'racedJobsDeleted',
     'actors',
+    'demandRestarts',
   ] as const) {
     a[k] += b[k]
   }
@@ -234,6 +243,13 @@ interface Waiting {
   due: number
   seq: number
   resolve: (v: Verdict) => void
+}
+
+interface DemandProcess {
+  actor: Actor
+  demand: Demand
+  /** Requests handed to it and not yet acknowledged: redelivered to the next process when it crashes. */
+  pending: Set<StoredRequest>
 }
 
 interface Timer {
@@ -305,8 +321,14 @@ export class Simulation {
   /** When each Job's POST was sent, and by whom: requests before it were the admission's to see. */
   private readonly postSent = new Map<string, number>()
   private readonly postedBy = new Map<string, Actor>()
-  private readonly cancelsSent = new Map<string, number>()
+  private readonly postOf = new WeakMap<StoredJob, { sent: number; by?: Actor }>()
   private demandAcked = new Set<number>()
+  /** The demand process: the real Demand, one instance until it crashes (its memory goes with it). */
+  private demand!: DemandProcess
+  /** The claims as a watch of the bucket has them (KvMirror on NATS): a little behind, and now and then stale. */
+  private readonly watchedClaims = new Map<string, Claim>()
+  /** msgIDs JetStream stored (its duplicate window outlives any schedule here). */
+  private readonly msgIds = new Set<string>()
   private readonly claimless = new Map<string, number>()
   private actors = 0
   readonly deps: AdmissionDeps
@@ -320,6 +342,7 @@ export class Simulation {
     // Every port call of every actor passes the gate of the actor running it (see `as`).
     const gate: Gate = (op, detail) => this.wait(op, detail)
     this.claims = new MemoryKv('claims', gate)
+    this.claims.onWrite = (key, entry) => this.claimWritten(key, entry)
     this.states = new MemoryKv('backfills', gate)
     this.idle = new MemoryKv('idle', gate)
     this.requests = new MemoryRequests(this.idle, clock, gate)
@@ -358,6 +381,7 @@ export class Simulation {
       now: () => this.now,
       admission: ports,
     }
+    this.startDemand()
   }
 
   // ---- the scheduler -----------------------------------------------------------------------------------------
@@ -509,7 +533,8 @@ export class Simulation {
     let call: Waiting | undefined
     for (const w of this.waiting) if (!call || w.due < call.due || (w.due === call.due && w.seq < call.seq)) call = w
     const timer = this.nextTimer()
-    if (call && (!timer || call.due <= timer.at)) {
+    // A call in flight is answered even past the horizon: only timers wait for time to move on.
+    if (call && (!timer || call.due <= timer.at || timer.at > horizon)) {
       this.waiting.splice(this.waiting.indexOf(call), 1)
       this.now = Math.max(this.now, call.due)
       this.answer(call)
@@ -525,6 +550,8 @@ export class Simulation {
 
   /** Answers a call: its verdict drawn, or its caller crashed there (never answered; the event redelivered). */
   private answer(w: Waiting) {
+    // Its process is gone: nothing it was waiting for answers it any more.
+    if (w.actor.crashed) return
     const f = this.faults
     const target = this.options.crashAt
     const targeted =
@@ -538,8 +565,6 @@ export class Simulation {
       w.actor.faultedAt = this.now
       bump(this.stats.crash, w.op)
       this.log(() => `crash ${w.actor.name} at ${w.op}${w.detail ? ` ${w.detail()}` : ''}`)
-      // Its process is gone, and with it demand's memory of the cancels it sent.
-      if (w.actor.name.startsWith('demand')) this.cancelsSent.clear()
       w.actor.redeliver?.()
       return
     }
@@ -582,8 +607,10 @@ export class Simulation {
       this.stats.requests[subject]++
       if (this.waiting.some((w) => w.op === 'jobs.create')) this.stats.requestsDuringPost++
       this.log(() => `request ${b.model} on ${subject}${stored.seq ? ` seq ${stored.seq}` : ''}`)
-      // Demand handles it a little later (it may lag: the fence then holds admission back).
-      this.at(r.int(r.chance(0.2) ? 1500 : 150), `demand ${b.model}`, () => this.deliverDemand(stored))
+      // Demand handles it a little later. It may lag (the fence then holds admission back), now and then by seconds:
+      // a backlog after NATS or demand came back, its requests handled after an admission on the window they opened.
+      const lag = r.chance(0.2) ? (r.chance(0.25) ? 2000 + r.int(4000) : 1500) : 150
+      this.at(r.int(lag), `demand ${b.model}`, () => this.deliverDemand(stored))
     }
     // Quiet stretches, when nothing is in flight: time moves on.
     if (this.waiting.length === 0 && r.chance(0.2)) this.now += r.int(r.chance(0.3) ? 3000 : 300)
@@ -615,10 +642,27 @@ export class Simulation {
     this.jobs.update(j, (job) => ({ ...job, status }))
   }
 
+  /** Deleted Jobs whose removal (their pods gone) is scheduled. */
+  private readonly removing = new Set<StoredJob>()
+
   /** The watch: lifecycle decides the Job's backfill again (unless the event is lost: a watch restarting). */
   private jobChanged(j: StoredJob) {
+    // Bound to the Job at its creation: a name is used again once a deleted Job is gone (a later attempt's retry).
+    if (!this.postOf.has(j)) {
+      const name = j.job.metadata?.name ?? ''
+      this.postOf.set(j, { sent: this.postSent.get(name) ?? j.createdAt, by: this.postedBy.get(name) })
+    }
     const backfill = j.job.metadata?.ownerReferences?.[0]?.name
     if (!backfill) return
+    if (j.deletedAt !== undefined && !this.removing.has(j)) {
+      // A deleted Job is gone once its pods are (their grace period): the apiserver removes it, the watch says so.
+      this.removing.add(j)
+      const name = j.job.metadata?.name ?? ''
+      this.at(this.random.int(3000), `gone ${name}`, () => {
+        this.jobs.remove(NS, name)
+        this.jobChanged(j)
+      })
+    }
     const delay = this.random.int(50)
     if (this.faultsOn && this.random.chance(this.faults.lostWatch)) {
       this.stats.lostWatch++
@@ -678,62 +722,114 @@ export class Simulation {
   }
 
   /**
-   * Demand, its cancel half: the idle state written (never moved back), then the model's claim read; a claim whose
-   * window the request breaks gets one cancel per admitted window and resend interval (functions/demand).
+   * Starts a demand process: the real Demand (functions/demand) over this world's ports, its every call made as the
+   * process's actor. A crash at any of them ends the process — its memory (coalescing, cancels sent, what it last
+   * wrote) with it — and what it had not acknowledged is redelivered to the next one after the ack wait.
    */
-  private deliverDemand(r: { seq: number; model: string; at: number }) {
-    this.spawn(
-      `demand(${r.model}${r.seq ? ` seq ${r.seq}` : ''})`,
-      async () => {
-        const key = modelKey(NS, r.model)
-        for (let i = 0; ; i++) {
-          const cur = await this.idle.get(key)
-          const stored = cur?.operation === 'PUT' ? Date.parse(JSON.parse(cur.text).lastForegroundAt) : 0
-          if (stored >= r.at) break
-          const value = toKv({
-            namespace: NS,
-            model: r.model,
-            lastForegroundAt: new Date(r.at).toISOString(),
-            requests: 1,
-            updatedAt: new Date(this.now).toISOString(),
-          })
-          try {
-            if (cur) await this.idle.update(key, value, cur.revision)
-            else await this.idle.create(key, value)
-            break
-          } catch (err) {
-            if (i > 4 || !/wrong last sequence/.test(String(err))) throw err
-          }
-        }
-        const entry = await this.claims.get(`model.${key}`)
-        const parsed = entry?.operation === 'PUT' ? parseEntry(entry.text, parseClaim) : null
-        const claim = parsed?.ok ? parsed.value : null
-        if (claim && r.at > Date.parse(claim.idleSince ?? claim.claimedAt)) {
-          const dedupe = cancelKeyOf(claim)
-          const sent = this.cancelsSent.get(dedupe)
-          if (sent === undefined || this.now - sent >= CANCEL_RESEND_MS) {
-            this.cancelsSent.set(dedupe, this.now)
-            try {
-              await this.publish('ai.flexinfer.backfill.cancel', {
-                namespace: NS,
-                backfill: claim.backfill,
-                jobName: claim.jobName,
-                reason: 'ForegroundDemand',
-                at: new Date(r.at).toISOString(),
-              })
-            } catch (err) {
-              this.cancelsSent.delete(dedupe)
-              throw err
-            }
-          }
-        }
+  private startDemand() {
+    const actor: Actor = { name: `demand(process)#${++this.actors}`, crashed: false, calls: 0 }
+    const as = <T>(body: () => T): T => {
+      this.current = actor
+      return body()
+    }
+    const ports: DemandPorts = {
+      now: () => this.now,
+      idle: {
+        get: (key) => as(() => this.idle.get(key)),
+        create: (key, text) => as(() => this.idle.create(key, text)),
+        update: (key, text, revision) => as(() => this.idle.update(key, text, revision)),
+      },
+      readClaim: (key) => as(() => this.claims.get(key)),
+      watchedClaim: (key) => this.watchedClaims.get(key),
+      publishCancel: (cancel, msgID) => as(() => this.publish('ai.flexinfer.backfill.cancel', { ...cancel }, msgID)),
+      publishPreempt: () => {},
+      timers: {
+        set: (fire, ms) =>
+          this.at(ms, `${actor.name} flush`, () => {
+            if (!actor.crashed) as(fire)
+          }),
+        clear: (timer) => {
+          if (timer) this.cancelTimer(timer as Timer)
+        },
+      },
+      start: async () => {},
+      stop: async () => {},
+    }
+    const proc: DemandProcess = { actor, demand: new Demand(ports, silent), pending: new Set() }
+    actor.redeliver = () => {
+      // The restart reads the bucket anew (KvMirror's start), then follows its changes.
+      this.watchedClaims.clear()
+      for (const key of this.claims.keys()) this.claimWritten(key, this.claims.peek(key), 0)
+      const pending = [...proc.pending]
+      this.stats.redeliveries += pending.length
+      this.stats.demandRestarts++
+      this.startDemand()
+      this.at(ACK_WAIT_MS, `redeliver to ${this.demand.actor.name}`, () => {
+        for (const r of pending) this.deliverDemand(r)
+      })
+    }
+    this.demand = proc
+    this.stats.actors++
+  }
+
+  /** A claims write reaches the watched copy a moment later, unless that watch event is lost. */
+  private claimWritten(key: string, entry: Entry | null, delay?: number) {
+    if (!key.startsWith('model.')) return
+    if (delay === undefined && this.faultsOn && this.random.chance(this.faults.lostWatch)) {
+      this.stats.lostWatch++
+      return
+    }
+    const apply = () => {
+      const parsed = entry?.operation === 'PUT' ? parseEntry(entry.text, parseClaim) : null
+      if (parsed?.ok) this.watchedClaims.set(key, parsed.value)
+      else this.watchedClaims.delete(key)
+    }
+    if (delay === 0) apply()
+    else this.at(delay ?? this.random.int(50), `watch ${key}`, apply)
+  }
+
+  /**
+   * Hands a stored request to the demand process, as its consumer delivers it (now and then twice): acknowledged
+   * when handle() is done with it, redelivered after the ack wait when it failed. Its store time carries JetStream's
+   * sub-millisecond part.
+   */
+  private deliverDemand(r: StoredRequest) {
+    const proc = this.demand
+    const event = {
+      type: 'ai.flexinfer.foreground.request',
+      data: { namespace: NS, model: r.model },
+      time: new Date(r.at).toISOString(),
+      storedAt: r.at + 0.25 + (r.seq % 3) * 0.25,
+    } as unknown as InboundEvent
+    const once = () => {
+      proc.pending.add(r)
+      this.current = proc.actor
+      this.log(() => `${proc.actor.name} handles ${r.model}${r.seq ? ` seq ${r.seq}` : ''}`)
+      const handled = proc.demand.handle(event)
+      const acked = () => {
+        if (proc.actor.crashed) return
+        proc.pending.delete(r)
         if (r.seq) {
           this.demandAcked.add(r.seq)
           while (this.demandAcked.has(this.requests.ackFloor + 1)) this.requests.ackFloor++
         }
-      },
-      true,
-    )
+      }
+      if (!handled) return acked()
+      handled.then(acked, (err) => {
+        if (proc.actor.crashed) return
+        if (!(err instanceof SimulatedFault) && !isCasConflict(err))
+          this.unexpected ??= `${proc.actor.name} failed: ${(err as Error)?.stack ?? err}`
+        this.log(() => `fail  ${proc.actor.name} ${r.model}: ${String((err as Error).message ?? err).slice(0, 120)}`)
+        proc.pending.delete(r)
+        this.stats.redeliveries++
+        this.at(ACK_WAIT_MS, `redeliver ${r.model}`, () => this.deliverDemand(r))
+      })
+    }
+    once()
+    if (this.faultsOn && this.random.chance(this.faults.duplicate)) {
+      this.stats.duplicates++
+      once()
+    }
   }
 
   private sleep(ms: number): Promise<void> {
@@ -826,8 +922,13 @@ export class Simulation {
     })
   }
 
-  private publish(type: string, data: Record<string, string>) {
+  private publish(type: string, data: Record<string, string>, msgID?: string) {
     return this.gated(`publish ${type.replace('ai.flexinfer.', '')}`, `${data.jobName ?? data.backfill}`, () => {
+      // JetStream stores one message per msgID (its duplicate window outlives any schedule here).
+      if (msgID !== undefined) {
+        if (this.msgIds.has(msgID)) return { seq: 0, duplicate: true }
+        this.msgIds.add(msgID)
+      }
       // Stored: delivered a moment later (at least once).
       this.at(this.random.int(20), `deliver ${type}`, () => {
         if (type === 'ai.flexinfer.backfill.admit') this.deliver('admit', data.backfill as string, { type: 'admit' })
@@ -910,7 +1011,8 @@ export class Simulation {
     for (const j of this.jobs.created) {
       const name = j.job.metadata?.name ?? ''
       const model = this.modelOf(j)
-      const sent = this.postSent.get(name) ?? j.createdAt
+      const post = this.postOf.get(j)
+      const sent = post?.sent ?? j.createdAt
       for (const r of this.requests.stored) {
         if (r.model !== model || r.background) continue
         // A request stored inside the Job's window before its POST was sent (give or take LATE_MS).
@@ -920,7 +1022,7 @@ export class Simulation {
         }
         // Stored while the POST was in flight: the Job deleted within RACED_MS by the admission itself — unless a
         // fault or a slow call hit the admission after its POST (then it is demand → cancel's, within CANCEL_MS).
-        const faulted = (this.postedBy.get(name)?.faultedAt ?? Number.NEGATIVE_INFINITY) >= sent
+        const faulted = (post?.by?.faultedAt ?? Number.NEGATIVE_INFINITY) >= sent
         const bound = faulted ? CANCEL_MS : RACED_MS
         if (r.at >= sent - LATE_MS && r.at <= j.createdAt && (j.deletedAt ?? this.now) - j.createdAt > bound) {
           if (!j.outcome)
