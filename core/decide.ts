@@ -299,7 +299,14 @@ export function decide(o: Observed, trigger: Trigger, now: number, options: Deci
     o,
     b,
     now,
-    s: structuredClone({ ...base, model: b.spec.modelRef, uid: b.metadata.uid }),
+    // decide() changes its own copy: the state's fields are scalars but for the counters (and their preemptions),
+    // so those are copied too; the stored state (often a frozen, remembered parse) is never touched.
+    s: {
+      ...base,
+      model: b.spec.modelRef,
+      uid: b.metadata.uid,
+      counters: { ...base.counters, preemptions: { ...base.counters.preemptions } },
+    },
     actions: [],
     spec,
     gates: NOT_REACHED.slice() as GateReport[],

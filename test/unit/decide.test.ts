@@ -3,6 +3,7 @@
 // Background-class foreground requests are not represented here: the demand function drops them before they
 // reach the idle state or decide, so decide never sees one (the events and integration tests cover that).
 import { describe, expect, it } from 'vitest'
+import { deepFreeze } from '../../admission/memory-ports.js'
 import { checkSpec, FINALIZER, type ModelBackfillSpec, PHASES, type Phase, REASONS } from '../../core/api.js'
 import {
   type Action,
@@ -705,7 +706,8 @@ describe('decide: every phase × every trigger or world change', () => {
     const { world, trigger = { type: 'timer' }, now = f.now } = change.apply(f)
     if (phase === 'WaitingForIdle' || phase === 'Suspended' || phase === 'Blocked') expect(noJob(f)).toBe(true)
     const before = structuredClone(world)
-    const d = decide(world, trigger, now)
+    // Frozen, as the parsed states the readers remember are: a change to anything decide() was given throws.
+    const d = decide(deepFreeze(world), trigger, now)
     expect(world, 'decide must not mutate what it observed').toEqual(before)
     const cell = change.expect[phase]
     if (cell === SAME) {
