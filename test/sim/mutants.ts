@@ -21,6 +21,8 @@ interface Mutant {
   edits?: { file: string; find: string; replace: string }[]
   /** Fixes of the simulated drivers undone (test/sim/run.ts --revert). */
   revert?: string
+  /** Searched with the hostile faults (more duplicates and slow calls): the race needs two tries interleaved. */
+  hostile?: boolean
 }
 
 export const MUTANTS: Mutant[] = [
@@ -54,6 +56,7 @@ export const MUTANTS: Mutant[] = [
   {
     name: 'earlier-try-cancel-ends-attempt',
     race: 'a redelivered cancel of an earlier try ending an attempt whose POST is in flight',
+    hostile: true,
     edits: [
       {
         file: 'core/decide.ts',
@@ -170,7 +173,7 @@ export function runMutant(
     const args = ['--import', 'tsx', join(dir, 'test/sim/run.ts'), '--seeds', String(o.seeds)]
     args.push('--steps', String(o.steps), '--max-seconds', String(o.maxSeconds))
     if (m.revert) args.push('--revert', m.revert)
-    if (o.hostile) args.push('--hostile')
+    if (o.hostile || m.hostile) args.push('--hostile')
     if (o.jobs !== undefined) args.push('--jobs', String(o.jobs))
     // Bounded: the run stops itself at --max-seconds; the kill is for a run that hangs.
     const r = spawnSync(process.execPath, args, {
