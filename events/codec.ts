@@ -55,6 +55,7 @@ export const Envelope = z.looseObject({
 })
 const CONTEXT_ATTRIBUTES = new Set([...Object.keys(Envelope.shape), 'data', 'data_base64'])
 const TIME = Envelope.shape.time
+const FOREGROUND = 'ai.flexinfer.foreground.request'
 const optionalString = (v: unknown) => v === undefined || typeof v === 'string'
 
 /**
@@ -98,7 +99,11 @@ export function validateBySchema(raw: unknown): DecodeResult {
   let event: z.infer<typeof Envelope>
   if (plainEnvelope(given)) event = given
   else {
-    const checked = Envelope.safeParse(raw)
+    // A foreground request whose time is unreadable still says which model is busy, and demand measures the window
+    // from the request's store time, not from it: dead-lettered, it would leave a backfill running under that
+    // traffic. Its time is read as absent (the request's own time, now, when there is no store time).
+    const unreadableTime = given.type === FOREGROUND && given.time !== undefined && !TIME.safeParse(given.time).success
+    const checked = Envelope.safeParse(unreadableTime ? { ...given, time: undefined } : raw)
     if (!checked.success) {
       const issues = checked.error.issues.map((i) => `${i.path.join('.') || 'envelope'}: ${i.message}`).join('; ')
       return { ok: false, reason: `invalid CloudEvent envelope: ${issues}` }

@@ -130,8 +130,8 @@ describe('decode fast path for foreground requests', () => {
       fc.property(fc.oneof(requestLike, anyObject), (raw) => {
         const got = validate(raw)
         const want = validateBySchema(raw)
-        // The schema path fills a missing time with "now": compare it apart.
-        if (raw.time === undefined && got.ok && want.ok) {
+        // The schema path fills a missing time (or a foreground request's unreadable one) with "now": compare it apart.
+        if ((raw.time === undefined || !TIME.safeParse(raw.time).success) && got.ok && want.ok) {
           expect({ ...got.event, time: '' }).toStrictEqual({ ...want.event, time: '' })
           return
         }

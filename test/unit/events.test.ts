@@ -58,7 +58,11 @@ describe('event codec', () => {
     ['a missing id', fg({ namespace: 'ns', model: 'm' }, { id: undefined }), /invalid CloudEvent envelope/],
     ['an unknown type', fg({}, { type: 'com.example.other' }), /unknown event type "com.example.other"/],
     ['another specversion', fg({ namespace: 'ns', model: 'm' }, { specversion: '0.3' }), /specversion/],
-    ['a time that is not RFC 3339', fg({ namespace: 'ns', model: 'm' }, { time: 'yesterday' }), /time/],
+    [
+      'a time that is not RFC 3339 (another type than a foreground request)',
+      fg({ model: 'm', namespace: 'ns', ready: true }, { type: 'ai.flexinfer.model.ready', time: 'yesterday' }),
+      /time/,
+    ],
     [
       'an extension attribute that is not lower-case alphanumeric',
       fg({ namespace: 'ns', model: 'm' }, { Trace_ID: 'x' }),
@@ -76,6 +80,18 @@ describe('event codec', () => {
     const result = decode(body)
     expect(result.ok).toBe(false)
     if (!result.ok) expect(result.reason).toMatch(reason)
+  })
+
+  it.each([
+    ['empty', ''],
+    ['not RFC 3339', 'yesterday'],
+    ['not a string', 1764590400],
+  ])('a foreground request whose time is %s still counts: its time is read as absent', (_what, time) => {
+    // Dead-lettered, it would leave a backfill running under that traffic; demand measures from the store time.
+    const before = Date.now()
+    const result = decode(fg({ namespace: 'ns', model: 'm' }, { time }))
+    expect(result).toMatchObject({ ok: true, event: { data: { namespace: 'ns', model: 'm' } } })
+    if (result.ok) expect(Date.parse(result.event.time)).toBeGreaterThanOrEqual(before - 1)
   })
 
   it('keeps lower-case extension attributes (a Broker adds its own) and fills in a missing time', () => {

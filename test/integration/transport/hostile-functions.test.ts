@@ -106,3 +106,19 @@ it('hostile events on every subject the functions consume: all dead-lettered, no
   )
   await waitFor('demand handles a good event', () => (demand?.stats.handled ?? 0) > handled, { timeoutMs: 10_000 })
 }, 120_000)
+
+it('a foreground request whose time is empty (a gateway script with an unset variable) is demand, not a dead letter', async () => {
+  // Seen on the real node: the gateway pod's `nats pub` sent "time":"" and demand dead-lettered the request, so the
+  // backfill Job it should have stopped ran on until the reconcilers noticed the model busy, 17-32 s later.
+  const js = jetstream(env.nc)
+  const demand = runner.functions.find((f) => f.name.startsWith('demand'))
+  const before = { ...(demand?.stats ?? { handled: 0, deadLettered: 0 }) }
+  const body = JSON.parse(
+    encode('ai.flexinfer.foreground.request', { namespace: env.namespace, model: 'empty-time' }, { source: 'gateway' }),
+  )
+  await js.publish('flexinfer.events.foreground.request', JSON.stringify({ ...body, time: '' }))
+  await waitFor('demand handles it', () => (demand?.stats.handled ?? 0) > before.handled, { timeoutMs: 10_000 })
+  expect(demand?.stats.deadLettered).toBe(before.deadLettered)
+  const idle = await runner.deps.bus.kv.idle.get(`${env.namespace}.empty-time`)
+  expect(idle?.operation).toBe('PUT')
+}, 60_000)
