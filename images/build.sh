@@ -15,18 +15,23 @@
 # /etc/containers or /var/lib/containers is used or changed. Needs root, podman, debootstrap, gcc, busybox-static
 # (.ci/run installs them).
 #   --app       also build the project's image (when its inputs changed: keyed by a hash of the Dockerfile's COPYs)
+#   --app-from DIR  build the project's image from another checkout instead (e.g. a previous release's, for the
+#               upgrade test): DIR's Dockerfile unchanged, its FROM made here the same way; the image is printed as
+#               JSON on stdout and images.json keeps listing this checkout's app image
 #   --dry-run   say what would be built
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${MODELBACKFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelbackfill}
 out="$cache/images"
-app=false dry_run=false
-for a in "$@"; do
-  case $a in
+app=false dry_run=false app_dir=$root
+while [ $# -gt 0 ]; do
+  case $1 in
     --app) app=true ;; --dry-run) dry_run=true ;;
-    *) echo "usage: images/build.sh [--app] [--dry-run]" >&2; exit 2 ;;
+    --app-from) app=true app_dir=$(cd "${2:?--app-from needs a directory}" && pwd); shift ;;
+    *) echo "usage: images/build.sh [--app | --app-from DIR] [--dry-run]" >&2; exit 2 ;;
   esac
+  shift
 done
 log() { printf '[images] %s\n' "$*" >&2; }
 
@@ -34,7 +39,7 @@ K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' "$
 DEBIAN_SUITE=bookworm
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # The base image is whatever the Dockerfile builds FROM (its first stage): the file users build is the file tested.
-FROM=$(awk 'toupper($1) == "FROM" { print $2; exit }' "$root/Dockerfile")
+FROM=$(awk 'toupper($1) == "FROM" { print $2; exit }' "$app_dir/Dockerfile")
 node_major=$(printf '%s' "$FROM" | sed -n 's/^node:\([0-9][0-9]*\)-slim$/\1/p')
 [ -n "$node_major" ] || { log "the Dockerfile's FROM is '$FROM'; only node:<major>-slim can be made locally"; exit 1; }
 base_ref="docker.io/library/$FROM"
@@ -148,12 +153,11 @@ write_manifest() {
 JSON
   mv "$out/images.json.tmp" "$out/images.json"
 }
-$app || {
-  # Keep a previously built app image listed.
-  prev=$(node -e 'try { const a = require(process.argv[1]).app; console.log(a ? JSON.stringify(a) : "null") } catch { console.log("null") }' "$out/images.json")
-  write_manifest "$prev"
-  exit 0
+# Keeps a previously built app image listed.
+write_manifest_keeping_app() {
+  write_manifest "$(node -e 'try { const a = require(process.argv[1]).app; console.log(a ? JSON.stringify(a) : "null") } catch { console.log("null") }' "$out/images.json")"
 }
+$app || { write_manifest_keeping_app; exit 0; }
 
 # The base: debootstrap once (cached as a tarball), Node and npm from the npm registry.
 rootfs_tar="$out/debian-$DEBIAN_SUITE-minbase.tar"
@@ -196,8 +200,8 @@ fi
 podman image exists "$base_ref" || podman load -q -i "$base_archive" >/dev/null
 
 # The project's image, from the Dockerfile unchanged; keyed by what its COPY lines read.
-inputs=$(cd "$root" && awk 'toupper($1) == "COPY" && $2 !~ /^--from/ { for (i = 2; i < NF; i++) print $i }' Dockerfile | sort -u)
-key=$(cd "$root" && { cat Dockerfile; find $inputs -type f | sort | xargs sha256sum; } | sha256sum | cut -c1-16)
+inputs=$(cd "$app_dir" && awk 'toupper($1) == "COPY" && $2 !~ /^--from/ { for (i = 2; i < NF; i++) print $i }' Dockerfile | sort -u)
+key=$(cd "$app_dir" && { cat Dockerfile; find $inputs -type f | sort | xargs sha256sum; } | sha256sum | cut -c1-16)
 app_ref="localhost/modelbackfill/model-backfill:$key"
 app_archive="$out/model-backfill-$key.tar"
 if [ ! -f "$app_archive" ]; then
@@ -212,10 +216,11 @@ if [ ! -f "$app_archive" ]; then
     printf 'cafile=/run/modelbackfill-build-ca.pem\n' >"$out/build-npmrc"
     trust=(-v "$cafile:/run/modelbackfill-build-ca.pem:ro" -v "$out/build-npmrc:/usr/local/etc/npmrc:ro")
   fi
-  (cd "$root" && podman build --runtime runc --network host --pull=never "${trust[@]}" -t "$app_ref" -f Dockerfile . \
+  (cd "$app_dir" && podman build --runtime runc --network host --pull=never "${trust[@]}" -t "$app_ref" -f Dockerfile . \
     >"$out/podman-build.log" 2>&1) || { log "podman build failed; see $out/podman-build.log"; tail -20 "$out/podman-build.log" >&2; exit 1; }
   podman save -q --format docker-archive -o "$app_archive.tmp" "$app_ref" >/dev/null
   mv "$app_archive.tmp" "$app_archive"
   log "built $app_ref in $((SECONDS - start))s"
 fi
-write_manifest "{ \"ref\": \"$app_ref\", \"archive\": \"$app_archive\", \"from\": \"$base_ref\" }"
+app_json="{ \"ref\": \"$app_ref\", \"archive\": \"$app_archive\", \"from\": \"$base_ref\" }"
+if [ "$app_dir" = "$root" ]; then write_manifest "$app_json"; else write_manifest_keeping_app; printf '%s\n' "$app_json"; fi

@@ -11,7 +11,7 @@
 #
 # Settings (environment; defaults in brackets):
 #   MBF_MODE          keda | knative | helm-keda | helm-knative                    [keda]
-#   MBF_IMAGE         the image, repository:tag                    [ghcr.io/flexinfer/model-backfill:0.1.0]
+#   MBF_IMAGE         the image, repository:tag                    [ghcr.io/flexinfer/model-backfill:0.2.0]
 #   MBF_NAMESPACE     where the functions run                                      [model-backfill]
 #   MBF_NATS_HOST     host:port of nats-server                     [nats.nats.svc.cluster.local:4222]
 #   MBF_NATS_MONITOR  host:port of its monitoring endpoint (KEDA reads /jsz)       [<MBF_NATS_HOST's host>:8222]
@@ -23,6 +23,9 @@
 #   MBF_GATE_NAMESPACES the namespaces whose backfills may opt into the background gate, comma-separated: each gets
 #                     a NATS user and its Secret model-backfill-gate, and admit injects the gate (docs/gate.md) [none]
 #   MBF_GATE_NATS_URL NATS as the gate sidecars reach it from those namespaces      [nats://gate@<MBF_NATS_HOST>]
+#   MBF_GATEWAY_NKEY  the gateways' public key (U…) nats-server knows today, kept when MBF_DIR is new but the
+#                     cluster already runs an installation (one made before this script, e.g. by the 0.1.0 chart);
+#                     `new`: the gateways get a new identity instead (their Secret must reach them first)    [none]
 #   MBF_WAIT          wait for the provision Job and every always-on function: true | false [true]
 #   MBF_TIMEOUT       how long each wait may take                                  [300s]
 #   KUBECTL, HELM     the commands                                                 [kubectl, helm]
@@ -30,7 +33,7 @@ set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 mode=${MBF_MODE:-keda}
-image=${MBF_IMAGE:-ghcr.io/flexinfer/model-backfill:0.1.0}
+image=${MBF_IMAGE:-ghcr.io/flexinfer/model-backfill:0.2.0}
 ns=${MBF_NAMESPACE:-model-backfill}
 nats_host=${MBF_NATS_HOST:-nats.nats.svc.cluster.local:4222}
 nats_monitor=${MBF_NATS_MONITOR:-${nats_host%:*}:8222}
@@ -41,6 +44,7 @@ release=${MBF_RELEASE:-model-backfill}
 crd=${MBF_CRD:-true}
 gate_namespaces=$(printf '%s' "${MBF_GATE_NAMESPACES:-}" | tr -d ' ')
 gate_nats_url=${MBF_GATE_NATS_URL:-nats://gate@$nats_host}
+gateway_nkey=${MBF_GATEWAY_NKEY:-}
 wait=${MBF_WAIT:-true}
 timeout=${MBF_TIMEOUT:-300s}
 kubectl=${KUBECTL:-kubectl}
@@ -115,10 +119,64 @@ make_secrets() {
 		fi
 		return
 	fi
-	say "generating every NATS identity and the ingress token into $secrets"
+	mkdir -p "$dir/.keep"
+	chmod 700 "$dir/.keep"
+	keep=$dir/.keep/existing.env
+	(umask 077 && existing_identities >"$keep") || {
+		rm -rf "$dir/.keep"
+		exit 1
+	}
+	if [ -s "$keep" ]; then
+		say "keeping the NATS identities and the ingress token of the installation already in $ns"
+	else
+		say "generating every NATS identity and the ingress token into $secrets"
+	fi
 	(cd "$here" && npx --no-install tsx tools/secrets/generate.ts --out "$secrets" --format "$format" \
 		--namespace "$ns" --nats-namespace "${nats_ns:-nats}" --nats-url "nats://$nats_host" \
-		--gate-namespaces "$gate_namespaces") >&2
+		--gate-namespaces "$gate_namespaces" --keep "$keep") >&2 || {
+		rm -rf "$dir/.keep"
+		exit 1
+	}
+	rm -rf "$dir/.keep"
+}
+
+# The Secrets' prefix: the overlays' names, or the chart's fullname (the release, plus -model-backfill unless it
+# contains it).
+secret_prefix() {
+	if [ "$format" = kustomize ]; then
+		echo model-backfill
+	else
+		case "$release" in *model-backfill*) echo "$release" ;; *) echo "$release-model-backfill" ;; esac | cut -c1-40 | sed 's/-*$//'
+	fi
+}
+
+# An installation this MBF_DIR did not make (one from before this script: the 0.1.0 chart or overlays) already has
+# its identities in the cluster, and nats-server knows their public keys. New ones would lock every running pod and
+# every gateway out as soon as nats-server reloads, foreground demand unobservable until all of them have rolled:
+# they are kept (rotation is its own step: docs/operations.md). Prints the --keep lines (tools/secrets/generate.ts).
+existing_identities() {
+	prefix=$(secret_prefix)
+	found=false
+	users=$(grep -v '^[[:space:]]*#' "$here/nats/auth.conf" | sed -n 's/.*\$FLEXINFER_\([A-Z0-9_]*\)_NKEY.*/\1/p' | sort -u)
+	for u in $users; do
+		lower=$(printf '%s' "$u" | tr 'A-Z' 'a-z')
+		seed=$("$kubectl" -n "$ns" get secret "$prefix-nats-$lower" -o jsonpath='{.data.seed}' 2>/dev/null | base64 -d 2>/dev/null || true)
+		[ -n "$seed" ] || continue
+		printf 'FLEXINFER_%s_SEED=%s\n' "$u" "$seed"
+		found=true
+	done
+	token=$("$kubectl" -n "$ns" get secret "$prefix-ingress-token" -o jsonpath='{.data.token}' 2>/dev/null | base64 -d 2>/dev/null || true)
+	if [ -n "$token" ]; then
+		printf 'INGRESS_TOKEN=%s\n' "$token"
+		found=true
+	fi
+	[ "$found" = true ] || return 0
+	say "found the NATS identities of an installation in $ns (Secrets $prefix-nats-<user>): keeping them"
+	case "$gateway_nkey" in
+	new) say "MBF_GATEWAY_NKEY=new: the gateways get a new identity; give them $secrets/gateway/secret.yaml before nats-server reloads" ;;
+	U*) printf 'FLEXINFER_GATEWAY_NKEY=%s\n' "$gateway_nkey" ;;
+	*) die "an installation already runs in $ns: set MBF_GATEWAY_NKEY to the gateways' public key nats-server knows (its FLEXINFER_GATEWAY_NKEY), or to new to give them a new identity (docs/operations.md, Upgrade)" ;;
+	esac
 }
 
 # Each opted-in namespace gets its gate's seed (check_prerequisites made sure they exist: they are the users').

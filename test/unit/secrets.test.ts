@@ -14,7 +14,9 @@ import {
   DEFAULTS,
   fillAuthConf,
   generate,
+  generateKeeping,
   parseArgs,
+  parseKept,
   render,
   updateGates,
   writeOutput,
@@ -199,6 +201,46 @@ describe('the outputs', () => {
     const empty = await mkdtemp(join(tmpdir(), 'gen-secrets-'))
     writeOutput(empty, { 'x/y': 'z' })
     expect(await readFile(join(empty, 'x/y'), 'utf8')).toBe('z')
+  })
+
+  it('--keep: the seeds, public keys and token of an existing installation are used as they are, the rest made new', async () => {
+    const text = await authConf()
+    const users = authConfIdentities(text)
+    const old = generate(users)
+    const id = (u: string) => old.identities[u] as { seed: string; publicKey: string }
+    const kept = parseKept(
+      [
+        '# read back from the cluster',
+        `FLEXINFER_DEMAND_SEED=${id('demand').seed}`,
+        `FLEXINFER_CANCEL_SEED=${id('cancel').seed}`,
+        `FLEXINFER_GATEWAY_NKEY=${id('gateway').publicKey}`,
+        `INGRESS_TOKEN=${old.ingressToken}`,
+        '',
+      ].join('\n'),
+    )
+    const g = generateKeeping(users, [], kept)
+    expect(g.identities.demand).toEqual(id('demand'))
+    expect(g.identities.cancel).toEqual(id('cancel'))
+    expect(g.identities.gateway).toEqual({ seed: '', publicKey: id('gateway').publicKey })
+    expect(g.identities.operator?.publicKey).not.toBe(id('operator').publicKey)
+    expect(g.ingressToken).toBe(old.ingressToken)
+    const files = render(text, g, { ...opts, format: 'helm' })
+    const auth = (docs(files['nats/secret.yaml'] as string)[0] as { stringData: Record<string, string> }).stringData
+    for (const u of ['demand', 'cancel', 'gateway']) expect(auth['auth.conf']).toContain(`nkey: ${id(u).publicKey}`)
+    const values = parse(files['values.yaml'] as string)
+    expect(values.nats.credentials.demand.seed).toBe(id('demand').seed)
+    expect(values.ingress.token.value).toBe(old.ingressToken)
+    // The gateways keep their own seed: their Secret here carries the token only.
+    const gateway = (docs(files['gateway/secret.yaml'] as string)[0] as { stringData: Record<string, string> })
+      .stringData
+    expect(gateway).toEqual({ token: old.ingressToken })
+    // A workload's seed is written: a public key alone cannot stand for it.
+    const unseeded = { ...g, identities: { ...g.identities, admit: { seed: '', publicKey: id('admit').publicKey } } }
+    expect(() => render(text, unseeded, opts)).toThrow(/kept by public key alone.*admit/)
+    expect(() => parseKept(`FLEXINFER_DEMAND_SEED=${id('demand').publicKey}`)).toThrow(/line 1: not an NKey user seed/)
+    expect(() => parseKept(`FLEXINFER_GATEWAY_NKEY=${id('demand').seed}`)).toThrow(/line 1: not an NKey user public/)
+    expect(() => parseKept('PASSWORD=x')).toThrow(/line 1: expected/)
+    expect(() => parseArgs(['--out', 'd', '--keep', 'f', '--update-gates'])).toThrow(/--keep is for a new output/)
   })
 
   it('refuses bad arguments by name', async () => {

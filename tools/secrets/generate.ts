@@ -6,6 +6,7 @@
 //   npm run gen:secrets -- --out DIR [--format kustomize|helm] [--namespace model-backfill] [--nats-namespace nats]
 //                          [--nats-url nats://nats.nats.svc.cluster.local:4222] [--gate-namespaces a,b] [--force]
 //   npm run gen:secrets -- --out DIR --update-gates --gate-namespaces a,b,c
+//   npm run gen:secrets -- --out DIR --keep FILE ...    the identities of an existing installation kept (below)
 //
 // DIR/nats/               the Secret `model-backfill-nats-auth` (key auth.conf) for nats-server's namespace
 // DIR/model-backfill/     (kustomize) a Secret per workload identity and the ingress token, for the install namespace
@@ -16,6 +17,12 @@
 // DIR/public-keys.env     FLEXINFER_<USER>_NKEY=U… for a nats-server that reads nats/auth.conf unchanged
 //
 // An existing DIR is never overwritten (that would rotate every identity at once) unless --force is given.
+// --keep FILE takes the identities an installation already has instead of making new ones (scripts/install.sh
+// reads them from the cluster when it meets an installation without its MBF_DIR, e.g. one made by a 0.1.0 chart):
+// lines `FLEXINFER_<USER>_SEED=SU…` (a seed, e.g. read back from a function's Secret), `FLEXINFER_<USER>_NKEY=U…`
+// (a public key only, for an identity whose seed lives elsewhere: the gateways'), `INGRESS_TOKEN=…`. Identities it
+// does not name are made new. Replacing a key that nats-server and the running pods share would lock those pods
+// out the moment nats-server reloads; rotation is its own step (--force).
 // --update-gates changes only the gates' part of an existing DIR to the namespaces listed: a namespace already there
 // keeps its seed, a new one gets its own, one no longer listed loses its user; every other identity stays as it is.
 import { randomBytes } from 'node:crypto'
@@ -91,6 +98,52 @@ export function generate(identities: readonly string[], gateNamespaces: readonly
   return { identities: out, ingressToken: randomBytes(32).toString('hex'), gates }
 }
 
+/** What --keep names: identities (a seed, or a public key alone: `seed` is then empty) and the ingress token. */
+export interface Kept {
+  identities: Record<string, Identity>
+  ingressToken?: string
+}
+
+/** Parses a --keep file; refuses anything that is not a user seed, a user public key or the token, by line. */
+export function parseKept(text: string): Kept {
+  const kept: Kept = { identities: {} }
+  for (const [i, raw] of text.split('\n').entries()) {
+    const line = raw.trim()
+    if (!line || line.startsWith('#')) continue
+    const seedLine = /^FLEXINFER_([A-Z0-9_]+)_SEED=(\S+)$/.exec(line)
+    const keyLine = /^FLEXINFER_([A-Z0-9_]+)_NKEY=(\S+)$/.exec(line)
+    const tokenLine = /^INGRESS_TOKEN=(\S+)$/.exec(line)
+    if (seedLine) {
+      const [, user, seed] = seedLine as unknown as [string, string, string]
+      if (!/^SU[A-Z2-7]{56}$/.test(seed)) throw new Error(`--keep line ${i + 1}: not an NKey user seed (SU…)`)
+      kept.identities[user.toLowerCase()] = identityOf(seed)
+    } else if (keyLine) {
+      const [, user, key] = keyLine as unknown as [string, string, string]
+      if (!/^U[A-Z2-7]{55}$/.test(key)) throw new Error(`--keep line ${i + 1}: not an NKey user public key (U…)`)
+      kept.identities[user.toLowerCase()] ??= { seed: '', publicKey: key }
+    } else if (tokenLine) {
+      kept.ingressToken = tokenLine[1] as string
+    } else {
+      throw new Error(`--keep line ${i + 1}: expected FLEXINFER_<USER>_SEED=, FLEXINFER_<USER>_NKEY= or INGRESS_TOKEN=`)
+    }
+  }
+  return kept
+}
+
+/** generate(), keeping what `kept` names: a kept identity or token is used as it is, the rest are made new. */
+export function generateKeeping(
+  identities: readonly string[],
+  gateNamespaces: readonly string[],
+  kept: Kept,
+): Generated {
+  const g = generate(identities, gateNamespaces)
+  for (const user of identities) {
+    const k = kept.identities[user]
+    if (k) g.identities[user] = k
+  }
+  return { ...g, ingressToken: kept.ingressToken ?? g.ingressToken }
+}
+
 /** The name fillAuthConf knows a gate namespace's key by: `$FLEXINFER_GATE_TEAM_A_NKEY` → `gate_team_a`. */
 const gateUser = (namespace: string) => gateNkeyEnv(namespace).slice('FLEXINFER_'.length, -'_NKEY'.length).toLowerCase()
 
@@ -148,6 +201,10 @@ export function render(authConf: string, g: Generated, opts: Options): Record<st
   const gateKeys = Object.fromEntries(opts.gateNamespaces.map((ns) => [gateUser(ns), g.gates[ns]?.publicKey as string]))
   const seed = (u: string) => g.identities[u]?.seed as string
   const workloads = users.filter((u) => !(OUTSIDE_IDENTITIES as readonly string[]).includes(u))
+  // (updateGates renders public keys alone and no token: it writes none of the files that hold seeds.)
+  const unseeded = [...workloads, 'operator'].filter((u) => users.includes(u) && g.identities[u] && !seed(u))
+  if (g.ingressToken && unseeded.length > 0)
+    throw new Error(`kept by public key alone, but their seed is written here: ${unseeded.join(', ')}`)
   const natsUrl = opts.natsUrl.includes('://') ? opts.natsUrl : `nats://${opts.natsUrl}`
   const files: Record<string, string> = {}
 
@@ -185,8 +242,12 @@ export function render(authConf: string, g: Generated, opts: Options): Record<st
 
   if (users.includes('gateway')) {
     // What a gateway mounts: its NKey seed (NATS_NKEY_SEED_FILE) or, for gateways that POST, the ingress token.
+    // A gateway identity kept by its public key alone (--keep) has its seed where the gateways already run.
     files['gateway/secret.yaml'] = yamlDocs([
-      secret('model-backfill-gateway', undefined, 'gateway', { seed: seed('gateway'), token: g.ingressToken }),
+      secret('model-backfill-gateway', undefined, 'gateway', {
+        ...(seed('gateway') ? { seed: seed('gateway') } : {}),
+        token: g.ingressToken,
+      }),
     ])
   }
   if (users.includes('operator')) {
@@ -298,8 +359,8 @@ function namespaceList(raw: string): string[] {
 
 export function parseArgs(
   argv: string[],
-): Omit<Options, 'outDir'> & { out: string; force: boolean; updateGates: boolean } {
-  const opts = { ...DEFAULTS, out: '', force: false, updateGates: false }
+): Omit<Options, 'outDir'> & { out: string; force: boolean; updateGates: boolean; keep: string } {
+  const opts = { ...DEFAULTS, out: '', force: false, updateGates: false, keep: '' }
   for (let i = 0; i < argv.length; i++) {
     const value = () => {
       const v = argv[++i]
@@ -318,14 +379,17 @@ export function parseArgs(
     else if (arg === '--gate-namespaces') opts.gateNamespaces = namespaceList(value())
     else if (arg === '--update-gates') opts.updateGates = true
     else if (arg === '--force') opts.force = true
+    else if (arg === '--keep') opts.keep = value()
     else
       throw new Error(
-        `unknown argument ${arg} (--out DIR [--format kustomize|helm] [--namespace ns] [--nats-namespace ns] [--nats-url url] [--gate-namespaces a,b] [--update-gates] [--force])`,
+        `unknown argument ${arg} (--out DIR [--format kustomize|helm] [--namespace ns] [--nats-namespace ns] [--nats-url url] [--gate-namespaces a,b] [--keep FILE] [--update-gates] [--force])`,
       )
   }
   if (!opts.out) throw new Error('--out DIR is required (where the Secrets are written)')
   if (opts.updateGates && opts.force)
     throw new Error('--update-gates keeps every identity; --force would rotate them all')
+  if (opts.updateGates && opts.keep)
+    throw new Error("--update-gates keeps the output's own identities; --keep is for a new output")
   return opts
 }
 
@@ -342,12 +406,19 @@ if (import.meta.url === `file://${process.argv[1]}`) {
         `gen:secrets: gates for ${opts.gateNamespaces.join(', ') || 'no namespace'}; wrote ${Object.keys(files).sort().join(', ')} under ${out}\n`,
       )
     } else {
-      const files = render(authConf, generate(authConfIdentities(authConf), opts.gateNamespaces), {
+      const users = authConfIdentities(authConf)
+      const kept = opts.keep ? parseKept(readFileSync(opts.keep, 'utf8')) : { identities: {} }
+      const unknown = Object.keys(kept.identities).filter((u) => !users.includes(u))
+      if (unknown.length > 0) throw new Error(`--keep names identities nats/auth.conf does not: ${unknown.join(', ')}`)
+      const files = render(authConf, generateKeeping(users, opts.gateNamespaces, kept), {
         ...opts,
         outDir: out,
       })
       writeOutput(out, files, opts.force)
-      process.stdout.write(`gen:secrets: wrote ${Object.keys(files).sort().join(', ')} under ${out}\n`)
+      const keptNames = Object.keys(kept.identities)
+      process.stdout.write(
+        `gen:secrets: wrote ${Object.keys(files).sort().join(', ')} under ${out}${keptNames.length ? `; kept ${keptNames.join(', ')}${kept.ingressToken ? ' and the ingress token' : ''}` : ''}\n`,
+      )
     }
   } catch (err) {
     process.stderr.write(`gen:secrets: ${(err as Error).message}\n`)

@@ -4,10 +4,10 @@
 // run again; and its uninstall leaves the CRD and every ModelBackfill in place, Helm's included
 // (helm.sh/resource-policy: keep), while remove-finalizers and delete-crd do what they say. The shared test
 // environment is not used: this file installs and deletes the cluster-wide CRD.
-import { copyFile, mkdir, mkdtemp, rm } from 'node:fs/promises'
+import { copyFile, mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fromSeed } from '@nats-io/nkeys'
+import { createUser, fromSeed } from '@nats-io/nkeys'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { repoRoot } from '../../env/binaries.js'
 import { type Environment, startEnvironment } from '../../env/environment.js'
@@ -210,6 +210,58 @@ describe('scripts/install.sh on a cluster of its own', () => {
     expect(await names(['get', 'crd', CRD])).toEqual([`customresourcedefinition.apiextensions.k8s.io/${CRD}`])
     expect(await names(['get', 'mbf', '-n', 'team-a'])).toEqual(['modelbackfill.ai.flexinfer/eval-helm'])
   }, 300_000)
+
+  it("an installation the script did not make (0.1.0's chart): nats-auth keeps its seeds, token and the gateways' key", async () => {
+    // What 0.1.0's chart (release mbf) left in its namespace: a Secret per function's seed and the ingress token.
+    const ns = 'mbf-previous'
+    await kubectl(['create', 'namespace', ns])
+    const pair = () => {
+      const p = createUser()
+      return { seed: new TextDecoder().decode(p.getSeed()), publicKey: p.getPublicKey() }
+    }
+    const old = Object.fromEntries(['demand', 'cancel', 'gateway'].map((u) => [u, pair()]))
+    const secret = (name: string, data: Record<string, string>) =>
+      ({ apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace: ns }, stringData: data }) as Manifest
+    const made = await kubectl(
+      ['apply', '-f', '-'],
+      toYaml([
+        secret('mbf-model-backfill-nats-demand', { seed: old.demand?.seed as string }),
+        secret('mbf-model-backfill-nats-cancel', { seed: old.cancel?.seed as string }),
+        secret('mbf-model-backfill-ingress-token', { token: 'b'.repeat(64) }),
+      ]),
+    )
+    expect(made.code, made.stderr).toBe(0)
+    const settings = {
+      MBF_MODE: 'helm-keda',
+      MBF_RELEASE: 'mbf',
+      MBF_NAMESPACE: ns,
+      MBF_NATS_NAMESPACE: 'nats-previous',
+    }
+    // Without the gateways' key it stops, writing nothing: new keys would lock the gateways out at nats' reload.
+    const refused = await script('nats-auth', { ...settings, MBF_DIR: join(tmp, 'previous') })
+    expect(refused.code).not.toBe(0)
+    expect(refused.stderr).toContain('set MBF_GATEWAY_NKEY')
+    expect(await names(['get', 'secret', '-n', 'nats-previous'])).toEqual([])
+    const r = await script('nats-auth', {
+      ...settings,
+      MBF_DIR: join(tmp, 'previous'),
+      MBF_GATEWAY_NKEY: old.gateway?.publicKey as string,
+    })
+    expect(r.code, r.stderr).toBe(0)
+    expect(r.stderr).toContain('keeping the NATS identities and the ingress token')
+    const values = await readFile(join(tmp, 'previous', 'secrets', 'values.yaml'), 'utf8')
+    expect(values).toContain(old.demand?.seed)
+    expect(values).toContain(old.cancel?.seed)
+    expect(values).toContain('b'.repeat(64))
+    const auth = Buffer.from(
+      (await jsonOf(['get', 'secret', 'model-backfill-nats-auth', '-n', 'nats-previous'])).data['auth.conf'],
+      'base64',
+    ).toString()
+    for (const u of ['demand', 'cancel', 'gateway']) expect(auth, u).toContain(`nkey: ${old[u]?.publicKey}`)
+    // The seeds read back are not left beside the output: secrets/ is where seeds are kept.
+    expect(await readdir(join(tmp, 'previous'))).toEqual(['secrets'])
+    await kubectl(['delete', 'namespace', ns, 'nats-previous', '--wait=false'])
+  }, 120_000)
 
   it('delete-crd: on explicit request only, the finalizers first, then the CRD and every ModelBackfill with it', async () => {
     expect((await kubectl(['apply', '-f', '-'], backfill('team-a', 'held', ['ai.flexinfer/modelbackfill']))).code).toBe(

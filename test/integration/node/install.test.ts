@@ -253,7 +253,8 @@ async function story(ns: string, dir: string) {
   // The gateway: the nats CLI as the generated `gateway` identity, its Secret applied where gateways run.
   await kubectlOk(['-n', ns, 'apply', '-f', join(dir, 'secrets', 'gateway', 'secret.yaml')])
   const publish = [
-    'id=$(cat /proc/sys/kernel/random/uuid); now=$(date -u +%Y-%m-%dT%H:%M:%S.000Z)',
+    // Both set before the command that uses them (as prefix assignments they would expand empty there).
+    'id=$(cat /proc/sys/kernel/random/uuid); now=$(date -u +%Y-%m-%dT%H:%M:%S.000Z);',
     'nats --server nats://nats.nats.svc.cluster.local:4222 --nkey /var/run/gateway/seed --inbox-prefix _INBOX_gateway',
     `pub --jetstream -H "Nats-Msg-Id:$id" flexinfer.events.foreground.request.${ns}.gemma`,
     `"{\\"specversion\\":\\"1.0\\",\\"id\\":\\"$id\\",\\"source\\":\\"gateway-pod\\",\\"type\\":\\"ai.flexinfer.foreground.request\\",\\"time\\":\\"$now\\",\\"datacontenttype\\":\\"application/json\\",\\"data\\":{\\"namespace\\":\\"${ns}\\",\\"model\\":\\"gemma\\"}}"`,
@@ -289,6 +290,8 @@ async function story(ns: string, dir: string) {
     { timeoutMs: 60_000, intervalMs: 100 },
   )
   const exitNs = await events.exitOf(containerId, 30_000)
+  // The preemption can be over before the kubelet reports the gateway's container as started: its log once it ran.
+  await kubectlOk(['-n', ns, 'wait', '--for=jsonpath={.status.phase}=Succeeded', '--timeout=60s', 'pod/gateway'])
   const gatewayLog = await kubectlOk(['-n', ns, 'logs', 'gateway'])
   expect(gatewayLog).toMatch(/Stored in Stream: FLEXINFER_FOREGROUND_LAST/)
   await waitFor(`Job ${job} gone`, async () => (await kubectl(['-n', ns, 'get', 'job', job])).code !== 0, {
