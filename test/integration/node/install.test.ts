@@ -10,94 +10,44 @@
 //     is deleted, its container gets SIGTERM and exits;
 //   - the operator identity reads the state from outside the cluster (nats CLI context written by gen:secrets).
 // Slow (two installs, ~5 min): `npm run test:install` (MBF_INSTALL_TEST=1); skipped otherwise.
-import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { V1Pod } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { pinnedKedaVersion, repoRoot } from '../../env/binaries.js'
-import { type Environment, startEnvironment } from '../../env/environment.js'
+import { repoRoot } from '../../env/binaries.js'
 import { run, runOk, waitFor } from '../../env/exec.js'
-import {
-  ensureNodeImages,
-  importImages,
-  type NodeImages,
-  type NodeInfo,
-  nodeUnavailableReason,
-} from '../../env/node.js'
-import { type Manifest, toYaml } from '../support/deploy.js'
-import { type KedaOperator, startKedaOperator } from '../support/keda.js'
-import { containerLog, TaskEvents } from './node-support.js'
+import { ensureNodeImages, type NodeImages, nodeUnavailableReason } from '../../env/node.js'
+import type { Manifest } from '../support/deploy.js'
+import { gatewayPod, type InstallCluster, startInstallCluster } from './install-cluster.js'
+import { containerLog } from './node-support.js'
 
 const unavailable =
   nodeUnavailableReason() ?? (process.env.MBF_INSTALL_TEST ? undefined : 'slow: npm run test:install runs it')
 const NS = 'model-backfill'
 const GRACE_SECONDS = 30
-const SCRIPT = "trap 'echo SIGTERM; exit 143' TERM; echo started; sleep 3600 & wait $!"
 
-let env: Environment
-let node: NodeInfo
+let c: InstallCluster
 let images: NodeImages
-let keda: KedaOperator
-let events: TaskEvents
-let tmp = ''
-
-const kubectl = (args: string[], input?: string) =>
-  run(env.binaries.kubectl, ['--kubeconfig', env.kubeconfigPath, ...args], { input, timeoutMs: 120_000 })
-const kubectlOk = async (args: string[], input?: string) => {
-  const r = await kubectl(args, input)
-  if (r.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${r.stderr}`)
-  return r.stdout
-}
-const apply = (manifests: Manifest[]) => kubectlOk(['apply', '-f', '-'], toYaml(manifests))
-const jsonOf = async (args: string[]) => JSON.parse(await kubectlOk([...args, '-o', 'json']))
-const script = (command: string, settings: Record<string, string>) =>
-  run('sh', [join(repoRoot, 'scripts/install.sh'), command], {
-    cwd: tmp,
-    timeoutMs: 420_000,
-    env: {
-      ...process.env,
-      KUBECONFIG: env.kubeconfigPath,
-      KUBECTL: env.binaries.kubectl,
-      HELM: env.binaries.helm as string,
-      ...settings,
-    },
-  })
+const kubectl: InstallCluster['kubectl'] = (...a) => c.kubectl(...a)
+const kubectlOk: InstallCluster['kubectlOk'] = (...a) => c.kubectlOk(...a)
+const apply: InstallCluster['apply'] = (m) => c.apply(m)
+const jsonOf: InstallCluster['jsonOf'] = (a) => c.jsonOf(a)
+const script: InstallCluster['script'] = (...a) => c.script(...a)
 
 beforeAll(async () => {
   if (unavailable) return
   images = await ensureNodeImages({ app: true, nats: true })
-  tmp = await mkdtemp(join(tmpdir(), 'install-node-'))
   // A cluster with FlexInfer's kinds only (its CRDs, as FlexInfer installs them): ModelBackfill's is the script's.
-  const crds = join(tmp, 'flexinfer-crds')
-  await mkdir(crds)
-  for (const f of ['model.yaml', 'gamingsession.yaml', 'gpulease.yaml'])
-    await copyFile(join(repoRoot, 'crds', f), join(crds, f))
-  env = await startEnvironment({ node: { appImage: true }, crdsDir: crds, log: () => {} })
-  node = env.node as NodeInfo
-  // KEDA as its release installs it: every CRD of the pinned module's config/crd/bases (the operator waits for
-  // the eventing.keda.sh ones too, and exits after two minutes without them).
-  const moduleDir = (
-    await runOk('go', ['mod', 'download', '-json', `github.com/kedacore/keda/v2@${pinnedKedaVersion()}`], {
-      cwd: tmp,
-      timeoutMs: 120_000,
-    })
-  ).stdout.match(/"Dir": "([^"]+)"/)?.[1]
-  await kubectlOk(['apply', '--server-side', '-f', join(moduleDir as string, 'config', 'crd', 'bases')])
-  await importImages(node.containerdAddress, [(images.nats as { archive: string }).archive])
-  keda = await startKedaOperator({
-    binary: env.binaries.kedaOperator as string,
-    kubeconfigPath: env.kubeconfigPath,
+  c = await startInstallCluster({
+    tmpPrefix: 'install-node-',
+    crdsFrom: repoRoot,
     namespace: NS,
+    archives: [(images.nats as { archive: string }).archive],
   })
-  events = new TaskEvents(node)
 }, 600_000)
 
 afterAll(async () => {
-  events?.close()
-  await keda?.stop()
-  await env?.stop()
-  if (tmp) await rm(tmp, { recursive: true, force: true })
+  await c?.stop()
 }, 180_000)
 
 /** NATS as users run it: nats-server.yaml with the nats image, mounting the generated auth Secret; restarted when
@@ -126,7 +76,7 @@ const replicas = async (fn: string) =>
 
 /** The whole documented install in one mode; returns the install's directory (its secrets). */
 async function install(mode: 'keda' | 'helm-keda') {
-  const dir = join(tmp, mode)
+  const dir = join(c.tmp, mode)
   const settings = { MBF_MODE: mode, MBF_DIR: dir, MBF_NATS_REPLICAS: '1' }
   // The documented order: the NATS identities first (nats-server must know them), then NATS, then the install.
   const auth = await script('nats-auth', settings)
@@ -178,54 +128,7 @@ async function install(mode: 'keda' | 'helm-keda') {
 
 /** The ModelBackfill story in namespace `ns`: a Job's container runs; a gateway pod's request stops it with SIGTERM. */
 async function story(ns: string, dir: string) {
-  await kubectlOk(['create', 'namespace', ns])
-  await waitFor(
-    `ServiceAccount default in ${ns}`,
-    async () => (await kubectl(['-n', ns, 'get', 'sa', 'default'])).code === 0,
-  )
-  const template: Manifest[] = [
-    { apiVersion: 'ai.flexinfer/v1alpha2', kind: 'Model', metadata: { name: 'gemma', namespace: ns }, spec: {} },
-    {
-      apiVersion: 'batch/v1',
-      kind: 'CronJob',
-      metadata: { name: 'eval', namespace: ns },
-      spec: {
-        schedule: '0 0 1 1 *',
-        suspend: true,
-        jobTemplate: {
-          spec: {
-            backoffLimit: 0,
-            template: {
-              spec: {
-                restartPolicy: 'Never',
-                terminationGracePeriodSeconds: GRACE_SECONDS,
-                containers: [
-                  {
-                    name: 'eval',
-                    image: node.images.busybox.ref,
-                    imagePullPolicy: 'Never',
-                    command: ['sh', '-c', SCRIPT],
-                  },
-                ],
-              },
-            },
-          },
-        },
-      },
-    } as Manifest,
-  ]
-  await apply(template)
-  await kubectlOk([
-    '-n',
-    ns,
-    'patch',
-    'model',
-    'gemma',
-    '--subresource=status',
-    '--type=merge',
-    '-p',
-    JSON.stringify({ status: { phase: 'Ready', gpu: { node: node.name } } }),
-  ])
+  await c.busyboxTemplate(ns, GRACE_SECONDS)
   expect(await replicas('admit')).toBe(0)
   await apply([
     {
@@ -242,54 +145,24 @@ async function story(ns: string, dir: string) {
       const pods = (await jsonOf(['-n', ns, 'get', 'pods', '-l', 'job-name'])).items as V1Pod[]
       const p = pods.find((i) => i.status?.containerStatuses?.[0]?.state?.running)
       if (!p) return undefined
-      return (await containerLog(node, p, 'eval')).some((l) => l.text === 'started') ? p : undefined
+      return (await containerLog(c.node, p, 'eval')).some((l) => l.text === 'started') ? p : undefined
     },
     { timeoutMs: 120_000, intervalMs: 500 },
   )
-  expect(pod.spec?.nodeName).toBe(node.name)
+  expect(pod.spec?.nodeName).toBe(c.node.name)
   const containerId = (pod.status?.containerStatuses?.[0]?.containerID ?? '').replace(/^containerd:\/\//, '')
   const job = pod.metadata?.labels?.['job-name'] as string
 
   // The gateway: the nats CLI as the generated `gateway` identity, its Secret applied where gateways run.
   await kubectlOk(['-n', ns, 'apply', '-f', join(dir, 'secrets', 'gateway', 'secret.yaml')])
-  const publish = [
-    // Both set before the command that uses them (as prefix assignments they would expand empty there).
-    'id=$(cat /proc/sys/kernel/random/uuid); now=$(date -u +%Y-%m-%dT%H:%M:%S.000Z);',
-    'nats --server nats://nats.nats.svc.cluster.local:4222 --nkey /var/run/gateway/seed --inbox-prefix _INBOX_gateway',
-    `pub --jetstream -H "Nats-Msg-Id:$id" flexinfer.events.foreground.request.${ns}.gemma`,
-    `"{\\"specversion\\":\\"1.0\\",\\"id\\":\\"$id\\",\\"source\\":\\"gateway-pod\\",\\"type\\":\\"ai.flexinfer.foreground.request\\",\\"time\\":\\"$now\\",\\"datacontenttype\\":\\"application/json\\",\\"data\\":{\\"namespace\\":\\"${ns}\\",\\"model\\":\\"gemma\\"}}"`,
-  ].join(' ')
   const requestAt = Date.now()
-  await apply([
-    {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: { name: 'gateway', namespace: ns },
-      spec: {
-        restartPolicy: 'Never',
-        automountServiceAccountToken: false,
-        securityContext: { runAsNonRoot: true, runAsUser: 1000 },
-        containers: [
-          {
-            name: 'gateway',
-            image: (images.nats as { ref: string }).ref,
-            imagePullPolicy: 'Never',
-            command: ['sh', '-c', publish],
-            volumeMounts: [{ name: 'seed', mountPath: '/var/run/gateway', readOnly: true }],
-          },
-        ],
-        volumes: [
-          { name: 'seed', secret: { secretName: 'model-backfill-gateway', items: [{ key: 'seed', path: 'seed' }] } },
-        ],
-      },
-    } as Manifest,
-  ])
+  await apply([gatewayPod(ns, (images.nats as { ref: string }).ref)])
   const sigterm = await waitFor(
     'SIGTERM in the backfill container',
-    async () => (await containerLog(node, pod, 'eval')).find((l) => l.text === 'SIGTERM'),
+    async () => (await containerLog(c.node, pod, 'eval')).find((l) => l.text === 'SIGTERM'),
     { timeoutMs: 60_000, intervalMs: 100 },
   )
-  const exitNs = await events.exitOf(containerId, 30_000)
+  const exitNs = await c.events.exitOf(containerId, 30_000)
   // The preemption can be over before the kubelet reports the gateway's container as started: its log once it ran.
   await kubectlOk(['-n', ns, 'wait', '--for=jsonpath={.status.phase}=Succeeded', '--timeout=60s', 'pod/gateway'])
   const gatewayLog = await kubectlOk(['-n', ns, 'logs', 'gateway'])
@@ -319,11 +192,11 @@ describe.skipIf(unavailable)('the documented install on the real node', () => {
     // The operator identity, from outside the cluster: the generated nats context (with the NATS host reachable).
     const natsIp = (await jsonOf(['-n', 'nats', 'get', 'service', 'nats'])).spec.clusterIP
     const context = JSON.parse(await readFile(join(dir, 'secrets', 'operator', 'nats-context.json'), 'utf8'))
-    const ctxPath = join(tmp, 'operator-context.json')
+    const ctxPath = join(c.tmp, 'operator-context.json')
     await writeFile(ctxPath, JSON.stringify({ ...context, url: `nats://${natsIp}:4222` }))
     const { NATS_URL: _, ...noUrl } = process.env
     const info = await runOk(
-      env.binaries.nats,
+      c.env.binaries.nats,
       ['--context', ctxPath, 'stream', 'info', 'FLEXINFER_EVENTS', '--json'],
       {
         env: noUrl,
@@ -331,7 +204,7 @@ describe.skipIf(unavailable)('the documented install on the real node', () => {
     )
     expect(JSON.parse(info.stdout).config.name).toBe('FLEXINFER_EVENTS')
     const write = await run(
-      env.binaries.nats,
+      c.env.binaries.nats,
       ['--context', ctxPath, 'pub', 'flexinfer.events.backfill.cancel', '{}'],
       {
         env: noUrl,
@@ -352,7 +225,7 @@ describe.skipIf(unavailable)('the documented install on the real node', () => {
   }, async () => {
     const dir = await install('helm-keda')
     await story('team-helm', dir)
-    const gone = await script('uninstall', { MBF_MODE: 'helm-keda', MBF_DIR: join(tmp, 'helm-keda') })
+    const gone = await script('uninstall', { MBF_MODE: 'helm-keda', MBF_DIR: join(c.tmp, 'helm-keda') })
     expect(gone.code, gone.stderr).toBe(0)
   })
 })

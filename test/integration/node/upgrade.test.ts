@@ -14,7 +14,7 @@
 //   - a later idle window admits a new Job, from the new release's functions (every function pod runs the new image).
 // Slow (~5 min; the 0.1.0 image is built once and cached): `npm run test:upgrade` (MBF_INSTALL_TEST=1); skipped
 // otherwise. Never beside test:install: one node per machine.
-import { chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { chown, cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { V1Pod } from '@kubernetes/client-node'
@@ -24,19 +24,12 @@ import { createUser } from '@nats-io/nkeys'
 import { connect } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { stringify } from 'yaml'
-import { pinnedKedaVersion, repoRoot } from '../../env/binaries.js'
-import { type Environment, startEnvironment } from '../../env/environment.js'
+import { repoRoot } from '../../env/binaries.js'
 import { run, runOk, waitFor } from '../../env/exec.js'
-import {
-  ensureNodeImages,
-  importImages,
-  type NodeImages,
-  type NodeInfo,
-  nodeUnavailableReason,
-} from '../../env/node.js'
-import { type Manifest, toYaml } from '../support/deploy.js'
-import { type KedaOperator, startKedaOperator } from '../support/keda.js'
-import { containerLog, TaskEvents } from './node-support.js'
+import { ensureNodeImages, type NodeImages, nodeUnavailableReason } from '../../env/node.js'
+import type { Manifest } from '../support/deploy.js'
+import { gatewayPod, type InstallCluster, startInstallCluster } from './install-cluster.js'
+import { containerLog } from './node-support.js'
 
 const unavailable =
   nodeUnavailableReason() ?? (process.env.MBF_INSTALL_TEST ? undefined : 'slow: npm run test:upgrade runs it')
@@ -46,7 +39,6 @@ const NS = 'model-backfill'
 const RELEASE = 'mbf' // 0.1.0's docs/install.md: `helm install mbf charts/model-backfill …`
 const FULLNAME = 'mbf-model-backfill'
 const TEAM = 'team-upgrade'
-const SCRIPT = "trap 'echo SIGTERM; exit 143' TERM; echo started; sleep 3600 & wait $!"
 /** 0.1.0's nats/auth.conf identities (the operator came later), and the users its chart runs in mode keda. */
 const OLD_USERS = ['source', 'demand', 'admit', 'cancel', 'lifecycle', 'ingress', 'gateway', 'bridge', 'provision']
 const CHART_USERS = ['source', 'demand', 'admit', 'cancel', 'lifecycle', 'ingress', 'provision']
@@ -59,31 +51,22 @@ const STREAMS = [
 ]
 const BUCKETS = ['KV_flexinfer-backfills', 'KV_flexinfer-claims', 'KV_flexinfer-model-idle']
 
-let env: Environment
-let node: NodeInfo
+let c: InstallCluster
 let images: NodeImages
 let previousImage = ''
-let keda: KedaOperator
-let events: TaskEvents
-let tmp = ''
 let natsIp = ''
 const seeds: Record<string, { seed: string; publicKey: string }> = {}
 
-const kubectl = (args: string[], input?: string) =>
-  run(env.binaries.kubectl, ['--kubeconfig', env.kubeconfigPath, ...args], { input, timeoutMs: 120_000 })
-const kubectlOk = async (args: string[], input?: string) => {
-  const r = await kubectl(args, input)
-  if (r.code !== 0) throw new Error(`kubectl ${args.join(' ')}: ${r.stderr}`)
-  return r.stdout
-}
-const apply = (manifests: Manifest[]) => kubectlOk(['apply', '-f', '-'], toYaml(manifests))
-const jsonOf = async (args: string[]) => JSON.parse(await kubectlOk([...args, '-o', 'json']))
+const kubectl: InstallCluster['kubectl'] = (...a) => c.kubectl(...a)
+const kubectlOk: InstallCluster['kubectlOk'] = (...a) => c.kubectlOk(...a)
+const apply: InstallCluster['apply'] = (m) => c.apply(m)
+const jsonOf: InstallCluster['jsonOf'] = (a) => c.jsonOf(a)
 const appRef = () => (images.app as { ref: string }).ref
 const natsRef = () => (images.nats as { ref: string }).ref
 const settings = () => ({
   MBF_MODE: 'helm-keda',
   MBF_RELEASE: RELEASE,
-  MBF_DIR: join(tmp, 'install'),
+  MBF_DIR: join(c.tmp, 'install'),
   MBF_NATS_REPLICAS: '1',
   MBF_IMAGE: appRef(),
   // KEDA runs beside the apiserver here, outside the cluster's DNS: the monitoring endpoint by its ClusterIP.
@@ -91,62 +74,39 @@ const settings = () => ({
   MBF_GATEWAY_NKEY: seeds.gateway?.publicKey as string,
   MBF_TIMEOUT: '240s',
 })
-const script = (command: string, extra: Record<string, string> = {}) =>
-  run('sh', [join(repoRoot, 'scripts/install.sh'), command], {
-    cwd: tmp,
-    timeoutMs: 420_000,
-    env: {
-      ...process.env,
-      KUBECONFIG: env.kubeconfigPath,
-      KUBECTL: env.binaries.kubectl,
-      HELM: env.binaries.helm as string,
-      ...settings(),
-      ...extra,
-    },
-  })
+const script = (command: string, extra: Record<string, string> = {}) => c.script(command, { ...settings(), ...extra })
 
 beforeAll(async () => {
   if (unavailable) return
   images = await ensureNodeImages({ app: true, nats: true })
-  tmp = await mkdtemp(join(tmpdir(), 'upgrade-node-'))
   // 0.1.0's tree as a plain directory (git archive: nothing registered in the repository), and its image from its
   // own Dockerfile, its node:20-slim base made here as node:24-slim is.
-  const previous = join(tmp, 'v0.1.0')
-  await mkdir(previous)
-  await runOk('sh', ['-c', `git -C "${repoRoot}" archive ${PREVIOUS} | tar -x -C "${previous}"`], { timeoutMs: 60_000 })
-  const built = await run('bash', [join(repoRoot, 'images/build.sh'), '--app-from', previous], {
-    timeoutMs: 30 * 60_000,
-  })
-  if (built.code !== 0) throw new Error(`images/build.sh --app-from 0.1.0 failed:\n${built.stderr.slice(-3000)}`)
-  const previousApp = JSON.parse(built.stdout.trim().split('\n').at(-1) as string) as { ref: string; archive: string }
-  previousImage = previousApp.ref
-  const crds = join(tmp, 'flexinfer-crds')
-  await mkdir(crds)
-  for (const f of ['model.yaml', 'gamingsession.yaml', 'gpulease.yaml'])
-    await writeFile(join(crds, f), await readFile(join(previous, 'crds', f)))
-  env = await startEnvironment({ node: { appImage: true }, crdsDir: crds, log: () => {} })
-  node = env.node as NodeInfo
-  const moduleDir = (
-    await runOk('go', ['mod', 'download', '-json', `github.com/kedacore/keda/v2@${pinnedKedaVersion()}`], {
-      cwd: tmp,
-      timeoutMs: 120_000,
+  const previous = await mkdtemp(join(tmpdir(), 'upgrade-v0.1.0-'))
+  try {
+    await runOk('sh', ['-c', `git -C "${repoRoot}" archive ${PREVIOUS} | tar -x -C "${previous}"`], {
+      timeoutMs: 60_000,
     })
-  ).stdout.match(/"Dir": "([^"]+)"/)?.[1]
-  await kubectlOk(['apply', '--server-side', '-f', join(moduleDir as string, 'config', 'crd', 'bases')])
-  await importImages(node.containerdAddress, [(images.nats as { archive: string }).archive, previousApp.archive])
-  keda = await startKedaOperator({
-    binary: env.binaries.kedaOperator as string,
-    kubeconfigPath: env.kubeconfigPath,
-    namespace: NS,
-  })
-  events = new TaskEvents(node)
+    const built = await run('bash', [join(repoRoot, 'images/build.sh'), '--app-from', previous], {
+      timeoutMs: 30 * 60_000,
+    })
+    if (built.code !== 0) throw new Error(`images/build.sh --app-from 0.1.0 failed:\n${built.stderr.slice(-3000)}`)
+    const previousApp = JSON.parse(built.stdout.trim().split('\n').at(-1) as string) as { ref: string; archive: string }
+    previousImage = previousApp.ref
+    c = await startInstallCluster({
+      tmpPrefix: 'upgrade-node-',
+      crdsFrom: previous,
+      namespace: NS,
+      archives: [(images.nats as { archive: string }).archive, previousApp.archive],
+    })
+    // 0.1.0's chart, for its install.
+    await cp(join(previous, 'charts'), join(c.tmp, 'v0.1.0-charts'), { recursive: true })
+  } finally {
+    await rm(previous, { recursive: true, force: true })
+  }
 }, 1_200_000)
 
 afterAll(async () => {
-  events?.close()
-  await keda?.stop()
-  await env?.stop()
-  if (tmp) await rm(tmp, { recursive: true, force: true })
+  await c?.stop()
 }, 180_000)
 
 /** The platform's NATS: 0.1.0's auth.conf as its docs said (public keys from the environment), the store on disk. */
@@ -155,7 +115,7 @@ async function startNats(): Promise<void> {
     const pair = createUser()
     seeds[u] = { seed: new TextDecoder().decode(pair.getSeed()), publicKey: pair.getPublicKey() }
   }
-  const data = join(tmp, 'nats-data')
+  const data = join(c.tmp, 'nats-data')
   await mkdir(data)
   await chown(data, 1000, 1000)
   await kubectlOk(['create', 'namespace', 'nats'])
@@ -190,7 +150,7 @@ async function startNats(): Promise<void> {
 
 /** 0.1.0's Helm install (its docs/install.md "Helm", its chart README), with the settings this cluster needs. */
 async function installPrevious() {
-  const values = join(tmp, 'v0.1.0-values.yaml')
+  const values = join(c.tmp, 'v0.1.0-values.yaml')
   await writeFile(
     values,
     stringify({
@@ -201,13 +161,13 @@ async function installPrevious() {
   )
   const started = Date.now()
   await runOk(
-    env.binaries.helm as string,
+    c.env.binaries.helm as string,
     [
       '--kubeconfig',
-      env.kubeconfigPath,
+      c.env.kubeconfigPath,
       'install',
       RELEASE,
-      join(tmp, 'v0.1.0', 'charts', 'model-backfill'),
+      join(c.tmp, 'v0.1.0-charts', 'model-backfill'),
       '-n',
       NS,
       '--create-namespace',
@@ -283,7 +243,7 @@ const runningWith = async (line: string, exclude: string[] = []) =>
       for (const p of await podsOf(TEAM, 'job-name')) {
         if (exclude.includes(p.metadata?.uid as string)) continue
         if (!p.status?.containerStatuses?.[0]?.state?.running) continue
-        if ((await containerLog(node, p, 'eval')).some((l) => l.text === line)) return p
+        if ((await containerLog(c.node, p, 'eval')).some((l) => l.text === line)) return p
       }
       return undefined
     },
@@ -292,59 +252,14 @@ const runningWith = async (line: string, exclude: string[] = []) =>
 
 /** The backfill: a Job template running busybox, a Ready Model, a ModelBackfill idle after 2 s. */
 async function startBackfill() {
-  await kubectlOk(['create', 'namespace', TEAM])
-  await waitFor(
-    `ServiceAccount default in ${TEAM}`,
-    async () => (await kubectl(['-n', TEAM, 'get', 'sa', 'default'])).code === 0,
-  )
-  await apply([
-    { apiVersion: 'ai.flexinfer/v1alpha2', kind: 'Model', metadata: { name: 'gemma', namespace: TEAM }, spec: {} },
-    {
-      apiVersion: 'batch/v1',
-      kind: 'CronJob',
-      metadata: { name: 'eval', namespace: TEAM },
-      spec: {
-        schedule: '0 0 1 1 *',
-        suspend: true,
-        jobTemplate: {
-          spec: {
-            backoffLimit: 0,
-            template: {
-              spec: {
-                restartPolicy: 'Never',
-                terminationGracePeriodSeconds: 30,
-                containers: [
-                  {
-                    name: 'eval',
-                    image: node.images.busybox.ref,
-                    imagePullPolicy: 'Never',
-                    command: ['sh', '-c', SCRIPT],
-                  },
-                ],
-              },
-            },
-          },
-        },
-      },
-    } as Manifest,
-    // Where the platform's gateways run: 0.1.0's gateway identity, which nats-server knows by its public key.
+  // Where the platform's gateways run: 0.1.0's gateway identity, which nats-server knows by its public key.
+  await c.busyboxTemplate(TEAM, 30, [
     {
       apiVersion: 'v1',
       kind: 'Secret',
       metadata: { name: 'model-backfill-gateway', namespace: TEAM },
       stringData: { seed: seeds.gateway?.seed as string },
     } as Manifest,
-  ])
-  await kubectlOk([
-    '-n',
-    TEAM,
-    'patch',
-    'model',
-    'gemma',
-    '--subresource=status',
-    '--type=merge',
-    '-p',
-    JSON.stringify({ status: { phase: 'Ready', gpu: { node: node.name } } }),
   ])
   await apply([
     {
@@ -358,37 +273,7 @@ async function startBackfill() {
 
 /** A foreground request from a gateway pod (the nats CLI as the gateway identity), as install.test.ts sends it. */
 async function foregroundRequest() {
-  const publish = [
-    // Both set before the command that uses them (as prefix assignments they would expand empty there).
-    'id=$(cat /proc/sys/kernel/random/uuid); now=$(date -u +%Y-%m-%dT%H:%M:%S.000Z);',
-    'nats --server nats://nats.nats.svc.cluster.local:4222 --nkey /var/run/gateway/seed --inbox-prefix _INBOX_gateway',
-    `pub --jetstream -H "Nats-Msg-Id:$id" flexinfer.events.foreground.request.${TEAM}.gemma`,
-    `"{\\"specversion\\":\\"1.0\\",\\"id\\":\\"$id\\",\\"source\\":\\"gateway-pod\\",\\"type\\":\\"ai.flexinfer.foreground.request\\",\\"time\\":\\"$now\\",\\"datacontenttype\\":\\"application/json\\",\\"data\\":{\\"namespace\\":\\"${TEAM}\\",\\"model\\":\\"gemma\\"}}"`,
-  ].join(' ')
-  await apply([
-    {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: { name: 'gateway', namespace: TEAM },
-      spec: {
-        restartPolicy: 'Never',
-        automountServiceAccountToken: false,
-        securityContext: { runAsNonRoot: true, runAsUser: 1000 },
-        containers: [
-          {
-            name: 'gateway',
-            image: natsRef(),
-            imagePullPolicy: 'Never',
-            command: ['sh', '-c', publish],
-            volumeMounts: [{ name: 'seed', mountPath: '/var/run/gateway', readOnly: true }],
-          },
-        ],
-        volumes: [
-          { name: 'seed', secret: { secretName: 'model-backfill-gateway', items: [{ key: 'seed', path: 'seed' }] } },
-        ],
-      },
-    } as Manifest,
-  ])
+  await apply([gatewayPod(TEAM, natsRef())])
 }
 
 const natsLog = async () => (await kubectlOk(['-n', 'nats', 'logs', 'deploy/nats'])).split('\n')
@@ -430,7 +315,7 @@ describe.skipIf(unavailable)('the upgrade from 0.1.0 on the real node', () => {
     const auth = await script('nats-auth')
     expect(auth.code, auth.stderr).toBe(0)
     expect(auth.stderr).toMatch(/keeping the NATS identities and the ingress token of the installation already/)
-    const generated = await readFile(join(tmp, 'install', 'secrets', 'nats', 'secret.yaml'), 'utf8')
+    const generated = await readFile(join(c.tmp, 'install', 'secrets', 'nats', 'secret.yaml'), 'utf8')
     for (const u of [...CHART_USERS, 'gateway']) expect(generated, u).toContain(`nkey: ${seeds[u]?.publicKey}`)
     // 2: nats-server reloads once the kubelet has updated the mounted Secret (the operator user is new there).
     await waitFor(
@@ -479,7 +364,7 @@ describe.skipIf(unavailable)('the upgrade from 0.1.0 on the real node', () => {
     expect(podAfter.metadata.deletionTimestamp).toBeUndefined()
     expect(podAfter.status.containerStatuses[0].containerID).toBe(pod.status?.containerStatuses?.[0]?.containerID)
     expect(podAfter.status.containerStatuses[0].state.running).toBeDefined()
-    expect((await containerLog(node, pod, 'eval')).map((l) => l.text)).toEqual(['started'])
+    expect((await containerLog(c.node, pod, 'eval')).map((l) => l.text)).toEqual(['started'])
 
     // The KV state: every key still there, with its value or a later revision; streams never re-created.
     const after = await natsState()
@@ -507,10 +392,10 @@ describe.skipIf(unavailable)('the upgrade from 0.1.0 on the real node', () => {
     await foregroundRequest()
     const sigterm = await waitFor(
       'SIGTERM in the backfill container',
-      async () => (await containerLog(node, pod, 'eval')).find((l) => l.text === 'SIGTERM'),
+      async () => (await containerLog(c.node, pod, 'eval')).find((l) => l.text === 'SIGTERM'),
       { timeoutMs: 60_000, intervalMs: 100 },
     )
-    const exitNs = await events.exitOf(containerId, 45_000)
+    const exitNs = await c.events.exitOf(containerId, 45_000)
     // The preemption can be over before the kubelet reports the gateway's container as started: its log once it ran.
     await kubectlOk(['-n', TEAM, 'wait', '--for=jsonpath={.status.phase}=Succeeded', '--timeout=60s', 'pod/gateway'])
     expect(await kubectlOk(['-n', TEAM, 'logs', 'gateway'])).toMatch(/Stored in Stream: FLEXINFER_FOREGROUND_LAST/)
