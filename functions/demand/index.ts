@@ -93,7 +93,7 @@ export class Demand {
 
   /** Claim reads made so far on NATS (tests, logs): stream versions read, keys read, answered from memory. */
   get claimReadStats() {
-    return this.ports instanceof NatsDemandPorts ? this.ports.claimReadStats : undefined
+    return this.ports.claimReadStats
   }
 
   async stop() {

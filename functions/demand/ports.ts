@@ -31,4 +31,6 @@ export interface DemandPorts extends Clock {
   timers: { set(fire: () => void, ms: number): unknown; clear(timer: unknown): void }
   start(): Promise<void>
   stop(): Promise<void>
+  /** How the claim reads were answered, where the ports count it (tests, logs). */
+  readonly claimReadStats?: { versions: number; reads: number; remembered: number }
 }
