@@ -154,10 +154,22 @@ describe('duplicated and reordered events', () => {
       ),
       ...Array.from({ length: 5 }, () => runner.deps.bus.publish('ai.flexinfer.backfill.cancel', cancel)),
     ])
-    await world.waitFor('dup', 'WaitingForIdle')
-    // Every duplicate cancel handled (each one's bookkeeping runs before its ack).
-    await handledAll(runner)
-    const state = await world.state('dup')
+    // The model stays busy until the state is read: its window (2 s) must not end and admit a second attempt while
+    // the duplicates are handled on a loaded machine (a fresh-clone CI run read attempts 2 here).
+    const busy = setInterval(() => {
+      void runner.deps.bus
+        .publish('ai.flexinfer.foreground.request', { namespace: env.namespace, model: 'm-dup' })
+        .catch(() => {})
+    }, 500)
+    let state: Awaited<ReturnType<typeof world.state>>
+    try {
+      await world.waitFor('dup', 'WaitingForIdle')
+      // Every duplicate cancel handled (each one's bookkeeping runs before its ack).
+      await handledAll(runner)
+      state = await world.state('dup')
+    } finally {
+      clearInterval(busy)
+    }
     expect(state?.counters.preemptions).toEqual({ foreground: 1 })
     expect(state?.attempts).toBe(1)
   })
