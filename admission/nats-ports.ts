@@ -7,9 +7,11 @@ import { modelKey } from '../core/names.js'
 import { catalog, STREAM_FOREGROUND } from '../events/catalog.js'
 import { decode } from '../events/codec.js'
 import { isNotFound } from '../jetstream/bus.js'
+import { withDeadline } from '../lib/deadline.js'
 import type { Deps } from '../transport/function.js'
 import { checkFence, lastRequestAt } from './fence.js'
 import type { AdmissionPorts, CasStore, Cursor, Entry, RequestLog } from './ports.js'
+import { POST_READ_DEADLINE_MS } from './protocol.js'
 
 /**
  * Most documented-subject requests one newest-request read looks at (one leader-answered read each, in parallel).
@@ -86,10 +88,16 @@ export function natsRequestLog(deps: Deps): RequestLog {
     idle: async (namespace, model) => entry(await bus.kv.idle.get(modelKey(namespace, model))),
     async newest(namespace, model, since) {
       if (since === undefined) return { at: await lastRequestAt(bus.jsm, namespace, model) }
-      const [perModel, documented] = await Promise.all([
-        lastRequestAt(bus.jsm, namespace, model),
-        documentedSince(bus.jsm, namespace, model, since, deps.now),
-      ])
+      // The reads around the POST: a late answer is as good as none (admission/protocol.ts), and the JetStream API's
+      // own timeout (5 s) is far longer than a raced Job may run.
+      const [perModel, documented] = await withDeadline(
+        Promise.all([
+          lastRequestAt(bus.jsm, namespace, model),
+          documentedSince(bus.jsm, namespace, model, since, deps.now),
+        ]),
+        POST_READ_DEADLINE_MS,
+        'newest foreground request read',
+      )
       const at = [perModel, documented.at].filter((t): t is string => t !== null).sort()
       return { at: at[at.length - 1] ?? null, cursor: documented.cursor }
     },

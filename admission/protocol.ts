@@ -10,7 +10,8 @@
 //      Not admitted: the claims this admission took (by their claimedAt, never another try's) are given back.
 //   4. (The caller commits the Starting state.) The newest request once more as the very last step before the POST,
 //      and once more right after it: a request stored while the POST was in flight makes the admission delete the
-//      Job it has just created (by its UID) rather than leave it to demand → cancel.
+//      Job it has just created (by its UID) rather than leave it to demand → cancel — and so does that read failing
+//      or coming late (the real one has a deadline, POST_READ_DEADLINE_MS), since then no request can be ruled out.
 //
 // The newest-request reads see every request stored before them, whichever subject it came on: the per-model
 // subject's newest, and the documented subject's requests past the fence's cursor (RequestLog.newest).
@@ -22,6 +23,14 @@ import { JobRejectedError } from '../kube/kube-common.js'
 import type { StepTimings } from '../observability/step-timings.js'
 import { type ClaimKeys, claimKeys, releaseClaimKeys, takeClaimKeys } from './claims.js'
 import type { AdmissionPorts, Cursor, DeleteResult } from './ports.js'
+
+/**
+ * How long each newest-request read around the POST may take (the NATS one: admission/nats-ports.ts). A request
+ * stored just after the read before the POST is caught by the read after it, so that read's answer bounds how long a
+ * raced Job can run: a request stored, the POST, this deadline, the DELETE — within the second the chaos oracle
+ * allows a raced admission even when the POST itself was late. Such a read normally answers in a few milliseconds.
+ */
+export const POST_READ_DEADLINE_MS = 300
 
 /** Claims an admission holds for the Job it is about to create. */
 export interface Held {
@@ -120,6 +129,15 @@ export type PostOutcome =
   /** The name is held by a predecessor's Job, now being deleted: retry once it is gone. */
   | { kind: 'predecessor' }
   | { kind: 'created'; result: 'created' | 'exists'; uid?: string; postAt: number; postMs: number }
+  /** The read after the POST failed: the Job just created was deleted (by UID), as if a request had raced it. */
+  | {
+      kind: 'unobserved'
+      why: string
+      deleted: DeleteResult
+      result: 'created' | 'exists'
+      postAt: number
+      postMs: number
+    }
   /** A request stored while the POST was in flight: the Job just created was deleted (by UID). */
   | {
       kind: 'racedAfter'
@@ -158,7 +176,17 @@ export async function post(
   const { result, uid } = created
   if (result === 'predecessor') return { kind: 'predecessor' }
   // And once more after it: a request stored while the POST was in flight is one no read before it could see.
-  const after = await ports.requests.newest(namespace, model, before.cursor ?? where.cursor)
+  let after: Awaited<ReturnType<AdmissionPorts['requests']['newest']>>
+  try {
+    after = await ports.requests.newest(namespace, model, before.cursor ?? where.cursor)
+  } catch (err) {
+    // No answer (NATS failing, or slower than the read's deadline): nothing proves that no request came while the
+    // POST was in flight, and demand, which would cancel it, may be as slow. Foreground wins when it cannot be
+    // observed: the Job just created goes at once, before its container does any work.
+    const deleted = await ports.jobs.delete(namespace, jobName, uid)
+    const why = err instanceof Error ? err.message : String(err)
+    return { kind: 'unobserved', why, deleted, result, postAt, postMs }
+  }
   timings?.mark('afterPostRead')
   if (racedAdmission(state, after.at)) {
     const deleted = await ports.jobs.delete(namespace, jobName, uid)

@@ -11,6 +11,7 @@ import {
   type Contender,
   type Decision,
   decide,
+  FAILSAFE_REASON,
   type Observed,
   sameState,
   type Trigger,
@@ -588,24 +589,35 @@ async function createAttemptJob(
     },
     'fence → POST gap',
   )
-  if (outcome.kind === 'racedAfter') {
-    // Foreground wins at once: admit deleted the Job it had just created (only that one, by its UID) rather
-    // than leaving it to demand → cancel, and the attempt is recorded as preempted.
-    const at = outcome.lastRequestAt
-    if (outcome.deleted === 'deleted') {
-      preemptionLatency.observe({ reason: 'ForegroundDemand' }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
+  if (outcome.kind === 'racedAfter' || outcome.kind === 'unobserved') {
+    // Foreground wins at once: admit deleted the Job it had just created (only that one, by its UID) rather than
+    // leaving it to demand → cancel, and the attempt is recorded as preempted — by the request that raced the POST,
+    // or, when the read after the POST failed and no request could be ruled out, by the fail-safe's reason.
+    let cancel: Trigger
+    if (outcome.kind === 'racedAfter') {
+      const at = outcome.lastRequestAt
+      if (outcome.deleted === 'deleted') {
+        preemptionLatency.observe({ reason: 'ForegroundDemand' }, Math.max(0, deps.now() - Date.parse(at)) / 1000)
+      }
+      log.info(
+        { ...where, lastRequestAt: at, deleted: outcome.deleted },
+        'foreground request stored while the Job was being created; deleted it at once',
+      )
+      cancel = { type: 'cancel', reason: 'ForegroundDemand', at }
+    } else {
+      log.warn(
+        { ...where, deleted: outcome.deleted, why: outcome.why },
+        'newest-request read after the POST failed; deleted the Job at once (foreground demand not observable)',
+      )
+      cancel = { type: 'cancel', reason: FAILSAFE_REASON, at: new Date(deps.now()).toISOString() }
     }
-    log.info(
-      { ...where, lastRequestAt: at, deleted: outcome.deleted },
-      'foreground request stored while the Job was being created; deleted it at once',
-    )
     // The attempt did start (and is about to be recorded as cancelled): the Event that tells its start still belongs.
     for (const e of d.actions) {
       if (e.type === 'recordEvent' && e.startedJob === action.jobName) {
         await kube.recordEvent(b, e.eventType, e.reason, e.message)
       }
     }
-    return { raced: { type: 'cancel', reason: 'ForegroundDemand', at } }
+    return { raced: cancel }
   }
   log.info(where, 'job created')
   if (afterStart) {

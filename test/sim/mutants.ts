@@ -112,6 +112,17 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
+    name: 'after-read-failure-keeps-job',
+    race: 'the read after the POST failing: the Job it just created left to demand → cancel',
+    edits: [
+      {
+        file: 'admission/protocol.ts',
+        find: 'const deleted = await ports.jobs.delete(namespace, jobName, uid)\n    const why',
+        replace: 'throw err\n    const why',
+      },
+    ],
+  },
+  {
     name: 'cancel-in-flight-no-wait+documented-blind',
     race: 'a cancel arriving while the POST was in flight (a documented-subject request during the POST)',
     revert: 'cancelNoWait,documentedSubjectBlind',

@@ -577,8 +577,10 @@ export class Simulation {
           ? 'failAfter'
           : 'ok'
     const slow = this.now - w.issuedAt > SLOW_CALL_MS
-    // A failure, or a slow call: the actor's own deadlines are not the oracle's to hold it to.
-    if (verdict !== 'ok' || slow) w.actor.faultedAt = this.now
+    // A failure, or a slow call: the actor's own deadlines are not the oracle's to hold it to. Except a failed read of
+    // the newest request: the admission must answer it by deleting the Job it has just created (it cannot rule out a
+    // request), so a raced Job is still the admission's to delete within RACED_MS.
+    if ((verdict !== 'ok' && w.op !== 'requests.newest') || slow) w.actor.faultedAt = this.now
     if (verdict !== 'ok') bump(this.stats[verdict], portOf(w.op))
     if (slow) bump(this.stats.slow, portOf(w.op))
     this.log(

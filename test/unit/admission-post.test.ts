@@ -1,0 +1,100 @@
+// The POST between two reads of the newest request (admission/protocol.ts post), over the in-memory ports: what the
+// admission does when a request comes while the POST is in flight, and when the read after the POST gives no answer.
+import type { V1Job } from '@kubernetes/client-node'
+import { describe, expect, it } from 'vitest'
+import {
+  type Gate,
+  MemoryJobs,
+  MemoryKv,
+  MemoryRequests,
+  memoryPorts,
+  SimulatedFault,
+} from '../../admission/memory-ports.js'
+import { post } from '../../admission/protocol.js'
+import type { BackfillState } from '../../core/state.js'
+import { emptyCounters } from '../../core/state.js'
+import { createLogger } from '../../observability/log.js'
+
+const T = Date.parse('2026-06-01T00:00:00.000Z')
+const iso = (ms: number) => new Date(ms).toISOString()
+
+const job: V1Job = { metadata: { namespace: 'ns', name: 'bf-1', labels: {} }, spec: { template: {} } }
+const where = { namespace: 'ns', model: 'llm', jobName: 'bf-1', cursor: 0 }
+const starting = {
+  v: 1,
+  namespace: 'ns',
+  name: 'bf-1',
+  phase: 'Starting',
+  jobName: 'bf-1',
+  idleSince: iso(T - 10_000),
+  startedAt: iso(T),
+  counters: emptyCounters(),
+  updatedAt: iso(T),
+} as unknown as BackfillState
+
+/** The ports, with `during` run as the POST takes effect and the n-th newest-request read failing when asked. */
+function world(opts: { during?: (requests: MemoryRequests) => void; failRead?: number } = {}) {
+  let now = T
+  const clock = { now: () => now }
+  let reads = 0
+  const gate: Gate = async (op) => {
+    if (op === 'requests.newest' && ++reads === opts.failRead) return 'failBefore'
+    if (op === 'jobs.create') {
+      now += 50
+      opts.during?.(requests)
+    }
+    return 'ok'
+  }
+  const requests = new MemoryRequests(new MemoryKv('idle'), clock, gate)
+  const jobs = new MemoryJobs(clock, gate)
+  const ports = memoryPorts({
+    claims: new MemoryKv('claims'),
+    states: new MemoryKv('backfills'),
+    requests,
+    jobs,
+    clock,
+    log: createLogger('test'),
+  })
+  return { ports, jobs, live: () => [...jobs.jobs.values()].filter((j) => j.deletedAt === undefined) }
+}
+
+describe('post', () => {
+  it('creates the Job when no request came', async () => {
+    const w = world()
+    const outcome = await post(w.ports, job, starting, where)
+    expect(outcome.kind).toBe('created')
+    expect(w.live()).toHaveLength(1)
+  })
+
+  it('deletes the Job it created when a request on the documented subject was stored during the POST', async () => {
+    const w = world({
+      during: (requests) =>
+        requests.store({ namespace: 'ns', model: 'llm', at: T + 20, subject: 'documented' } as never),
+    })
+    const outcome = await post(w.ports, job, starting, where)
+    expect(outcome).toMatchObject({ kind: 'racedAfter', lastRequestAt: iso(T + 20), deleted: 'deleted' })
+    expect(w.live()).toHaveLength(0)
+  })
+
+  // A read after the POST that fails (NATS restarting, or its answer later than the deadline) proved nothing: the
+  // request may be there, and demand, the other way to cancel it, may be as slow. Before, the error went up to the
+  // event's retry and the Job was left to demand → cancel.
+  it('deletes the Job it created when the read after the POST gives no answer', async () => {
+    const w = world({
+      failRead: 2,
+      during: (requests) =>
+        requests.store({ namespace: 'ns', model: 'llm', at: T + 20, subject: 'documented' } as never),
+    })
+    const outcome = await post(w.ports, job, starting, where)
+    expect(outcome).toMatchObject({ kind: 'unobserved', deleted: 'deleted' })
+    expect(outcome.kind === 'unobserved' && outcome.why).toMatch(/timeout/)
+    expect(w.live()).toHaveLength(0)
+    expect(w.jobs.created).toHaveLength(1)
+  })
+
+  it('creates no Job when the read before the POST gives no answer', async () => {
+    const w = world({ failRead: 1 })
+    await expect(post(w.ports, job, starting, where)).rejects.toBeInstanceOf(SimulatedFault)
+    expect(w.jobs.created).toHaveLength(0)
+  })
+})
