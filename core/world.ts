@@ -9,6 +9,25 @@ const str = (v: unknown): string | undefined => (typeof v === 'string' && v !== 
 const time = (v: unknown): string | undefined =>
   v instanceof Date ? (Number.isNaN(v.getTime()) ? undefined : v.toISOString()) : str(v)
 
+/**
+ * A view remembered per object: an observed object is never changed in place (a watch replaces it when it changes —
+ * client-node's informer stores the new object — and a read returns a new one), and admit builds the view of every
+ * backfill Job in the cluster on every admission from the same watched objects. Handed out frozen: one reader cannot
+ * change what another reads.
+ */
+function remembered<V extends object>(view: (raw: unknown) => V): (raw: unknown) => V {
+  const views = new WeakMap<object, V>()
+  return (raw) => {
+    if (!raw || typeof raw !== 'object') return Object.freeze(view(raw))
+    let v = views.get(raw)
+    if (v === undefined) {
+      v = Object.freeze(view(raw))
+      views.set(raw, v)
+    }
+    return v
+  }
+}
+
 /** The parts every view reads: metadata, spec, status, and the object's identity. */
 function parts(raw: unknown) {
   const o = obj(raw)
@@ -34,7 +53,7 @@ export interface ModelView {
   lastActiveTime?: string
 }
 
-export function modelView(raw: unknown): ModelView {
+export const modelView = remembered((raw: unknown): ModelView => {
   const { spec, status, id } = parts(raw)
   const phase = str(status.phase)
   return {
@@ -45,7 +64,7 @@ export function modelView(raw: unknown): ModelView {
     group: str(obj(spec.gpu).shared),
     lastActiveTime: str(status.lastActiveTime),
   }
-}
+})
 
 export interface GamingSessionView {
   namespace: string
@@ -56,7 +75,7 @@ export interface GamingSessionView {
   deleting: boolean
 }
 
-export function gamingSessionView(raw: unknown): GamingSessionView {
+export const gamingSessionView = remembered((raw: unknown): GamingSessionView => {
   const { meta, spec, id } = parts(raw)
   return {
     ...id,
@@ -65,7 +84,7 @@ export function gamingSessionView(raw: unknown): GamingSessionView {
     expiresAt: str(spec.expiresAt),
     deleting: Boolean(meta.deletionTimestamp),
   }
-}
+})
 
 export interface GPULeaseView {
   namespace: string
@@ -75,7 +94,7 @@ export interface GPULeaseView {
   expiresAt?: string
 }
 
-export function gpuLeaseView(raw: unknown): GPULeaseView {
+export const gpuLeaseView = remembered((raw: unknown): GPULeaseView => {
   const { spec, id } = parts(raw)
   return {
     ...id,
@@ -83,7 +102,7 @@ export function gpuLeaseView(raw: unknown): GPULeaseView {
     node: str(spec.node),
     expiresAt: str(spec.expiresAt),
   }
-}
+})
 
 export type JobOutcome = 'Complete' | 'Failed'
 
@@ -109,7 +128,7 @@ export interface JobView {
   suspended?: boolean
 }
 
-export function jobView(raw: unknown): JobView {
+export const jobView = remembered((raw: unknown): JobView => {
   const { meta, spec, status, id } = parts(raw)
   const labels = obj(meta.labels)
   const annotations = obj(meta.annotations)
@@ -132,7 +151,7 @@ export function jobView(raw: unknown): JobView {
     started: Boolean(status.startTime) || Number(status.active ?? 0) > 0,
     ...(spec.suspend === true ? { suspended: true } : {}),
   }
-}
+})
 
 /** A Job that still counts as a backfill running on its model and node. */
 export const isActiveJob = (job: JobView) => !job.deleting && !job.outcome

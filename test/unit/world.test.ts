@@ -165,6 +165,19 @@ describe('jobView', () => {
     expect(isActiveJob(jobView(raw({ active: 1 }, { deletionTimestamp: '2026-03-01T00:05:00Z' })))).toBe(false)
     expect(isActiveJob(jobView(raw({ conditions: [{ type: 'Failed', status: 'True' }] })))).toBe(false)
   })
+
+  it('one view per object, frozen; a replaced object (a watch update) gets its own', () => {
+    const running = raw({ active: 1 })
+    const view = jobView(running)
+    expect(jobView(running)).toBe(view)
+    expect(Object.isFrozen(view)).toBe(true)
+    const failed = { ...running, status: { conditions: [{ type: 'Failed', status: 'True' }] } }
+    expect(jobView(failed).outcome).toBe('Failed')
+    expect(jobView(running).outcome).toBeUndefined()
+    const model = { status: { phase: 'Ready' } }
+    expect(modelView(model)).toBe(modelView(model))
+    expect(modelView({ status: { phase: 'Loading' } }).ready).toBe(false)
+  })
 })
 
 describe('blocking sessions and leases', () => {
