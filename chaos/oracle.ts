@@ -35,6 +35,12 @@ import { createOf, deleteAfter, type JobAudit } from './audit.js'
 import type { ChaosConfig } from './config.js'
 import { type DeclaredBackfill, type ForegroundRequest, modelKey, type Workload } from './workload.js'
 
+/**
+ * How long before the apiserver received a Job's POST its admit may have been killed with the POST still in flight
+ * (written to the socket, not yet read by the apiserver: a loaded machine).
+ */
+const ADMIT_KILLED_BEFORE_POST_MS = 500
+
 export interface FaultWindow {
   /** nats-leader-kill: kill -9 of the nats-server leading a stream or bucket (chaos/failover.ts), `fn` names it. */
   kind: 'kill' | 'demand-pause' | 'quota' | 'nats-restart' | 'apiserver-stop' | 'hostile-events' | 'nats-leader-kill'
@@ -256,6 +262,18 @@ export class Oracle {
           ? job.endAt
           : undefined
       const first = hits[0]
+      // The admit that POSTed it killed before it could read the newest request after the POST (the POST in flight
+      // when its sender died, or answered just before): deleting the Job is then demand → cancel's, within a lost
+      // cancel's deadline, as the simulation bounds a crash after the POST — not the second admit's own re-check has.
+      const admitKilled =
+        audited !== undefined &&
+        this.faults.some(
+          (f) =>
+            f.kind === 'kill' &&
+            f.fn === 'admit' &&
+            f.start >= audited.receivedAt - ADMIT_KILLED_BEFORE_POST_MS &&
+            f.start <= audited.completedAt + this.config.raceDeleteBoundMs,
+        )
       const timing = audited
         ? {
             timedBy: 'apiserver audit',
@@ -265,12 +283,9 @@ export class Oracle {
             deletedBy: deletion?.user,
           }
         : { timedBy: lagged ? 'creationTimestamp (watch lagged)' : 'watch' }
-      if (
-        first &&
-        !lagged &&
-        end !== undefined &&
-        end - (first.storedAt ?? first.ackAt) <= this.config.raceDeleteBoundMs
-      ) {
+      const firstAt = first ? (first.storedAt ?? first.ackAt) : 0
+      const raceBound = admitKilled ? this.deadline(firstAt) - firstAt : this.config.raceDeleteBoundMs
+      if (first && !lagged && end !== undefined && end - firstAt <= raceBound) {
         raced.push({
           job: `${job.namespace}/${job.name}`,
           model,
@@ -279,6 +294,7 @@ export class Oracle {
           firstRequestStoredMsBeforeCreation: Math.round(created - (first.storedAt ?? first.ackAt)),
           deletedMsAfterRequest: Math.round(end - (first.storedAt ?? first.ackAt)),
           liveMs: Math.round(end - created),
+          ...(admitKilled ? { admitKilledAfterPost: true } : {}),
           ...timing,
         })
         continue

@@ -5,7 +5,7 @@ import { KubeConfig } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
 import { type JobAudit, parseJobAudit } from '../../chaos/audit.js'
 import { short } from '../../chaos/config.js'
-import { Oracle } from '../../chaos/oracle.js'
+import { type FaultWindow, Oracle } from '../../chaos/oracle.js'
 import { emptyWorkload, type ForegroundRequest } from '../../chaos/workload.js'
 
 const T = Date.parse('2026-12-01T12:00:00.000Z')
@@ -15,10 +15,12 @@ function judge(
   job: { addedAt: number; endAt?: number; endHow?: string; createdSecond?: number },
   storedAt: number,
   audit?: JobAudit,
+  faults: FaultWindow[] = [],
 ) {
   const workload = emptyWorkload()
   workload.backfills.push({ namespace: 'a', name: 'bf', model: 'm', node: 'n', idleForMs: W, hostile: false })
   const oracle = new Oracle(new KubeConfig(), workload, short, () => {})
+  for (const f of faults) oracle.fault(f)
   oracle.jobs.set('uid-1', {
     uid: 'uid-1',
     namespace: 'a',
@@ -171,5 +173,32 @@ describe('oracle: a Job created inside an idle window', () => {
     expect(verdict.timedByAudit).toBe(0)
     expect(verdict.inWindow).toHaveLength(1)
     expect(verdict.inWindow[0]).toMatchObject({ timedBy: 'watch' })
+  })
+
+  it('the admit that POSTed it killed after the POST: deleting it is demand → cancel’s, within a lost cancel’s deadline', async () => {
+    // A Job POSTed 446 ms after a request was stored (the POST late on a loaded machine) and deleted 3.9 s after the
+    // request: counted, unless the admit that sent it was killed before it could read the newest request again.
+    const received = T + 446
+    const audit = parseJobAudit(
+      [auditLine('create', 201, received, received + 4), auditLine('delete', 200, T + 3_880, T + 3_900)].join('\n'),
+    )
+    const job = { addedAt: received + 20, endAt: T + 3_950, endHow: 'deleting' }
+    expect((await judge(job, T, audit)).inWindow).toHaveLength(1)
+    const kill = (start: number, fn = 'admit'): FaultWindow => ({ kind: 'kill', fn, start, end: start + 1_000 })
+    const killed = await judge(job, T, audit, [kill(received + 10)])
+    expect(killed.inWindow).toHaveLength(0)
+    expect(killed.raced).toEqual([
+      expect.objectContaining({ admitKilledAfterPost: true, deletedMsAfterRequest: 3_900 }),
+    ])
+    // Another function killed, or admit killed long before or after: admit's own second still holds.
+    expect((await judge(job, T, audit, [kill(received + 10, 'lifecycle')])).inWindow).toHaveLength(1)
+    expect((await judge(job, T, audit, [kill(received - 2_000)])).inWindow).toHaveLength(1)
+    expect((await judge(job, T, audit, [kill(received + 2_000)])).inWindow).toHaveLength(1)
+    // And past the lost-cancel deadline it counts whatever happened to admit.
+    const late = parseJobAudit(
+      [auditLine('create', 201, received, received + 4), auditLine('delete', 200, T + 12_000, T + 12_020)].join('\n'),
+    )
+    const lateJob = { addedAt: received + 20, endAt: T + 12_050, endHow: 'deleting' }
+    expect((await judge(lateJob, T, late, [kill(received + 10)])).inWindow).toHaveLength(1)
   })
 })
