@@ -90,7 +90,10 @@ export interface FleetOptions {
   natsMonitorUrls?: string[]
   /** More environment for every process (e.g. NATS_REPLICAS for the provision step). */
   env?: NodeJS.ProcessEnv
-  /** The functions' LOG_LEVEL unless CHAOS_FUNCTION_LOG_LEVEL says otherwise (default warn). */
+  /**
+   * The functions' LOG_LEVEL unless CHAOS_FUNCTION_LOG_LEVEL says otherwise. Default debug: a failing run is rare and
+   * load-dependent, and its kept logs must say what admission read (under 1 MB a short run).
+   */
   logLevel?: string
   jsm: JetStreamManager
   kubeconfigPath: string
@@ -243,7 +246,7 @@ export class Fleet {
       NATS_PROVISION: 'false',
       WATCH: 'false',
       PORT: '0',
-      LOG_LEVEL: process.env.CHAOS_FUNCTION_LOG_LEVEL ?? this.opts.logLevel ?? 'warn',
+      LOG_LEVEL: process.env.CHAOS_FUNCTION_LOG_LEVEL ?? this.opts.logLevel ?? 'debug',
     }
   }
 
