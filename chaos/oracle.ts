@@ -315,6 +315,10 @@ export class Oracle {
           // Stored before the creation's second began: inside the window whatever the watch's delay was.
           certain: audited ? true : (last.storedAt ?? last.ackAt) < job.createdSecond,
           deletedMsAfterRequest: end === undefined ? null : Math.round(end - (last.storedAt ?? last.ackAt)),
+          // The processes killed from 2 s before the creation until the Job ended: which function, ms after creation.
+          killsAround: this.faults
+            .filter((f) => f.kind === 'kill' && f.start >= created - 2_000 && f.start <= (end ?? now))
+            .map((f) => `${f.fn} ${Math.round(f.start - created)} ms`),
           ...timing,
         })
       }

@@ -191,7 +191,8 @@ describe('oracle: a Job created inside an idle window', () => {
       expect.objectContaining({ admitKilledAfterPost: true, deletedMsAfterRequest: 3_900 }),
     ])
     // Another function killed, or admit killed long before or after: admit's own second still holds.
-    expect((await judge(job, T, audit, [kill(received + 10, 'lifecycle')])).inWindow).toHaveLength(1)
+    const otherKilled = await judge(job, T, audit, [kill(received + 10, 'lifecycle')])
+    expect(otherKilled.inWindow).toEqual([expect.objectContaining({ killsAround: ['lifecycle 10 ms'] })])
     expect((await judge(job, T, audit, [kill(received - 2_000)])).inWindow).toHaveLength(1)
     expect((await judge(job, T, audit, [kill(received + 2_000)])).inWindow).toHaveLength(1)
     // And past the lost-cancel deadline it counts whatever happened to admit.
