@@ -106,6 +106,25 @@ describe('decide: the admission fence', () => {
       expect(end.actions).toContainEqual({ type: 'releaseClaims', jobName: J(1) })
     })
 
+    it('the read after the POST unanswered, the Job deleted by admit itself: a fail-safe preemption, a new window', () => {
+      // admission/protocol.ts post(): no request could be ruled out, so admit deleted the Job it had just created and
+      // decides again with the fail-safe's reason. Counted once, the claims released, and the next window starts then:
+      // no Job again at once while the reads keep failing.
+      const t = admitted()
+      const at = T0 + WINDOW + 20
+      t.change(() => ({ job: aJob(J(1), { deleting: true }) }))
+      const d = t.step(at, { type: 'cancel', reason: 'ForegroundUnobservable', at: iso(at) })
+      expect(d.state).toMatchObject({ phase: 'Cancelling', reason: 'ForegroundUnobservable', attempts: 1 })
+      expect(d.state?.counters.preemptions).toEqual({ other: 1 })
+      expect(d.actions.some((a) => a.type === 'createJob')).toBe(false)
+      t.change(() => ({ job: null }))
+      const end = t.step(at + 20, { type: 'resource' })
+      expect(end.state).toMatchObject({ phase: 'WaitingForIdle', idleSince: iso(at + 20) })
+      expect(end.state?.counters.preemptions).toEqual({ other: 1 })
+      expect(end.actions).toContainEqual({ type: 'releaseClaims', jobName: J(1) })
+      expect(t.step(at + 20 + WINDOW - 1).actions.some((a) => a.type === 'createJob')).toBe(false)
+    })
+
     it('a decision of lifecycle meanwhile (the Job absent, the request after the window) leaves the attempt to admit', () => {
       // Admit may be between its POST and deleting the Job a request raced (or have deleted it and not yet decided
       // again): taken back here, the attempt would end uncounted and admit's cancel decision would find nothing to
