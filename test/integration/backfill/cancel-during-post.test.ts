@@ -10,25 +10,19 @@
 // servers are real. The
 // oracle is the test's own watch. Seen failing without cancel's wait: the Job lived 2.9 s (175 ms with it).
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import type { Runner } from '../../../process/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { hook, watchJobs } from '../support/job-watch.js'
-import { startTestRunner, testInstance } from '../support/runner.js'
+import { type SplitSystem, startSplitSystem } from '../support/runner.js'
 
 const env = useTestEnv()
-let runner: Runner
-let cancel: Runner
-let lifecycle: Runner
+let system: SplitSystem
 let world: BackfillWorld
 let jobWatch: Awaited<ReturnType<typeof watchJobs>> | undefined
 const restore: (() => void)[] = []
 
 beforeAll(async () => {
-  const instance = testInstance()
-  lifecycle = await startTestRunner(env, { instance, functions: ['source', 'lifecycle'] })
-  runner = await startTestRunner(env, { instance, functions: ['demand', 'admit'], watch: false })
-  cancel = await startTestRunner(env, { instance, functions: ['cancel'], watch: false })
+  system = await startSplitSystem(env)
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
   jobWatch = await watchJobs(env.kc, env.namespace)
 })
@@ -36,9 +30,7 @@ afterAll(async () => {
   for (const undo of restore.splice(0)) undo()
   jobWatch?.stop()
   world?.close()
-  await runner?.stop()
-  await cancel?.stop()
-  await lifecycle?.stop()
+  await system?.stop()
 })
 
 it('a request on the documented subject during the Job POST: the Job is deleted as soon as it exists', async () => {
@@ -55,7 +47,7 @@ it('a request on the documented subject during the Job POST: the Job is deleted 
   restore.push(() => sub.unsubscribe())
   let storedAt: number | undefined
   restore.push(
-    hook(runner.deps.kube, 'createJob', (original) => async (job) => {
+    hook(system.admit.deps.kube, 'createJob', (original) => async (job) => {
       if (storedAt === undefined && job.metadata?.ownerReferences?.[0]?.name === backfill) {
         // The POST is slow (an apiserver under load): the request is stored, demand cancels, cancel finds no Job
         // and its bookkeeping runs — all before the POST is answered.
@@ -66,7 +58,7 @@ it('a request on the documented subject during the Job POST: the Job is deleted 
       return original(job)
     }),
   )
-  const bus = lifecycle.deps.bus
+  const bus = system.lifecycle.deps.bus
   restore.push(
     hook(
       bus,
@@ -79,7 +71,7 @@ it('a request on the documented subject during the Job POST: the Job is deleted 
     ),
   )
   // cancel's bookkeeping (its reconcile) reads the backfill's state first: slow, as under load.
-  const states = cancel.deps.bus.kv.backfills
+  const states = system.cancel.deps.bus.kv.backfills
   restore.push(
     hook(
       states,

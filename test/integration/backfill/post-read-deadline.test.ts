@@ -8,16 +8,13 @@
 // deletion seen by the test's watch is admit's own. Seen failing without the deadline: the Job lived until the test's
 // 10 s wait ended.
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import type { Runner } from '../../../process/runner.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { hook, watchJobs } from '../support/job-watch.js'
-import { startTestRunner, testInstance } from '../support/runner.js'
+import { type SplitSystem, startSplitSystem } from '../support/runner.js'
 
 const env = useTestEnv()
-let runner: Runner
-let cancel: Runner
-let lifecycle: Runner
+let system: SplitSystem
 let world: BackfillWorld
 let jobWatch: Awaited<ReturnType<typeof watchJobs>> | undefined
 const restore: (() => void)[] = []
@@ -26,10 +23,7 @@ const held: (() => void)[] = []
 const hold = () => new Promise<void>((r) => held.push(r))
 
 beforeAll(async () => {
-  const instance = testInstance()
-  lifecycle = await startTestRunner(env, { instance, functions: ['source', 'lifecycle'] })
-  runner = await startTestRunner(env, { instance, functions: ['demand', 'admit'], watch: false })
-  cancel = await startTestRunner(env, { instance, functions: ['cancel'], watch: false })
+  system = await startSplitSystem(env)
   world = new BackfillWorld(env.kc, env.namespace, env.nc)
   jobWatch = await watchJobs(env.kc, env.namespace)
 })
@@ -38,9 +32,7 @@ afterAll(async () => {
   for (const release of held.splice(0)) release()
   jobWatch?.stop()
   world?.close()
-  await runner?.stop()
-  await cancel?.stop()
-  await lifecycle?.stop()
+  await system?.stop()
 })
 
 it('no answer to the read after the POST: admit deletes the Job it has just created', async () => {
@@ -49,7 +41,7 @@ it('no answer to the read after the POST: admit deletes the Job it has just crea
   await world.template(template)
   // admit's reads of the stream go unanswered from the moment its POST of this backfill's Job is answered.
   let silent = false
-  const streams = runner.deps.bus.jsm.streams
+  const streams = system.admit.deps.bus.jsm.streams
   restore.push(
     hook(
       streams,
@@ -63,7 +55,7 @@ it('no answer to the read after the POST: admit deletes the Job it has just crea
   )
   let storedAt: number | undefined
   restore.push(
-    hook(runner.deps.kube, 'createJob', (original) => async (job) => {
+    hook(system.admit.deps.kube, 'createJob', (original) => async (job) => {
       const ours = storedAt === undefined && job.metadata?.ownerReferences?.[0]?.name === backfill
       if (ours) storedAt = await world.foregroundOnDocumentedSubject(model)
       const created = await original(job)
@@ -73,7 +65,7 @@ it('no answer to the read after the POST: admit deletes the Job it has just crea
   )
   // demand → cancel, the other way this Job goes, is slow: cancel's DELETE of it waits (an apiserver behind).
   restore.push(
-    hook(cancel.deps.kube, 'deleteJob', (original) => async (namespace, name, uid) => {
+    hook(system.cancel.deps.kube, 'deleteJob', (original) => async (namespace, name, uid) => {
       if (name.startsWith(`${backfill}-`)) await hold()
       return original(namespace, name, uid)
     }),

@@ -19,3 +19,31 @@ export function startTestRunner(env: TestEnv, options: Partial<RunnerOptions> = 
     ...options,
   })
 }
+
+/**
+ * One system split into runners as deployed where admission races are tested: source and lifecycle (watching), demand
+ * with admit, and cancel on its own, so a test can hook one function's calls without touching another's.
+ */
+export type SplitSystem = Awaited<ReturnType<typeof startSplitSystem>>
+
+export async function startSplitSystem(env: TestEnv) {
+  const instance = testInstance()
+  const started: Runner[] = []
+  const start = async (options: Partial<RunnerOptions>) => {
+    const runner = await startTestRunner(env, { instance, ...options })
+    started.push(runner)
+    return runner
+  }
+  const stop = async () => {
+    for (const runner of started.splice(0).reverse()) await runner.stop()
+  }
+  try {
+    const lifecycle = await start({ functions: ['source', 'lifecycle'] })
+    const admit = await start({ functions: ['demand', 'admit'], watch: false })
+    const cancel = await start({ functions: ['cancel'], watch: false })
+    return { lifecycle, admit, cancel, stop }
+  } catch (err) {
+    await stop()
+    throw err
+  }
+}
