@@ -449,7 +449,7 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
   const jobName = s.jobName as string
   let job = o.job
   if (job?.outcome) {
-    if (!failedByCancel(s, job)) return concludeAttempt(w, job)
+    if (!failedByCancel(w, job, trigger)) return concludeAttempt(w, job)
     // The preemption ranks above the Failed condition its own DELETE caused: decided as the deletion it is.
     job = { ...job, outcome: undefined }
   }
@@ -561,16 +561,22 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
 }
 
 /**
- * A Job being deleted whose Failed condition is the deletion's doing, not the work's: the Job controller counts pods
- * deleted under a Job as failures (backoffLimit 0: Failed, BackoffLimitExceeded), and the Job may report that before
- * it is gone. So a cancelled attempt stays a preemption when its Failed condition came with or after the deletion
- * (Kubernetes times are whole seconds: the same second counts as after), or when Cancelling was decided first (that
- * decision saw no outcome yet). A Job that Failed before anyone deleted it failed on its own; Complete always wins.
+ * A Failed condition that is the cancel's doing, not the work's: the Job controller counts pods deleted under a Job
+ * as failures (backoffLimit 0: Failed, BackoffLimitExceeded), and cancel deletes the attempt's pods beside its Job,
+ * not after it, so the Job may report Failed before its own deletion shows, or while it is gone. So a Failed attempt
+ * stays a preemption when its Failed condition came with or after its deletion, when Cancelling was decided first
+ * (that decision saw no outcome yet), or when a foreground request had already broken the attempt's window — stored
+ * in JetStream before demand saw it, so before any cancel, DELETE or Failed condition it caused (Kubernetes times are
+ * whole seconds: the same second counts as after). A Job that Failed before either failed on its own; Complete
+ * always wins.
  */
-function failedByCancel(s: BackfillState, job: JobView): boolean {
-  if (job.outcome !== 'Failed' || !job.deleting) return false
-  if (s.phase === 'Cancelling') return true
-  return ms(job.outcomeTime) >= ms(job.deletedAt)
+function failedByCancel(w: Work, job: JobView, trigger: Trigger): boolean {
+  const s = w.s
+  // Concluded already (Succeeded, Failed): the outcome recorded stands.
+  if (job.outcome !== 'Failed' || s.phase === 'Succeeded' || s.phase === 'Failed') return false
+  if (job.deleting && (s.phase === 'Cancelling' || ms(job.outcomeTime) >= ms(job.deletedAt))) return true
+  const broken = windowBrokenAt(w, trigger)
+  return broken !== undefined && ms(job.outcomeTime) >= Math.floor(broken / 1000) * 1000
 }
 
 /**
@@ -655,6 +661,21 @@ const foregroundAt = (trigger: Trigger) =>
   trigger.type === 'cancel' && trigger.reason === 'ForegroundDemand' ? trigger.at : undefined
 
 /**
+ * The newest foreground request (ms) when it came after the idle window the attempt was admitted on — any such
+ * request breaks that window — else undefined.
+ */
+function windowBrokenAt(w: Work, trigger: Trigger): number | undefined {
+  const { s, o } = w
+  const lastForeground = latest(
+    o.idle?.lastForegroundAt,
+    o.lastRequestAt,
+    o.model?.lastActiveTime,
+    foregroundAt(trigger),
+  )
+  return lastForeground > ms(s.idleSince ?? s.startedAt) ? lastForeground : undefined
+}
+
+/**
  * The first reason that wins over the running attempt, if any. `reportGates`: this decision acts on it, so each
  * gate checked is reported (cancels / pass; with everyGate, the ones past the first too).
  */
@@ -704,17 +725,9 @@ function cancelCheck(
     case 'gpu lease':
       if (!model) return SKIP
       return blockingLease(o.leases, model, now) ? 'GPULeaseActive' : undefined
-    case 'idle window': {
+    case 'idle window':
       if (!model) return SKIP
-      const lastForeground = latest(
-        o.idle?.lastForegroundAt,
-        o.lastRequestAt,
-        model.lastActiveTime,
-        foregroundAt(trigger),
-      )
-      // Any foreground request after the idle window the attempt was admitted on breaks it.
-      return lastForeground > ms(s.idleSince ?? s.startedAt) ? 'ForegroundDemand' : undefined
-    }
+      return windowBrokenAt(w, trigger) !== undefined ? 'ForegroundDemand' : undefined
   }
 }
 

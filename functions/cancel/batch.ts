@@ -8,10 +8,13 @@
 // Order: first come, first sent. A namespace's queue is FIFO and each send takes its oldest cancels; namespaces
 // share the DELETE lane, which is FIFO too, so no model waits behind a later one however big the burst.
 //
-// Jobs before pods, never both at once: the Job controller counts pods deleted under a Job as its failures
-// (backoffLimit 0: Failed), and decide tells that failure from one of the Job's own by the Job already being deleted
-// (core/decide.ts failedByCancel). A collection DELETE removes the Jobs outright (Background propagation), so the
-// Job controller has no Job left to mark Failed when it sees the pods go.
+// The Job's DELETE and its pods' go out together, neither waiting for the other's answer: the pods are what stops
+// the work, and waiting for the Job's answer first cost one apiserver round trip on every preemption. The Job
+// controller counts pods deleted under a Job as its failures (backoffLimit 0: Failed), and with both in flight it may
+// mark the Job Failed before the Job's own deletion shows; decide tells that failure from one of the work's own by the
+// foreground request that broke the window coming first (core/decide.ts failedByCancel). A Job template with retries
+// left gets no replacement pod: the Job controller waits out its back-off (10 s after a first failure) before one,
+// and the Job is deleting long before.
 import type { Kube } from '../../kube/kube.js'
 import { MAX_COLLECTION_SELECTOR, statusCode } from '../../kube/kube.js'
 import type { Lane } from '../../lib/lane.js'
@@ -144,28 +147,39 @@ export class DeleteBatcher {
     const { namespace, jobName, uid } = w.d
     try {
       this.stats.single++
-      const result = await this.api.deleteJob(namespace, jobName, uid)
-      const jobAt = this.now()
+      const job = this.api.deleteJob(namespace, jobName, uid)
       // Also when the Job was already gone or replaced: the selector is this Job's UID, so only its pods match.
-      const podsAt = await this.deletePods(namespace, [uid])
-      w.resolve({ result, sentAt, jobAt, podsAt, batch: 1 })
+      const pods = this.deletePods(namespace, [uid])
+      const result = await job.catch(async (err) => {
+        await pods
+        throw err
+      })
+      const jobAt = this.now()
+      w.resolve({ result, sentAt, jobAt, podsAt: await pods, batch: 1 })
     } catch (err) {
       w.reject(err)
     }
   }
 
   private async sendCollection(namespace: string, ws: Waiting[], sentAt: number) {
+    this.stats.collections++
+    this.stats.collected += ws.length
+    const jobs = this.api.deleteAttemptJobs(
+      namespace,
+      ws.map((w) => w.d.backfillValue),
+      ws.map((w) => w.d.attemptValue as string),
+    )
+    const pods = this.deletePods(
+      namespace,
+      ws.map((w) => w.d.uid),
+    )
     try {
-      this.stats.collections++
-      this.stats.collected += ws.length
-      await this.api.deleteAttemptJobs(
-        namespace,
-        ws.map((w) => w.d.backfillValue),
-        ws.map((w) => w.d.attemptValue as string),
-      )
+      await jobs
     } catch (err) {
+      await pods
       if (statusCode(err) === 403 && this.collections) {
-        // Refused by an RBAC of an older release (no deletecollection on jobs): one DELETE each, from now on.
+        // Refused by an RBAC of an older release (no deletecollection on jobs): one DELETE each, from now on (their
+        // pods are deleted again: a DELETE of pods already going is answered at once).
         this.collections = false
         this.opts.onRefused?.(err)
         await Promise.all(ws.map((w) => this.sendOne(w, sentAt)))
@@ -175,10 +189,7 @@ export class DeleteBatcher {
       return
     }
     const jobAt = this.now()
-    const podsAt = await this.deletePods(
-      namespace,
-      ws.map((w) => w.d.uid),
-    )
+    const podsAt = await pods
     // The apiserver's answer lists what it deleted only in a form the client drops; a Job already gone is reported
     // as deleted too, which is what its cancel needs to know (the reconcile then reads the world).
     for (const w of ws) w.resolve({ result: 'deleted', sentAt, jobAt, podsAt, batch: ws.length })

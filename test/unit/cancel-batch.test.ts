@@ -1,6 +1,6 @@
 // cancel's coalescing of a burst's DELETEs (functions/cancel/batch.ts), its pure part: a lone cancel goes at once by
 // name; what queues meanwhile in a namespace goes in one collection, oldest first and at most `max` per request;
-// Jobs before their pods, never both at once; Jobs without an attempt label alone; a refused collection (an older
+// a Job's DELETE and its pods' sent together, neither waiting for the other's answer; Jobs without an attempt label alone; a refused collection (an older
 // RBAC) falls back to one DELETE per Job. The apiserver side is test/integration/backfill/cancel-batch.test.ts.
 import { describe, expect, it } from 'vitest'
 import { type CollectionApi, DeleteBatcher, type Doomed } from '../../functions/cancel/batch.js'
@@ -51,7 +51,11 @@ describe('DeleteBatcher', () => {
     const b = new DeleteBatcher(api, new Lane(8), { perNamespace: 1, max: 3 })
     const results = [0, 1, 2, 3, 4, 5].map((i) => b.delete(doomed('ns', i)))
     await new Promise((r) => setTimeout(r, 0))
-    expect(calls).toEqual([{ kind: 'job', namespace: 'ns', values: ['j0'] }])
+    // The Job's DELETE and its pods' at once: the pods' does not wait for the Job's answer.
+    expect(calls).toEqual([
+      { kind: 'job', namespace: 'ns', values: ['j0'] },
+      { kind: 'pods', namespace: 'ns', values: ['u0'] },
+    ])
     await releaseAll()
     const done = await Promise.all(results)
     expect(calls.map((c) => `${c.kind}:${c.values.join(',')}`)).toEqual([
@@ -66,12 +70,12 @@ describe('DeleteBatcher', () => {
     expect(done.every((d) => d.result === 'deleted' && d.podsAt !== undefined)).toBe(true)
   })
 
-  it('keeps namespaces apart and never sends a Job and its pods at once', async () => {
+  it('keeps namespaces apart, and sends each Job and its pods together, the Job first', async () => {
     const { api, calls, releaseAll } = fakeApi()
     const b = new DeleteBatcher(api, new Lane(8), { perNamespace: 1 })
     const all = [b.delete(doomed('a', 0)), b.delete(doomed('b', 1)), b.delete(doomed('a', 2)), b.delete(doomed('a', 3))]
     await new Promise((r) => setTimeout(r, 0))
-    expect(calls.map((c) => `${c.namespace}:${c.kind}`)).toEqual(['a:job', 'b:job'])
+    expect(calls.map((c) => `${c.namespace}:${c.kind}`)).toEqual(['a:job', 'a:pods', 'b:job', 'b:pods'])
     await releaseAll()
     await Promise.all(all)
     const a = calls.filter((c) => c.namespace === 'a').map((c) => `${c.kind}:${c.values.join(',')}`)

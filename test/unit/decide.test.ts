@@ -1002,12 +1002,54 @@ describe('a preempted attempt whose Job the Job controller marks Failed while it
     expect(t.state.counters).toMatchObject({ failed: 1, preemptions: {} })
   })
 
-  it('Cancelling and a Failed Job not being deleted (the DELETE never took): the outcome wins', () => {
+  it('Cancelling and a Job that Failed before the request, not being deleted (the DELETE never took): the outcome wins', () => {
     const f = FIXTURES.Cancelling
-    const job = f.world.job && { ...f.world.job, deleting: false, outcome: 'Failed' as const, outcomeTime: iso(f.now) }
+    const failedAt = iso(fg - SECOND)
+    const job = f.world.job && { ...f.world.job, deleting: false, outcome: 'Failed' as const, outcomeTime: failedAt }
     const d = decide({ ...f.world, job }, { type: 'resource' }, f.now)
     expect(d.state).toMatchObject({ phase: 'Failed', reason: 'JobFailed' })
     expect(d.state?.counters).toMatchObject({ failed: 1, preemptions: { foreground: 0 } })
+  })
+
+  // cancel sends the pods' DELETE beside the Job's (functions/cancel/batch.ts): the Job controller may mark the Job
+  // Failed before its own DELETE shows, or the Job shows Failed and then is simply gone. The foreground request that
+  // broke the window was stored before any of that (demand saw it there), so it tells the two apart.
+  const failedNotDeleted = (failedAt: number): Partial<Observed> => ({
+    job: {
+      ...(FIXTURES.Running.world.job as NonNullable<Observed['job']>),
+      outcome: 'Failed',
+      outcomeMessage: 'Job has reached the specified backoff limit',
+      outcomeTime: second(failedAt),
+    },
+  })
+  it.each([
+    ['the idle state', (at: number) => ({ idle: anIdleState(at) })],
+    ['the request stream only (no idle write yet)', (at: number) => ({ lastRequestAt: iso(at) })],
+  ] as const)(
+    'Running, Failed (not deleting) in the second of a request seen in %s: a preemption, then the next window',
+    (_, seen) => {
+      const t = new Timeline(FIXTURES.Running.world)
+      // The request at fg + 700 ms, the Failed condition stamped fg (its whole second), before any deletion shows.
+      const d = t.change(() => ({ ...seen(fg + 700), ...failedNotDeleted(fg + 800) })).step(fg + 900)
+      expect(d.state).toMatchObject({ phase: 'Cancelling', reason: 'ForegroundDemand' })
+      expect(d.actions).toContainEqual(expect.objectContaining({ type: 'deleteJob', why: 'ForegroundDemand' }))
+      const end = t.change(() => ({ job: null })).step(fg + 2 * SECOND)
+      expect(end.state).toMatchObject({ phase: 'WaitingForIdle', reason: 'IdleWindow', attempts: 1 })
+      expect(t.state.counters).toMatchObject({ failed: 0, preemptions: { foreground: 1 } })
+    },
+  )
+
+  it('Running, Failed (not deleting) a second before the request that broke the window: it failed on its own', () => {
+    const t = new Timeline(FIXTURES.Running.world)
+    const d = t.change(() => ({ idle: anIdleState(fg), ...failedNotDeleted(fg - SECOND) })).step(fg + 100)
+    expect(d.state).toMatchObject({ phase: 'Failed', reason: 'JobFailed' })
+    expect(t.state.counters).toMatchObject({ failed: 1, preemptions: {} })
+  })
+
+  it('Running, Failed (not deleting), no request after the window: it failed on its own', () => {
+    const t = new Timeline(FIXTURES.Running.world)
+    const d = t.change(() => failedNotDeleted(fg)).step(fg + 100)
+    expect(d.state).toMatchObject({ phase: 'Failed', reason: 'JobFailed' })
   })
 
   it('Cancelling and a Complete Job being deleted: the work was done, the completion wins', () => {

@@ -2,11 +2,13 @@
 // Job controller counts pods deleted under a Job as failures: with backoffLimit 0 it can mark the Job
 // Failed/BackoffLimitExceeded before the Job is gone, and the attempt used to end Failed/JobFailed (seen on these
 // servers: 4 of 10 Jobs when the pods' DELETE went out beside the Job's, 10 of 10 when it went first; before the
-// fix this test saw a backfill end Failed/JobFailed in its third round). Rounds of preemptions over many backfills,
+// fix this test saw a backfill end Failed/JobFailed in its third round). cancel sends both DELETEs together now, and
+// decide tells the Failed condition they cause by the foreground request that came first (core/decide.ts); no Job
+// may get a replacement pod meanwhile. Rounds of preemptions over many backfills,
 // with backoffLimit 0 and the default; the oracle is the apiserver's and the KV's record (status, Events,
 // counters), and the Jobs' own conditions are watched and logged, not asserted: with cancel deleting the pods only
 // once the Job's DELETE is answered, 0 of 48 showed Failed in one run and 7 of 16 (backoffLimit 0) in a loaded one.
-import { type V1Job, Watch } from '@kubernetes/client-node'
+import { type V1Job, type V1Pod, Watch } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { jobName } from '../../../core/names.js'
 import type { Runner } from '../../../process/runner.js'
@@ -23,6 +25,8 @@ let world: BackfillWorld
 let stopWatch: (() => void) | undefined
 /** Jobs that showed a Failed (or FailureTarget) condition, with the condition's reason. */
 const jobsFailed = new Map<string, string>()
+/** Every pod seen, by its Job's name: a Job given a replacement pod (its first deleted under it) shows two. */
+const podsOfJob = new Map<string, Set<string>>()
 
 beforeAll(async () => {
   runner = await startTestRunner(env)
@@ -38,7 +42,22 @@ beforeAll(async () => {
     },
     () => {},
   )
-  stopWatch = () => controller.abort()
+  const pods = await new Watch(env.kc).watch(
+    `/api/v1/namespaces/${env.namespace}/pods`,
+    {},
+    (_type: string, pod: V1Pod) => {
+      const job = pod.metadata?.labels?.['job-name']
+      if (!job || !pod.metadata?.name) return
+      const seen = podsOfJob.get(job) ?? new Set<string>()
+      seen.add(pod.metadata.name)
+      podsOfJob.set(job, seen)
+    },
+    () => {},
+  )
+  stopWatch = () => {
+    controller.abort()
+    pods.abort()
+  }
 })
 afterAll(async () => {
   stopWatch?.()
@@ -99,6 +118,10 @@ describe.concurrent('preempted attempts whose pods are deleted with the Job', ()
         expect(events.filter((e) => e.reason === 'Failed')).toEqual([])
         expect(events.filter((e) => e.reason === 'BackfillCancelled')).toHaveLength(ROUNDS)
       }
+      // The pods' DELETE goes out beside the Job's: a Job with retries left (the default backoffLimit) must not get a
+      // replacement pod — a second run of the work under the foreground — before its own deletion shows.
+      const replaced = [...podsOfJob].filter(([name, pods]) => name.startsWith(`${tag}-`) && pods.size > 1)
+      expect(replaced).toEqual([])
       const failedJobs = [...jobsFailed].filter(([name]) => name.startsWith(`${tag}-`))
       console.log(
         `${variant}: ${failedJobs.length} of ${ROUNDS * BACKFILLS} preempted Jobs showed a Failed condition`,
