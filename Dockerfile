@@ -40,5 +40,11 @@ COPY --from=build /app/dist/bundle ./dist/bundle
 # Knative sets PORT (8080); the JetStream functions serve /metrics, /healthz and /readyz on it too.
 ENV HOST=0.0.0.0 PORT=8080
 EXPOSE 8080
+# Node's compile cache, filled here once: a function's start reads V8's code for the bundle's modules instead of
+# compiling them. Kept per uid, so it is filled as the user the pods run as (node, uid 1000: runAsUser in the
+# manifests); read-only at run time (readOnlyRootFilesystem), where what it lacks is compiled as before.
+ENV NODE_COMPILE_CACHE=/app/.compile-cache
+RUN mkdir /app/.compile-cache && chown node /app/.compile-cache
 USER node
+RUN node dist/bundle/main.js --warm-compile-cache
 ENTRYPOINT ["node", "dist/bundle/main.js"]

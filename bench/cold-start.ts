@@ -128,7 +128,8 @@ export async function measureColdStart(opts: {
   const durable = consumerName(fn, event.stream)
   const durables = FUNCTION_STREAMS.map((stream): [string, string] => [stream, consumerName(fn, stream)])
   const spawnFunction = () => {
-    const child = spawn(process.execPath, [join(opts.repoRoot, opts.entry ?? ENTRY)], {
+    // BENCH_COLD_NODE: another Node binary (the image's Node 24, for its compile cache), else this one.
+    const child = spawn(process.env.BENCH_COLD_NODE || process.execPath, [join(opts.repoRoot, opts.entry ?? ENTRY)], {
       env: {
         ...process.env,
         NATS_URL: opts.natsUrl,

@@ -71,3 +71,6 @@ const result = await build({
   },
 })
 if (metafile) await writeFile(metafile, JSON.stringify(result.metafile))
+// The image copies dist/bundle without the repository's package.json: without one saying "module", Node (>= 22) would
+// first try every chunk as CommonJS and compile it again as ESM when that fails.
+await writeFile(join(outdir, 'package.json'), '{ "type": "module" }\n')
