@@ -960,11 +960,12 @@ describe('a preempted attempt whose Job the Job controller marks Failed while it
   // its Job count as failures (backoffLimit 0), and the Job may report Failed/BackoffLimitExceeded before it is gone.
   const fg = T0 + 14 * MINUTE
   const second = (at: number) => iso(Math.floor(at / 1000) * 1000)
-  const failedWhileDeleted = (o: Observed, deletedAt: number, failedAt: number): Partial<Observed> => ({
+  /** The Job marked Failed at failedAt; deleted at deletedAt, or (undefined) its deletion not shown yet. */
+  const failedJob = (o: Observed, failedAt: number, deletedAt?: number): Partial<Observed> => ({
     job: o.job && {
       ...o.job,
-      deleting: true,
-      deletedAt: second(deletedAt),
+      deleting: deletedAt !== undefined,
+      deletedAt: deletedAt === undefined ? undefined : second(deletedAt),
       outcome: 'Failed',
       outcomeMessage: 'Job has reached the specified backoff limit',
       outcomeTime: second(failedAt),
@@ -972,7 +973,7 @@ describe('a preempted attempt whose Job the Job controller marks Failed while it
   })
   const story = (first: 'lifecycle' | 'cancel', failedAt: number) => {
     const t = new Timeline(FIXTURES.Running.world)
-    t.change((o) => ({ idle: anIdleState(fg), ...failedWhileDeleted(o, fg, failedAt) }))
+    t.change((o) => ({ idle: anIdleState(fg), ...failedJob(o, failedAt, fg) }))
     // Either the Job's status event (lifecycle) or the cancel's bookkeeping decides first.
     const events = first === 'lifecycle' ? [t.step(fg + 50), t.step(fg + 100, cancelRequest(fg))] : []
     if (first === 'cancel') events.push(t.step(fg + 100, cancelRequest(fg)), t.step(fg + 150))
@@ -996,7 +997,7 @@ describe('a preempted attempt whose Job the Job controller marks Failed while it
   it('a Job that Failed a second before its deletion failed on its own: Failed/JobFailed', () => {
     const t = new Timeline(FIXTURES.Running.world)
     const d = t
-      .change((o) => ({ idle: anIdleState(fg), ...failedWhileDeleted(o, fg, fg - SECOND) }))
+      .change((o) => ({ idle: anIdleState(fg), ...failedJob(o, fg - SECOND, fg) }))
       .step(fg + 100, cancelRequest(fg))
     expect(d.state).toMatchObject({ phase: 'Failed', reason: 'JobFailed' })
     expect(t.state.counters).toMatchObject({ failed: 1, preemptions: {} })
@@ -1014,14 +1015,6 @@ describe('a preempted attempt whose Job the Job controller marks Failed while it
   // cancel sends the pods' DELETE beside the Job's (functions/cancel/batch.ts): the Job controller may mark the Job
   // Failed before its own DELETE shows, or the Job shows Failed and then is simply gone. The foreground request that
   // broke the window was stored before any of that (demand saw it there), so it tells the two apart.
-  const failedNotDeleted = (failedAt: number): Partial<Observed> => ({
-    job: {
-      ...(FIXTURES.Running.world.job as NonNullable<Observed['job']>),
-      outcome: 'Failed',
-      outcomeMessage: 'Job has reached the specified backoff limit',
-      outcomeTime: second(failedAt),
-    },
-  })
   it.each([
     ['the idle state', (at: number) => ({ idle: anIdleState(at) })],
     ['the request stream only (no idle write yet)', (at: number) => ({ lastRequestAt: iso(at) })],
@@ -1030,7 +1023,7 @@ describe('a preempted attempt whose Job the Job controller marks Failed while it
     (_, seen) => {
       const t = new Timeline(FIXTURES.Running.world)
       // The request at fg + 700 ms, the Failed condition stamped fg (its whole second), before any deletion shows.
-      const d = t.change(() => ({ ...seen(fg + 700), ...failedNotDeleted(fg + 800) })).step(fg + 900)
+      const d = t.change((o) => ({ ...seen(fg + 700), ...failedJob(o, fg + 800) })).step(fg + 900)
       expect(d.state).toMatchObject({ phase: 'Cancelling', reason: 'ForegroundDemand' })
       expect(d.actions).toContainEqual(expect.objectContaining({ type: 'deleteJob', why: 'ForegroundDemand' }))
       const end = t.change(() => ({ job: null })).step(fg + 2 * SECOND)
@@ -1041,14 +1034,14 @@ describe('a preempted attempt whose Job the Job controller marks Failed while it
 
   it('Running, Failed (not deleting) a second before the request that broke the window: it failed on its own', () => {
     const t = new Timeline(FIXTURES.Running.world)
-    const d = t.change(() => ({ idle: anIdleState(fg), ...failedNotDeleted(fg - SECOND) })).step(fg + 100)
+    const d = t.change((o) => ({ idle: anIdleState(fg), ...failedJob(o, fg - SECOND) })).step(fg + 100)
     expect(d.state).toMatchObject({ phase: 'Failed', reason: 'JobFailed' })
     expect(t.state.counters).toMatchObject({ failed: 1, preemptions: {} })
   })
 
   it('Running, Failed (not deleting), no request after the window: it failed on its own', () => {
     const t = new Timeline(FIXTURES.Running.world)
-    const d = t.change(() => failedNotDeleted(fg)).step(fg + 100)
+    const d = t.change((o) => failedJob(o, fg)).step(fg + 100)
     expect(d.state).toMatchObject({ phase: 'Failed', reason: 'JobFailed' })
   })
 
