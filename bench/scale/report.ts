@@ -132,11 +132,13 @@ export function plotSpec(results: Results): TopLevelSpec {
     $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
     title: `Scale curve (${results.date ?? ''}, load ${results.load_average_1m ?? '?'})`,
     background: 'white',
+    // A panel with nothing to show yet (after the first size's rest phase: no sweep, no lateness) is left out: an
+    // empty log-scale panel has no domain and makes the SVG's size NaN, which resvg refuses.
     hconcat: [
       panel(data.cpu, 'CPU at rest', '% of one core'),
       panel(data.rss, 'RSS at rest', 'MB'),
       panel(data.latency, 'Sweep, admission, preemption', 'ms', true),
-    ],
+    ].filter((p, i) => i === 0 || p.data.values.length > 0),
     resolve: { scale: { color: 'independent' }, legend: { color: 'independent' } },
   } as TopLevelSpec
 }

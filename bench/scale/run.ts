@@ -124,10 +124,15 @@ async function writeResults() {
   const name = QUICK ? 'scale-quick' : 'scale'
   await writeFile(join(RESULTS_DIR, `${name}.json`), `${JSON.stringify(results, null, 2)}\n`)
   await writeFile(join(RESULTS_DIR, `${name}.md`), `${markdownTable(results)}\n`)
-  await writeFile(
-    join(QUICK ? RESULTS_DIR : join(repoRoot, 'bench'), `${name}.png`),
-    await renderPng(plotSpec(results)),
-  )
+  // The plot is redrawn after every phase; one it cannot draw must not end the run and lose what is left to measure.
+  try {
+    await writeFile(
+      join(QUICK ? RESULTS_DIR : join(repoRoot, 'bench'), `${name}.png`),
+      await renderPng(plotSpec(results)),
+    )
+  } catch (err) {
+    log(`plot not drawn: ${err instanceof Error ? err.message : String(err)}`)
+  }
 }
 
 const buildDir = join(tmpdir(), `modelbackfill-scale-build-${process.pid}`)

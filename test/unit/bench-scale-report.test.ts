@@ -79,4 +79,18 @@ describe('bench/scale report', () => {
     expect(png.subarray(1, 4).toString('latin1')).toBe('PNG')
     expect(png.length).toBeGreaterThan(5000)
   }, 60_000)
+
+  it('renders the plot after the first size at rest, when the latency panel has nothing yet', async () => {
+    // A run writes its results after every phase: after the first size's rest phase, no sweep ran and no lateness
+    // was measured, and an empty log-scale panel made resvg refuse the SVG ("invalid size"), ending the run.
+    const atRest = {
+      date: results.date,
+      scale_1000_backfills: 1000,
+      scale_1000_cpu_pct_admit: 0.6,
+      scale_1000_sweep_ms_max: null,
+    }
+    expect(plotData(atRest).latency).toEqual([])
+    const png = await renderPng(plotSpec(atRest))
+    expect(png.subarray(1, 4).toString('latin1')).toBe('PNG')
+  }, 60_000)
 })
