@@ -1,7 +1,7 @@
 // What bench/scale/run.ts reads from the outside, never from the functions' own bookkeeping: a process's CPU time
 // and RSS from /proc, the apiserver's own request counters from its /metrics, and lifecycle's sweep log lines.
 import { execFileSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 
 let clockTicks: number | undefined
 /** Clock ticks per second of /proc/<pid>/stat (getconf CLK_TCK; 100 on Linux almost everywhere). */
@@ -86,4 +86,52 @@ export function parseSweeps(log: string): Sweep[] {
     }
   }
   return out
+}
+
+/** CPU seconds and command name of every process on the machine, by pid (one read of /proc). */
+export function processCpu(): Map<number, { comm: string; cpu: number }> {
+  const out = new Map<number, { comm: string; cpu: number }>()
+  let pids: string[]
+  try {
+    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d))
+  } catch {
+    return out
+  }
+  const ticks = ticksPerSecond()
+  for (const d of pids) {
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8')
+      const cpu = parseCpuSeconds(stat, ticks)
+      if (cpu !== undefined) out.set(Number(d), { comm: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), cpu })
+    } catch {
+      // exited between the listing and the read
+    }
+  }
+  return out
+}
+
+/**
+ * CPU seconds used between two `processCpu` snapshots, summed by label (`labelOf(pid, comm)`, e.g. our functions by
+ * pid and everything else by command name). A process started in between counts from 0; one that exited in between
+ * is lost (its last figure is not known). Labels under 10 ms are left out.
+ */
+export function cpuDeltaBy(
+  before: Map<number, { comm: string; cpu: number }>,
+  after: Map<number, { comm: string; cpu: number }>,
+  labelOf: (pid: number, comm: string) => string,
+): Record<string, number> {
+  const sums: Record<string, number> = {}
+  for (const [pid, a] of after) {
+    const b = before.get(pid)
+    const d = a.cpu - (b && b.comm === a.comm ? b.cpu : 0)
+    if (d <= 0) continue
+    const label = labelOf(pid, a.comm)
+    sums[label] = (sums[label] ?? 0) + d
+  }
+  return Object.fromEntries(
+    Object.entries(sums)
+      .filter(([, v]) => v >= 0.01)
+      .sort((x, y) => y[1] - x[1])
+      .map(([k, v]) => [k, Math.round(v * 100) / 100]),
+  )
 }

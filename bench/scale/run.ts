@@ -31,7 +31,7 @@ import { BackfillWorld } from '../../test/integration/support/backfill-world.js'
 import { DeletionWatch } from '../deletion-watch.js'
 import { formatProfile, latenessProfile } from '../lateness-profile.js'
 import { percentile } from '../percentile.js'
-import { cpuSeconds, parseSweeps, requestsByVerb, rssMb, verbDelta } from './measure.js'
+import { cpuDeltaBy, cpuSeconds, parseSweeps, processCpu, requestsByVerb, rssMb, verbDelta } from './measure.js'
 import { markdownTable, plotSpec, type Results, renderPng, SCALE_FUNCTIONS } from './report.js'
 
 const QUICK = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1'
@@ -186,6 +186,38 @@ try {
         { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024, timeout: 60_000 },
       ),
     )
+  /**
+   * Where a phase's CPU went, machine-wide (our functions by pid, everything else by command name: kube-apiserver,
+   * etcd, nats-server, the controller-manager, this benchmark's own `node`), and the apiserver's requests by verb in
+   * it: `begin()` at its start, `end()` → logged and kept as `scale_<n>_<phase>_cpu_s_<process>` and
+   * `…_<phase>_requests`.
+   */
+  const phaseProfile = (n: number, phase: string) => {
+    let from: { at: number; cpu: ReturnType<typeof processCpu>; requests: Record<string, number> } | undefined
+    return {
+      begin() {
+        from = { at: Date.now(), cpu: processCpu(), requests: apiserverRequests() }
+      },
+      end() {
+        if (!from) return
+        const wallS = (Date.now() - from.at) / 1000
+        const byFunction = new Map(SCALE_FUNCTIONS.map((fn) => [fleet.pid(fn), fn]))
+        const cpu = cpuDeltaBy(from.cpu, processCpu(), (pid, comm) => byFunction.get(pid) ?? comm)
+        const requests = verbDelta(from.requests, apiserverRequests())
+        for (const [label, v] of Object.entries(cpu)) results[`scale_${n}_${phase}_cpu_s_${label}`] = v
+        results[`scale_${n}_${phase}_wall_s`] = Math.round(wallS * 10) / 10
+        results[`scale_${n}_${phase}_requests`] = Object.entries(requests)
+          .map(([verb, c]) => `${verb} ${c}`)
+          .join(', ')
+        const total = Object.values(cpu).reduce((a, b) => a + b, 0)
+        log(
+          `size ${n}: ${phase}: ${wallS.toFixed(1)} s wall, ${total.toFixed(1)} CPU s (${Object.entries(cpu)
+            .map(([label, v]) => `${label} ${v}`)
+            .join(', ')}); apiserver requests ${results[`scale_${n}_${phase}_requests`]}`,
+        )
+      },
+    }
+  }
   const publishForeground = (model: string) =>
     js.publish('flexinfer.events.foreground.request', encode('ai.flexinfer.foreground.request', { namespace, model }))
   /** Keys in the backfill-state bucket of `<namespace>.<prefix>…` (one stream info; NATS wildcards are whole tokens). */
@@ -376,6 +408,11 @@ try {
       results[k('admission_window_spread_ms')] = Date.now() - burstFrom
       log(`size ${n}: ${windows} windows started within ${results[k('admission_window_spread_ms')]} ms`)
       const windowMs = parseDuration(WINDOW_IDLE_FOR)
+      // From just before the windows end until the last is admitted: who has the CPU while admit works through them.
+      const admissionProfile = phaseProfile(n, 'admission')
+      const profileFrom = sleep(Math.max(0, windowMs - 1000 - (Date.now() - burstFrom))).then(() =>
+        admissionProfile.begin(),
+      )
       const lateness: number[] = []
       await until(
         'window backfills admitted',
@@ -390,6 +427,8 @@ try {
         windowMs + 10 * 60_000,
         3000,
       ).catch((err) => log(String(err)))
+      await profileFrom
+      admissionProfile.end()
       results[k('admission_windows_admitted')] = lateness.length
       results[k('admission_lateness_ms_p50')] = percentile(lateness, 50)
       results[k('admission_lateness_ms_p99')] = percentile(lateness, 99)
@@ -439,6 +478,8 @@ try {
       const burstJobs = burstIdx.map((i) => jobName(`w-${i}`, 1))
       const burstPods = new Map<string, string[]>()
       for (const job of burstJobs) burstPods.set(job, watch.podsOf(job))
+      const burstProfile = phaseProfile(n, 'burst')
+      burstProfile.begin()
       const burstAt = Date.now()
       await Promise.all(burstIdx.map((i) => publishForeground(`m-${i}`)))
       const withAttempt = burstJobs.filter((j) => watch.podsOfJob.has(j))
@@ -449,6 +490,7 @@ try {
         10 * 60_000,
         50,
       ).catch((err) => log(String(err)))
+      burstProfile.end()
       const burstMs = withAttempt.flatMap((j) => {
         const at = watch.goneAt(j, burstPods.get(j) ?? [])
         return at === undefined ? [] : [at - burstAt]

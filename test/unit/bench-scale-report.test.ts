@@ -1,7 +1,14 @@
 // bench/scale: the pure parts of the scale curve — reading /proc and the apiserver's /metrics, lifecycle's sweep
 // lines, and the report (table, plot) from a run's `scale_<n>_*` keys, down to a real PNG.
 import { describe, expect, it } from 'vitest'
-import { parseCpuSeconds, parseSweeps, requestsByVerb, verbDelta } from '../../bench/scale/measure.js'
+import {
+  cpuDeltaBy,
+  parseCpuSeconds,
+  parseSweeps,
+  processCpu,
+  requestsByVerb,
+  verbDelta,
+} from '../../bench/scale/measure.js'
 import { markdownTable, plotData, plotSpec, renderPng, sizesOf } from '../../bench/scale/report.js'
 
 const results = {
@@ -37,6 +44,31 @@ describe('bench/scale measure', () => {
     const a = requestsByVerb(text)
     expect(a).toEqual({ LIST: 5, POST: 7 })
     expect(verbDelta(a, { LIST: 9, POST: 7, WATCH: 1 })).toEqual({ LIST: 4, WATCH: 1 })
+  })
+
+  it('sums CPU between two snapshots by label: a new process from 0, a reused pid as new, an exited one left out', () => {
+    const before = new Map([
+      [10, { comm: 'kube-apiserver', cpu: 5 }],
+      [11, { comm: 'node', cpu: 1 }],
+      [12, { comm: 'etcd', cpu: 2 }],
+      [13, { comm: 'sleep', cpu: 9 }],
+      [14, { comm: 'gone', cpu: 1 }],
+    ])
+    const after = new Map([
+      [10, { comm: 'kube-apiserver', cpu: 7.5 }],
+      [11, { comm: 'node', cpu: 1.25 }],
+      [12, { comm: 'etcd', cpu: 2.004 }],
+      [13, { comm: 'node', cpu: 0.5 }],
+      [20, { comm: 'node', cpu: 0.25 }],
+    ])
+    const labels = new Map([[11, 'admit']])
+    expect(cpuDeltaBy(before, after, (pid, comm) => labels.get(pid) ?? comm)).toEqual({
+      'kube-apiserver': 2.5,
+      node: 0.75,
+      admit: 0.25,
+    })
+    // This process is in a real snapshot, under its own command name.
+    expect(processCpu().get(process.pid)?.cpu).toBeGreaterThan(0)
   })
 
   it("parses lifecycle's resync sweep lines and skips anything else", () => {
@@ -87,7 +119,7 @@ describe('bench/scale report', () => {
       date: results.date,
       scale_1000_backfills: 1000,
       scale_1000_cpu_pct_admit: 0.6,
-      scale_1000_sweep_ms_max: null,
+      scale_1000_sweep_ms_max: Number.NaN,
     }
     expect(plotData(atRest).latency).toEqual([])
     const png = await renderPng(plotSpec(atRest))
