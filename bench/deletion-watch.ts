@@ -13,10 +13,63 @@ export type Seen =
 
 export class DeletionWatch {
   readonly jobDeletedAt = new Map<string, number>()
-  /** Job name → the names of every pod seen with its `job-name` label. */
+  /** Job name → the names of every pod seen with its `job-name` label (of the Job now under that name). */
   readonly podsOfJob = new Map<string, Set<string>>()
   readonly podDeletedAt = new Map<string, number>()
+  /**
+   * Job name → the uid of the Job last seen under it. A name comes back: a backfill deleted and made again names its
+   * attempts as before (the scale run's windows at every size), and the earlier Job's deletion must not be read as
+   * the new one's (it made the burst's Job figures negative at the third size).
+   */
+  private readonly jobUid = new Map<string, string>()
+  /** Pods whose Job (by uid) was not seen yet: its watch event may come after its pod's. */
+  private readonly podsOfUnseenJob = new Map<string, Set<string>>()
   private readonly informers: { stop(): Promise<void> | void }[] = []
+
+  /**
+   * A Job event: `removed` (gone) or showing a deletionTimestamp records its deletion once; an event of a Job newer
+   * than the one known under its name forgets the old one's deletion and pods; an event of an older one is ignored.
+   * Returns the time recorded, if this event recorded one.
+   */
+  noteJob(name: string, uid: string | undefined, deleting: boolean, removed: boolean, now = Date.now()) {
+    const known = this.jobUid.get(name)
+    if (uid && known !== uid) {
+      // A removal of a Job other than the one known is an older Job's late event; anything else is a new Job.
+      if (removed && known !== undefined) return undefined
+      this.jobUid.set(name, uid)
+      if (known !== undefined) this.jobDeletedAt.delete(name)
+      const early = this.podsOfUnseenJob.get(uid)
+      this.podsOfUnseenJob.delete(uid)
+      if (known !== undefined || early) this.podsOfJob.set(name, new Set(early))
+    }
+    if ((removed || deleting) && !this.jobDeletedAt.has(name)) {
+      this.jobDeletedAt.set(name, now)
+      return now
+    }
+    return undefined
+  }
+
+  /** A pod of `job` (controlled by `controllerUid`); a pod of an earlier Job of that name is ignored. */
+  notePod(name: string, job: string, controllerUid: string | undefined, deleting: boolean, now = Date.now()) {
+    const known = this.jobUid.get(job)
+    let set: Set<string>
+    if (controllerUid && controllerUid !== known) {
+      // An earlier Job's pod, or the pod of a Job not seen yet: kept aside until that Job shows up (bounded by the
+      // pods the namespace makes in one run).
+      set = this.podsOfUnseenJob.get(controllerUid) ?? new Set<string>()
+      this.podsOfUnseenJob.set(controllerUid, set)
+    } else {
+      set = this.podsOfJob.get(job) ?? new Set<string>()
+      this.podsOfJob.set(job, set)
+    }
+    const added = !set.has(name)
+    set.add(name)
+    if (deleting && !this.podDeletedAt.has(name)) {
+      this.podDeletedAt.set(name, now)
+      return { added, deletedAt: now }
+    }
+    return { added }
+  }
 
   /** Watches the Jobs and pods of `namespace`; resolves once both initial lists are in. */
   static async start(
@@ -31,11 +84,11 @@ export class DeletionWatch {
     )
     const seenJob = (job: V1Job, removed = false) => {
       const name = job.metadata?.name
-      if (name && (removed || job.metadata?.deletionTimestamp) && !w.jobDeletedAt.has(name)) {
-        w.jobDeletedAt.set(name, Date.now())
-        onSeen?.({ k: 'job-deleted', name, at: w.jobDeletedAt.get(name) as number })
-      }
+      if (!name) return
+      const at = w.noteJob(name, job.metadata?.uid, Boolean(job.metadata?.deletionTimestamp), removed)
+      if (at !== undefined) onSeen?.({ k: 'job-deleted', name, at })
     }
+    jobs.on('add', (j) => seenJob(j))
     jobs.on('update', (j) => seenJob(j))
     jobs.on('delete', (j) => seenJob(j, true))
     jobs.on('error', (err) => log(`job watch: ${String(err).slice(0, 200)}`))
@@ -46,14 +99,10 @@ export class DeletionWatch {
       const name = pod.metadata?.name
       const job = pod.metadata?.labels?.['job-name']
       if (!name || !job) return
-      const set = w.podsOfJob.get(job) ?? new Set<string>()
-      w.podsOfJob.set(job, set)
-      if (!set.has(name)) onSeen?.({ k: 'pod', name, job })
-      set.add(name)
-      if ((removed || pod.metadata?.deletionTimestamp) && !w.podDeletedAt.has(name)) {
-        w.podDeletedAt.set(name, Date.now())
-        onSeen?.({ k: 'pod-deleted', name, at: w.podDeletedAt.get(name) as number })
-      }
+      const controllerUid = pod.metadata?.ownerReferences?.find((r) => r.controller)?.uid
+      const seen = w.notePod(name, job, controllerUid, removed || Boolean(pod.metadata?.deletionTimestamp))
+      if (seen.added) onSeen?.({ k: 'pod', name, job })
+      if (seen.deletedAt !== undefined) onSeen?.({ k: 'pod-deleted', name, at: seen.deletedAt })
     }
     pods.on('add', (p) => seenPod(p))
     pods.on('update', (p) => seenPod(p))
