@@ -19,16 +19,6 @@ export const BOOKKEEPING_WIDTH = 16
 export const BOOKKEEPING_QUEUE = 1024
 /** Longest one task may hold a place (its calls have their own deadlines; this bounds their sum and retries). */
 export const BOOKKEEPING_DEADLINE_MS = 60_000
-/**
- * Longest a task waits for the admissions to finish before it writes anyway: a steady stream of admissions must not
- * starve the statuses, and a full queue (an admission waiting for a place with its slot held) must not wait long.
- */
-export const BOOKKEEPING_YIELD_MAX_MS = 10_000
-
-/** What bookkeeping gives way to: admit's admission slots (lib/lane.ts `idle`). */
-export interface YieldTo {
-  idle(maxWaitMs: number): Promise<void>
-}
 
 export interface Where {
   namespace: string
@@ -46,13 +36,6 @@ export class BookkeepingLane {
     readonly width = BOOKKEEPING_WIDTH,
     readonly bound = BOOKKEEPING_QUEUE,
     readonly deadlineMs = BOOKKEEPING_DEADLINE_MS,
-    /**
-     * Admissions first: when windows end together, each admission's Event POST and status PUT (and the watch
-     * events and reconciles they set off elsewhere) would share the apiserver with the next admissions' GETs and
-     * Job POSTs. A task waits until no admission runs or waits (at most `yieldMaxMs`), then writes.
-     */
-    readonly yieldTo?: YieldTo,
-    readonly yieldMaxMs = BOOKKEEPING_YIELD_MAX_MS,
   ) {
     this.lane = new Lane(width)
   }
@@ -71,10 +54,7 @@ export class BookkeepingLane {
     this.pending++
     const queuedAt = performance.now()
     const done = this.lane
-      .run(async () => {
-        await this.yieldTo?.idle(this.yieldMaxMs)
-        return withDeadline(work(), this.deadlineMs)
-      })
+      .run(() => withDeadline(work(), this.deadlineMs))
       .catch((err) =>
         log.error(
           { ...where, error: describeError(err), ms: Math.round(performance.now() - queuedAt) },

@@ -39,8 +39,8 @@ export async function afterEarlyTick<T>(
 }
 
 export function admitFunction(): EventFunction {
+  const lane = new BookkeepingLane()
   const slots = new Lane(ADMISSION_SLOTS)
-  const lane = new BookkeepingLane(undefined, undefined, undefined, slots)
   let log: Deps['log'] | undefined
   /** Hands an admission's bookkeeping to the lane; `queued` gets the promise of its end (for the timings line). */
   const handOff =

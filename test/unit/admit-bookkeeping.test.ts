@@ -4,7 +4,6 @@
 // a bounded time only.
 import { describe, expect, it } from 'vitest'
 import { BookkeepingLane } from '../../functions/admit/bookkeeping.js'
-import { Lane } from '../../lib/lane.js'
 import type { Logger } from '../../observability/log.js'
 
 const tick = () => new Promise((r) => setTimeout(r, 0))
@@ -98,49 +97,5 @@ describe('BookkeepingLane', () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(40)
     g.release()
     expect(await lane.drain(60_000)).toBe(0)
-  })
-
-  it('gives way to the admissions: writes once no admission runs or waits, or after yieldMaxMs at most', async () => {
-    const { log } = logger()
-    const slots = new Lane(1)
-    const lane = new BookkeepingLane(2, 4, 60_000, slots, 60_000)
-    const admission = gate()
-    const running = slots.run(admission.task)
-    const queuedAdmission = gate()
-    queuedAdmission.release()
-    const second = slots.run(queuedAdmission.task) // waits for the slot
-    let wrote = false
-    const q = await lane.submit(
-      async () => {
-        wrote = true
-      },
-      where(1),
-      log,
-    )
-    await tick()
-    expect(wrote).toBe(false) // an admission holds the only slot, another waits for it
-    admission.release()
-    await running
-    await second
-    await q.done
-    expect(wrote).toBe(true)
-
-    // Never idle: the task writes after yieldMaxMs anyway.
-    const stuck = new Lane(1)
-    void stuck.run(() => new Promise<void>(() => {}))
-    const bounded = new BookkeepingLane(1, 4, 60_000, stuck, 30)
-    const t0 = Date.now()
-    let late = false
-    await (
-      await bounded.submit(
-        async () => {
-          late = true
-        },
-        where(2),
-        log,
-      )
-    ).done
-    expect(late).toBe(true)
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(25)
   })
 })
