@@ -180,7 +180,7 @@ export async function observe(
             .filter((j) => j.metadata?.namespace === namespace && j.metadata.labels?.[LABEL_BACKFILL] === ours)
         : kube.listOwnJobs(namespace, name)
       : caches
-        ? caches.jobs.list()
+        ? null // from the live-Jobs index below, once the model's node is known
         : kube.listBackfillJobs(deps.namespaces),
     signals?.idle ?? null,
     signals?.lastRequest ?? null,
@@ -188,7 +188,13 @@ export async function observe(
   const modelV = model ? modelView(model) : null
   const contenders: Contender[] = []
   const strays: JobView[] = []
-  for (const j of jobs.map(jobView)) {
+  // admit on its watched copies: only the live Jobs on this model, on its node or with this backfill's label (an
+  // index, not a walk of every backfill Job: kube/active-jobs.ts); the tests below pick from them as from the list.
+  // (A ref that names no model matches the Jobs without one: that rare case walks the list as before.)
+  const candidates =
+    jobs ??
+    (caches && modelOk ? caches.activeJobs.near(namespace, modelName, modelV?.node, ours) : (caches?.jobs.list() ?? []))
+  for (const j of candidates.map(jobView)) {
     if (!isActiveJob(j)) continue
     // Only a Job this very ModelBackfill controls is a stray of ours to delete: one that merely carries our label
     // (made by someone else, or left by a predecessor of the same name) is never ours — it counts as a contender.

@@ -1,6 +1,7 @@
 // The Kubernetes side of the functions: the reads decide() needs and the few writes it asks for. Every write is
 // idempotent (deterministic names, 404/409 tolerated where they mean "already done"). Every request has a deadline
 // (KUBE_REQUEST_TIMEOUT_MS): a half-open apiserver connection hung a DELETE for minutes, holding a concurrency slot.
+
 import { createHash } from 'node:crypto'
 import https from 'node:https'
 import tls from 'node:tls'
@@ -28,6 +29,7 @@ import {
 import { FINALIZER, GROUP, type ModelBackfill, type ModelBackfillStatus, VERSION } from '../core/api.js'
 import { backfillLabelValue, LABEL_ATTEMPT, LABEL_BACKFILL } from '../core/names.js'
 import { withDeadline } from '../lib/deadline.js'
+import { ActiveJobs } from './active-jobs.js'
 import {
   apiMessage,
   CONTROLLER_UID_LABEL,
@@ -661,6 +663,13 @@ export class WatchCache<T extends KubernetesObject> {
     this.informer.on('connect', touch)
   }
 
+  /** Every change the watch applies to this copy (the initial list's objects and a re-list's included), in order. */
+  onChange(listener: (object: T, removed: boolean) => void) {
+    this.informer.on('add', (o) => listener(o, false))
+    this.informer.on('update', (o) => listener(o, false))
+    this.informer.on('delete', (o) => listener(o, true))
+  }
+
   /**
    * Resolves once the initial list is in; rejects when it could not be read. client-node's informer resolves its
    * start either way (a failed list is only an `error` event, retried by the handler above), which left a copy
@@ -711,6 +720,8 @@ export interface ObjectCache<T extends KubernetesObject> {
   stop(): Promise<void>
   list(): T[]
   get(namespace: string, name: string): T | null
+  /** Subscribes to every change the watches apply (before start(): from the initial list on). */
+  onChange?(listener: (object: T, removed: boolean) => void): void
 }
 
 /**
@@ -744,6 +755,10 @@ export class ScopedWatchCache<T extends KubernetesObject> implements ObjectCache
 
   list(): T[] {
     return [...this.caches.values()].flatMap((c) => c.list())
+  }
+
+  onChange(listener: (object: T, removed: boolean) => void) {
+    for (const c of this.caches.values()) c.onChange(listener)
   }
 
   /** Out of scope: null (never a cluster-wide read). */
@@ -810,6 +825,8 @@ export function customObjectsCache<T extends KubernetesObject = KubernetesObject
  */
 export class AdmissionCaches {
   readonly jobs: ObjectCache<V1Job>
+  /** The live ones among `jobs`, by model, node and backfill label: admit's contender gate (kube/active-jobs.ts). */
+  readonly activeJobs = new ActiveJobs<V1Job>()
   readonly models: ObjectCache<KubernetesObject>
   readonly gamingSessions: ObjectCache<KubernetesObject>
   readonly gpuLeases: ObjectCache<KubernetesObject>
@@ -821,6 +838,7 @@ export class AdmissionCaches {
     const custom = <T extends KubernetesObject>(plural: string, scope: readonly string[] | undefined) =>
       customObjectsCache<T>(kube, plural, scope)
     this.jobs = backfillJobsCache(kube, namespaces)
+    this.jobs.onChange?.(this.activeJobs.change)
     this.models = custom(PLURALS.models, namespaces)
     this.gamingSessions = custom(PLURALS.gamingSessions, undefined)
     this.gpuLeases = custom(PLURALS.gpuLeases, undefined)
