@@ -89,23 +89,32 @@ describe.sequential("admit's bookkeeping off the admission slot", () => {
     await inParallel(N, 8, (i) =>
       world.backfill(`lane-${i}`, { modelRef: `lane-${i}`, templateRef: 'lane-tpl', idleFor: '2s' }),
     )
-    const startedAt = await waitUntil(
+    const admitted = await waitUntil(
       `all ${N} admitted`,
       async () => {
         const states = await Promise.all(Array.from({ length: N }, (_, i) => world.state(`lane-${i}`)))
-        const times = states.map((s) => (s?.jobName && s.startedAt ? Date.parse(s.startedAt) : undefined))
-        return times.every((t) => t !== undefined) ? (times as number[]) : undefined
+        const times = states.map((s) =>
+          s?.jobName && s.startedAt ? { at: Date.parse(s.startedAt), attempts: s.attempts } : undefined,
+        )
+        return times.every((t) => t !== undefined) ? times.filter((t) => t !== undefined) : undefined
       },
       90_000,
     )
+    // On a loaded machine the fail-safe may delete a just-created Job (the newest-request read after its POST got no
+    // answer in time: seen in CI with the whole suite running, 11 of 40) and the backfill is admitted again after its
+    // cooldown: that later start waits for the cooldown, not for a status write, so only first attempts are timed.
+    const firsts = admitted.filter((t) => t.attempts === 1)
+    const startedAt = firsts.map((t) => t.at)
     const firstAnswered = await waitUntil('a status write answered', async () =>
       answered.size ? Math.min(...answered.values()) : undefined,
     )
     const after = startedAt.filter((t) => t > firstAnswered).length
     const due = Date.parse(lastActive) + 2_000
     process.stderr.write(
-      `[admit-bookkeeping-lane] startedAt − due: first ${Math.min(...startedAt) - due} ms, last ${Math.max(...startedAt) - due} ms; first status write answered ${firstAnswered - due} ms; ${after} of ${N} started after it\n`,
+      `[admit-bookkeeping-lane] startedAt − due (first attempts, ${firsts.length} of ${N}): first ${Math.min(...startedAt) - due} ms, last ${Math.max(...startedAt) - due} ms; first status write answered ${firstAnswered - due} ms; ${after} started after it\n`,
     )
+    // All 40 competed for the 32 slots at once either way; at least half must be timed for this to say anything.
+    expect(firsts.length).toBeGreaterThanOrEqual(N / 2)
     expect(after).toBe(0)
     // Never lost: every admission's own status write still happens (queued behind the slow ones).
     await waitUntil(
