@@ -16,6 +16,10 @@ interface Entry<T> {
 }
 
 const key = (namespace: string, name: string) => `${namespace}/${name}`
+/** The three ways a Job can matter to an admission, one bucket key each (written by change(), read by near()). */
+const onModel = (namespace: string, model: string) => `m\0${namespace}\0${model}`
+const onNode = (node: string) => `n\0${node}`
+const withLabel = (namespace: string, label: string) => `l\0${namespace}\0${label}`
 
 export class ActiveJobs<T extends object> {
   private readonly entries = new Map<string, Entry<T>>()
@@ -45,9 +49,9 @@ export class ActiveJobs<T extends object> {
     }
     if (!isActiveJob(v)) return
     const buckets: string[] = []
-    if (v.model) buckets.push(`m\0${v.namespace}\0${v.model}`)
-    if (v.node) buckets.push(`n\0${v.node}`)
-    if (v.backfillLabel) buckets.push(`l\0${v.namespace}\0${v.backfillLabel}`)
+    if (v.model) buckets.push(onModel(v.namespace, v.model))
+    if (v.node) buckets.push(onNode(v.node))
+    if (v.backfillLabel) buckets.push(withLabel(v.namespace, v.backfillLabel))
     for (const b of buckets) {
       let set = this.buckets.get(b)
       if (!set) {
@@ -78,9 +82,9 @@ export class ActiveJobs<T extends object> {
     const add = (b: string) => {
       for (const k of this.buckets.get(b) ?? []) keys.add(k)
     }
-    if (model) add(`m\0${namespace}\0${model}`)
-    if (node) add(`n\0${node}`)
-    if (label) add(`l\0${namespace}\0${label}`)
+    if (model) add(onModel(namespace, model))
+    if (node) add(onNode(node))
+    if (label) add(withLabel(namespace, label))
     const found = [...keys].map((k) => this.entries.get(k) as Entry<T>)
     found.sort((a, b) => a.seq - b.seq)
     return found.map((e) => e.raw)
