@@ -65,8 +65,13 @@ export interface Settings {
 export interface EventFunction {
   name: string
   subscriptions: Subscription[]
-  /** Events handled at once by one instance. */
+  /** Events handled at once by one instance (a handler that released its place no longer counts). */
   concurrency: number
+  /**
+   * JetStream: events one instance may hold unacknowledged (its consumers' max_ack_pending); default twice
+   * `concurrency`, at least 1,000. More than `concurrency` for a function whose handlers release their place early.
+   */
+  maxAckPending?: number
   /**
    * JetStream: its durable consumers ack in batches (AckAll, transport/ack-floor.ts) instead of one ack per event.
    * Only for functions whose handlers may finish out of order without harm; provision migrates existing consumers.
@@ -78,7 +83,18 @@ export interface EventFunction {
   /** Served over HTTP: why this instance cannot do its work now (its /readyz answers 503 with it), or undefined. */
   notReady?(): string | undefined
   /** Resolves when the event's effect is durable; rejects to have it redelivered. */
-  handle(event: InboundEvent, deps: Deps): Promise<void>
+  handle(event: InboundEvent, deps: Deps, ctx?: HandleContext): Promise<void>
+}
+
+/** What a transport gives a handler besides its event. */
+export interface HandleContext {
+  /**
+   * The part of this event that must not wait is done: its place among the function's `concurrency` goes to the next
+   * event now, while this handler finishes (and only then is its event acknowledged). cancel calls it once its
+   * DELETEs are answered, so a burst of cancels larger than its handlers never waits behind the bookkeeping of
+   * earlier ones. Idempotent. What is released stays bounded by what the transport holds unacknowledged.
+   */
+  release(): void
 }
 
 /** Thrown for events that can never succeed (redelivery would not help): they go to the dead-letter stream. */

@@ -8,7 +8,7 @@ import { awaitProvisioned, headerSafe, isNotFound } from '../jetstream/bus.js'
 import { migrateAckPolicy } from '../jetstream/consumer-migration.js'
 import { consumerName } from '../jetstream/names.js'
 import { AckFloor } from './ack-floor.js'
-import type { Deps, EventFunction, Settings } from './function.js'
+import type { Deps, EventFunction, HandleContext, Settings } from './function.js'
 import { processEvent } from './process-event.js'
 
 /**
@@ -86,7 +86,7 @@ export async function ensureConsumers(
       ack_policy: fn.ackAll ? AckPolicy.All : AckPolicy.Explicit,
       ack_wait: (opts.ackWaitMs ?? ACK_WAIT_MS) * 1_000_000,
       max_deliver: consumerMaxDeliver(deps.settings?.maxDeliver),
-      max_ack_pending: Math.max(1000, fn.concurrency * 2),
+      max_ack_pending: fn.maxAckPending ?? Math.max(1000, fn.concurrency * 2),
       filter_subjects: sub.subjects,
     }
     try {
@@ -169,6 +169,13 @@ export async function runOnJetStream(
   const deadLetterRetryMs = opts.deadLetterRetryMs ?? 1000
   /** In-flight handlers, each with the keep-alive tick it started in. */
   const inFlight = new Map<Promise<void>, { msg: JsMsg; tick: number }>()
+  /**
+   * Handlers holding one of the function's `concurrency` places: in flight and not released (HandleContext.release).
+   * A released handler stays in flight, its message unacknowledged, until it ends; how many can be is bounded by the
+   * consumer's max_ack_pending, past which the server delivers nothing more.
+   */
+  let busy = 0
+  let starting = false
   // Delivered but not yet handled, one queue per subscription (a slow sweep's timer is not stuck behind the event
   // backlog). nats.js refills a consume's pull as messages *arrive*, not as they are iterated, so a function behind
   // its stream holds up to max_ack_pending delivered messages here: lifecycle (8 handlers, ~22 events/s) held
@@ -180,31 +187,50 @@ export async function runOnJetStream(
   let stopping = false
   /** Fills free slots from the queues, one message from each in turn. */
   const startNext = () => {
-    let empty = 0
-    while (!stopping && inFlight.size < fn.concurrency && empty < queues.length) {
-      const w = (queues[nextQueue] as WaitQueue).shift()
-      nextQueue = (nextQueue + 1) % queues.length
-      if (!w) empty++
-      else {
-        empty = 0
-        start(w.msg, w.floor)
+    // Not re-entered: a handler releasing its place before its first await would otherwise start the next one
+    // inside this loop, one stack frame deeper per waiting message.
+    if (starting) return
+    starting = true
+    try {
+      let empty = 0
+      while (!stopping && busy < fn.concurrency && empty < queues.length) {
+        const w = (queues[nextQueue] as WaitQueue).shift()
+        nextQueue = (nextQueue + 1) % queues.length
+        if (!w) empty++
+        else {
+          empty = 0
+          start(w.msg, w.floor)
+        }
       }
+    } finally {
+      starting = false
     }
   }
   const start = (msg: JsMsg, floor: AckFloor<JsMsg> | undefined) => {
+    busy++
+    let holding = true
+    const ctx: HandleContext = {
+      release: () => {
+        if (!holding) return
+        holding = false
+        busy--
+        startNext()
+      },
+    }
     // One settled callback per message (not .catch().finally(): two more promises each, at 30k+ events/s).
-    const task: Promise<void> = process(msg, floor).then(
-      () => settled(task),
+    const task: Promise<void> = process(msg, floor, ctx).then(
+      () => settled(task, ctx),
       (err) => {
         log.error({ err }, 'unexpected error handling event')
-        settled(task)
+        settled(task, ctx)
       },
     )
     inFlight.set(task, { msg, tick })
   }
-  const settled = (task: Promise<void>) => {
+  const settled = (task: Promise<void>, ctx: HandleContext) => {
     inFlight.delete(task)
-    startNext()
+    // Its place, if it still holds one, goes to the next waiting message.
+    ctx.release()
   }
 
   const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
@@ -226,9 +252,9 @@ export async function runOnJetStream(
     else msg.term(term)
   }
 
-  const process = async (msg: JsMsg, floor: AckFloor<JsMsg> | undefined) => {
+  const process = async (msg: JsMsg, floor: AckFloor<JsMsg> | undefined, ctx: HandleContext) => {
     try {
-      const outcome = await processEvent(fn, deps, msg.data, msg.info.timestampNanos / 1e6)
+      const outcome = await processEvent(fn, deps, msg.data, msg.info.timestampNanos / 1e6, ctx)
       switch (outcome.kind) {
         case 'handled':
           finished(msg, floor)
@@ -316,7 +342,7 @@ export async function runOnJetStream(
           msg.nak(deadLetterRetryMs)
           continue
         }
-        if (queue.size === 0 && inFlight.size < fn.concurrency) start(msg, floor)
+        if (queue.size === 0 && busy < fn.concurrency) start(msg, floor)
         else if (!queue.push({ msg, floor, tick })) {
           // More than the server may have outstanding (max_ack_pending): only redeliveries of what waits here can
           // get past it. Taken back rather than held without bound.

@@ -5,7 +5,7 @@ import { type DecodeResult, decode, type InboundEvent } from '../events/codec.js
 import { describeError } from '../observability/log.js'
 import { inEventSpan } from '../observability/tracing.js'
 import type { Deps } from './function.js'
-import { type EventFunction, PermanentError } from './function.js'
+import { type EventFunction, type HandleContext, PermanentError } from './function.js'
 
 export type Outcome =
   /** Handled: its effect is durable. */
@@ -18,12 +18,17 @@ export type Outcome =
   | { kind: 'transient'; event: InboundEvent; reason: string; err: unknown }
 
 /** Handles an already decoded (or rejected) event. Never throws. */
-export async function processDecoded(fn: EventFunction, deps: Deps, decoded: DecodeResult): Promise<Outcome> {
+export async function processDecoded(
+  fn: EventFunction,
+  deps: Deps,
+  decoded: DecodeResult,
+  ctx?: HandleContext,
+): Promise<Outcome> {
   if (!decoded.ok) return { kind: 'malformed', reason: decoded.reason }
   const event = decoded.event
   try {
     // Tracing on: in a `CloudEvents Process <type>` span, a child of the event's traceparent (observability/tracing.ts).
-    await inEventSpan(event, fn.name, () => fn.handle(event, deps))
+    await inEventSpan(event, fn.name, () => fn.handle(event, deps, ctx))
     return { kind: 'handled', event }
   } catch (err) {
     const reason = `${event.type} ${event.id}: ${describeError(err)}`
@@ -38,8 +43,9 @@ export function processEvent(
   deps: Deps,
   bytes: Uint8Array | string,
   storedAt?: number,
+  ctx?: HandleContext,
 ): Promise<Outcome> {
   const decoded = decode(bytes)
   if (decoded.ok && storedAt !== undefined) decoded.event.storedAt = storedAt
-  return processDecoded(fn, deps, decoded)
+  return processDecoded(fn, deps, decoded, ctx)
 }

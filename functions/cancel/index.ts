@@ -30,10 +30,17 @@ import { RecentlyDeleted } from './fast-path.js'
 import { awaitAdmittedJob } from './in-flight.js'
 
 /**
- * Cancels in flight in one instance: the bound of the bookkeeping queue (the transport holds no more). Wide, as
- * each one waiting costs a few hundred bytes; the work itself is limited by the lanes below.
+ * Cancels one instance works on at once before their DELETEs are answered. Wide, as each one waiting costs a few
+ * hundred bytes; the work itself is limited by the lanes below.
  */
 const IN_FLIGHT = 1024
+/**
+ * Cancels one instance holds unacknowledged (the consumer's max_ack_pending): those whose DELETEs are done and that
+ * wait for their bookkeeping (acked after it) count too. A burst of up to this many preemptions has every DELETE
+ * sent without waiting for another cancel's bookkeeping; past it the server holds the rest until acks free places.
+ * A few kB each while they wait.
+ */
+const MAX_UNACKED = 10_000
 /** DELETEs (Job + pods) at once: enough for a burst, few enough to reuse the pooled keep-alive connections. */
 const DELETE_WIDTH = 32
 /** Reconciles at once (the old slot count: what the apiserver and KV took well under load). */
@@ -71,6 +78,7 @@ export function cancelFunction(): EventFunction {
   return {
     name: 'cancel',
     concurrency: IN_FLIGHT,
+    maxAckPending: MAX_UNACKED,
     subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.cancel'] }],
     async start(deps) {
       // Shares admit's watched Jobs when both run in one process.
@@ -102,7 +110,7 @@ export function cancelFunction(): EventFunction {
       if (own) await jobs?.stop()
       jobs = undefined
     },
-    async handle(event, deps) {
+    async handle(event, deps, ctx) {
       if (event.type !== 'ai.flexinfer.backfill.cancel') return
       const { namespace, backfill, jobName, reason } = event.data
       if (!isCancelReason(reason)) throw new PermanentError(`unknown cancel reason "${reason}"`)
@@ -172,6 +180,10 @@ export function cancelFunction(): EventFunction {
         { namespace, backfill, job: jobName, reason, result, ms, t, waitedMs, batch: batchSize },
         'cancel: job delete accepted',
       )
+      // The DELETEs are answered: this handler's place goes to the next cancel now. Held through the bookkeeping, a
+      // burst of more cancels than IN_FLIGHT would leave the later ones' DELETEs waiting for earlier ones' reconciles
+      // (BOOKKEEPING_WIDTH at a time). The event is still acked only after the bookkeeping.
+      ctx?.release()
       await bookkeeping.run(async () => {
         // DELETEs first: the bookkeeping's apiserver reads and writes wait while a burst of them is in flight.
         await deletes.idle(BOOKKEEPING_YIELD_MAX_MS)
