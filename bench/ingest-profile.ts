@@ -1,6 +1,7 @@
 // Profiling aid (not part of `npm run bench`): one demand instance draining a backlog of foreground events, on a
 // nats-server of its own, profiled while it drains (not while the backlog is published):
-// `node --import tsx bench/ingest-profile.ts [events] [profile.cpuprofile]` (`DEMAND_ACK_POLICY=all`: batched acks).
+// `node --import tsx bench/ingest-profile.ts [events] [profile.cpuprofile]` (`DEMAND_ACK_POLICY=all`: batched acks;
+// `INGEST_PROFILE=heap`: a sampling heap profile instead, `.heapprofile`).
 // `INGEST_MODE=decode`: decoding alone, without NATS (decode() against the schema path).
 // `INGEST_MODE=bare`: the floor instead of demand — a bare pull consumer with the adapter's pull options acking each
 // message (AckAll: one ack per 256, with DEMAND_ACK_POLICY=all); `bare-decode`: the same plus decode() per message.
@@ -32,6 +33,8 @@ const EVENTS = Number(process.argv[2] ?? 200_000)
 const MODE = process.env.INGEST_MODE ?? 'demand'
 const ACK_ALL = process.env.DEMAND_ACK_POLICY === 'all'
 const PROFILE = process.argv[3]
+/** INGEST_PROFILE=heap: the profile file is a sampling heap profile (where the drain allocates), not a CPU one. */
+const HEAP = process.env.INGEST_PROFILE === 'heap'
 if (MODE === 'decode') {
   await decodeOnly()
   process.exit(0)
@@ -157,8 +160,16 @@ try {
   const session = new Session()
   if (PROFILE) {
     session.connect()
-    await session.post('Profiler.enable')
-    await session.post('Profiler.start')
+    if (HEAP)
+      await session.post('HeapProfiler.startSampling', {
+        samplingInterval: 4096,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: true,
+      })
+    else {
+      await session.post('Profiler.enable')
+      await session.post('Profiler.start')
+    }
   }
   const server0 = await cpuOf(server.pid as number)
   const bare = MODE === 'demand' ? undefined : await startBare(js, jsm, MODE === 'bare-decode')
@@ -181,7 +192,7 @@ try {
   await sniff.flush()
   const perEvent = (n: number) => Math.round((n / EVENTS) * 10_000) / 10_000
   if (PROFILE) {
-    const { profile } = await session.post('Profiler.stop')
+    const { profile } = HEAP ? await session.post('HeapProfiler.stopSampling') : await session.post('Profiler.stop')
     await writeFile(PROFILE, JSON.stringify(profile))
   }
   process.stdout.write(

@@ -139,7 +139,10 @@ run: try {
   // As deployed (one Deployment or Knative Service each): demand and cancel in processes of their own.
   const preemptionPath: (() => Promise<void>)[] = []
   for (const fn of ['demand', 'cancel']) {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot, 'process/main.ts')], {
+    // BENCH_NODE_FLAGS_DEMAND / _CANCEL: Node and V8 flags for that function's process only (GC flags, say; many
+    // are refused in NODE_OPTIONS).
+    const flags = (process.env[`BENCH_NODE_FLAGS_${fn.toUpperCase()}`] ?? '').split(' ').filter(Boolean)
+    const child = spawn(process.execPath, [...flags, '--import', 'tsx', join(repoRoot, 'process/main.ts')], {
       env: {
         ...process.env,
         NATS_URL: environment.natsUrl,
