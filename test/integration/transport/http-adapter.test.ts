@@ -278,6 +278,42 @@ it('closing drains in-flight requests: the slow one still gets its 202', async (
   }
 })
 
+it('a handler that releases its place lets the next event in while it finishes; each answered when its handler ends', async () => {
+  let open!: () => void
+  const gate = new Promise<void>((r) => {
+    open = r
+  })
+  let started = 0
+  const releasing: EventFunction = {
+    ...probe,
+    concurrency: 1,
+    async handle(_e, _d, ctx) {
+      started++
+      ctx?.release()
+      await gate
+    },
+  }
+  const app = buildHttpApp(releasing, deps)
+  const answered: number[] = []
+  const responses = Promise.all(
+    [1, 2, 3].map((i) =>
+      post(app, binaryHeaders(), JSON.stringify(data('m-release'))).then((r) => {
+        answered.push(i)
+        return r
+      }),
+    ),
+  )
+  try {
+    // One place, yet all three started: each released it; none answered while its handler waits.
+    await waitFor('all three handlers started', () => (started === 3 ? true : undefined), { timeoutMs: 10_000 })
+    expect(answered).toEqual([])
+  } finally {
+    open()
+  }
+  expect((await responses).map((r) => r.statusCode)).toEqual([202, 202, 202])
+  await app.close()
+})
+
 it('at most fn.concurrency events in the handler at once; the others wait their turn', async () => {
   let inFlight = 0
   let most = 0
