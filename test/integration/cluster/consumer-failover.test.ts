@@ -3,7 +3,7 @@
 // waiting pull died with that leader and nothing tells the client; (2) the server it is connected to dies — it
 // reconnects to another (every URL given, as NATS_URL carries them). Either way an event published after the kill
 // is handled within a bound well below the preemption bound of the chaos oracle (10 s from the request).
-import { randomBytes, randomUUID } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import { jetstream } from '@nats-io/jetstream'
 import { connect } from '@nats-io/transport-node'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
@@ -17,6 +17,7 @@ import type { Deps, EventFunction } from '../../../transport/function.js'
 import { ensureConsumers, type RunningFunction, runOnJetStream } from '../../../transport/jetstream-adapter.js'
 import { waitFor } from '../../env/exec.js'
 import { type NatsOnly, startNats, waitForStreamLeader } from '../../env/nats.js'
+import { configMapEvent } from '../transport/scratch-functions.js'
 
 /** From the kill to the first event published after it being handled (measured ~2–10 s; 30 s+ without the fix). */
 const BOUND_MS = 20_000
@@ -75,15 +76,7 @@ async function startProbe(probe: ReturnType<typeof probeFunction>, servers: stri
   return { ...probe, bus }
 }
 
-const event = (name: string) =>
-  JSON.stringify({
-    specversion: '1.0',
-    id: randomUUID(),
-    source: 'test',
-    type: 'dev.knative.apiserver.resource.add',
-    time: new Date().toISOString(),
-    data: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: 'failover' } },
-  })
+const event = (name: string) => configMapEvent(name, 'failover')
 
 /** Publishes through the live servers until JetStream stores it (the stream may be electing a leader). */
 async function publishStored(subject: string, body: string) {

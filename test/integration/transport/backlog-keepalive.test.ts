@@ -5,66 +5,33 @@
 // wait ~5 s for a handler — before the fix each waiting one was delivered (and handled) again after 2 s.
 //
 // The stop gives back what still waits (a nak, redelivered at once to the next consumer) rather than handling it.
-import { randomBytes, randomUUID } from 'node:crypto'
-import { Writable } from 'node:stream'
 import { jetstream } from '@nats-io/jetstream'
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { STREAM_EVENTS } from '../../../events/catalog.js'
 import type { InboundEvent } from '../../../events/codec.js'
-import { Bus } from '../../../jetstream/bus.js'
-import { consumerName } from '../../../jetstream/names.js'
-import { Kube } from '../../../kube/kube.js'
-import { createLogger } from '../../../observability/log.js'
-import type { Deps, EventFunction } from '../../../transport/function.js'
-import { type RunningFunction, runOnJetStream } from '../../../transport/jetstream-adapter.js'
+import type { EventFunction } from '../../../transport/function.js'
 import { sleep, waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { configMapEvent, eventName, useScratchFunctions } from './scratch-functions.js'
 
 const env = useTestEnv()
-const quiet = new Writable({ write: (_c, _e, done) => done() })
-let bus: Bus
-let kube: Kube
-const running: RunningFunction[] = []
-const consumers: string[] = []
-
-beforeAll(async () => {
-  bus = await Bus.open(env.nc)
-  kube = new Kube(env.kc)
-})
-afterAll(async () => {
-  for (const r of running) await r.stop().catch(() => {})
-  for (const name of consumers) await bus.jsm.consumers.delete(STREAM_EVENTS, name).catch(() => {})
-  kube?.close()
-})
-
-const event = (name: string) =>
-  JSON.stringify({
-    specversion: '1.0',
-    id: randomUUID(),
-    source: 'test',
-    type: 'dev.knative.apiserver.resource.add',
-    time: new Date().toISOString(),
-    data: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: env.namespace } },
-  })
+const scratch = useScratchFunctions(env, 'backlog')
+const event = (name: string) => configMapEvent(name, env.namespace)
 
 /** A slow function (2 handlers) on a subject of its own, with the given ack_wait. */
 async function startSlow(handleMs: number, ackWaitMs: number, seen: string[]) {
-  const name = `backlog-${randomBytes(4).toString('hex')}`
-  const base = `flexinfer.events.k8s.${name}`
+  const { name, base, consumer } = scratch.fresh()
   const fn: EventFunction = {
     name,
     subscriptions: [{ stream: STREAM_EVENTS, subjects: [`${base}.>`], deliverNew: true }],
     concurrency: 2,
     async handle(e: InboundEvent) {
-      seen.push((e.data as { metadata: { name: string } }).metadata.name)
+      seen.push(eventName(e.data))
       await sleep(handleMs) // time is the subject: a slow handler, so the backlog outlasts ack_wait
     },
   }
-  const deps: Deps = { kube, bus, log: createLogger('backlog-test', quiet), now: Date.now }
-  consumers.push(consumerName(name, STREAM_EVENTS))
-  const fnRunning = await runOnJetStream(deps, fn, { ackWaitMs })
-  running.push(fnRunning)
-  return { name, base, running: fnRunning, consumer: consumerName(name, STREAM_EVENTS) }
+  const fnRunning = await scratch.run(fn, { ackWaitMs })
+  return { name, base, running: fnRunning, consumer }
 }
 
 it('a backlog longer than ack_wait is handled once each: waiting messages are kept alive', {
@@ -79,7 +46,7 @@ it('a backlog longer than ack_wait is handled once each: waiting messages are ke
   await waitFor(
     'every event handled',
     async () => {
-      const info = await bus.jsm.consumers.info(STREAM_EVENTS, fn.consumer)
+      const info = await scratch.bus.jsm.consumers.info(STREAM_EVENTS, fn.consumer)
       return info.num_ack_pending === 0 && info.num_pending === 0 && new Set(seen).size === N
     },
     { timeoutMs: 60_000 },
@@ -90,7 +57,7 @@ it('a backlog longer than ack_wait is handled once each: waiting messages are ke
   await waitFor('nothing held locally', () => fn.running.waiting() === 0 && fn.running.stats.handled === seen.length, {
     timeoutMs: 10_000,
   })
-  const info = await bus.jsm.consumers.info(STREAM_EVENTS, fn.consumer)
+  const info = await scratch.bus.jsm.consumers.info(STREAM_EVENTS, fn.consumer)
   expect(info.num_redelivered).toBe(0)
   expect(seen.length).toBe(N)
   expect(fn.running.stats.handled).toBe(N)
@@ -116,20 +83,17 @@ it('a stop gives back what waits for a handler at once: the next consumer handle
   const first = seen.length
   expect(first).toBeLessThan(N)
   // Same durable again (a restart): what was given back comes now, not after ack_wait (30 s).
-  const deps: Deps = { kube, bus, log: createLogger('backlog-test', quiet), now: Date.now }
-  const again = await runOnJetStream(
-    deps,
+  await scratch.run(
     {
       name: fn.name,
       subscriptions: [{ stream: STREAM_EVENTS, subjects: [`${fn.base}.>`], deliverNew: true }],
       concurrency: 8,
       async handle(e: InboundEvent) {
-        seen.push((e.data as { metadata: { name: string } }).metadata.name)
+        seen.push(eventName(e.data))
       },
     },
     { ackWaitMs: 30_000 },
   )
-  running.push(again)
   await waitFor('every event handled', async () => new Set(seen).size === N, { timeoutMs: 20_000 })
   expect(seen.length).toBe(N)
 })

@@ -2,70 +2,37 @@
 // while it finishes, and each event is still acknowledged only when its handler ends. cancel releases once its
 // DELETEs are answered; held through its bookkeeping, a burst of 2,000 preemptions (more than its 1,024 handlers) had
 // the later Jobs' DELETEs wait for the earlier ones' reconciles, up to a minute (bench, burst of 2,000).
-import { randomBytes, randomUUID } from 'node:crypto'
-import { Writable } from 'node:stream'
 import { jetstream } from '@nats-io/jetstream'
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { STREAM_EVENTS } from '../../../events/catalog.js'
 import type { InboundEvent } from '../../../events/codec.js'
-import { Bus } from '../../../jetstream/bus.js'
-import { consumerName } from '../../../jetstream/names.js'
-import { Kube } from '../../../kube/kube.js'
-import { createLogger } from '../../../observability/log.js'
 import type { Deps, EventFunction, HandleContext } from '../../../transport/function.js'
-import { type RunningFunction, runOnJetStream } from '../../../transport/jetstream-adapter.js'
 import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { configMapEvent, eventName, useScratchFunctions } from './scratch-functions.js'
 
 const env = useTestEnv()
-const quiet = new Writable({ write: (_c, _e, done) => done() })
-let bus: Bus
-let kube: Kube
-const running: RunningFunction[] = []
-const consumers: string[] = []
-
-beforeAll(async () => {
-  bus = await Bus.open(env.nc)
-  kube = new Kube(env.kc)
-})
-afterAll(async () => {
-  for (const r of running) await r.stop().catch(() => {})
-  for (const name of consumers) await bus.jsm.consumers.delete(STREAM_EVENTS, name).catch(() => {})
-  kube?.close()
-})
-
-const event = (name: string) =>
-  JSON.stringify({
-    specversion: '1.0',
-    id: randomUUID(),
-    source: 'test',
-    type: 'dev.knative.apiserver.resource.add',
-    time: new Date().toISOString(),
-    data: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: env.namespace } },
-  })
+const scratch = useScratchFunctions(env, 'release')
+const event = (name: string) => configMapEvent(name, env.namespace)
 
 /**
  * A function of 2 handlers on a subject of its own: each records its event's urgent part, releases its place when
  * `release` says so, then waits for `gate` (its bookkeeping) before it ends.
  */
 async function start(release: boolean, gate: Promise<void>, urgent: string[]) {
-  const name = `release-${randomBytes(4).toString('hex')}`
-  const base = `flexinfer.events.k8s.${name}`
+  const { name, base, consumer } = scratch.fresh()
   const fn: EventFunction = {
     name,
     subscriptions: [{ stream: STREAM_EVENTS, subjects: [`${base}.>`], deliverNew: true }],
     concurrency: 2,
     maxAckPending: 100,
     async handle(e: InboundEvent, _deps: Deps, ctx?: HandleContext) {
-      urgent.push((e.data as { metadata: { name: string } }).metadata.name)
+      urgent.push(eventName(e.data))
       if (release) ctx?.release()
       await gate
     },
   }
-  const deps: Deps = { kube, bus, log: createLogger('release-test', quiet), now: Date.now }
-  const consumer = consumerName(name, STREAM_EVENTS)
-  consumers.push(consumer)
-  running.push(await runOnJetStream(deps, fn, {}))
+  await scratch.run(fn)
   return { base, consumer }
 }
 
@@ -83,7 +50,7 @@ for (const release of [true, false]) {
     })
     const urgent: string[] = []
     const fn = await start(release, gate, urgent)
-    const info = await bus.jsm.consumers.info(STREAM_EVENTS, fn.consumer)
+    const info = await scratch.bus.jsm.consumers.info(STREAM_EVENTS, fn.consumer)
     expect(info.config.max_ack_pending).toBe(100)
     const js = jetstream(env.nc)
     await Promise.all(Array.from({ length: N }, (_, i) => js.publish(`${fn.base}.e`, event(`e-${i}`))))
@@ -96,7 +63,7 @@ for (const release of [true, false]) {
     await waitFor(
       'every event acknowledged',
       async () => {
-        const i = await bus.jsm.consumers.info(STREAM_EVENTS, fn.consumer)
+        const i = await scratch.bus.jsm.consumers.info(STREAM_EVENTS, fn.consumer)
         return i.num_ack_pending === 0 && i.num_pending === 0 ? true : undefined
       },
       { timeoutMs: 20_000 },
@@ -109,13 +76,13 @@ for (const release of [true, false]) {
           timeoutMs: 20_000,
         })
         // None acknowledged: each handler still waits for its bookkeeping.
-        expect((await bus.jsm.consumers.info(STREAM_EVENTS, consumer)).num_ack_pending).toBe(N)
+        expect((await scratch.bus.jsm.consumers.info(STREAM_EVENTS, consumer)).num_ack_pending).toBe(N)
       } else {
         // All N delivered (max_ack_pending 100), but only the 2 handlers' events start.
         await waitFor(
           'every event delivered',
           async () =>
-            (await bus.jsm.consumers.info(STREAM_EVENTS, consumer)).num_ack_pending === N ? true : undefined,
+            (await scratch.bus.jsm.consumers.info(STREAM_EVENTS, consumer)).num_ack_pending === N ? true : undefined,
           { timeoutMs: 20_000 },
         )
         expect(urgent.length).toBe(2)

@@ -2,7 +2,7 @@
 // FLEXINFER_DEADLETTER with a specific, header-safe reason and the function keeps handling good events; an event
 // that cannot even be dead-lettered stops at the consumer's delivery limit instead of cycling forever (enough of
 // them filled max_ack_pending and stopped the consumer); a handler slower than ack_wait keeps its message.
-import { randomBytes, randomUUID } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import { Writable } from 'node:stream'
 import { AckPolicy, jetstream } from '@nats-io/jetstream'
 import type { Msg, Subscription } from '@nats-io/transport-node'
@@ -24,6 +24,7 @@ import {
 import { sleep, waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { HEADER_SAFE, hostileInputs } from './hostile.js'
+import { configMapEvent } from './scratch-functions.js'
 
 const env = useTestEnv()
 const rand = () => randomBytes(4).toString('hex')
@@ -93,15 +94,7 @@ async function startProbe(
   return { name, base, running: fnRunning, dead }
 }
 
-const good = (name: string) =>
-  JSON.stringify({
-    specversion: '1.0',
-    id: randomUUID(),
-    source: 'test',
-    type: 'dev.knative.apiserver.resource.add',
-    time: new Date().toISOString(),
-    data: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: env.namespace } },
-  })
+const good = (name: string) => configMapEvent(name, env.namespace)
 
 it('every hostile event ends in the dead-letter stream with a clean reason; good events are still handled', async () => {
   const handled: string[] = []
