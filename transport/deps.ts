@@ -187,10 +187,10 @@ function targetsNodes(event: InboundEvent): boolean {
  */
 export function scoped(fn: EventFunction, namespaces?: string[], instance?: string): EventFunction {
   if (!namespaces && !instance) return fn
-  const handle: EventFunction['handle'] = (event, deps) => {
+  const handle: EventFunction['handle'] = (event, deps, ctx) => {
     const ns = eventNamespace(event)
     if (namespaces && ns !== undefined && !namespaces.includes(ns) && !targetsNodes(event)) return Promise.resolve()
-    return fn.handle(event, deps)
+    return fn.handle(event, deps, ctx)
   }
   return {
     ...fn,
