@@ -15,6 +15,6 @@ export const functionFactories: Record<string, FunctionFactory> = {
   source: () => source,
   demand: (settings?: Settings) => demandFunction({ ackAll: settings?.demandAckAll }),
   admit: admitFunction,
-  cancel: cancelFunction,
+  cancel: () => cancelFunction(),
   lifecycle: lifecycleFunction,
 } satisfies Record<FunctionName, FunctionFactory>

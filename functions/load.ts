@@ -15,7 +15,10 @@ export const functionLoaders = {
     return (settings?: Settings) => demandFunction({ ackAll: settings?.demandAckAll })
   },
   admit: async () => (await import('./admit/index.js')).admitFunction,
-  cancel: async () => (await import('./cancel/index.js')).cancelFunction,
+  cancel: async () => {
+    const { cancelFunction } = await import('./cancel/index.js')
+    return () => cancelFunction()
+  },
   lifecycle: async () => {
     const { lifecycle } = await import('./lifecycle/index.js')
     return () => lifecycle

@@ -67,17 +67,21 @@ export function refusal(job: V1Job, backfill: string): string | undefined {
   return undefined
 }
 
-export function cancelFunction(): EventFunction {
+/**
+ * `inFlight` and `bookkeeping` replace IN_FLIGHT and the bookkeeping lane (tests: a lane they hold shut shows that no
+ * DELETE waits for a bookkeeping).
+ */
+export function cancelFunction(opts: { inFlight?: number; bookkeeping?: Lane } = {}): EventFunction {
   let jobs: ObjectCache<V1Job> | undefined
   let own = false
   let failSafe: FailSafe | undefined
   const deletes = new Lane(DELETE_WIDTH)
-  const bookkeeping = new Lane(BOOKKEEPING_WIDTH)
+  const bookkeeping = opts.bookkeeping ?? new Lane(BOOKKEEPING_WIDTH)
   const deleted = new RecentlyDeleted()
   let batcher!: DeleteBatcher
   return {
     name: 'cancel',
-    concurrency: IN_FLIGHT,
+    concurrency: opts.inFlight ?? IN_FLIGHT,
     maxAckPending: MAX_UNACKED,
     subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.cancel'] }],
     async start(deps) {
