@@ -1,7 +1,6 @@
 // The Kubernetes side of the functions: the reads decide() needs and the few writes it asks for. Every write is
 // idempotent (deterministic names, 404/409 tolerated where they mean "already done"). Every request has a deadline
 // (KUBE_REQUEST_TIMEOUT_MS): a half-open apiserver connection hung a DELETE for minutes, holding a concurrency slot.
-
 import { createHash } from 'node:crypto'
 import https from 'node:https'
 import tls from 'node:tls'

@@ -97,5 +97,17 @@ export interface HandleContext {
   release(): void
 }
 
+/** The context of a handler holding one place: release() gives it back (`free`) once, however often it is called. */
+export function holdPlace(free: () => void): HandleContext {
+  let holding = true
+  return {
+    release: () => {
+      if (!holding) return
+      holding = false
+      free()
+    },
+  }
+}
+
 /** Thrown for events that can never succeed (redelivery would not help): they go to the dead-letter stream. */
 export class PermanentError extends Error {}

@@ -25,7 +25,7 @@ import { type DecodeResult, type InboundEvent, validate } from '../events/codec.
 import type { RequestAuthenticator } from './auth/kubernetes.js'
 import { assertUsableToken, bearerMatches, type TokenProvider } from './auth/token.js'
 import { openDeps, type ProcessOptions } from './deps.js'
-import type { Deps, EventFunction, HandleContext } from './function.js'
+import { type Deps, type EventFunction, holdPlace } from './function.js'
 import { BackfillMetrics } from './metrics.js'
 import { type Outcome, processDecoded } from './process-event.js'
 
@@ -301,14 +301,7 @@ export function buildHttpApp(fn: EventFunction, deps: Deps, opts: HttpAdapterOpt
     const outcomes: Outcome[] = await Promise.all(
       accepted.map(async (r) => {
         await slots.acquire()
-        let holding = true
-        const ctx: HandleContext = {
-          release: () => {
-            if (!holding) return
-            holding = false
-            slots.release()
-          },
-        }
+        const ctx = holdPlace(() => slots.release())
         try {
           return await processDecoded(fn, deps, r, ctx)
         } finally {

@@ -8,7 +8,7 @@ import { awaitProvisioned, headerSafe, isNotFound } from '../jetstream/bus.js'
 import { migrateAckPolicy } from '../jetstream/consumer-migration.js'
 import { consumerName } from '../jetstream/names.js'
 import { AckFloor } from './ack-floor.js'
-import type { Deps, EventFunction, HandleContext, Settings } from './function.js'
+import { type Deps, type EventFunction, type HandleContext, holdPlace, type Settings } from './function.js'
 import { processEvent } from './process-event.js'
 
 /**
@@ -208,15 +208,10 @@ export async function runOnJetStream(
   }
   const start = (msg: JsMsg, floor: AckFloor<JsMsg> | undefined) => {
     busy++
-    let holding = true
-    const ctx: HandleContext = {
-      release: () => {
-        if (!holding) return
-        holding = false
-        busy--
-        startNext()
-      },
-    }
+    const ctx = holdPlace(() => {
+      busy--
+      startNext()
+    })
     // One settled callback per message (not .catch().finally(): two more promises each, at 30k+ events/s).
     const task: Promise<void> = process(msg, floor, ctx).then(
       () => settled(task, ctx),
