@@ -54,12 +54,23 @@ export async function readStateEntry(
   return null
 }
 
-/** Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. */
+/**
+ * Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. Both keys
+ * are read at once first, so a free key is taken with one compare-and-set on what was read: a key given back before
+ * (the usual case: its delete marker is its newest entry) would otherwise cost the KV client's create three round
+ * trips — a create that fails on the marker, a read, the update. The keys are still taken one after the other, model
+ * first: two admissions racing for one model and node then cannot each end up holding one key and both give up.
+ */
 export async function takeClaimKeys(p: ClaimPorts, keys: ClaimKeys, claim: Claim): Promise<Claimed> {
   const taken: string[] = []
   const replaced: Record<string, string> = {}
-  for (const [on, key] of Object.entries(keys) as ['model' | 'node', string][]) {
-    const { holder, sameJob } = await takeClaim(p, key, claim)
+  const read = await Promise.all([p.claims.get(keys.model), p.claims.get(keys.node)])
+  const ons = [
+    ['model', keys.model, read[0]],
+    ['node', keys.node, read[1]],
+  ] as const
+  for (const [on, key, entry] of ons) {
+    const { holder, sameJob } = await takeClaim(p, key, claim, entry)
     if (holder) {
       for (const k of taken) await releaseClaimKeys(p, { model: k, node: k }, claim, replaced)
       return { contender: { namespace: holder.namespace, backfill: holder.backfill, jobName: holder.jobName, on } }
@@ -71,43 +82,49 @@ export async function takeClaimKeys(p: ClaimPorts, keys: ClaimKeys, claim: Claim
 }
 
 /**
- * Takes `key` for `claim`; `holder`: the live holder when someone else has it; `sameJob`: the claim of another try of
- * this Job that was replaced.
+ * Takes `key` for `claim`, starting from `read`, its entry as last read; `holder`: the live holder when someone else
+ * has it; `sameJob`: the claim of another try of this Job that was replaced. Every write is a compare-and-set on the
+ * entry read: one that lost reads the key again and judges afresh.
  */
-async function takeClaim(p: ClaimPorts, key: string, claim: Claim): Promise<{ holder?: Claim; sameJob?: string }> {
+async function takeClaim(
+  p: ClaimPorts,
+  key: string,
+  claim: Claim,
+  read: Entry | null,
+): Promise<{ holder?: Claim; sameJob?: string }> {
   const body = toKv(claim)
+  let entry = read
   for (let i = 0; i < 4; i++) {
     try {
-      await p.claims.create(key, body)
-      return {}
-    } catch (err) {
-      if (!isCasConflict(err)) throw err
-    }
-    const entry = await p.claims.get(key)
-    if (entry?.operation !== 'PUT') continue // released meanwhile (a delete marker): try create again
-    const holder = readClaimEntry(p.log, key, entry)
-    const ours = holder?.jobName === claim.jobName
-    // Ours and naming this very admission (a retry, a second replica): nothing to write.
-    if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return {}
-    // Someone else's live hold stands.
-    if (holder && !ours && !(await isStale(p, holder))) return { holder }
-    // Replaced by compare-and-set on what was read: an unreadable claim (nobody can prove a hold with it), a stale
-    // holder's, or ours left by a try that failed after taking it — it must name this admission (its window start,
-    // and its time, by which demand remembers the cancel it sent): left as it was, a request after this admission
-    // counted as already cancelled and the Job this one creates stayed up.
-    // That try may be alive and its Job created: should this one give up, it puts that claim back (release).
-    try {
+      if (entry?.operation !== 'PUT') {
+        // Free: never written (a create), or given back (an update of its delete marker, as the KV client's create
+        // does after its failed first try).
+        if (entry) await p.claims.update(key, body, entry.revision)
+        else await p.claims.create(key, body)
+        return {}
+      }
+      const holder = readClaimEntry(p.log, key, entry)
+      const ours = holder?.jobName === claim.jobName
+      // Ours and naming this very admission (a retry, a second replica): nothing to write.
+      if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return {}
+      // Someone else's live hold stands.
+      if (holder && !ours && !(await isStale(p, holder))) return { holder }
+      // Replaced by compare-and-set on what was read: an unreadable claim (nobody can prove a hold with it), a stale
+      // holder's, or ours left by a try that failed after taking it — it must name this admission (its window start,
+      // and its time, by which demand remembers the cancel it sent): left as it was, a request after this admission
+      // counted as already cancelled and the Job this one creates stayed up.
+      // That try may be alive and its Job created: should this one give up, it puts that claim back (release).
       await p.claims.update(key, body, entry.revision)
       return ours ? { sameJob: entry.text } : {}
     } catch (err) {
       if (!isCasConflict(err)) throw err
     }
+    entry = await p.claims.get(key)
   }
-  // Still contended after the retries: report whoever holds it now; an unreadable holder counts as held (safe).
-  const last = await p.claims.get(key)
-  const holder =
-    readClaimEntry(p.log, key, last) ?? (last?.operation === 'PUT' ? { ...claim, jobName: '(unreadable claim)' } : null)
-  return holder ? { holder } : {}
+  // Still contended after the retries: whoever holds it now is the contender. Not taken is not taken: an unreadable
+  // holder, or a key free again by the last read, counts as held (the admission waits; it never goes on unclaimed).
+  const holder = readClaimEntry(p.log, key, entry)
+  return { holder: holder ?? { ...claim, jobName: entry?.operation === 'PUT' ? '(unreadable claim)' : '(contended)' } }
 }
 
 /** A claim is stale when its holder's state has moved on from that Job and the grace period is over. */
@@ -136,11 +153,12 @@ export async function releaseClaimKeys(
 ) {
   const jobName = typeof who === 'string' ? who : who.jobName
   const claimedAt = typeof who === 'string' ? undefined : who.claimedAt
-  for (const key of new Set([keys.model, keys.node])) {
+  // The two keys are independent: each is given back by compare-and-set on its own read, both at once.
+  const release = async (key: string) => {
     const entry = await p.claims.get(key)
     const holder = readClaimEntry(p.log, key, entry)
-    if (!entry || holder?.jobName !== jobName) continue
-    if (claimedAt !== undefined && holder.claimedAt !== claimedAt) continue
+    if (!entry || holder?.jobName !== jobName) return
+    if (claimedAt !== undefined && holder.claimedAt !== claimedAt) return
     try {
       const previous = restore[key]
       if (previous !== undefined) await p.claims.update(key, previous, entry.revision)
@@ -149,4 +167,5 @@ export async function releaseClaimKeys(
       if (!isCasConflict(err)) throw err
     }
   }
+  await Promise.all([...new Set([keys.model, keys.node])].map(release))
 }

@@ -32,7 +32,7 @@ export const MUTANTS: Mutant[] = [
     edits: [
       {
         file: 'admission/claims.ts',
-        find: 'if (claimedAt !== undefined && holder.claimedAt !== claimedAt) continue',
+        find: 'if (claimedAt !== undefined && holder.claimedAt !== claimedAt) return',
         replace: '',
       },
     ],

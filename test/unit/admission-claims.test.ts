@@ -65,3 +65,27 @@ describe('two tries of one attempt', () => {
     expect([holder(keys.model), holder(keys.node)]).toEqual([null, null])
   })
 })
+
+describe('a key contended past the retries', () => {
+  it('is not taken: a key free again by the last read still counts as held, never as taken unwritten', async () => {
+    // Every write loses (someone writes in between each time) and every read finds the key free (a delete marker):
+    // failed before the fix by reporting both keys taken with neither written — a Job would have run unclaimed.
+    const writes: string[] = []
+    const conflict = (key: string) => {
+      writes.push(key)
+      return Promise.reject(new Error('wrong last sequence: claims (10071)'))
+    }
+    const claims = {
+      get: async () => ({ operation: 'DEL' as const, revision: 7, text: '' }),
+      create: conflict,
+      update: conflict,
+      delete: conflict,
+    }
+    const ports = { claims, states: new MemoryKv('backfills'), clock: { now: () => T }, log: createLogger('test') }
+    const r = await takeClaimKeys(ports, keys, tryOf(T, T - 5_000))
+    expect(r.keys).toBeUndefined()
+    expect(r.contender).toMatchObject({ on: 'model', jobName: '(contended)' })
+    // Bounded: four compare-and-sets on the model key, none on the node key.
+    expect(writes).toEqual([keys.model, keys.model, keys.model, keys.model])
+  })
+})

@@ -61,10 +61,11 @@ describe('admission under the deterministic simulation', () => {
 })
 
 it('an admission crashed at every one of its awaits keeps every invariant', { timeout: 60_000 }, async () => {
-  // No random faults: the crash is the only one. Seed 6's first admission goes the whole way (claims, fence, re-reads,
-  // Starting, the reads around the POST, the POST, a raced Job's delete); seed 1's gives its claims back.
+  // No random faults: the crash is the only one. Seed 18's first admission goes the whole way (claims, fence, re-reads,
+  // Starting, the reads around the POST, the POST, a raced Job's delete); seed 14's gives its claims back and takes a
+  // released one again (the update of its delete marker).
   const reached = new Set<string>()
-  for (const seed of [1, 6]) {
+  for (const seed of [14, 18]) {
     for (let call = 1; call <= 60; call++) {
       const r = await simulate({ seed, steps: 100, faults: NO_FAULTS, crashAt: { role: 'admit', call } })
       if (!r.stats.crashedAt) break
@@ -74,6 +75,7 @@ it('an admission crashed at every one of its awaits keeps every invariant', { ti
   }
   for (const op of [
     'claims.create',
+    'claims.update',
     'requests.fence',
     'requests.newest',
     'idle.get',
@@ -88,9 +90,9 @@ it('an admission crashed at every one of its awaits keeps every invariant', { ti
 
 it('the demand process crashed at every one of its awaits keeps every invariant', async () => {
   // The real Demand (functions/demand) as one process: a crash loses its memory (coalescing, cancels sent) and what it
-  // had not acknowledged goes to the next process after the ack wait. Seeds 3 and 9 reach each of its calls.
+  // had not acknowledged goes to the next process after the ack wait. Seeds 1 and 3 reach each of its calls.
   const reached = new Set<string>()
-  for (const seed of [3, 9]) {
+  for (const seed of [1, 3]) {
     for (let call = 1; call <= 40; call++) {
       const r = await simulate({ seed, steps: 200, faults: NO_FAULTS, crashAt: { role: 'demand', call } })
       if (!r.stats.crashedAt) break

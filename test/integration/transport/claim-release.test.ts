@@ -63,3 +63,28 @@ it("an admission's release leaves the claims a later try of the same attempt too
   await releaseClaimKeys(deps, keys, 'b-1-aaaa')
   expect(await holders(keys)).toEqual([null, null])
 })
+
+it('a key given back before is taken with one read and one compare-and-set: four round trips for both', async () => {
+  // The usual case: both keys hold the delete marker of the attempt before. The KV client's create costs three round
+  // trips on a marker (a create that fails on it, a read, the update), six for both keys (failed without the read
+  // ahead: 6 requests). Counted on the connection itself.
+  const keys = claimKeys(env.namespace, 'm-trips', `node-trips-${env.namespace}`)
+  const before = claimOf('b-1-bbbb', '2026-12-02T00:00:01.000Z')
+  await takeClaimKeys(deps, keys, before)
+  await releaseClaimKeys(deps, keys, before)
+  const nc = deps.bus.nc
+  const request = nc.request.bind(nc)
+  const subjects: string[] = []
+  nc.request = (subject, ...rest) => {
+    subjects.push(subject)
+    return request(subject, ...rest)
+  }
+  const next = claimOf('b-2-bbbb', '2026-12-02T00:01:01.000Z')
+  try {
+    expect((await takeClaimKeys(deps, keys, next)).keys).toBeDefined()
+  } finally {
+    nc.request = request
+  }
+  expect(subjects, subjects.join('\n')).toHaveLength(4)
+  expect(await holders(keys)).toEqual([next.claimedAt, next.claimedAt])
+})
