@@ -519,7 +519,13 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
         // uncounted. Admit's decision settles it; the request's own cancel too.
         return true
       }
-      if (!reason) {
+      // The attempt's claims, as admission just tried to take them again (admission/protocol.ts): held by another try
+      // of this attempt (same Job name: a timer's and a lifecycle admit request's, or a retry), that try creates the
+      // Job and this one leaves the attempt as it is; held by another backfill, the attempt cannot go on. Either way
+      // no Job without its claims: demand finds the attempt to cancel by them.
+      const holder = reason ? undefined : w.o.contenders[0]
+      if (holder?.jobName === jobName) return true
+      if (!reason && !holder) {
         // Every check of the attempt passed (the admission gates ran when it was admitted).
         for (const gate of CANCEL_GATES) pass(w, gate)
         w.actions.push({

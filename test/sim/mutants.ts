@@ -66,6 +66,14 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
+    name: 'starting-retry-without-claims',
+    race: 'a try of an admitted attempt re-creating its missing Job while another try holds the claims',
+    edits: [
+      { file: 'core/decide.ts', find: 'if (holder?.jobName === jobName) return true', replace: '' },
+      { file: 'core/decide.ts', find: 'if (!reason && !holder) {', replace: 'if (!reason) {' },
+    ],
+  },
+  {
     name: 'post-reads-blind-to-documented-subject',
     race: 'a request on the documented subject stored after the fence',
     edits: [
@@ -214,7 +222,7 @@ export function runMutant(
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { values } = parseArgs({
     options: {
-      seeds: { type: 'string', default: '5000' },
+      seeds: { type: 'string', default: '20000' },
       'max-seconds': { type: 'string', default: '240' },
       steps: { type: 'string', default: '400' },
       only: { type: 'string' },

@@ -1665,3 +1665,40 @@ describe('what apply reads from the actions', () => {
     expect(started).toMatchObject([{ reason: 'BackfillStarted', startedJob: J1 }])
   })
 })
+
+describe('an admitted attempt whose Job is missing is re-created only by the try that holds its claims', () => {
+  // Found by the deterministic simulation (seed 6701 of `npm run sim`): three tries of one attempt replacing each
+  // other's claims; one lost them after its retries, admission reported the other try as the contender, and this
+  // branch — which re-checks the gates after a crash between the state write and the POST — created the Job anyway,
+  // with no claims and no fence behind it (a Job created 1.6 s after a foreground request).
+  const starting = () => {
+    const f = fixture('Starting')
+    return { f, o: world(f, { job: null }) }
+  }
+
+  it('another try of the same attempt holds them: that try creates the Job, this one leaves the attempt as it is', () => {
+    const { f, o } = starting()
+    const d = decide(
+      { ...o, contenders: [aContender({ backfill: 'b', jobName: J1, on: 'node' })] },
+      { type: 'timer' },
+      f.now,
+    )
+    expect(d.actions.filter((a) => a.type === 'createJob')).toEqual([])
+    expect(d.state).toMatchObject({ phase: 'Starting', jobName: J1, attempts: 1 })
+  })
+
+  it('another backfill holds them: the attempt ends, not admitted, and a fresh window starts', () => {
+    const { f, o } = starting()
+    const d = decide({ ...o, contenders: [aContender()] }, { type: 'timer' }, f.now)
+    expect(d.actions.filter((a) => a.type === 'createJob')).toEqual([])
+    expect(d.actions).toContainEqual({ type: 'releaseClaims', jobName: J1 })
+    expect(d.state).toMatchObject({ phase: 'WaitingForIdle', jobName: undefined, attempts: 0, windowStart: iso(f.now) })
+  })
+
+  it('nobody else holds them: the Job is created again under the same name', () => {
+    const { f, o } = starting()
+    expect(decide(o, { type: 'timer' }, f.now).actions).toContainEqual(
+      expect.objectContaining({ type: 'createJob', jobName: J1 }),
+    )
+  })
+})
