@@ -7,7 +7,15 @@ export type AbPhase = (typeof AB_PHASES)[number]
 
 /** The figures of bench/run.ts's JSON each phase prints (cold start's are per function: see `figuresOf`). */
 export const PHASE_FIGURES: Record<Exclude<AbPhase, 'cold'>, string[]> = {
-  lateness: ['admission_lateness_ms_p50', 'admission_lateness_ms_p99'],
+  // With the admission's own steps (admit's profile lines): where a change to admission shows first.
+  lateness: [
+    'admission_lateness_ms_p50',
+    'admission_lateness_ms_p99',
+    'admission_step_ms_claims_p50',
+    'admission_step_ms_claims_p99',
+    'admission_step_ms_slotMs_p50',
+    'admission_step_ms_slotMs_p99',
+  ],
   preemption: ['preemption_job_ms_p50', 'preemption_job_ms_p99', 'preemption_pod_ms_p50', 'preemption_pod_ms_p99'],
   burst: ['burst_preemption_job_ms_p99', 'burst_preemption_pod_ms_p50', 'burst_preemption_pod_ms_p99'],
   ingest: ['ingest_events_per_s'],
