@@ -571,7 +571,7 @@ async function createAttemptJob(
       { namespace, backfill: name, job: action.jobName, lastRequestAt: outcome.lastRequestAt },
       'foreground request stored since the fence; not creating the Job',
     )
-    return { raced: trigger }
+    return { raced: { type: 'raced', jobName: action.jobName } }
   }
   // Refused for good: the rest of this decision (the Started event, its status) never happened; decide
   // again with the refusal, which releases the claims and blocks.

@@ -95,6 +95,11 @@ export type Trigger =
    * at once would not help; holding the attempt would wedge its model and node (the claims never go stale).
    */
   | { type: 'jobRejected'; jobName: string; message: string }
+  /**
+   * This admission's own read before its POST saw a foreground request stored since its fence: it created no Job.
+   * Only this try may take back its Starting attempt for that request at once (another try's POST may be in flight).
+   */
+  | { type: 'raced'; jobName: string }
 
 export type DeleteWhy = CancelReason | 'Deleted' | 'Cleanup' | 'RepeatCleanup'
 
@@ -511,12 +516,15 @@ function attemptInFlight(w: Work, trigger: Trigger): boolean {
       }
       if (
         reason === 'ForegroundDemand' &&
-        trigger.type === 'resource' &&
+        !(trigger.type === 'raced' && trigger.jobName === jobName) &&
         w.now - ms(s.startedAt) < ADMISSION_IN_FLIGHT_MS
       ) {
-        // Seen by lifecycle while admit may be between the POST and deleting the Job a request raced (it then
-        // decides again with that cancel and counts the preemption): taken back here, the attempt would end
-        // uncounted. Admit's decision settles it; the request's own cancel too.
+        // Seen by any decision but the admission's own while that admission may be in flight: its POST on the wire
+        // (taken back here, the attempt's claims are given back by Job name and the Job created a moment later runs
+        // unclaimed: demand finds nothing to cancel), or between the POST and deleting the Job a request raced (it
+        // then decides again with that cancel and counts the preemption; taken back here, the attempt would end
+        // uncounted). The admission settles it, the request's own cancel too; past ADMISSION_IN_FLIGHT_MS the
+        // admission is taken for dead and any decision takes the attempt back.
         return true
       }
       // The attempt's claims, as admission just tried to take them again (admission/protocol.ts): held by another try

@@ -66,11 +66,14 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
-    name: 'starting-retry-without-claims',
-    race: 'a try of an admitted attempt re-creating its missing Job while another try holds the claims',
+    name: 'other-try-ends-attempt-in-flight',
+    race: 'another try of admit taking back a Starting attempt for a request while the admission’s POST is in flight',
     edits: [
-      { file: 'core/decide.ts', find: 'if (holder?.jobName === jobName) return true', replace: '' },
-      { file: 'core/decide.ts', find: 'if (!reason && !holder) {', replace: 'if (!reason) {' },
+      {
+        file: 'core/decide.ts',
+        find: "!(trigger.type === 'raced' && trigger.jobName === jobName) &&",
+        replace: "trigger.type === 'resource' &&",
+      },
     ],
   },
   {

@@ -79,10 +79,28 @@ describe('decide: the admission fence', () => {
       expect(racedAdmission(null, iso(T0 + MINUTE))).toBe(false)
     })
 
+    it('another try seeing the request while the admission may be in flight leaves the attempt to it', () => {
+      // The deterministic simulation's seed 11505: a second try of admit (a lifecycle admit request) took the attempt
+      // back while the first try's POST was on the wire, giving its claims back by Job name; the Job created a moment
+      // later ran unclaimed, and demand, finding no claim, cancelled nothing. Failed before: the attempt taken back.
+      for (const trigger of [{ type: 'admit' }, { type: 'timer' }, { type: 'resource' }] as const) {
+        const t = admitted()
+        t.change(() => ({ lastRequestAt: iso(T0 + WINDOW + 5) }))
+        const d = t.step(T0 + WINDOW + 10, trigger)
+        expect(d.actions, trigger.type).toEqual([])
+        expect(d.state, trigger.type).toMatchObject({ phase: 'Starting', attempts: 1, jobName: J(1) })
+        // Past ADMISSION_IN_FLIGHT_MS the admission is taken for dead: any decision takes the attempt back.
+        const late = t.step(T0 + WINDOW + ADMISSION_IN_FLIGHT_MS + 10, trigger)
+        expect(late.actions, trigger.type).toContainEqual({ type: 'releaseClaims', jobName: J(1) })
+        expect(late.state, trigger.type).toMatchObject({ phase: 'WaitingForIdle', attempts: 0 })
+      }
+    })
+
     it('seen before the POST: the attempt is taken back uncounted, no Job, and a new window starts', () => {
       const t = admitted()
       t.change(() => ({ lastRequestAt: iso(T0 + WINDOW + 5) }))
-      const d = t.step(T0 + WINDOW + 10)
+      // The admission's own decision after its read before the POST saw the request.
+      const d = t.step(T0 + WINDOW + 10, { type: 'raced', jobName: J(1) })
       expect(d.actions.some((a) => a.type === 'createJob')).toBe(false)
       expect(d.actions).toContainEqual({ type: 'releaseClaims', jobName: J(1) })
       // The next window runs from the attempt's end (after the request), as for any ended attempt.
