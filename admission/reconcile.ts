@@ -398,7 +398,7 @@ export async function reconcile(
 
 /**
  * What applying a decision reported back, to be decided again: a Job the apiserver refused, or an admission a
- * foreground request raced (the trigger to decide with: unchanged when no Job was created, a cancel when admit
+ * foreground request raced (the trigger to decide with: `raced` when no Job was created, a cancel when admit
  * deleted the one it had just created).
  */
 interface Applied {

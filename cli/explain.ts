@@ -427,8 +427,11 @@ export function lastCancel(input: ExplainInput): LastCancel | undefined {
   if (!fromHistory && !event) return undefined
   const jobName = fromHistory?.jobName ?? /Cancelled Job (\S+?):/.exec(event?.message ?? '')?.[1]
   const reason = fromHistory?.reason ?? /: (.*)$/.exec(event?.message ?? '')?.[1] ?? 'unknown'
-  const request = [...input.cancelRequests].reverse().find((r) => !jobName || r.jobName === jobName)
   const recordedAt = fromHistory?.updatedAt ?? event?.time
+  // The request that triggered the recorded cancel: the newest for this Job at or before it was recorded. A later
+  // one may name a later request (demand cancels again for a request while the Job is still going: its pods held).
+  const forJob = [...input.cancelRequests].reverse().filter((r) => !jobName || r.jobName === jobName)
+  const request = forJob.find((r) => isoMs(r.at) <= isoMs(recordedAt)) ?? forJob[0]
   const latency = isoMs(recordedAt) - isoMs(request?.at)
   return {
     jobName,

@@ -199,6 +199,20 @@ describe('explain', () => {
     })
     expect(renderExplanation(e)).toContain('latency 340ms')
     expect(e.counters?.preemptions.foreground).toBe(1)
+    // A later cancel request for the same Job, naming a later request (demand cancels again for a request while the
+    // Job is still going: its pods held): the trigger of the recorded cancel is still the request before it. Failed
+    // before: the newest request was taken, latency -160 ms (the fresh-clone CI saw -29 ms on the real servers).
+    const resent = explain(
+      input(t.world, requestAt + 5 * SECOND, {
+        history: [running, cancelling as NonNullable<typeof cancelling>],
+        cancelRequests: [
+          { jobName: J(1), reason: 'ForegroundDemand', at: iso(requestAt), storedAt: iso(requestAt + 12) },
+          { jobName: J(1), reason: 'ForegroundDemand', at: iso(requestAt + 500), storedAt: iso(requestAt + 510) },
+        ],
+        events: [],
+      }),
+    )
+    expect(resent.lastCancel).toMatchObject({ triggerAt: iso(requestAt), latencyMs: 340 })
   })
 
   it('no state yet: the first window starts at the last known foreground request (takeover), as decide does', () => {
