@@ -76,14 +76,8 @@ describe('a burst of preemptions', () => {
     await inParallel(N, 8, (i) =>
       world.backfill(`burst-${i}`, { modelRef: `burst-${i}`, templateRef: 'burst-tpl', idleFor: '2s' }),
     )
-    await waitUntil(
-      `all ${N} backfills Running`,
-      async () => {
-        for (let i = 0; i < N; i++) if ((await world.state(`burst-${i}`))?.phase !== 'Running') return undefined
-        return true
-      },
-      90_000,
-    )
+    const names = Array.from({ length: N }, (_, i) => `burst-${i}`)
+    await world.waitForStates(`all ${N} backfills Running`, names, (s) => s?.phase === 'Running', 90_000)
 
     // Deletion seen: the first watch event with a deletionTimestamp, or the object's removal.
     const jobDeleted = new Map<string, number>()
@@ -155,14 +149,6 @@ describe('a burst of preemptions', () => {
     expect(Math.max(...podMs)).toBeLessThan(BOUND_MS)
 
     // The bookkeeping still happens, after the DELETEs: every backfill records its preemption.
-    await waitUntil(
-      'every preemption recorded',
-      async () => {
-        for (let i = 0; i < N; i++)
-          if (!(await world.state(`burst-${i}`))?.counters.preemptions?.foreground) return undefined
-        return true
-      },
-      60_000,
-    )
+    await world.waitForStates('every preemption recorded', names, (s) => Boolean(s?.counters.preemptions?.foreground))
   })
 })

@@ -44,14 +44,8 @@ describe('cancel with fewer handlers than cancels', () => {
       await world.model(`release-${i}`, { node: `release-${i}-${env.namespace}` })
       await world.backfill(`release-${i}`, { modelRef: `release-${i}`, templateRef: 'release-tpl', idleFor: '2s' })
     }
-    await waitUntil(
-      `all ${N} backfills Running`,
-      async () => {
-        for (let i = 0; i < N; i++) if ((await world.state(`release-${i}`))?.phase !== 'Running') return undefined
-        return true
-      },
-      60_000,
-    )
+    const names = Array.from({ length: N }, (_, i) => `release-${i}`)
+    await world.waitForStates(`all ${N} backfills Running`, names, (s) => s?.phase === 'Running', 60_000)
 
     // cancel again, on the same durable consumer: HANDLERS handlers and a bookkeeping lane held shut.
     const index = runner.functions.findIndex((f) => f.name === `cancel-${instance}`)
@@ -88,14 +82,6 @@ describe('cancel with fewer handlers than cancels', () => {
       open()
     }
     await waitUntil('every cancel handled', async () => (cancelling.stats.handled >= N ? true : undefined), 60_000)
-    await waitUntil(
-      'every preemption recorded',
-      async () => {
-        for (let i = 0; i < N; i++)
-          if (!(await world.state(`release-${i}`))?.counters.preemptions?.foreground) return undefined
-        return true
-      },
-      60_000,
-    )
+    await world.waitForStates('every preemption recorded', names, (s) => Boolean(s?.counters.preemptions?.foreground))
   })
 })

@@ -513,6 +513,18 @@ export class BackfillWorld {
     return entry?.operation === 'PUT' ? entry.json<BackfillState>() : null
   }
 
+  /** Waits until the stored state of every one of these backfills passes `ok`. */
+  async waitForStates(what: string, names: string[], ok: (s: BackfillState | null) => boolean, timeoutMs = 60_000) {
+    await waitUntil(
+      what,
+      async () => {
+        for (const name of names) if (!ok(await this.state(name))) return undefined
+        return true
+      },
+      timeoutMs,
+    )
+  }
+
   /** One foreground request for the model, as a gateway publishes it; returns the time just before it was sent. */
   async foreground(model: string): Promise<number> {
     const emitter = createForegroundEmitter(this.nc)
