@@ -165,16 +165,31 @@ export function natsReplicas(env: { NATS_REPLICAS?: string }): number {
 export async function ensureStreams(jsm: JetStreamManager, replicas = 1) {
   for (const base of streamConfigs) {
     const config = { ...base, num_replicas: replicas }
-    try {
-      const before = await jsm.streams.info(config.name)
-      await jsm.streams.update(config.name, config)
-      if (before.config.num_replicas !== replicas) await awaitReplicas(jsm, config.name, replicas)
-    } catch (err) {
-      if (!isNotFound(err)) throw err
-      await jsm.streams.add(config)
-    }
+    // Each step is idempotent, so a request that timed out (its stream may have been created all the same) is
+    // simply asked again from the lookup on.
+    await acrossLeaderChange(
+      `provisioning stream ${config.name}`,
+      async () => {
+        try {
+          const before = await jsm.streams.info(config.name)
+          await jsm.streams.update(config.name, config)
+          if (before.config.num_replicas !== replicas) await awaitReplicas(jsm, config.name, replicas)
+        } catch (err) {
+          if (!isNotFound(err)) throw err
+          await jsm.streams.add(config)
+        }
+      },
+      PROVISION_DEADLINE_MS,
+    )
   }
 }
+
+/**
+ * How long provisioning rides out a JetStream that does not answer: a cluster that lost its meta leader (a server
+ * crashed or is rolling) creates and looks up nothing until the others have elected a new one, several seconds —
+ * more than one request's deadline, and a busy cluster may take as long to create a replicated stream.
+ */
+export const PROVISION_DEADLINE_MS = 90_000
 
 /**
  * After a change of replicas, waits (bounded) until the stream's new peers have caught up: until then the server
@@ -235,7 +250,11 @@ export async function acrossLeaderChange<T>(what: string, call: () => Promise<T>
       return await call()
     } catch (err) {
       if (!isLeaderless(err) || Date.now() + pause > deadline) {
-        if (isLeaderless(err)) throw new Error(`${what}: the stream had no leader for ${deadlineMs / 1000} s (${err})`)
+        if (isLeaderless(err)) {
+          throw new Error(
+            `${what}: JetStream did not answer for ${deadlineMs / 1000} s — no leader (an election, a server restarting) or JetStream not enabled (${err})`,
+          )
+        }
         throw err
       }
       await new Promise((r) => setTimeout(r, pause))
@@ -371,7 +390,13 @@ const LEADER_READS = { allow_direct: false } as const
 export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager, replicas = 1): Promise<Buckets> {
   const kvm = new Kvm(nc)
   const [idle, backfills, claims] = await Promise.all(
-    bucketConfigs.map(({ name, ...options }) => kvm.create(name, { ...options, replicas, ...LEADER_READS })),
+    bucketConfigs.map(({ name, ...options }) =>
+      acrossLeaderChange(
+        `provisioning KV bucket ${name}`,
+        () => kvm.create(name, { ...options, replicas, ...LEADER_READS }),
+        PROVISION_DEADLINE_MS,
+      ),
+    ),
   )
   // Kvm.create binds to an existing bucket as it is: a bucket made by an older release (or with other replicas, or
   // direct gets, or without the republish of the followed buckets) is brought to this configuration here.
@@ -379,19 +404,28 @@ export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager, 
     if (!jsm) continue
     const ttl = 'ttl' in config ? ns(config.ttl) : 0
     const republish = 'republish' in config ? config.republish : undefined
-    const info = await jsm.streams.info(`KV_${config.name}`)
+    const info = await acrossLeaderChange(
+      `provisioning KV bucket ${config.name}`,
+      () => jsm.streams.info(`KV_${config.name}`),
+      PROVISION_DEADLINE_MS,
+    )
     const current = info.config
     const republishStale =
       republish && (current.republish?.src !== republish.src || current.republish?.dest !== republish.dest)
     if (current.max_age === ttl && current.num_replicas === replicas && !current.allow_direct && !republishStale)
       continue
-    await jsm.streams.update(current.name, {
+    const updated = {
       ...current,
       max_age: ttl,
       num_replicas: replicas,
       allow_direct: false,
       ...(republish ? { republish } : {}),
-    })
+    }
+    await acrossLeaderChange(
+      `provisioning KV bucket ${config.name}`,
+      () => jsm.streams.update(current.name, updated),
+      PROVISION_DEADLINE_MS,
+    )
     if (current.num_replicas !== replicas) await awaitReplicas(jsm, current.name, replicas)
   }
   return { idle, backfills, claims } as Buckets
@@ -532,7 +566,8 @@ export class Bus {
   }
 
   static async open(nc: NatsConnection, topology: TopologyOptions = {}): Promise<Bus> {
-    const jsm = await jetstreamManager(nc)
+    // Its first request (the account's JetStream info) goes unanswered while a cluster elects its meta leader.
+    const jsm = await acrossLeaderChange('reaching JetStream', () => jetstreamManager(nc), PROVISION_DEADLINE_MS)
     if (topology.provision === false) return new Bus(nc, jsm, await bindTopology(jsm, nc, topology), topology)
     const replicas = topology.replicas ?? 1
     await ensureStreams(jsm, replicas)

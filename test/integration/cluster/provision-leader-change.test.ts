@@ -7,6 +7,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { RESYNC_SCHEDULE_SUBJECT, STREAM_TIMERS } from '../../../events/catalog.js'
 import { Bus, lastBySubject } from '../../../jetstream/bus.js'
+import { waitFor } from '../../env/exec.js'
 import { type NatsOnly, startNats } from '../../env/nats.js'
 
 let nats: NatsOnly
@@ -21,6 +22,41 @@ afterAll(async () => {
   await nc?.close()
   await nats?.stop()
 })
+
+// A server of the cluster crashes while provision runs (a node drained, an OOM kill): when it led the JetStream meta
+// group, no stream can be created or even looked up until the others have elected a new leader, which takes them
+// several seconds — longer than one management request's deadline. Provision must ride that out, not fail the
+// install (the CI saw a stream create time out on a busy machine the same way).
+it('provisions every stream and bucket across the loss of the JetStream meta leader', async () => {
+  const leader = await metaLeader()
+  await nats.kill(leader)
+  const restarted = (async () => {
+    await new Promise((r) => setTimeout(r, 1_000))
+    await nats.restart(leader)
+  })()
+  const started = Date.now()
+  const bus = await Bus.open(nc, { replicas: 3 })
+  await restarted
+  console.log(`provisioned ${Date.now() - started} ms after the meta leader ${leader} was killed`)
+  expect(await bus.armResync(30_000)).toBe(true)
+}, 180_000)
+
+async function metaLeader(): Promise<string> {
+  return waitFor(
+    'a JetStream meta leader',
+    async () => {
+      for (const s of nats.live()) {
+        const r = await fetch(`${s.monitorUrl}/jsz`).catch(() => undefined)
+        const leader = r?.ok
+          ? ((await r.json()) as { meta_cluster?: { leader?: string } }).meta_cluster?.leader
+          : undefined
+        if (leader) return leader
+      }
+      return undefined
+    },
+    { timeoutMs: 30_000 },
+  )
+}
 
 it('arms the resync schedule across a leader change of the timers stream', async () => {
   const bus = await Bus.open(nc, { replicas: 3 })
