@@ -69,7 +69,7 @@ const percentile = (values: number[], p: number) =>
   [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.ceil((p / 100) * values.length) - 1)] ?? NaN
 
 describe('a burst of preemptions', () => {
-  it(`deletes all ${N} Jobs and their pods within ${BOUND_MS} ms`, { timeout: 150_000 }, async () => {
+  it(`deletes all ${N} Jobs and their pods within ${BOUND_MS} ms`, { timeout: 240_000 }, async () => {
     const ns = env.namespace
     await world.template('burst-tpl')
     await inParallel(N, 8, (i) => world.model(`burst-${i}`, { node: `burst-${i}-${ns}` }))
@@ -109,8 +109,13 @@ describe('a burst of preemptions', () => {
       }
     })()
     const jobs = Array.from({ length: N }, (_, i) => jobName(`burst-${i}`, 1))
-    await waitUntil('the pods of every attempt', async () =>
-      jobs.every((j) => (podsOf.get(j)?.size ?? 0) > 0) ? true : undefined,
+    // A precondition, not part of what is measured: the Job controller makes the pods at its own pace (its client's
+    // 20 requests/s shared by 100 pod creates and 100 status writes), and a busy CI machine once took over 30 s.
+    await waitUntil(
+      'the pods of every attempt',
+      async () => (jobs.every((j) => (podsOf.get(j)?.size ?? 0) > 0) ? true : undefined),
+      90_000,
+      async () => `${jobs.filter((j) => !podsOf.get(j)?.size).length} of ${N} Jobs still without a pod`,
     )
 
     // The burst: N foreground requests, published together.
