@@ -61,10 +61,15 @@ export async function readStateEntry(
  * trips — a create that fails on the marker, a read, the update. The keys are still taken one after the other, model
  * first: two admissions racing for one model and node then cannot each end up holding one key and both give up.
  */
-export async function takeClaimKeys(p: ClaimPorts, keys: ClaimKeys, claim: Claim): Promise<Claimed> {
+export async function takeClaimKeys(
+  p: ClaimPorts,
+  keys: ClaimKeys,
+  claim: Claim,
+  ahead?: ClaimReads,
+): Promise<Claimed> {
   const taken: string[] = []
   const replaced: Record<string, string> = {}
-  const read = await Promise.all([p.claims.get(keys.model), p.claims.get(keys.node)])
+  const read = await readBoth(p, keys, claim, ahead)
   const ons = [
     ['model', keys.model, read[0]],
     ['node', keys.node, read[1]],
@@ -79,6 +84,39 @@ export async function takeClaimKeys(p: ClaimPorts, keys: ClaimKeys, claim: Claim
     taken.push(key)
   }
   return Object.keys(replaced).length ? { keys, claim, replaced } : { keys, claim }
+}
+
+/**
+ * Both keys read ahead, with the admission's first reads (before it decided), when its caches knew the model's node:
+ * one round trip fewer on the admission's path.
+ */
+export interface ClaimReads {
+  keys: ClaimKeys
+  entries: Promise<[Entry | null, Entry | null]>
+}
+
+/** Reads the claims of `keys` ahead; never an unhandled rejection (a failed read is read again when needed). */
+export function readClaimsAhead(p: Pick<ClaimPorts, 'claims'>, keys: ClaimKeys): ClaimReads {
+  const entries = Promise.all([p.claims.get(keys.model), p.claims.get(keys.node)])
+  entries.catch(() => {})
+  return { keys, entries }
+}
+
+/**
+ * Both keys' entries to start the compare-and-sets from. An entry read ahead is as good as a fresh one when it shows
+ * the key free or held for this Job: a write on it is a compare-and-set, which fails and reads again if the key moved
+ * since. One showing someone else's hold is read again: that holder may have given it back since, and an admission
+ * must not stand down on an old read.
+ */
+async function readBoth(p: ClaimPorts, keys: ClaimKeys, claim: Claim, ahead?: ClaimReads) {
+  const early =
+    ahead && ahead.keys.model === keys.model && ahead.keys.node === keys.node
+      ? await ahead.entries.catch(() => undefined)
+      : undefined
+  const usable = (key: string, entry: Entry | null | undefined): entry is Entry | null =>
+    entry !== undefined && (entry?.operation !== 'PUT' || readClaimEntry(p.log, key, entry)?.jobName === claim.jobName)
+  const one = (key: string, entry: Entry | null | undefined) => (usable(key, entry) ? entry : p.claims.get(key))
+  return Promise.all([one(keys.model, early?.[0]), one(keys.node, early?.[1])])
 }
 
 /**

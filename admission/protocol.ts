@@ -21,7 +21,7 @@ import type { BackfillState, Claim } from '../core/state.js'
 import { parseEntry, parseModelIdleState } from '../core/state.js'
 import { JobRejectedError } from '../kube/kube-common.js'
 import type { StepTimings } from '../observability/step-timings.js'
-import { type ClaimKeys, claimKeys, releaseClaimKeys, takeClaimKeys } from './claims.js'
+import { type ClaimKeys, type ClaimReads, claimKeys, releaseClaimKeys, takeClaimKeys } from './claims.js'
 import type { AdmissionPorts, Cursor, DeleteResult } from './ports.js'
 
 /**
@@ -61,6 +61,8 @@ export async function admit(
   trigger: Trigger,
   decision: Decision,
   timings?: StepTimings,
+  /** The claims read ahead with the first reads (admission/claims.ts), used when they are this Job's keys. */
+  claimReads?: ClaimReads,
 ): Promise<Admitted> {
   const create = decision.actions.find((a) => a.type === 'createJob')
   const b = observed.backfill
@@ -81,7 +83,7 @@ export async function admit(
   const fencing = ports.requests.fence()
   // Awaited only when the claims are taken: a contended admission drops it.
   fencing.catch(() => {})
-  const claimed = await takeClaimKeys(ports, claimKeys(namespace, model, create.node), claim)
+  const claimed = await takeClaimKeys(ports, claimKeys(namespace, model, create.node), claim, claimReads)
   timings?.mark('claims')
   let fencedAt: number | undefined
   let cursor: Cursor | undefined

@@ -40,6 +40,7 @@ import type { Deps } from '../transport/function.js'
 import {
   type Claimed,
   type ClaimKeys,
+  readClaimsAhead,
   readStateEntry,
   releaseClaimKeys as releaseKeys,
   takeClaimKeys as takeKeys,
@@ -232,6 +233,13 @@ export async function observe(
   }
 }
 
+/** The claims an admission for `model` would take, read ahead when the watched copy of the model names its node. */
+function readClaimsOfCachedModel(deps: Deps, ports: AdmissionPorts, namespace: string, model: string) {
+  const cached = deps.caches?.models.get(namespace, model)
+  const node = cached ? modelView(cached).node : undefined
+  return node ? readClaimsAhead(ports, claimKeys(namespace, model, node)) : undefined
+}
+
 /** The model's idle state and the store time of its newest request, as observe() reads them. */
 export interface ModelSignals {
   idle: Promise<KvEntry | null>
@@ -309,6 +317,9 @@ export async function reconcile(
     const modelRef = backfill?.spec?.modelRef
     const signals =
       role === 'admit' && isObjectName(modelRef) ? readModelSignals(deps, namespace, modelRef, timings) : undefined
+    // And the claims it would take, when its watched copy of the model names the node: a write on them is a
+    // compare-and-set, so an early read costs nothing in safety (admission/claims.ts), and one round trip less.
+    const claimReads = signals && modelRef ? readClaimsOfCachedModel(deps, ports, namespace, modelRef) : undefined
     const entry = await kv.get(key)
     const state = readState(deps.log, entry)
     timings?.mark('state')
@@ -330,7 +341,8 @@ export async function reconcile(
     }
     // A decision to create: the claims, the fence and the re-reads, decided again on what they read
     // (admission/protocol.ts). `held`: the claims it took, given back if the fresh check sends it round again.
-    const admitted = role === 'admit' ? await admit(ports, observed, trigger, decision, timings) : { decision }
+    const admitted =
+      role === 'admit' ? await admit(ports, observed, trigger, decision, timings, claimReads) : { decision }
     decision = admitted.decision
     const { held } = admitted
     if (copy && freshReads) {

@@ -1,6 +1,6 @@
 // The claims over the in-memory ports: two tries of one attempt (same Job name) taking and giving back claims.
 import { describe, expect, it } from 'vitest'
-import { claimKeys, releaseClaimKeys, takeClaimKeys } from '../../admission/claims.js'
+import { claimKeys, readClaimsAhead, releaseClaimKeys, takeClaimKeys } from '../../admission/claims.js'
 import { MemoryKv } from '../../admission/memory-ports.js'
 import { type Claim, parseClaim, parseEntry } from '../../core/state.js'
 import { createLogger } from '../../observability/log.js'
@@ -87,5 +87,79 @@ describe('a key contended past the retries', () => {
     expect(r.contender).toMatchObject({ on: 'model', jobName: '(contended)' })
     // Bounded: four compare-and-sets on the model key, none on the node key.
     expect(writes).toEqual([keys.model, keys.model, keys.model, keys.model])
+  })
+})
+
+describe('claims read ahead (with the first reads, before the decision)', () => {
+  /** The world's claims bucket, counting its reads. */
+  function counted() {
+    const w = world()
+    const gets: string[] = []
+    const get = w.ports.claims.get.bind(w.ports.claims)
+    w.ports.claims.get = (key: string) => {
+      gets.push(key)
+      return get(key)
+    }
+    return { ...w, gets }
+  }
+  const other = (claimedAt: number): Claim => ({
+    ...tryOf(claimedAt, T - 9_000),
+    backfill: 'other',
+    jobName: 'other-1',
+  })
+
+  it('a key read free ahead is taken without another read', async () => {
+    const { ports, holder, gets } = counted()
+    const a = tryOf(T, T - 5_000)
+    await releaseClaimKeys(ports, keys, (await takeClaimKeys(ports, keys, a)).claim as Claim)
+    const ahead = readClaimsAhead(ports, keys)
+    await ahead.entries
+    gets.length = 0
+    const b = tryOf(T + 1_000, T - 4_000)
+    expect((await takeClaimKeys(ports, keys, b, ahead)).claim).toEqual(b)
+    expect(gets).toEqual([])
+    expect([holder(keys.model), holder(keys.node)]).toEqual([b.claimedAt, b.claimedAt])
+  })
+
+  it("another backfill's hold read ahead is read again: given back since, the keys are taken, not contended", async () => {
+    const { ports, holder, gets } = counted()
+    const theirs = other(T)
+    await takeClaimKeys(ports, keys, theirs)
+    const ahead = readClaimsAhead(ports, keys)
+    await ahead.entries
+    // They give it back between the read ahead and the admission's claims.
+    await releaseClaimKeys(ports, keys, theirs)
+    gets.length = 0
+    const mine = tryOf(T + 100, T - 4_000)
+    const r = await takeClaimKeys(ports, keys, mine, ahead)
+    expect(r.contender).toBeUndefined()
+    expect([holder(keys.model), holder(keys.node)]).toEqual([mine.claimedAt, mine.claimedAt])
+    expect(gets).toEqual([keys.model, keys.node])
+  })
+
+  it('a key taken by another backfill after it was read free ahead: the compare-and-set fails, the hold stands', async () => {
+    const { ports, holder } = counted()
+    const ahead = readClaimsAhead(ports, keys)
+    await ahead.entries
+    const theirs = other(T)
+    await takeClaimKeys(ports, keys, theirs)
+    const r = await takeClaimKeys(ports, keys, tryOf(T + 100, T - 4_000), ahead)
+    expect(r.keys).toBeUndefined()
+    expect(r.contender).toMatchObject({ on: 'model', jobName: 'other-1' })
+    expect([holder(keys.model), holder(keys.node)]).toEqual([theirs.claimedAt, theirs.claimedAt])
+  })
+
+  it('reads ahead of other keys (the model moved to another node) are not used; a failed read ahead is read again', async () => {
+    const { ports, gets } = counted()
+    const elsewhere = readClaimsAhead(ports, claimKeys('ns', 'llm', 'node-b'))
+    gets.length = 0
+    await takeClaimKeys(ports, keys, tryOf(T, T - 5_000), elsewhere)
+    expect(gets).toEqual([keys.model, keys.node])
+    gets.length = 0
+    const failed = { keys, entries: Promise.reject(new Error('timeout')) } as ReturnType<typeof readClaimsAhead>
+    failed.entries.catch(() => {})
+    const r = await takeClaimKeys(ports, keys, tryOf(T + 100, T - 5_000), failed)
+    expect(r.keys).toBeDefined()
+    expect(gets).toEqual([keys.model, keys.node])
   })
 })

@@ -6,7 +6,8 @@
 // the merged suite of 2026-12-02: one lost cancel and two live attempts on node-0; the logs show the Job created,
 // then "live attempt without its claims"). On the real claims bucket, with the functions' own take and release.
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { readClaim, releaseClaimKeys, takeClaimKeys } from '../../../admission/reconcile.js'
+import { readClaimsAhead, takeClaimKeys as takeWithReads } from '../../../admission/claims.js'
+import { portsOf, readClaim, releaseClaimKeys, takeClaimKeys } from '../../../admission/reconcile.js'
 import { claimKeys } from '../../../core/names.js'
 import { createLogger } from '../../../observability/log.js'
 import { openDeps } from '../../../transport/deps.js'
@@ -86,5 +87,30 @@ it('a key given back before is taken with one read and one compare-and-set: four
     nc.request = request
   }
   expect(subjects, subjects.join('\n')).toHaveLength(4)
+  expect(await holders(keys)).toEqual([next.claimedAt, next.claimedAt])
+})
+
+it("keys read ahead (with the admission's first reads) are taken with the two compare-and-sets alone", async () => {
+  const keys = claimKeys(env.namespace, 'm-ahead', `node-ahead-${env.namespace}`)
+  const before = claimOf('b-1-cccc', '2026-12-02T00:00:01.000Z')
+  await takeClaimKeys(deps, keys, before)
+  await releaseClaimKeys(deps, keys, before)
+  const ports = portsOf(deps)
+  const ahead = readClaimsAhead(ports, keys)
+  await ahead.entries
+  const nc = deps.bus.nc
+  const request = nc.request.bind(nc)
+  const subjects: string[] = []
+  nc.request = (subject, ...rest) => {
+    subjects.push(subject)
+    return request(subject, ...rest)
+  }
+  const next = claimOf('b-2-cccc', '2026-12-02T00:01:01.000Z')
+  try {
+    expect((await takeWithReads(ports, keys, next, ahead)).keys).toBeDefined()
+  } finally {
+    nc.request = request
+  }
+  expect(subjects, subjects.join('\n')).toHaveLength(2)
   expect(await holders(keys)).toEqual([next.claimedAt, next.claimedAt])
 })
