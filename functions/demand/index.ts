@@ -261,8 +261,10 @@ export class Demand {
     entry.next = undefined
     entry.current = answered
     const key = entry.key
+    let written = false
     try {
-      await this.writeMax(entry, key, target)
+      const covered = await this.writeMax(entry, key, target)
+      written = true
       entry.lastWriteAt = this.ports.now()
       this.stats.kvWrites++
       // The other half of admit's re-check (admission/fence.ts), after every write and before anything is acked:
@@ -282,10 +284,18 @@ export class Demand {
         )
       }
       if (claim) await this.cancelIfClaimed(target, claim, 'read', entry.model)
-      // Only now: a request at or before `persisted` is answered without a write or a claim check.
-      entry.persisted = Math.max(entry.persisted, target)
+      // Only now: a request at or before `persisted` is answered without a write or a claim check. That includes a
+      // newer time found stored (another replica's, or an earlier write of ours whose reply was lost): left at
+      // `target`, a later request between the two would be written over it by compare-and-set on the revision just
+      // read — and succeed, moving the model's last foreground request back in time and shortening its window.
+      entry.persisted = Math.max(entry.persisted, target, covered)
       answered.resolve()
     } catch (err) {
+      // A cancel does not wait for the idle write to succeed: these requests may break an attempt's window whatever
+      // became of the write (the idle bucket failing over, full, or slow), so the claim is read and the cancel sent
+      // all the same. Their redelivery still writes idleness and reads the claim in that order — what the
+      // admission's fence relies on; this read only adds cancels.
+      if (!written) await this.cancelDespite(entry, target, err)
       // Everything pending fails (and is redelivered), including what arrived during this write.
       answered.reject(err)
       const late = entry.next as Batch | undefined
@@ -300,6 +310,19 @@ export class Demand {
     if (entry.seen > entry.persisted && !entry.timer) {
       const wait = Math.max(0, entry.lastWriteAt + COALESCE_MS - this.ports.now())
       entry.timer = this.ports.timers.set(() => void this.flush(entry), wait)
+    }
+  }
+
+  /** After a failed idle write: the claim read and the cancel sent anyway; their own failure is only logged. */
+  private async cancelDespite(entry: ModelEntry, target: number, writeError: unknown) {
+    try {
+      const claim = await this.readClaim(entry.claimKey)
+      if (claim) await this.cancelIfClaimed(target, claim, 'read', entry.model)
+    } catch (err) {
+      this.log.warn(
+        { key: entry.key, writeError: String(writeError), error: String(err) },
+        'idle write failed, and the claim read or cancel after it too: the requests are redelivered',
+      )
     }
   }
 
@@ -322,7 +345,8 @@ export class Demand {
     return null
   }
 
-  private async writeMax(entry: ModelEntry, key: string, at: number) {
+  /** Stores `at` unless a newer time is stored; returns the time the stored state now covers. */
+  private async writeMax(entry: ModelEntry, key: string, at: number): Promise<number> {
     for (let i = 0; i < 5; i++) {
       const value: ModelIdleState = {
         namespace: entry.namespace,
@@ -335,7 +359,7 @@ export class Demand {
         // The usual write (a known revision) without nats.js's request machinery; the first one through the KV API.
         if (entry.revision > 0) entry.revision = await this.ports.idle.update(key, toKv(value), entry.revision)
         else entry.revision = await this.ports.idle.create(key, toKv(value))
-        return
+        return at
       } catch (err) {
         if (!isCasConflict(err)) throw err
         const current = await this.ports.idle.get(key)
@@ -345,7 +369,7 @@ export class Demand {
         if (stored) {
           const storedAt = Date.parse(stored.lastForegroundAt)
           entry.requests = Math.max(entry.requests, stored.requests ?? 0)
-          if (storedAt >= at) return // another replica already has a newer time
+          if (storedAt >= at) return storedAt // another replica already has a newer time
         }
       }
     }

@@ -5,7 +5,8 @@
 import { beforeAll, describe, expect, it } from 'vitest'
 import { type Faults, type SimStats, searchSeeds, simulate } from './support/dst.js'
 
-const SEEDS = Number(process.env.SIM_SEEDS ?? 48)
+// Enough schedules that every fault kind checked below turns up in them.
+const SEEDS = Number(process.env.SIM_SEEDS ?? 64)
 const NO_FAULTS: Faults = {
   failBefore: 0,
   failAfter: 0,

@@ -4,8 +4,11 @@
 import { jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { afterAll, describe, expect, it } from 'vitest'
+import { modelClaimKey } from '../../../core/names.js'
+import { toKv } from '../../../core/state.js'
+import { STREAM_EVENTS } from '../../../events/catalog.js'
 import { Demand } from '../../../functions/demand/index.js'
-import { Bus } from '../../../jetstream/bus.js'
+import { Bus, lastBySubject } from '../../../jetstream/bus.js'
 import { createLogger } from '../../../observability/log.js'
 import type { Deps } from '../../../transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -14,8 +17,10 @@ import { storedRequest } from '../support/demand.js'
 const env = useTestEnv()
 const log = createLogger('demand-faults')
 const bucket = `claims-lost-${Date.now()}`
+const idleBucket = `idle-full-${Date.now()}`
 afterAll(async () => {
-  await (await jetstreamManager(env.nc)).streams.delete(`KV_${bucket}`).catch(() => {})
+  const jsm = await jetstreamManager(env.nc)
+  for (const b of [bucket, idleBucket]) await jsm.streams.delete(`KV_${b}`).catch(() => {})
 })
 
 const request = (model: string) => storedRequest(env.namespace, model)
@@ -33,6 +38,54 @@ describe('demand under faults', () => {
     // The idle state itself was written: only the acknowledgement is held back.
     const idle = await shared.kv.idle.get(`${env.namespace}.m-lost`)
     expect(idle?.operation).toBe('PUT')
+  })
+
+  it('an idle bucket that refuses writes does not hold back the cancel of a claimed window', async () => {
+    // The idle bucket full (its stream at its limit, discarding new writes), as an operator's limit or quota makes
+    // it; the admission too recent for the watched claims (demand is not started: no watch), so only the read after
+    // the idle write can find it. Failed without the fix: the request failed with the write, and no cancel was sent.
+    const shared = await Bus.open(env.nc)
+    const idle = await new Kvm(env.nc).create(idleBucket, { history: 1 })
+    await idle.put('filler', '{}')
+    const jsm = shared.jsm
+    const info = await jsm.streams.info(`KV_${idleBucket}`)
+    await jsm.streams.update(`KV_${idleBucket}`, { ...info.config, max_msgs: 1 })
+    const bus = new Bus(env.nc, jsm, { ...shared.kv, idle })
+    const demand = Demand.overNats({ bus, now: Date.now, log } as unknown as Deps)
+    const jobName = `full-1-${Date.now()}`
+    const now = Date.now()
+    await shared.kv.claims.put(
+      modelClaimKey(env.namespace, 'm-full'),
+      toKv({
+        namespace: env.namespace,
+        backfill: 'full',
+        attempt: 1,
+        jobName,
+        claimedAt: new Date(now - 2_000).toISOString(),
+        idleSince: new Date(now - 62_000).toISOString(),
+      }),
+    )
+    await expect(demand.handle(request('m-full'))).rejects.toThrow(/maximum messages/i)
+    const cancel = await lastBySubject(jsm, STREAM_EVENTS, 'flexinfer.events.backfill.cancel')
+    expect(cancel?.json<{ data: { jobName: string } }>().data.jobName).toBe(jobName)
+  })
+
+  it("two demand replicas: a request older than the other's write never moves the idle state back", async () => {
+    // Replica A stores the model's newest request; replica B, handling older ones (a redelivery, a lagging
+    // consumer), first finds A's newer time on its compare-and-set and leaves it — and then, for a request between
+    // the two, wrote over it by compare-and-set on the revision it had just read: the window measured from a request
+    // that was not the last (the simulation: a Job created 15.8 s after a request, inside a 16 s window). Failed
+    // without the fix: the stored time went back to the middle request's.
+    const bus = await Bus.open(env.nc)
+    const a = Demand.overNats({ bus, now: Date.now, log } as unknown as Deps)
+    const b = Demand.overNats({ bus, now: Date.now, log } as unknown as Deps)
+    const now = Date.now()
+    const model = `m-replicas-${now}`
+    await a.handle(storedRequest(env.namespace, model, now - 1_000))
+    await b.handle(storedRequest(env.namespace, model, now - 5_000))
+    await b.handle(storedRequest(env.namespace, model, now - 3_000))
+    const stored = await bus.kv.idle.get(`${env.namespace}.${model}`)
+    expect(stored?.json<{ lastForegroundAt: string }>().lastForegroundAt).toBe(new Date(now - 1_000).toISOString())
   })
 
   it('a gateway sending ever-new model names cannot grow demand without bound', async () => {

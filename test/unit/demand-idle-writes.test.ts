@@ -1,0 +1,119 @@
+// demand's idle writes. First, its slow cancel path (the claim read after the idle write, for an admission the watched claims have not shown
+// yet) while the idle bucket refuses writes: its stream failing over, full, or over its account's quota. The cancel
+// must not wait for a write that may not succeed for a long time; the requests are still failed and redelivered, so
+// idleness is written (and the claim read after it) once the bucket takes writes again.
+import { describe, expect, it } from 'vitest'
+import { MemoryKv } from '../../admission/memory-ports.js'
+import { modelClaimKey } from '../../core/names.js'
+import { type Claim, type ModelIdleState, toKv } from '../../core/state.js'
+import type { InboundEvent } from '../../events/codec.js'
+import { Demand } from '../../functions/demand/index.js'
+import type { Cancel, DemandPorts } from '../../functions/demand/ports.js'
+import { createLogger } from '../../observability/log.js'
+
+const T = Date.parse('2026-06-01T00:00:00.000Z')
+const immediateTimers: DemandPorts['timers'] = {
+  set: (fire) => setTimeout(fire, 0),
+  clear: (t) => clearTimeout(t as NodeJS.Timeout),
+}
+
+function world(idleFails: boolean, timers: DemandPorts['timers'] = immediateTimers) {
+  const claims = new MemoryKv('claims')
+  const idle = new MemoryKv('idle')
+  const cancels: Cancel[] = []
+  const refuse = () => Promise.reject(new Error('maximum bytes exceeded'))
+  const ports: DemandPorts = {
+    now: () => T,
+    idle: {
+      get: (key) => idle.get(key),
+      create: (key, text) => (idleFails ? refuse() : idle.create(key, text)),
+      update: (key, text, revision) => (idleFails ? refuse() : idle.update(key, text, revision)),
+    },
+    readClaim: (key) => claims.get(key),
+    // The admission is too recent for the watched copy: only the read can find it.
+    watchedClaim: () => undefined,
+    publishCancel: async (cancel) => {
+      cancels.push(cancel)
+      return { seq: cancels.length }
+    },
+    publishPreempt: () => {},
+    timers,
+    start: async () => {},
+    stop: async () => {},
+  }
+  return { claims, idle, cancels, demand: new Demand(ports, createLogger('test')) }
+}
+
+const claim: Claim = {
+  namespace: 'ns',
+  backfill: 'bf',
+  attempt: 1,
+  jobName: 'bf-1',
+  claimedAt: new Date(T - 5_000).toISOString(),
+  idleSince: new Date(T - 65_000).toISOString(),
+}
+
+const request = (at: number) =>
+  ({
+    id: 'r1',
+    source: 'test',
+    type: 'ai.flexinfer.foreground.request',
+    time: new Date(at).toISOString(),
+    storedAt: at,
+    data: { namespace: 'ns', model: 'llm', workloadClass: 'interactive' },
+  }) as unknown as InboundEvent
+
+describe('a request breaking a claimed window while the idle bucket refuses writes', () => {
+  it('sends the cancel all the same, and still fails the request (redelivered: idleness is written later)', async () => {
+    const { claims, cancels, demand } = world(true)
+    await claims.put(modelClaimKey('ns', 'llm'), toKv(claim))
+    // Failed without the fix: the request failed with the write and no cancel went out until a delivery's write
+    // succeeded.
+    await expect(demand.handle(request(T - 1_000))).rejects.toThrow(/maximum bytes exceeded/)
+    expect(cancels).toMatchObject([{ namespace: 'ns', backfill: 'bf', jobName: 'bf-1', reason: 'ForegroundDemand' }])
+  })
+
+  it('sends one cancel when the write succeeds (as before)', async () => {
+    const { claims, cancels, demand } = world(false)
+    await claims.put(modelClaimKey('ns', 'llm'), toKv(claim))
+    await demand.handle(request(T - 1_000))
+    expect(cancels).toHaveLength(1)
+  })
+
+  it('a request before the window sends nothing, write or no write', async () => {
+    const { claims, cancels, demand } = world(true)
+    await claims.put(modelClaimKey('ns', 'llm'), toKv(claim))
+    await expect(demand.handle(request(T - 70_000))).rejects.toThrow()
+    expect(cancels).toEqual([])
+  })
+})
+
+describe("the model's last foreground request in the idle bucket", () => {
+  const idleAt = async (idle: MemoryKv) => {
+    const e = await idle.get('ns.llm')
+    return e?.operation === 'PUT' ? (JSON.parse(e.text) as ModelIdleState).lastForegroundAt : null
+  }
+  const state = (at: number): ModelIdleState => ({
+    namespace: 'ns',
+    model: 'llm',
+    lastForegroundAt: new Date(at).toISOString(),
+    requests: 1,
+    updatedAt: new Date(at).toISOString(),
+  })
+
+  it('never moves back: a newer time found stored is remembered, not written over by an older request', async () => {
+    const { idle, demand } = world(false)
+    // Another replica (or a write of ours whose reply was lost) stored T+10 s.
+    await idle.put('ns.llm', toKv(state(T + 10_000)))
+    // A request at T+5 s finds it on its compare-and-set, and leaves it.
+    await demand.handle(request(T + 5_000))
+    expect(await idleAt(idle)).toBe(new Date(T + 10_000).toISOString())
+    // A redelivered request at T+8 s: older than what is stored. Failed without the fix: written over it with the
+    // revision just read (T+8 s stored — the window measured from a request that was not the last).
+    await demand.handle(request(T + 8_000))
+    expect(await idleAt(idle)).toBe(new Date(T + 10_000).toISOString())
+    // A newer one is written.
+    await demand.handle(request(T + 12_000))
+    expect(await idleAt(idle)).toBe(new Date(T + 12_000).toISOString())
+  })
+})
