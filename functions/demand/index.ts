@@ -72,7 +72,13 @@ export class Demand {
   /** Namespace → model → entry: a request's lookup builds no key string. */
   private readonly models = new Map<string, Map<string, ModelEntry>>()
   private tracked = 0
-  private readonly cancelled = new Map<string, number>()
+  /**
+   * Cancels sent per admitted window (cancelKeyOf): when, and the publish while it is in flight. A request that
+   * breaks the same window meanwhile waits for that publish instead of being acknowledged before the cancel is
+   * stored: were it the same message delivered twice (a redelivery racing the first delivery), its ack would end
+   * the message, and a crash before the publish lands would lose the cancel for good.
+   */
+  private readonly cancelled = new Map<string, { at: number; sending?: Promise<void> }>()
   /** Counters for logs and the benchmark. */
   readonly stats = { requests: 0, background: 0, kvWrites: 0, cancels: 0 }
 
@@ -204,49 +210,67 @@ export class Demand {
     const cancelKey = cancelKeyOf(claim)
     const sent = this.cancelled.get(cancelKey)
     const now = this.ports.now()
-    if (sent !== undefined && now - sent < CANCEL_RESEND_MS) return
-    this.cancelled.set(cancelKey, now)
-    const interval = Math.floor(now / CANCEL_RESEND_MS)
+    if (sent !== undefined && now - sent.at < CANCEL_RESEND_MS) return sent.sending
+    const record: { at: number; sending?: Promise<void> } = { at: now }
+    this.cancelled.set(cancelKey, record)
     if (this.cancelled.size > 10_000) this.pruneCancelled(now)
+    const sending = this.sendCancel(at, claim, via, cancelKey, now).then(
+      () => {
+        // Stored: later requests breaking this window are answered without waiting.
+        record.sending = undefined
+      },
+      (err) => {
+        // Not stored: the next request (or this one's redelivery) sends it again.
+        if (this.cancelled.get(cancelKey) === record) this.cancelled.delete(cancelKey)
+        throw err
+      },
+    )
+    record.sending = sending
+    return sending
+  }
+
+  private async sendCancel(
+    at: number,
+    claim: Claim,
+    via: 'watch' | 'read',
+    cancelKey: string,
+    now: number,
+  ): Promise<void> {
+    const interval = Math.floor(now / CANCEL_RESEND_MS)
     this.stats.cancels++
     // Rare (once per admission broken by foreground) and what an operator asks first: which request cancelled what.
     this.log.info(
       { job: `${claim.namespace}/${claim.jobName}`, claimedAt: claim.claimedAt, at: new Date(at).toISOString() },
       'cancel requested: foreground after the window the attempt was admitted on',
     )
-    try {
-      const ack = await this.ports.publishCancel(
+    const ack = await this.ports.publishCancel(
+      {
+        namespace: claim.namespace,
+        backfill: claim.backfill,
+        jobName: claim.jobName,
+        reason: 'ForegroundDemand',
+        at: new Date(at).toISOString(),
+      },
+      // Replicas and redeliveries publishing the same cancel collapse into one message.
+      `cancel-${cancelKey}-${interval}`,
+    )
+    // The preemption's hops (bench/preemption-profile.ts), epoch ms: request stored, handled here, cancel stored
+    // (its PubAck back). Debug only, and only per cancel: nothing on the per-request path.
+    if (this.log.isLevelEnabled('debug'))
+      this.log.debug(
         {
           namespace: claim.namespace,
-          backfill: claim.backfill,
-          jobName: claim.jobName,
-          reason: 'ForegroundDemand',
-          at: new Date(at).toISOString(),
+          job: claim.jobName,
+          via,
+          seq: ack.seq,
+          t: { stored: at, handled: now, acked: this.ports.now() },
         },
-        // Replicas and redeliveries publishing the same cancel collapse into one message.
-        `cancel-${cancelKey}-${interval}`,
+        'demand: cancel published',
       )
-      // The preemption's hops (bench/preemption-profile.ts), epoch ms: request stored, handled here, cancel stored
-      // (its PubAck back). Debug only, and only per cancel: nothing on the per-request path.
-      if (this.log.isLevelEnabled('debug'))
-        this.log.debug(
-          {
-            namespace: claim.namespace,
-            job: claim.jobName,
-            via,
-            seq: ack.seq,
-            t: { stored: at, handled: now, acked: this.ports.now() },
-          },
-          'demand: cancel published',
-        )
-    } catch (err) {
-      this.cancelled.delete(cancelKey)
-      throw err
-    }
   }
 
   private pruneCancelled(now: number) {
-    for (const [job, at] of this.cancelled) if (now - at >= CANCEL_RESEND_MS) this.cancelled.delete(job)
+    for (const [job, sent] of this.cancelled) if (now - sent.at >= CANCEL_RESEND_MS) this.cancelled.delete(job)
   }
 
   /** Persists the newest request time with compare-and-set (replicas never move it backwards). */

@@ -1,4 +1,4 @@
-// demand's idle writes. First, its slow cancel path (the claim read after the idle write, for an admission the watched claims have not shown
+// demand under faults, over in-memory ports. Its slow cancel path (the claim read after the idle write, for an admission the watched claims have not shown
 // yet) while the idle bucket refuses writes: its stream failing over, full, or over its account's quota. The cancel
 // must not wait for a write that may not succeed for a long time; the requests are still failed and redelivered, so
 // idleness is written (and the claim read after it) once the bucket takes writes again.
@@ -17,7 +17,12 @@ const immediateTimers: DemandPorts['timers'] = {
   clear: (t) => clearTimeout(t as NodeJS.Timeout),
 }
 
-function world(idleFails: boolean, timers: DemandPorts['timers'] = immediateTimers) {
+function world(
+  idleFails: boolean,
+  timers: DemandPorts['timers'] = immediateTimers,
+  publish?: (cancel: Cancel) => Promise<{ seq: number }>,
+  watched?: Claim,
+) {
   const claims = new MemoryKv('claims')
   const idle = new MemoryKv('idle')
   const cancels: Cancel[] = []
@@ -30,11 +35,11 @@ function world(idleFails: boolean, timers: DemandPorts['timers'] = immediateTime
       update: (key, text, revision) => (idleFails ? refuse() : idle.update(key, text, revision)),
     },
     readClaim: (key) => claims.get(key),
-    // The admission is too recent for the watched copy: only the read can find it.
-    watchedClaim: () => undefined,
+    // Unless given, the admission is too recent for the watched copy: only the read can find it.
+    watchedClaim: () => watched,
     publishCancel: async (cancel) => {
       cancels.push(cancel)
-      return { seq: cancels.length }
+      return publish ? publish(cancel) : { seq: cancels.length }
     },
     publishPreempt: () => {},
     timers,
@@ -115,5 +120,49 @@ describe("the model's last foreground request in the idle bucket", () => {
     // A newer one is written.
     await demand.handle(request(T + 12_000))
     expect(await idleAt(idle)).toBe(new Date(T + 12_000).toISOString())
+  })
+})
+
+describe('one request delivered twice while its cancel is being published', () => {
+  it('the second delivery is not answered before the cancel is stored', async () => {
+    // A redelivery racing the first delivery (the ack wait ran out while NATS was slow). Acknowledging it ends the
+    // message: had the second been answered at once (the cancel counted as sent while still in flight), a crash
+    // before the publish landed lost the cancel for good — the simulation's hostile seed 27381, a Job live 10.7 s
+    // after the request. Failed without the fix: the duplicate resolved while the publish was pending.
+    let store!: () => void
+    const stored = new Promise<{ seq: number }>((resolve) => {
+      store = () => resolve({ seq: 1 })
+    })
+    // Watched: each delivery finds the claim on the request itself.
+    const { claims, cancels, demand } = world(false, immediateTimers, () => stored, claim)
+    await claims.put(modelClaimKey('ns', 'llm'), toKv(claim))
+    const first = demand.handle(request(T - 1_000))
+    const second = demand.handle(request(T - 1_000))
+    let secondDone = false
+    void second?.then(() => {
+      secondDone = true
+    })
+    await new Promise((r) => setTimeout(r, 20))
+    expect(cancels).toHaveLength(1)
+    expect(secondDone).toBe(false)
+    store()
+    await Promise.all([first, second])
+    expect(secondDone).toBe(true)
+    expect(cancels).toHaveLength(1)
+  })
+
+  it('a failed publish fails both deliveries, and the next one sends the cancel again', async () => {
+    let fail = true
+    const { claims, cancels, demand } = world(false, immediateTimers, async () => {
+      if (fail) throw new Error('timeout')
+      return { seq: 2 }
+    })
+    await claims.put(modelClaimKey('ns', 'llm'), toKv(claim))
+    const both = [demand.handle(request(T - 1_000)), demand.handle(request(T - 1_000))]
+    await expect(both[0]).rejects.toThrow('timeout')
+    await expect(both[1]).rejects.toThrow('timeout')
+    fail = false
+    await demand.handle(request(T - 1_000))
+    expect(cancels.length).toBeGreaterThanOrEqual(2)
   })
 })
