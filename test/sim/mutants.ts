@@ -23,6 +23,8 @@ interface Mutant {
   revert?: string
   /** Searched with the hostile faults (more duplicates and slow calls): the race needs two tries interleaved. */
   hostile?: boolean
+  /** Seeds searched at least (a race first found past the default). */
+  seeds?: number
 }
 
 export const MUTANTS: Mutant[] = [
@@ -104,8 +106,8 @@ export const MUTANTS: Mutant[] = [
       },
       {
         file: 'functions/demand/index.ts',
-        find: 'if (sent !== undefined && now - sent < CANCEL_RESEND_MS) return',
-        replace: 'if (sent !== undefined && now - sent < 60_000) return',
+        find: 'if (sent !== undefined && now - sent.at < CANCEL_RESEND_MS) return sent.sending',
+        replace: 'if (sent !== undefined && now - sent.at < 60_000) return sent.sending',
       },
       // The key without the window and the msgID without the resend interval, as they were (source text, not
       // templates of this file).
@@ -120,6 +122,31 @@ export const MUTANTS: Mutant[] = [
         // biome-ignore lint/suspicious/noTemplateCurlyInString: the product's source text
         find: ".${claim.idleSince ?? ''}`",
         replace: '`',
+      },
+    ],
+  },
+  {
+    name: 'idle-time-moves-back',
+    race: "demand writing an older request over a newer time it had just found stored (another replica's)",
+    hostile: true,
+    edits: [
+      {
+        file: 'functions/demand/index.ts',
+        find: 'entry.persisted = Math.max(entry.persisted, target, covered)',
+        replace: 'entry.persisted = Math.max(entry.persisted, target)',
+      },
+    ],
+  },
+  {
+    name: 'duplicate-acked-before-cancel-stored',
+    race: 'a second delivery of a request answered while its cancel was still being published, then a crash',
+    hostile: true,
+    seeds: 40_000,
+    edits: [
+      {
+        file: 'functions/demand/index.ts',
+        find: 'if (sent !== undefined && now - sent.at < CANCEL_RESEND_MS) return sent.sending',
+        replace: 'if (sent !== undefined && now - sent.at < CANCEL_RESEND_MS) return',
       },
     ],
   },
@@ -208,6 +235,7 @@ export function runMutant(
 ): MutantResult {
   const dir = m.edits?.length ? mutatedCopy(m) : root
   const hostile = Boolean(o.hostile || m.hostile)
+  o = { ...o, seeds: Math.max(o.seeds, m.seeds ?? 0) }
   const skipped: number[] = []
   const started = Date.now()
   let from = 1
