@@ -46,7 +46,7 @@ async function metaLeader(): Promise<string> {
     'a JetStream meta leader',
     async () => {
       for (const s of nats.live()) {
-        const r = await fetch(`${s.monitorUrl}/jsz`).catch(() => undefined)
+        const r = await fetch(`${s.monitorUrl}/jsz`, { signal: AbortSignal.timeout(2_000) }).catch(() => undefined)
         const leader = r?.ok
           ? ((await r.json()) as { meta_cluster?: { leader?: string } }).meta_cluster?.leader
           : undefined
