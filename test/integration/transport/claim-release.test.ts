@@ -40,6 +40,23 @@ const claimOf = (jobName: string, claimedAt: string) => ({
   idleSince: '2026-12-02T00:00:00.000Z',
 })
 
+/** The subjects of the requests `body` made on the functions' connection, counted on the connection itself. */
+async function requestsOf(body: () => Promise<unknown>): Promise<string[]> {
+  const nc = deps.bus.nc
+  const request = nc.request.bind(nc)
+  const subjects: string[] = []
+  nc.request = (subject, ...rest) => {
+    subjects.push(subject)
+    return request(subject, ...rest)
+  }
+  try {
+    await body()
+  } finally {
+    nc.request = request
+  }
+  return subjects
+}
+
 async function holders(keys: { model: string; node: string }) {
   return Promise.all(
     [keys.model, keys.node].map(async (k) => readClaim(deps.log, await deps.bus.kv.claims.get(k))?.claimedAt ?? null),
@@ -73,19 +90,8 @@ it('a key given back before is taken with one read and one compare-and-set: four
   const before = claimOf('b-1-bbbb', '2026-12-02T00:00:01.000Z')
   await takeClaimKeys(deps, keys, before)
   await releaseClaimKeys(deps, keys, before)
-  const nc = deps.bus.nc
-  const request = nc.request.bind(nc)
-  const subjects: string[] = []
-  nc.request = (subject, ...rest) => {
-    subjects.push(subject)
-    return request(subject, ...rest)
-  }
   const next = claimOf('b-2-bbbb', '2026-12-02T00:01:01.000Z')
-  try {
-    expect((await takeClaimKeys(deps, keys, next)).keys).toBeDefined()
-  } finally {
-    nc.request = request
-  }
+  const subjects = await requestsOf(async () => expect((await takeClaimKeys(deps, keys, next)).keys).toBeDefined())
   expect(subjects, subjects.join('\n')).toHaveLength(4)
   expect(await holders(keys)).toEqual([next.claimedAt, next.claimedAt])
 })
@@ -98,19 +104,10 @@ it("keys read ahead (with the admission's first reads) are taken with the two co
   const ports = portsOf(deps)
   const ahead = readClaimsAhead(ports, keys)
   await ahead.entries
-  const nc = deps.bus.nc
-  const request = nc.request.bind(nc)
-  const subjects: string[] = []
-  nc.request = (subject, ...rest) => {
-    subjects.push(subject)
-    return request(subject, ...rest)
-  }
   const next = claimOf('b-2-cccc', '2026-12-02T00:01:01.000Z')
-  try {
-    expect((await takeWithReads(ports, keys, next, ahead)).keys).toBeDefined()
-  } finally {
-    nc.request = request
-  }
+  const subjects = await requestsOf(async () =>
+    expect((await takeWithReads(ports, keys, next, ahead)).keys).toBeDefined(),
+  )
   expect(subjects, subjects.join('\n')).toHaveLength(2)
   expect(await holders(keys)).toEqual([next.claimedAt, next.claimedAt])
 })
