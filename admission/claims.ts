@@ -2,6 +2,7 @@
 // holds both keys of the claims bucket (`model.<ns>.<model>`, `node.<node>`) with a Claim naming its Job, its window
 // start and when this admission took it; demand finds the attempt to cancel by the model key.
 
+import { randomUUID } from 'node:crypto'
 import type { Contender } from '../core/decide.js'
 import { backfillKey, claimKeys } from '../core/names.js'
 import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEntry, toKv } from '../core/state.js'
@@ -144,7 +145,7 @@ async function takeClaim(
       const holder = readClaimEntry(p.log, key, entry)
       const ours = holder?.jobName === claim.jobName
       // Ours and naming this very admission (a retry, a second replica): nothing to write.
-      if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return {}
+      if (ours && sameTry(holder, claim) && holder?.idleSince === claim.idleSince) return {}
       // Someone else's live hold stands.
       if (holder && !ours && !(await isStale(p, holder))) return { holder }
       // Replaced by compare-and-set on what was read: an unreadable claim (nobody can prove a hold with it), a stale
@@ -165,6 +166,15 @@ async function takeClaim(
   return { holder: holder ?? { ...claim, jobName: entry?.operation === 'PUT' ? '(unreadable claim)' : '(contended)' } }
 }
 
+/** The claim a try took, named by its time and its own id (the id: two tries may start in the same millisecond). */
+export function newClaim(fields: Omit<Claim, 'claimedAt' | 'tryId' | 'v'>, now: number): Claim {
+  return { ...fields, claimedAt: new Date(now).toISOString(), tryId: randomUUID() }
+}
+
+/** Whether two claims were taken by the same try (claims written before `tryId` existed: by their time alone). */
+const sameTry = (a: Pick<Claim, 'claimedAt' | 'tryId'> | null, b: Pick<Claim, 'claimedAt' | 'tryId'>) =>
+  a?.claimedAt === b.claimedAt && a?.tryId === b.tryId
+
 /** A claim is stale when its holder's state has moved on from that Job and the grace period is over. */
 async function isStale(p: ClaimPorts, holder: Claim): Promise<boolean> {
   if (p.clock.now() - Date.parse(holder.claimedAt) < CLAIM_GRACE_MS) return false
@@ -173,9 +183,9 @@ async function isStale(p: ClaimPorts, holder: Claim): Promise<boolean> {
 }
 
 /**
- * Gives back the claims held for `who`. An admission names its own claim (`claimedAt`): two tries of one attempt
- * (a timer and a lifecycle admit request, or a retry while the first try still runs) share the Job name, and the
- * later one replaces the earlier one's claim (takeClaim). Released by Job name alone, the earlier try — having
+ * Gives back the claims held for `who`. An admission names its own claim (`claimedAt` and `tryId`): two tries of one
+ * attempt (a timer and a lifecycle admit request, or a retry while the first try still runs) share the Job name, and
+ * the later one replaces the earlier one's claim (takeClaim). Released by Job name alone, the earlier try — having
  * decided not to create the Job — would delete the claims of the later one, whose Job then runs without them: demand
  * cannot find it to cancel, and another backfill takes its node. Ending an attempt (the `releaseClaims` action) gives
  * back whatever claim names its Job.
@@ -186,17 +196,17 @@ async function isStale(p: ClaimPorts, holder: Claim): Promise<boolean> {
 export async function releaseClaimKeys(
   p: ClaimPorts,
   keys: ClaimKeys,
-  who: string | Pick<Claim, 'jobName' | 'claimedAt'>,
+  who: string | Pick<Claim, 'jobName' | 'claimedAt' | 'tryId'>,
   restore: Record<string, string> = {},
 ) {
   const jobName = typeof who === 'string' ? who : who.jobName
-  const claimedAt = typeof who === 'string' ? undefined : who.claimedAt
+  const mine = typeof who === 'string' ? undefined : who
   // The two keys are independent: each is given back by compare-and-set on its own read, both at once.
   const release = async (key: string) => {
     const entry = await p.claims.get(key)
     const holder = readClaimEntry(p.log, key, entry)
     if (!entry || holder?.jobName !== jobName) return
-    if (claimedAt !== undefined && holder.claimedAt !== claimedAt) return
+    if (mine !== undefined && !sameTry(holder, mine)) return
     try {
       const previous = restore[key]
       if (previous !== undefined) await p.claims.update(key, previous, entry.revision)

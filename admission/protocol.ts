@@ -7,7 +7,7 @@
 //   2. The fence (RequestLog.fence), issued together with the claims: demand and cancel consuming, demand caught up
 //      with the documented subject up to the fence's cursor.
 //   3. Re-read the idle state (after the fence) and the newest request (after the claims), and decide again on them.
-//      Not admitted: the claims this admission took (by their claimedAt, never another try's) are given back.
+//      Not admitted: the claims this admission took (by their claimedAt and tryId, never another try's) are given back.
 //   4. (The caller commits the Starting state.) The newest request once more as the very last step before the POST,
 //      and once more right after it: a request stored while the POST was in flight makes the admission delete the
 //      Job it has just created (by its UID) rather than leave it to demand → cancel — and so does that read failing
@@ -21,7 +21,7 @@ import type { BackfillState, Claim } from '../core/state.js'
 import { parseEntry, parseModelIdleState } from '../core/state.js'
 import { JobRejectedError } from '../kube/kube-common.js'
 import type { StepTimings } from '../observability/step-timings.js'
-import { type ClaimKeys, type ClaimReads, claimKeys, releaseClaimKeys, takeClaimKeys } from './claims.js'
+import { type ClaimKeys, type ClaimReads, claimKeys, newClaim, releaseClaimKeys, takeClaimKeys } from './claims.js'
 import type { AdmissionPorts, Cursor, DeleteResult } from './ports.js'
 
 /**
@@ -69,14 +69,16 @@ export async function admit(
   if (create?.type !== 'createJob' || !b) return { decision }
   const namespace = b.metadata.namespace
   const model = b.spec.modelRef
-  const claim: Claim = {
-    namespace,
-    backfill: b.metadata.name,
-    attempt: create.attempt,
-    jobName: create.jobName,
-    claimedAt: new Date(ports.clock.now()).toISOString(),
-    idleSince: decision.state?.idleSince,
-  }
+  const claim = newClaim(
+    {
+      namespace,
+      backfill: b.metadata.name,
+      attempt: create.attempt,
+      jobName: create.jobName,
+      idleSince: decision.state?.idleSince,
+    },
+    ports.clock.now(),
+  )
   // The fence alongside the claims, not after them: what it proves is about requests up to its cursor only (demand
   // acknowledged them, so the idle state read after both holds them); every request past the cursor is read after
   // the claims (the per-model newest below, the documented subject's around the POST). Dekker holds on those reads.

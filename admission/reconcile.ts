@@ -40,6 +40,7 @@ import type { Deps } from '../transport/function.js'
 import {
   type Claimed,
   type ClaimKeys,
+  newClaim,
   readClaimsAhead,
   readStateEntry,
   releaseClaimKeys as releaseKeys,
@@ -479,14 +480,16 @@ async function apply(
       }
       case 'takeClaims': {
         if (!b) break
-        const claim: Claim = {
-          namespace: b.metadata.namespace,
-          backfill: b.metadata.name,
-          attempt: action.attempt,
-          jobName: action.jobName,
-          claimedAt: new Date(deps.now()).toISOString(),
-          idleSince: d.state?.idleSince,
-        }
+        const claim = newClaim(
+          {
+            namespace: b.metadata.namespace,
+            backfill: b.metadata.name,
+            attempt: action.attempt,
+            jobName: action.jobName,
+            idleSince: d.state?.idleSince,
+          },
+          deps.now(),
+        )
         const held = await takeClaimKeys(deps, claimKeys(claim.namespace, b.spec.modelRef, action.node), claim)
         if (held.contender) {
           // Two live attempts on one model or node, both left by a previous controller: keep ours running (the
@@ -684,14 +687,14 @@ export async function ensureClaims(deps: Deps, b: ModelBackfill | null, d: Decis
     { namespace: s.namespace, backfill: s.name, job: s.jobName },
     'live attempt without its claims; retaking them',
   )
-  const retaken = await takeClaimKeys(deps, keys, {
-    namespace: s.namespace,
-    backfill: s.name,
-    attempt: s.attempts,
-    jobName: s.jobName,
-    claimedAt: new Date(deps.now()).toISOString(),
-    idleSince: s.idleSince,
-  })
+  const retaken = await takeClaimKeys(
+    deps,
+    keys,
+    newClaim(
+      { namespace: s.namespace, backfill: s.name, attempt: s.attempts, jobName: s.jobName, idleSince: s.idleSince },
+      deps.now(),
+    ),
+  )
   // Ended between the read and the take (its release may have come before our take): give them back.
   if (retaken.claim && !(await stillLive())) await releaseClaimKeys(deps, keys, retaken.claim)
 }
@@ -726,5 +729,8 @@ export const takeClaimKeys = (deps: Deps, keys: ClaimKeys, claim: Claim): Promis
   takeKeys(portsOf(deps), keys, claim)
 
 /** Gives back the claims held for `who`: an admission's own claim, or whatever names an ended attempt's Job. */
-export const releaseClaimKeys = (deps: Deps, keys: ClaimKeys, who: string | Pick<Claim, 'jobName' | 'claimedAt'>) =>
-  releaseKeys(portsOf(deps), keys, who)
+export const releaseClaimKeys = (
+  deps: Deps,
+  keys: ClaimKeys,
+  who: string | Pick<Claim, 'jobName' | 'claimedAt' | 'tryId'>,
+) => releaseKeys(portsOf(deps), keys, who)

@@ -110,6 +110,11 @@ export const ClaimSchema = z.object({
   claimedAt: time,
   /** Start of the idle window the attempt was admitted on: a foreground request after it cancels the attempt. */
   idleSince: time.optional(),
+  /**
+   * Which try took it (random): two tries of one attempt — a timer delivered twice — can start in the same
+   * millisecond, and `claimedAt` alone then names both. Absent in claims written before it existed.
+   */
+  tryId: z.string().max(64).optional(),
 })
 export type Claim = z.infer<typeof ClaimSchema>
 

@@ -34,7 +34,7 @@ export const MUTANTS: Mutant[] = [
     edits: [
       {
         file: 'admission/claims.ts',
-        find: 'if (claimedAt !== undefined && holder.claimedAt !== claimedAt) return',
+        find: 'if (mine !== undefined && !sameTry(holder, mine)) return',
         replace: '',
       },
     ],
@@ -147,6 +147,19 @@ export const MUTANTS: Mutant[] = [
         file: 'functions/demand/index.ts',
         find: 'if (sent !== undefined && now - sent.at < CANCEL_RESEND_MS) return sent.sending',
         replace: 'if (sent !== undefined && now - sent.at < CANCEL_RESEND_MS) return',
+      },
+    ],
+  },
+  {
+    name: 'tries-named-by-time-alone',
+    race: 'two tries of one attempt started in the same millisecond: the one giving up released the other’s claims',
+    hostile: true,
+    seeds: 45_000,
+    edits: [
+      {
+        file: 'admission/claims.ts',
+        find: 'a?.claimedAt === b.claimedAt && a?.tryId === b.tryId',
+        replace: 'a?.claimedAt === b.claimedAt',
       },
     ],
   },

@@ -1,6 +1,6 @@
 // The claims over the in-memory ports: two tries of one attempt (same Job name) taking and giving back claims.
 import { describe, expect, it } from 'vitest'
-import { claimKeys, readClaimsAhead, releaseClaimKeys, takeClaimKeys } from '../../admission/claims.js'
+import { claimKeys, newClaim, readClaimsAhead, releaseClaimKeys, takeClaimKeys } from '../../admission/claims.js'
 import { MemoryKv } from '../../admission/memory-ports.js'
 import { type Claim, parseClaim, parseEntry } from '../../core/state.js'
 import { createLogger } from '../../observability/log.js'
@@ -63,6 +63,44 @@ describe('two tries of one attempt', () => {
     const taken = await takeClaimKeys(ports, keys, a)
     await releaseClaimKeys(ports, keys, a, taken.replaced)
     expect([holder(keys.model), holder(keys.node)]).toEqual([null, null])
+  })
+})
+
+describe('two tries of one attempt started in the same millisecond (a timer delivered twice)', () => {
+  const tryIdOf = (ports: ReturnType<typeof world>['ports'], key: string) => {
+    const e = ports.claims.peek(key)
+    const r = e?.operation === 'PUT' ? parseEntry(e.text, parseClaim) : null
+    return r?.ok ? r.value.tryId : null
+  }
+
+  it('the one that gives up leaves the other its claims, though both name the same time', async () => {
+    // The simulation's seeds 52165 and 42033: the try giving up released "its own" claim by claimedAt and took the
+    // other try's with it — whose Job was created, and ran without claims. Failed without the try's id: [null, null].
+    const { ports } = world()
+    const a = { ...tryOf(T, T - 5_000), tryId: 'try-a' }
+    const b = { ...tryOf(T, T - 5_000), tryId: 'try-b' }
+    const first = await takeClaimKeys(ports, keys, a)
+    const second = await takeClaimKeys(ports, keys, b)
+    expect(second.claim).toEqual(b)
+    await releaseClaimKeys(ports, keys, a, first.replaced)
+    expect([tryIdOf(ports, keys.model), tryIdOf(ports, keys.node)]).toEqual(['try-b', 'try-b'])
+  })
+
+  it('the later one giving up puts the earlier one back', async () => {
+    const { ports } = world()
+    const a = { ...tryOf(T, T - 5_000), tryId: 'try-a' }
+    const b = { ...tryOf(T, T - 5_000), tryId: 'try-b' }
+    await takeClaimKeys(ports, keys, a)
+    const second = await takeClaimKeys(ports, keys, b)
+    await releaseClaimKeys(ports, keys, b, second.replaced)
+    expect([tryIdOf(ports, keys.model), tryIdOf(ports, keys.node)]).toEqual(['try-a', 'try-a'])
+  })
+
+  it('newClaim gives every try its own id', () => {
+    const fields = { namespace: 'ns', backfill: 'bf', attempt: 1, jobName: 'bf-1' }
+    const [x, y] = [newClaim(fields, T), newClaim(fields, T)]
+    expect(x.claimedAt).toBe(y.claimedAt)
+    expect(x.tryId).not.toBe(y.tryId)
   })
 })
 
