@@ -1,7 +1,9 @@
-// demand under faults, over in-memory ports. Its slow cancel path (the claim read after the idle write, for an admission the watched claims have not shown
-// yet) while the idle bucket refuses writes: its stream failing over, full, or over its account's quota. The cancel
-// must not wait for a write that may not succeed for a long time; the requests are still failed and redelivered, so
-// idleness is written (and the claim read after it) once the bucket takes writes again.
+// demand under faults, over in-memory ports: its slow cancel path (the claim read after the idle write, for an
+// admission the watched claims have not shown yet) while the idle bucket refuses writes — its stream failing over,
+// full, or over its account's quota. The cancel must not wait for a write that may not succeed for a long time; the
+// requests are still failed and redelivered, so idleness is written (and the claim read after it) once the bucket
+// takes writes again. Then the stored idle time, which never moves back, and a request delivered twice while its
+// cancel is being published.
 import { describe, expect, it } from 'vitest'
 import { MemoryKv } from '../../admission/memory-ports.js'
 import { modelClaimKey } from '../../core/names.js'
