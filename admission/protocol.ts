@@ -8,10 +8,11 @@
 //      with the documented subject up to the fence's cursor.
 //   3. Re-read the idle state (after the fence) and the newest request (after the claims), and decide again on them.
 //      Not admitted: the claims this admission took (by their claimedAt and tryId, never another try's) are given back.
-//   4. (The caller commits the Starting state.) The newest request once more as the very last step before the POST,
-//      and once more right after it: a request stored while the POST was in flight makes the admission delete the
-//      Job it has just created (by its UID) rather than leave it to demand → cancel — and so does that read failing
-//      or coming late (the real one has a deadline, POST_READ_DEADLINE_MS), since then no request can be ruled out.
+//   4. (The caller commits the Starting state by compare-and-set, a retry's unchanged one too: the POST stands on
+//      the newest state.) The newest request once more as the very last step before the POST, and once more right
+//      after it: a request stored while the POST was in flight makes the admission delete the Job it has just
+//      created (by its UID) rather than leave it to demand → cancel — and so does that read failing or coming late
+//      (the real one has a deadline, POST_READ_DEADLINE_MS), since then no request can be ruled out.
 //
 // The newest-request reads see every request stored before them, whichever subject it came on: the per-model
 // subject's newest, and the documented subject's requests past the fence's cursor (RequestLog.newest).

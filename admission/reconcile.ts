@@ -373,7 +373,13 @@ export async function reconcile(
     decided?.(observed, trigger, decision)
     // The state revision this decision stands on: its status may only be shown while no newer one exists.
     let revision = entry?.revision ?? 0
-    if (!sameState(state, decision.state)) {
+    // A decision to create a Job commits its state even when unchanged (a retry of an attempt already Starting: the
+    // same state, written again): the POST then stands on the newest state, not on a read a cancel or another try
+    // may have moved on from since. Not written, a try that read Starting before the attempt was ended would create
+    // its Job after the end gave the claims back (a live Job nobody can cancel), or under a Cancelling state a
+    // cancel committed over the same stale revision, which then deletes only the Job it saw (none is left to wake).
+    const creates = decision.actions.some((a) => a.type === 'createJob')
+    if (creates || !sameState(state, decision.state)) {
       try {
         if (decision.state === null) await kv.delete(key, entry ? { previousSeq: entry.revision } : undefined)
         else if (entry) revision = await kv.update(key, toKv(decision.state), entry.revision)

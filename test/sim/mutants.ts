@@ -25,6 +25,8 @@ interface Mutant {
   hostile?: boolean
   /** Seeds searched at least (a race first found past the default). */
   seeds?: number
+  /** Seconds the search may take at least (with `seeds` past what the default allows). */
+  maxSeconds?: number
 }
 
 export const MUTANTS: Mutant[] = [
@@ -45,7 +47,7 @@ export const MUTANTS: Mutant[] = [
     edits: [
       {
         file: 'admission/claims.ts',
-        find: 'if (ours && holder?.claimedAt === claim.claimedAt && holder?.idleSince === claim.idleSince) return {}',
+        find: 'if (ours && sameTry(holder, claim) && holder?.idleSince === claim.idleSince) return {}',
         replace: 'if (ours) return {}',
       },
     ],
@@ -164,6 +166,19 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
+    name: 'retry-posts-on-stale-state',
+    race: 'a retry of a Starting attempt creating its Job on a state read before a cancel or another try ended it',
+    seeds: 80_000,
+    maxSeconds: 330,
+    edits: [
+      {
+        file: 'admission/reconcile.ts',
+        find: "const creates = decision.actions.some((a) => a.type === 'createJob')",
+        replace: 'const creates = false',
+      },
+    ],
+  },
+  {
     name: 'after-read-failure-keeps-job',
     race: 'the read after the POST failing: the Job it just created left to demand → cancel',
     edits: [
@@ -181,8 +196,18 @@ export const MUTANTS: Mutant[] = [
   },
 ]
 
+/** Each edit whose anchor does not occur exactly once in the tree as it is: the mutant no longer applies. */
+export function staleAnchors(m: Mutant, tree = root): string[] {
+  return (m.edits ?? []).flatMap((e) => {
+    const n = readFileSync(join(tree, e.file), 'utf8').split(e.find).length - 1
+    return n === 1 ? [] : [`${m.name}: ${e.file} holds its anchor ${n} times, not once: ${e.find}`]
+  })
+}
+
 /** Applies a mutant's edits to a copy of the tree; the copy's path. Throws when an anchor no longer matches once. */
 export function mutatedCopy(m: Mutant): string {
+  const stale = staleAnchors(m)
+  if (stale.length) throw new Error(stale.join('\n'))
   const dir = mkdtempSync(join(tmpdir(), `mbf-mutant-${m.name}-`))
   for (const entry of [
     'core',
@@ -248,7 +273,7 @@ export function runMutant(
 ): MutantResult {
   const dir = m.edits?.length ? mutatedCopy(m) : root
   const hostile = Boolean(o.hostile || m.hostile)
-  o = { ...o, seeds: Math.max(o.seeds, m.seeds ?? 0) }
+  o = { ...o, seeds: Math.max(o.seeds, m.seeds ?? 0), maxSeconds: Math.max(o.maxSeconds, m.maxSeconds ?? 0) }
   const skipped: number[] = []
   const started = Date.now()
   let from = 1
