@@ -2,8 +2,8 @@
 // deterministic simulation of admission (test/unit/support/dst.ts) over many seeds, on J worker threads (default: one
 // per CPU; --jobs 1 runs them in this thread); the lowest failing seed is printed with its schedule and replays
 // exactly. --revert undoes fixes of the simulated drivers (the race-finding check, see
-// test/sim/mutants.ts); --hostile draws more duplicates and slow calls; --stats prints how often each fault kind was
-// generated.
+// test/sim/mutants.ts); --hostile draws more duplicates and slow calls; --no-caches decides on fresh reads alone
+// (admit and lifecycle without their watched copies); --stats prints how often each fault kind was generated.
 import { parseArgs } from 'node:util'
 import { DEFAULT_FAULTS, HOSTILE_FAULTS, type Reverts, searchSeeds, simulate } from '../unit/support/dst.js'
 import { defaultJobs, searchSeedsParallel } from './parallel.js'
@@ -20,6 +20,7 @@ const { values } = parseArgs({
     print: { type: 'boolean', default: false },
     stats: { type: 'boolean', default: false },
     hostile: { type: 'boolean', default: false },
+    'no-caches': { type: 'boolean', default: false },
   },
 })
 const KNOWN: (keyof Reverts)[] = ['cancelNoWait', 'documentedSubjectBlind']
@@ -33,8 +34,10 @@ for (const r of values.revert.split(',').filter(Boolean)) {
 }
 const steps = Number(values.steps)
 const faults = values.hostile ? HOSTILE_FAULTS : DEFAULT_FAULTS
+const caches = !values['no-caches']
+const flags = `${values.revert ? ` --revert ${values.revert}` : ''}${values.hostile ? ' --hostile' : ''}${caches ? '' : ' --no-caches'}`
 if (values.seed !== undefined) {
-  const r = await simulate({ seed: Number(values.seed), steps, reverts, faults, trace: true })
+  const r = await simulate({ seed: Number(values.seed), steps, reverts, faults, caches, trace: true })
   if (values.print || !r.ok) process.stdout.write(`${r.schedule.join('\n')}\n`)
   process.stdout.write(
     `seed ${r.seed}: ${r.ok ? 'ok' : `VIOLATION ${r.violation}`} (${r.jobs} Jobs, ${r.requests} requests)\n`,
@@ -48,8 +51,8 @@ const jobs = values.jobs === undefined ? defaultJobs() : Number(values.jobs)
 const cpu0 = process.cpuUsage()
 const r =
   jobs > 1
-    ? await searchSeedsParallel(from, count, jobs, { steps, reverts, faults, maxMs })
-    : await searchSeeds(from, count, { steps, reverts, faults, maxMs })
+    ? await searchSeedsParallel(from, count, jobs, { steps, reverts, faults, caches, maxMs })
+    : await searchSeeds(from, count, { steps, reverts, faults, caches, maxMs })
 // The process's CPU time: every worker thread's included.
 const cpu = process.cpuUsage(cpu0)
 const cpuS = (cpu.user + cpu.system) / 1e6
@@ -62,7 +65,7 @@ if (r.failed) {
   process.stdout.write(
     `seed ${f.seed} FAILED after ${r.runs} schedules, ${Math.round(r.ms)} ms: ${f.violation}\n` +
       `failed ${f.steps >= steps ? 'in the quiet tail' : `at step ${f.steps} of ${steps}`}\n` +
-      `replay: npm run sim -- --seed ${f.seed} --steps ${steps}${values.revert ? ` --revert ${values.revert}` : ''}${values.hostile ? ' --hostile' : ''} --print\n`,
+      `replay: npm run sim -- --seed ${f.seed} --steps ${steps}${flags} --print\n`,
   )
   process.exit(1)
 }

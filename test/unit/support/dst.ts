@@ -48,6 +48,7 @@ import type { DemandPorts } from '../../../functions/demand/ports.js'
 import { type Bus, isCasConflict } from '../../../jetstream/bus.js'
 import type { Kube } from '../../../kube/kube.js'
 import type { Logger } from '../../../observability/log.js'
+import { type SimCopy, simCaches } from './sim-caches.js'
 
 export const LATE_MS = 100
 export const RACED_MS = 1_000
@@ -56,6 +57,10 @@ export const CLAIMLESS_MS = 2_000
 const SLOW_CALL_MS = 300
 const NS = 'sim'
 const ACK_WAIT_MS = 2_000
+/** The annotation naming the POST that created a Job (the oracle's, read by nothing else). */
+const SIM_POST = 'sim.flexinfer.ai/post'
+/** A watch that lost an event restarts and lists again within one to two of these. */
+const RELIST_MS = 1_000
 const T0 = Date.parse('2026-06-01T00:00:00.000Z')
 
 /** How hostile a schedule is: probabilities per step or per call. */
@@ -120,6 +125,11 @@ export interface SimOptions {
    * 1, 2, … crashes an admission at every await it makes, one schedule each.
    */
   crashAt?: { role: Role | 'demand'; call: number }
+  /**
+   * admit and lifecycle decide on watched copies (support/sim-caches.ts), as they do in production: the default.
+   * false: on fresh reads alone (a process without its copies).
+   */
+  caches?: boolean
 }
 
 /** How often each kind of fault and interleaving was generated in one schedule (or summed over many). */
@@ -147,6 +157,9 @@ export interface SimStats {
   actors: number
   /** demand processes that crashed (and were started again with empty memory). */
   demandRestarts: number
+  /** Watched copies listed again after a lost watch event; admit's reads of a ModelBackfill copy behind the apiserver. */
+  relists: number
+  staleCopyReads: number
   /** The call a `crashAt` crash hit (its op), if it was reached. */
   crashedAt?: string
 }
@@ -180,6 +193,8 @@ export function emptyStats(): SimStats {
     racedJobsDeleted: 0,
     actors: 0,
     demandRestarts: 0,
+    relists: 0,
+    staleCopyReads: 0,
   }
 }
 
@@ -199,6 +214,8 @@ export function addStats(a: SimStats, b: SimStats) {
     'racedJobsDeleted',
     'actors',
     'demandRestarts',
+    'relists',
+    'staleCopyReads',
   ] as const) {
     a[k] += b[k]
   }
@@ -319,8 +336,7 @@ export class Simulation {
   private readonly backfills = new Map<string, ModelBackfill>()
   private readonly armed = new Map<string, { at: string; timer: Timer }>()
   /** When each Job's POST was sent, and by whom: requests before it were the admission's to see. */
-  private readonly postSent = new Map<string, number>()
-  private readonly postedBy = new Map<string, Actor>()
+  private readonly posts = new Map<number, { sent: number; by?: Actor }>()
   private readonly postOf = new WeakMap<StoredJob, { sent: number; by?: Actor }>()
   private demandAcked = new Set<number>()
   /** The demand process: the real Demand, one instance until it crashes (its memory goes with it). */
@@ -332,6 +348,23 @@ export class Simulation {
   private readonly claimless = new Map<string, number>()
   private actors = 0
   readonly deps: AdmissionDeps
+  /** admit's and lifecycle's watched copies, when deciding on them (SimOptions.caches). */
+  private readonly copies?: { jobs: SimCopy<V1Job>; backfills: SimCopy<ModelBackfill> }
+  private readonly template: V1CronJob = deepFreeze({
+    metadata: { name: 'eval', namespace: NS, uid: 'uid-eval' },
+    spec: {
+      schedule: '0 0 1 1 *',
+      jobTemplate: {
+        spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'eval', image: 'busybox' }] } } },
+      },
+    },
+  })
+  private readonly models = new Map(
+    BACKFILLS.map((b) => [
+      b.model,
+      deepFreeze({ metadata: { namespace: NS, name: b.model }, status: { phase: 'Ready', gpu: { node: NODE } } }),
+    ]),
+  )
 
   constructor(readonly options: SimOptions) {
     this.random = rng(options.seed)
@@ -352,22 +385,20 @@ export class Simulation {
     }
     this.jobs = new MemoryJobs(clock, gate, (j) => this.jobChanged(j))
     const jobs = this.jobs
-    const recordPost = (job: V1Job) => {
-      const name = job.metadata?.name ?? ''
-      if (!this.postSent.has(name) || !jobs.jobs.has(`${NS}/${name}`)) {
-        this.postSent.set(name, this.now)
-        if (this.current) this.postedBy.set(name, this.current)
-      }
+    // Each POST is marked with its own id, so the Job it creates is bound to when that very POST was sent, and by
+    // whom: a POST sent while a same-named Job was still being deleted creates a Job after it is gone.
+    const recordPost = (job: V1Job): V1Job => {
+      const id = this.posts.size + 1
+      this.posts.set(id, { sent: this.now, by: this.current })
+      const annotations = { ...job.metadata?.annotations, [SIM_POST]: String(id) }
+      return { ...job, metadata: { ...job.metadata, annotations } }
     }
     const ports = memoryPorts({
       claims: this.claims,
       states: this.states,
       requests: this.requests,
       jobs: {
-        create: (job) => {
-          recordPost(job)
-          return jobs.create(job)
-        },
+        create: (job) => jobs.create(recordPost(job)),
         delete: (ns, name, uid) => jobs.delete(ns, name, uid),
       },
       clock,
@@ -380,6 +411,17 @@ export class Simulation {
       log: silent,
       now: () => this.now,
       admission: ports,
+    }
+    if (options.caches !== false) {
+      const { copies, caches } = simCaches({
+        backfills: [...this.backfills.values()],
+        templates: [this.template],
+        models: [...this.models.values()],
+        backfill: (key) => this.backfills.get(key.slice(NS.length + 1)) ?? null,
+        behind: () => this.stats.staleCopyReads++,
+      })
+      this.copies = copies
+      this.deps.caches = caches
     }
     this.startDemand()
   }
@@ -649,10 +691,11 @@ export class Simulation {
 
   /** The watch: lifecycle decides the Job's backfill again (unless the event is lost: a watch restarting). */
   private jobChanged(j: StoredJob) {
-    // Bound to the Job at its creation: a name is used again once a deleted Job is gone (a later attempt's retry).
+    // Bound to the Job at its creation, by the POST that created it: a name is used again once a deleted Job is gone
+    // (a later attempt's retry).
     if (!this.postOf.has(j)) {
-      const name = j.job.metadata?.name ?? ''
-      this.postOf.set(j, { sent: this.postSent.get(name) ?? j.createdAt, by: this.postedBy.get(name) })
+      const post = this.posts.get(Number(j.job.metadata?.annotations?.[SIM_POST]))
+      this.postOf.set(j, { sent: post?.sent ?? j.createdAt, by: post?.by })
     }
     const backfill = j.job.metadata?.ownerReferences?.[0]?.name
     if (!backfill) return
@@ -666,14 +709,45 @@ export class Simulation {
       })
     }
     const delay = this.random.int(50)
+    const key = `${NS}/${j.job.metadata?.name}`
     if (this.faultsOn && this.random.chance(this.faults.lostWatch)) {
       this.stats.lostWatch++
       this.log(() => `lost  watch ${j.job.metadata?.name}`)
+      // admit's copy misses it too, until its watch restarts and lists again.
+      const copy = this.copies?.jobs
+      if (copy) this.at(RELIST_MS + this.random.int(RELIST_MS), 'relist jobs', () => this.relist(copy, this.allJobs()))
       return
     }
     this.at(delay, `watch ${j.job.metadata?.name}`, () => {
+      // The copy first: the lifecycle this event wakes reads it (one watch feeds both here).
+      this.copies?.jobs.apply(key, this.jobs.jobs.get(key)?.job ?? null)
       this.deliver('lifecycle', backfill, { type: 'resource' })
     })
+  }
+
+  private relist<T extends V1Job | ModelBackfill>(copy: SimCopy<T>, all: T[]) {
+    this.stats.relists++
+    copy.relist(all)
+  }
+
+  private allJobs() {
+    return [...this.jobs.jobs.values()].map((s) => s.job)
+  }
+
+  /** admit's copy of a ModelBackfill hears of its change a moment later, or — the event lost — at the next relist. */
+  private watchBackfill(name: string) {
+    const copy = this.copies?.backfills
+    if (!copy) return
+    if (this.faultsOn && this.random.chance(this.faults.lostWatch)) {
+      this.stats.lostWatch++
+      this.at(RELIST_MS + this.random.int(RELIST_MS), 'relist backfills', () =>
+        this.relist(copy, [...this.backfills.values()]),
+      )
+      return
+    }
+    this.at(this.random.int(50), `watch backfill ${name}`, () =>
+      copy.apply(`${NS}/${name}`, this.backfills.get(name) ?? null),
+    )
   }
 
   // ---- deliveries ---------------------------------------------------------------------------------------------
@@ -860,29 +934,16 @@ export class Simulation {
   }
 
   private kube() {
-    const template: V1CronJob = {
-      metadata: { name: 'eval', namespace: NS, uid: 'uid-eval' },
-      spec: {
-        schedule: '0 0 1 1 *',
-        jobTemplate: {
-          spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'eval', image: 'busybox' }] } } },
-        },
-      },
-    }
-    deepFreeze(template)
-    const models = new Map(
-      BACKFILLS.map((b) => [
-        b.model,
-        deepFreeze({ metadata: { namespace: NS, name: b.model }, status: { phase: 'Ready', gpu: { node: NODE } } }),
-      ]),
-    )
+    const { template, models } = this
     // Objects are handed out as stored, frozen: a change replaces the stored one (a reader keeps what it read).
     const change = (name: string, edit: (b: ModelBackfill) => ModelBackfill) => {
       const cur = this.backfills.get(name)
       if (!cur) return
       const next = edit(cur)
       const resourceVersion = String(Number(cur.metadata.resourceVersion) + 1)
-      this.backfills.set(name, deepFreeze({ ...next, metadata: { ...next.metadata, resourceVersion } }))
+      const stored = deepFreeze({ ...next, metadata: { ...next.metadata, resourceVersion } })
+      this.backfills.set(name, stored)
+      this.watchBackfill(name)
     }
     const ownJobs = (name: string) =>
       this.jobs.list().then((l) => l.filter((j) => j.metadata?.ownerReferences?.[0]?.name === name))
