@@ -27,6 +27,16 @@ interface Mutant {
   seeds?: number
   /** Seconds the search may take at least (with `seeds` past what the default allows). */
   maxSeconds?: number
+  /**
+   * Searched on fresh reads alone (npm run sim -- --no-caches): a race the simulation with watched copies did not
+   * reach within 20,000 seeds (docs/development.md says which), found on the path it was first found on.
+   */
+  caches?: false
+  /**
+   * Why the simulation no longer reaches this race (another fix closes the schedules that led to it) and which test
+   * still fails without its fix: skipped by the search, its anchor still checked.
+   */
+  unreached?: string
 }
 
 export const MUTANTS: Mutant[] = [
@@ -71,6 +81,10 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'other-try-ends-attempt-in-flight',
+    unreached:
+      'not found within 60,000 seeds on fresh reads alone nor 20,000 with watched copies since a retry commits its ' +
+      'state before its POST (retry-posts-on-stale-state); test/unit/decide.fence.test.ts "another try seeing the ' +
+      'request …" fails without it',
     race: 'another try of admit taking back a Starting attempt for a request while the admission’s POST is in flight',
     edits: [
       {
@@ -98,6 +112,7 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'demand-cancel-once-per-attempt',
+    caches: false,
     race: 'the request that opened a window read as breaking it, its cancel dropped, the real cancels silenced',
     hostile: true,
     edits: [
@@ -129,6 +144,7 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'idle-time-moves-back',
+    caches: false,
     race: "demand writing an older request over a newer time it had just found stored (another replica's)",
     hostile: true,
     edits: [
@@ -167,6 +183,7 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'retry-posts-on-stale-state',
+    caches: false,
     race: 'a retry of a Starting attempt creating its Job on a state read before a cancel or another try ended it',
     seeds: 80_000,
     maxSeconds: 330,
@@ -180,6 +197,7 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'after-read-failure-keeps-job',
+    caches: false,
     race: 'the read after the POST failing: the Job it just created left to demand → cancel',
     edits: [
       {
@@ -255,9 +273,10 @@ export interface MutantResult {
 }
 
 /** Whether the code as it is (no mutation, no revert) fails this seed too. */
-function failsUnmutated(seed: number, o: { steps: number; hostile?: boolean }): boolean {
+function failsUnmutated(seed: number, o: { steps: number; hostile?: boolean; caches?: false }): boolean {
   const args = ['--import', 'tsx', join(root, 'test/sim/run.ts'), '--seed', String(seed), '--steps', String(o.steps)]
   if (o.hostile) args.push('--hostile')
+  if (o.caches === false) args.push('--no-caches')
   const r = spawnSync(process.execPath, args, { cwd: root, encoding: 'utf8', timeout: 120_000 })
   return r.status !== 0
 }
@@ -287,6 +306,7 @@ export function runMutant(
       args.push('--seeds', String(o.seeds - from + 1), '--steps', String(o.steps), '--max-seconds', String(left))
       if (m.revert) args.push('--revert', m.revert)
       if (hostile) args.push('--hostile')
+      if (m.caches === false) args.push('--no-caches')
       if (o.jobs !== undefined) args.push('--jobs', String(o.jobs))
       // Bounded: the run stops itself at --max-seconds; the kill is for a run that hangs.
       const r = spawnSync(process.execPath, args, {
@@ -300,7 +320,7 @@ export function runMutant(
       if (!f) return { name: m.name, found: false, skipped, output }
       const seed = Number(f[1])
       schedules += Number(f[2])
-      if (failsUnmutated(seed, { steps: o.steps, hostile })) {
+      if (failsUnmutated(seed, { steps: o.steps, hostile, caches: m.caches })) {
         skipped.push(seed)
         from = seed + 1
         continue
@@ -343,6 +363,10 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   }
   let missed = 0
   for (const m of MUTANTS.filter((x) => !values.only || x.name === values.only)) {
+    if (m.unreached && !values.only) {
+      process.stdout.write(`${m.name}: skipped, ${m.unreached}\n`)
+      continue
+    }
     const r = runMutant(m, o)
     if (!r.found) missed++
     const passedOver = r.skipped.length
@@ -350,9 +374,9 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
       : ''
     process.stdout.write(
       r.found
-        ? `${m.name}: found, seed ${r.seed} after ${r.schedules} schedules, ${(r.ms ?? 0) / 1000} s: ${r.violation} ` +
+        ? `${m.name}${m.caches === false ? ' (fresh reads alone)' : ''}: found, seed ${r.seed} after ${r.schedules} schedules, ${(r.ms ?? 0) / 1000} s: ${r.violation} ` +
             `(failed ${r.where})${passedOver}\n`
-        : `${m.name}: NOT found within ${o.seeds} seeds / ${o.maxSeconds} s (${m.race})${passedOver}\n${r.output.slice(-400)}\n`,
+        : `${m.name}: NOT found within ${Math.max(o.seeds, m.seeds ?? 0)} seeds / ${Math.max(o.maxSeconds, m.maxSeconds ?? 0)} s (${m.race})${passedOver}\n${r.output.slice(-400)}\n`,
     )
   }
   process.exit(missed ? 1 : 0)
