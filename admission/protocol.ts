@@ -9,8 +9,9 @@
 //   3. Re-read the idle state (after the fence) and the newest request (after the claims), and decide again on them.
 //      Not admitted: the claims this admission took (by their claimedAt and tryId, never another try's) are given back.
 //   4. (The caller commits the Starting state by compare-and-set, a retry's unchanged one too: the POST stands on
-//      the newest state.) The newest request once more as the very last step before the POST, and once more right
-//      after it: a request stored while the POST was in flight makes the admission delete the Job it has just
+//      the newest state.) The newest request once more as the very last step before the POST — sent together with
+//      that state write, and sent again if it is older than PRE_POST_READ_FRESH_MS when the POST goes — and once more
+//      right after it: a request stored while the POST was in flight makes the admission delete the Job it has just
 //      created (by its UID) rather than leave it to demand → cancel — and so does that read failing or coming late
 //      (the real one has a deadline, POST_READ_DEADLINE_MS), since then no request can be ruled out.
 //
@@ -32,6 +33,29 @@ import type { AdmissionPorts, Cursor, DeleteResult } from './ports.js'
  * allows a raced admission even when the POST itself was late. Such a read normally answers in a few milliseconds.
  */
 export const POST_READ_DEADLINE_MS = 300
+
+/**
+ * How long before the POST the newest-request read in front of it may have been sent. It is sent together with the
+ * state write (one round trip fewer on every admission); when that write, or an action between it and the POST, took
+ * longer, the read is sent again. A request stored after the read was sent is seen by the read after the POST (the
+ * Job is then deleted at once), so this bounds how late a Job may be created after a request it could have seen:
+ * well inside the 100 ms the simulation's and the chaos oracle's invariant allows.
+ */
+export const PRE_POST_READ_FRESH_MS = 25
+
+/** The newest-request read sent ahead of the POST (with the state write): when it was sent, and its answer. */
+export interface EarlyRead {
+  sentAt: number
+  answer: Promise<{ at: string | null; cursor?: Cursor }>
+}
+
+/** Sends the read in front of the POST now, alongside the caller's state write. */
+export function readBeforePost(ports: AdmissionPorts, namespace: string, model: string, cursor?: Cursor): EarlyRead {
+  const answer = ports.requests.newest(namespace, model, cursor)
+  // Awaited only if the state write commits; a failure is read again before the POST.
+  answer.catch(() => {})
+  return { sentAt: ports.clock.now(), answer }
+}
 
 /** Claims an admission holds for the Job it is about to create. */
 export interface Held {
@@ -160,11 +184,18 @@ export async function post(
   state: BackfillState | null,
   where: { namespace: string; model: string; jobName: string; cursor?: Cursor },
   timings?: StepTimings,
+  /** The read in front of the POST, sent with the state write (readBeforePost). */
+  early?: EarlyRead,
 ): Promise<PostOutcome> {
   const { namespace, model, jobName } = where
   // The very last step before the POST: what stood between the fence and here (the state write, a finalizer,
-  // cleanups; slow under load) is no gap for a request.
-  const before = await ports.requests.newest(namespace, model, where.cursor)
+  // cleanups; slow under load) is no gap for a request. The read sent with the state write stands in for it while
+  // it is fresh; a failed or stale one is sent again.
+  const ahead = early ? await early.answer.catch(() => undefined) : undefined
+  const before =
+    ahead && early && ports.clock.now() - early.sentAt <= PRE_POST_READ_FRESH_MS
+      ? ahead
+      : await ports.requests.newest(namespace, model, where.cursor)
   timings?.mark('prePostRead')
   if (racedAdmission(state, before.at)) return { kind: 'racedBefore', lastRequestAt: before.at as string }
   const postAt = ports.clock.now()

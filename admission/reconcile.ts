@@ -49,7 +49,7 @@ import {
 import { type FreshReads, readFresh, sameBackfill, sameTemplate } from './fresh-check.js'
 import { admissionPorts } from './nats-ports.js'
 import type { AdmissionPorts, Cursor } from './ports.js'
-import { admit, giveBack, post } from './protocol.js'
+import { admit, type EarlyRead, giveBack, post, readBeforePost } from './protocol.js'
 import { timerHeld } from './timer-held.js'
 
 export type Role = 'admit' | 'cancel' | 'lifecycle'
@@ -379,6 +379,9 @@ export async function reconcile(
     // its Job after the end gave the claims back (a live Job nobody can cancel), or under a Cancelling state a
     // cancel committed over the same stale revision, which then deletes only the Job it saw (none is left to wake).
     const creates = decision.actions.some((a) => a.type === 'createJob')
+    // The newest-request read in front of the POST goes out with the state write (admission/protocol.ts).
+    const model = observed.backfill?.spec.modelRef
+    const early = held && model ? readBeforePost(ports, namespace, model, admitted.cursor) : undefined
     if (creates || !sameState(state, decision.state)) {
       try {
         if (decision.state === null) await kv.delete(key, entry ? { previousSeq: entry.revision } : undefined)
@@ -393,6 +396,7 @@ export async function reconcile(
     const applied = await apply(deps, role, observed, template, decision, revision, trigger, {
       fencedAt: 'fencedAt' in admitted ? admitted.fencedAt : undefined,
       cursor: 'cursor' in admitted ? admitted.cursor : undefined,
+      early,
       timings,
       afterStart,
     })
@@ -425,6 +429,17 @@ interface Applied {
   raced?: Trigger
 }
 
+interface ApplyOptions {
+  fencedAt?: number
+  cursor?: Cursor
+  /** The newest-request read sent with the state write, for the POST (admission/protocol.ts). */
+  early?: EarlyRead
+  timings?: StepTimings
+  afterStart?: AfterStart
+  /** A timer already armed by the part of this decision applied before (bookkeeping handed over). */
+  armed?: boolean
+}
+
 async function apply(
   deps: Deps,
   role: Role,
@@ -433,8 +448,7 @@ async function apply(
   d: Decision,
   revision: number,
   trigger: Trigger,
-  /** `armed`: a timer already armed by the part of this decision applied before (bookkeeping handed over). */
-  opts: { fencedAt?: number; cursor?: Cursor; timings?: StepTimings; afterStart?: AfterStart; armed?: boolean } = {},
+  opts: ApplyOptions = {},
 ): Promise<Applied> {
   const { timings } = opts
   const { kube, bus, log } = deps
@@ -563,7 +577,7 @@ async function createAttemptJob(
   i: number,
   revision: number,
   trigger: Trigger,
-  opts: { fencedAt?: number; cursor?: Cursor; timings?: StepTimings; afterStart?: AfterStart; armed?: boolean },
+  opts: ApplyOptions,
 ): Promise<Applied | 'predecessor' | undefined> {
   const { fencedAt, timings, afterStart } = opts
   const { kube, log } = deps
@@ -586,6 +600,7 @@ async function createAttemptJob(
     d.state,
     { namespace, model: b.spec.modelRef, jobName: action.jobName, cursor: opts.cursor },
     timings,
+    opts.early,
   )
   if (outcome.kind === 'racedBefore') {
     log.info(

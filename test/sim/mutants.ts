@@ -196,6 +196,17 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
+    name: 'pre-post-read-stale',
+    race: 'the read in front of the POST, sent with the state write, used after a slow write: a request stored since',
+    edits: [
+      {
+        file: 'admission/protocol.ts',
+        find: 'ahead && early && ports.clock.now() - early.sentAt <= PRE_POST_READ_FRESH_MS',
+        replace: 'ahead && early',
+      },
+    ],
+  },
+  {
     name: 'after-read-failure-keeps-job',
     caches: false,
     race: 'the read after the POST failing: the Job it just created left to demand → cancel',

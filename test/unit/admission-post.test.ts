@@ -10,7 +10,7 @@ import {
   memoryPorts,
   SimulatedFault,
 } from '../../admission/memory-ports.js'
-import { post } from '../../admission/protocol.js'
+import { PRE_POST_READ_FRESH_MS, post, readBeforePost } from '../../admission/protocol.js'
 import type { BackfillState } from '../../core/state.js'
 import { emptyCounters } from '../../core/state.js'
 import { createLogger } from '../../observability/log.js'
@@ -55,7 +55,17 @@ function world(opts: { during?: (requests: MemoryRequests) => void; failRead?: n
     clock,
     log: createLogger('test'),
   })
-  return { ports, jobs, live: () => [...jobs.jobs.values()].filter((j) => j.deletedAt === undefined) }
+  return {
+    ports,
+    jobs,
+    requests,
+    live: () => [...jobs.jobs.values()].filter((j) => j.deletedAt === undefined),
+    /** Time passing (a state write, the actions before the POST). */
+    tick: (ms: number) => {
+      now += ms
+    },
+    reads: () => reads,
+  }
 }
 
 describe('post', () => {
@@ -90,6 +100,40 @@ describe('post', () => {
     expect(outcome.kind === 'unobserved' && outcome.why).toMatch(/timeout/)
     expect(w.live()).toHaveLength(0)
     expect(w.jobs.created).toHaveLength(1)
+  })
+
+  // The read in front of the POST is sent together with the state write (one round trip fewer per admission).
+  describe('with the read sent alongside the state write', () => {
+    it('uses it while it is fresh: one read before the POST, not two', async () => {
+      const w = world()
+      const early = readBeforePost(w.ports, 'ns', 'llm', 0)
+      w.tick(PRE_POST_READ_FRESH_MS - 5)
+      const outcome = await post(w.ports, job, starting, where, undefined, early)
+      expect(outcome.kind).toBe('created')
+      expect(w.reads()).toBe(2) // the early one and the one after the POST
+    })
+
+    // A slow state write (or a finalizer, a cleanup before the POST): a request stored after the early read was sent
+    // is one it cannot have seen. Used anyway, the Job would be created over it, and deleted only by the read after.
+    it('sends it again when it is older than PRE_POST_READ_FRESH_MS, and creates no Job over a request since', async () => {
+      const w = world()
+      const early = readBeforePost(w.ports, 'ns', 'llm', 0)
+      expect((await early.answer).at).toBeNull()
+      w.tick(10)
+      w.requests.store({ namespace: 'ns', model: 'llm', at: T + 10, subject: 'documented' } as never)
+      w.tick(PRE_POST_READ_FRESH_MS)
+      const outcome = await post(w.ports, job, starting, where, undefined, early)
+      expect(outcome).toMatchObject({ kind: 'racedBefore', lastRequestAt: iso(T + 10) })
+      expect(w.jobs.created).toHaveLength(0)
+    })
+
+    it('sends it again when it failed', async () => {
+      const w = world({ failRead: 1 })
+      const early = readBeforePost(w.ports, 'ns', 'llm', 0)
+      const outcome = await post(w.ports, job, starting, where, undefined, early)
+      expect(outcome.kind).toBe('created')
+      expect(w.reads()).toBe(3)
+    })
   })
 
   it('creates no Job when the read before the POST gives no answer', async () => {
