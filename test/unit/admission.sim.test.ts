@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { type Faults, HOSTILE_FAULTS, type SimStats, searchSeeds, simulate } from './support/dst.js'
 
 // Enough schedules that every fault kind checked below turns up in them.
-const SEEDS = Number(process.env.SIM_SEEDS ?? 64)
+const SEEDS = Number(process.env.SIM_SEEDS ?? 128)
 const NO_FAULTS: Faults = {
   failBefore: 0,
   failAfter: 0,
