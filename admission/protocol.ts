@@ -51,10 +51,12 @@ export interface EarlyRead {
 
 /** Sends the read in front of the POST now, alongside the caller's state write. */
 export function readBeforePost(ports: AdmissionPorts, namespace: string, model: string, cursor?: Cursor): EarlyRead {
+  // Timed before it goes: a request stored from then on may be one it does not see.
+  const sentAt = ports.clock.now()
   const answer = ports.requests.newest(namespace, model, cursor)
   // Awaited only if the state write commits; a failure is read again before the POST.
   answer.catch(() => {})
-  return { sentAt: ports.clock.now(), answer }
+  return { sentAt, answer }
 }
 
 /** Claims an admission holds for the Job it is about to create. */

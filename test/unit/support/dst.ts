@@ -941,8 +941,7 @@ export class Simulation {
       if (!cur) return
       const next = edit(cur)
       const resourceVersion = String(Number(cur.metadata.resourceVersion) + 1)
-      const stored = deepFreeze({ ...next, metadata: { ...next.metadata, resourceVersion } })
-      this.backfills.set(name, stored)
+      this.backfills.set(name, deepFreeze({ ...next, metadata: { ...next.metadata, resourceVersion } }))
       this.watchBackfill(name)
     }
     const ownJobs = (name: string) =>
