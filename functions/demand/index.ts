@@ -105,7 +105,7 @@ export class Demand {
   async stop() {
     const entries = [...this.models.values()].flatMap((byModel) => [...byModel.values()])
     for (const entry of entries) this.ports.timers.clear(entry.timer)
-    await Promise.all(entries.map((e) => (e.seen > e.persisted ? this.flush(e) : undefined)))
+    await Promise.all(entries.map((e) => (e.seen > e.persisted || e.next ? this.flush(e) : undefined)))
     await this.ports.stop()
   }
 
@@ -287,10 +287,15 @@ export class Demand {
     const key = entry.key
     let written = false
     try {
-      const covered = await this.writeMax(entry, key, target)
+      // Already covered: requests that arrived during the last write, after its target, but no later than the newer
+      // time that write found stored. Writing them would move the stored time back; they need the claim read only.
+      const alreadyStored = target <= entry.persisted
+      const covered = alreadyStored ? entry.persisted : await this.writeMax(entry, key, target)
       written = true
-      entry.lastWriteAt = this.ports.now()
-      this.stats.kvWrites++
+      if (!alreadyStored) {
+        entry.lastWriteAt = this.ports.now()
+        this.stats.kvWrites++
+      }
       // The other half of admit's re-check (admission/fence.ts), after every write and before anything is acked:
       // having written idleness, look at the claim itself (not the watched copy, which may lag) so an admission
       // racing these requests is cancelled either way. A failure here fails the requests, which are redelivered.
@@ -331,7 +336,9 @@ export class Demand {
       entry.writing = false
       entry.current = undefined
     }
-    if (entry.seen > entry.persisted && !entry.timer) {
+    // Requests waiting for a write this one did not answer: newer than it wrote, or within the newer time it found
+    // stored (those are answered by a claim read alone; left waiting, they would hang until the model's next request).
+    if ((entry.seen > entry.persisted || entry.next) && !entry.timer) {
       const wait = Math.max(0, entry.lastWriteAt + COALESCE_MS - this.ports.now())
       entry.timer = this.ports.timers.set(() => void this.flush(entry), wait)
     }

@@ -156,6 +156,17 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
+    name: 'covered-requests-left-waiting',
+    race: 'requests that arrived during a write, within the newer time it found stored, never answered',
+    edits: [
+      {
+        file: 'functions/demand/index.ts',
+        find: 'if ((entry.seen > entry.persisted || entry.next) && !entry.timer) {',
+        replace: 'if (entry.seen > entry.persisted && !entry.timer) {',
+      },
+    ],
+  },
+  {
     name: 'duplicate-acked-before-cancel-stored',
     race: 'a second delivery of a request answered while its cancel was still being published, then a crash',
     hostile: true,

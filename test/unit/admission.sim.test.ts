@@ -137,6 +137,15 @@ it('every seed that found a race replays clean', { timeout: 60_000 }, async () =
     const r = await simulate({ seed, steps: 400, faults: hostile ? HOSTILE_FAULTS : undefined, caches: false })
     expect(r.ok, `seed ${seed}${hostile ? ' (hostile)' : ''}, ${race}: ${r.violation}`).toBe(true)
   }
+  // Found with the watched copies, as production runs.
+  const withCopies: [seed: number, hostile: boolean, race: string][] = [
+    [112, false, 'requests within a newer idle time found stored during a write were never answered'],
+    [688, true, 'the same, with the hostile faults'],
+  ]
+  for (const [seed, hostile, race] of withCopies) {
+    const r = await simulate({ seed, steps: 400, faults: hostile ? HOSTILE_FAULTS : undefined })
+    expect(r.ok, `seed ${seed}${hostile ? ' (hostile)' : ''}, ${race}: ${r.violation}`).toBe(true)
+  }
 })
 
 it('a seed replays exactly, traced or not', async () => {

@@ -168,3 +168,38 @@ describe('one request delivered twice while its cancel is being published', () =
     expect(cancels.length).toBeGreaterThanOrEqual(2)
   })
 })
+
+describe('requests that arrive during a write which finds a newer time already stored', () => {
+  it('are answered, and a claim their time breaks is cancelled, though nothing is left to write', async () => {
+    // A demand process restarted after another was killed mid-backlog: the killed one had stored T+10 s. The first
+    // request here (T+5 s) writes; while that write is in flight a second (T+7 s) arrives and waits for the next
+    // write. The write finds T+10 s stored and keeps it, so nothing is left to write — and the second request hung
+    // for good: its message was kept alive forever, and on an AckAll consumer it held the ack floor, so everything
+    // above it was redelivered every ack wait (seen on the real server: 7,799 requests never acked). Failed without
+    // the fix: the second request still pending, and no cancel for the window only it breaks.
+    const { claims, idle, cancels, demand } = world(false)
+    await idle.put(
+      'ns.llm',
+      toKv({
+        namespace: 'ns',
+        model: 'llm',
+        lastForegroundAt: new Date(T + 10_000).toISOString(),
+        requests: 1,
+        updatedAt: new Date(T + 10_000).toISOString(),
+      } satisfies ModelIdleState),
+    )
+    // Admitted on a window that opened at T+6 s; too recent for the watched copy.
+    await claims.put(modelClaimKey('ns', 'llm'), toKv({ ...claim, idleSince: new Date(T + 6_000).toISOString() }))
+    const first = demand.handle(request(T + 5_000))
+    const second = demand.handle(request(T + 7_000))
+    const settled = (p: Promise<void> | undefined) =>
+      Promise.race([p?.then(() => 'answered') ?? 'answered', new Promise((r) => setTimeout(() => r('pending'), 500))])
+    expect(await settled(first)).toBe('answered')
+    expect(await settled(second)).toBe('answered')
+    expect(cancels).toMatchObject([{ jobName: 'bf-1', at: new Date(T + 7_000).toISOString() }])
+    const stored = await idle.get('ns.llm')
+    expect(stored?.operation === 'PUT' && JSON.parse(stored.text).lastForegroundAt).toBe(
+      new Date(T + 10_000).toISOString(),
+    )
+  })
+})

@@ -170,7 +170,13 @@ it('killed mid-batch: nothing acked whose idle write was not stored; a restart d
     'backlog drained',
     async () => {
       const info = await jsm.consumers.info(STREAM_FOREGROUND, DURABLE)
-      return info.num_pending === 0 && info.num_ack_pending === 0 && info.ack_floor.stream_seq === last
+      if (info.num_pending === 0 && info.num_ack_pending === 0 && info.ack_floor.stream_seq === last) return true
+      // What the timeout reports: where the consumer stood when the wait gave up.
+      throw new Error(
+        `pending ${info.num_pending}, ack pending ${info.num_ack_pending}, redelivered ${info.num_redelivered}, ` +
+          `waiting ${info.num_waiting}, floor ${info.ack_floor.stream_seq}, delivered ${info.delivered.stream_seq}, last ${last}, ` +
+          `second ${second.exitCode ?? second.signalCode ?? 'running'}`,
+      )
     },
     { timeoutMs: 120_000, intervalMs: 100 },
   )

@@ -1127,6 +1127,11 @@ export class Simulation {
 
   private checkConverged() {
     if (this.waiting.length) this.fail(`not quiet: ${this.waiting.length} calls still waiting`)
+    // Every request handed to demand is answered or failed (and redelivered): one left waiting is never acked, holds
+    // its place in max_ack_pending for good, and on an AckAll consumer holds the ack floor of every request after it.
+    const unanswered = [...this.demand.pending].map((r) => `${r.model}@${r.at - T0}`)
+    if (unanswered.length)
+      this.fail(`not converged: ${unanswered.length} requests never answered by demand (${unanswered.slice(0, 5)})`)
     for (const j of this.jobs.jobs.values()) {
       if (j.deletedAt !== undefined || j.outcome) continue
       const owner = j.job.metadata?.ownerReferences?.[0]?.name ?? ''
