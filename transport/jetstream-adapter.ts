@@ -59,7 +59,18 @@ export interface JetStreamOptions {
   deadLetterRetryMs?: number
   /** How long a consumer migration waits for in-flight messages to be acked (jetstream/consumer-migration.ts). */
   migrationSettleMs?: number
+  /** How long a running handler's message is kept alive (default MAX_HANDLER_ACK_WAITS ack waits). */
+  maxHandlerMs?: number
 }
+
+/**
+ * A handler still running after this many ack waits (5 min by default) is stuck, a bug: one demand left requests
+ * waiting for a write that never came, and their messages, kept alive, were never acked — on an AckAll consumer they
+ * held the ack floor of everything after them. Past it, the message is logged and no longer kept alive, so the
+ * server delivers it again instead of holding it unacknowledged for good. Legitimately long handlers (a cancel's
+ * bookkeeping behind a burst, a reconcile through an apiserver outage) end well within it.
+ */
+export const MAX_HANDLER_ACK_WAITS = 10
 
 export interface RunningFunction {
   name: string
@@ -167,8 +178,8 @@ export async function runOnJetStream(
   const stats = { handled: 0, deadLettered: 0, retried: 0, dropped: 0 }
   const log = deps.log.child({ function: fn.name })
   const deadLetterRetryMs = opts.deadLetterRetryMs ?? 1000
-  /** In-flight handlers, each with the keep-alive tick it started in. */
-  const inFlight = new Map<Promise<void>, { msg: JsMsg; tick: number }>()
+  /** In-flight handlers, each with the keep-alive tick it started in (`stuck` once no longer kept alive). */
+  const inFlight = new Map<Promise<void>, { msg: JsMsg; tick: number; stuck?: boolean }>()
   /**
    * Handlers holding one of the function's `concurrency` places: in flight and not released (HandleContext.release).
    * A released handler stays in flight, its message unacknowledged, until it ends; how many can be is bounded by the
@@ -353,23 +364,40 @@ export async function runOnJetStream(
   // redelivered to a second worker meanwhile. One interval for all of them, no timer per message: each message
   // records the tick it started (or arrived) in, and is kept alive from the tick after next (between 1/3 and 2/3 of
   // ack_wait after that).
+  const keepAliveMs = Math.max(100, ackWaitMs / 3)
+  // Ticks a running handler is kept alive for; one waiting for a handler is kept alive however long it waits.
+  const maxHandlerTicks = Math.ceil((opts.maxHandlerMs ?? MAX_HANDLER_ACK_WAITS * ackWaitMs) / keepAliveMs)
   const keepAlive = Number.isFinite(ackWaitMs)
-    ? setInterval(
-        () => {
-          tick++
-          const keep = (entry: { msg: JsMsg; tick: number }) => {
-            if (entry.tick >= tick - 1) return
-            try {
-              entry.msg.working()
-            } catch {
-              // Connection closing: the message is redelivered, as it would be anyway.
-            }
+    ? setInterval(() => {
+        tick++
+        const keep = (entry: { msg: JsMsg; tick: number }) => {
+          if (entry.tick >= tick - 1) return
+          try {
+            entry.msg.working()
+          } catch {
+            // Connection closing: the message is redelivered, as it would be anyway.
           }
-          for (const entry of inFlight.values()) keep(entry)
-          for (const q of queues) q.forEach(keep)
-        },
-        Math.max(100, ackWaitMs / 3),
-      )
+        }
+        for (const entry of inFlight.values()) {
+          if (entry.stuck) continue
+          if (tick - entry.tick > maxHandlerTicks) {
+            entry.stuck = true
+            log.error(
+              {
+                subject: entry.msg.subject,
+                stream: entry.msg.info.stream,
+                seq: entry.msg.seq,
+                delivery: entry.msg.info.deliveryCount,
+                runningMs: Math.round((tick - entry.tick) * keepAliveMs),
+              },
+              'handler stuck: its event is no longer kept alive and will be delivered again',
+            )
+            continue
+          }
+          keep(entry)
+        }
+        for (const q of queues) q.forEach(keep)
+      }, keepAliveMs)
     : undefined
   keepAlive?.unref()
 

@@ -97,3 +97,38 @@ it('a stop gives back what waits for a handler at once: the next consumer handle
   await waitFor('every event handled', async () => new Set(seen).size === N, { timeoutMs: 20_000 })
   expect(seen.length).toBe(N)
 })
+
+it('a handler that never ends is kept alive only so long: then its event is delivered again', {
+  timeout: 60_000,
+}, async () => {
+  // A stuck handler (a bug: demand once left requests waiting for a write that never came) must not hold its event
+  // unacknowledged for good. Failed without the bound: one delivery, kept alive for as long as the test waited.
+  const { name, base, consumer } = scratch.fresh()
+  const deliveries: { at: number; count: number }[] = []
+  let release!: () => void
+  const never = new Promise<void>((resolve) => {
+    release = resolve
+  })
+  await scratch.run(
+    {
+      name,
+      subscriptions: [{ stream: STREAM_EVENTS, subjects: [`${base}.>`], deliverNew: true }],
+      concurrency: 2,
+      async handle() {
+        deliveries.push({ at: Date.now(), count: deliveries.length + 1 })
+        await never
+      },
+    },
+    { ackWaitMs: 1_000, maxHandlerMs: 2_500 },
+  )
+  await jetstream(env.nc).publish(`${base}.e`, event('stuck'))
+  try {
+    await waitFor('delivered again', () => deliveries.length >= 2, { timeoutMs: 20_000 })
+    // Kept alive at first (ack_wait alone would have redelivered it after about 1 s), then let go.
+    expect((deliveries[1]?.at ?? 0) - (deliveries[0]?.at ?? 0)).toBeGreaterThanOrEqual(2_000)
+    const info = await scratch.bus.jsm.consumers.info(STREAM_EVENTS, consumer)
+    expect(info.num_redelivered).toBeGreaterThanOrEqual(1)
+  } finally {
+    release()
+  }
+})
