@@ -147,6 +147,8 @@ export const MUTANTS: Mutant[] = [
     caches: false,
     race: "demand writing an older request over a newer time it had just found stored (another replica's)",
     hostile: true,
+    seeds: 80_000,
+    maxSeconds: 400,
     edits: [
       {
         file: 'functions/demand/index.ts',

@@ -345,7 +345,8 @@ export class Simulation {
   private readonly watchedClaims = new Map<string, Claim>()
   /** msgIDs JetStream stored (its duplicate window outlives any schedule here). */
   private readonly msgIds = new Set<string>()
-  private readonly claimless = new Map<string, number>()
+  /** Live Jobs without their claims: since when, and how long they may be (claimlessBound). */
+  private readonly claimless = new Map<string, { since: number; bound: number }>()
   private actors = 0
   readonly deps: AdmissionDeps
   /** admit's and lifecycle's watched copies, when deciding on them (SimOptions.caches). */
@@ -1098,8 +1099,9 @@ export class Simulation {
       }
     }
     // No live Job without its claims (taken before its POST, released only after its DELETE) for longer than
-    // CLAIMLESS_MS: a Job whose attempt a decision ended while its POST was in flight is a stray until lifecycle
-    // deletes it.
+    // CLAIMLESS_MS: a Job whose attempt a decision ended while its POST was in flight is a stray until its admission
+    // (the read after its POST) or lifecycle deletes it. CANCEL_MS when a fault hit its admission after the POST (the
+    // POST's own reply lost): then only lifecycle or a redelivery can tell, as for a raced Job above.
     const unclaimed = new Set<string>()
     for (const j of live) {
       const name = j.job.metadata?.name ?? ''
@@ -1108,21 +1110,27 @@ export class Simulation {
       const n = this.claimOf(keys.node)
       if (m?.jobName === name && n?.jobName === name) continue
       unclaimed.add(name)
-      const since = this.claimless.get(name) ?? this.now
-      this.claimless.set(name, since)
-      if (this.now - since > CLAIMLESS_MS) {
+      const since = this.claimless.get(name)?.since ?? this.now
+      this.claimless.set(name, { since, bound: this.claimlessBound(j) })
+      if (this.now - since > this.claimlessBound(j)) {
         this.fail(
           `live Job ${name} without its claims for ${this.now - since} ms (model: ${m?.jobName ?? '-'}, node: ${n?.jobName ?? '-'})`,
         )
       }
     }
-    for (const [name, since] of this.claimless) {
+    for (const [name, { since, bound }] of this.claimless) {
       if (unclaimed.has(name)) continue
       // Its claims came back, or the Job went: how long it was without them is known only now.
-      if (this.now - since > CLAIMLESS_MS)
-        this.fail(`live Job ${name} was without its claims for ${this.now - since} ms`)
+      if (this.now - since > bound) this.fail(`live Job ${name} was without its claims for ${this.now - since} ms`)
       this.claimless.delete(name)
     }
+  }
+
+  /** CLAIMLESS_MS, or CANCEL_MS when a fault hit the Job's admission at or after its POST. */
+  private claimlessBound(j: StoredJob) {
+    const post = this.postOf.get(j)
+    const faulted = (post?.by?.faultedAt ?? Number.NEGATIVE_INFINITY) >= (post?.sent ?? j.createdAt)
+    return faulted ? CANCEL_MS : CLAIMLESS_MS
   }
 
   private checkConverged() {
