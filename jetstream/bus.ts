@@ -279,6 +279,21 @@ export interface TopologyOptions {
   credentials?: NatsCredentialFiles
 }
 
+/**
+ * Socket errors of a dial that say NATS is not there yet, waited out like a refusal: a server (or a proxy in front of
+ * it) still starting accepts and resets, a Service's name does not resolve before it exists.
+ */
+const DIAL_UNAVAILABLE = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+])
+
 /** How long a process waits for NATS at start before it gives up (NATS_CONNECT_WAIT_MS). */
 export const DEFAULT_CONNECT_WAIT_MS = 120_000
 
@@ -303,7 +318,10 @@ export async function connectWaiting(servers: string, name: string, topology: To
     try {
       return await connect({ ...options, timeout: 5_000 })
     } catch (err) {
-      const unavailable = err instanceof Error && /ConnectionError|TimeoutError/.test(err.name)
+      const unavailable =
+        err instanceof Error &&
+        (/ConnectionError|TimeoutError/.test(err.name) ||
+          DIAL_UNAVAILABLE.has((err as NodeJS.ErrnoException).code ?? ''))
       if (!unavailable || /authori[sz]ation|authentication/i.test(String(err))) throw err
       const why = `${err.name}: ${describeError(err)}`
       if (Date.now() + 500 > deadline) {

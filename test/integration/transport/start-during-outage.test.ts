@@ -1,6 +1,7 @@
 // A function process started while NATS is down (a restart, a node drain, the chaos harness's NATS outage) waits for
 // it and connects once it is back, instead of exiting — which, deployed, means a crash-loop back-off on top of the
 // outage, and cancels waiting for it. A refused credential still fails at once: waiting cannot fix it.
+import { type AddressInfo, createServer } from 'node:net'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { Bus } from '../../../jetstream/bus.js'
 import { sleep } from '../../env/exec.js'
@@ -48,4 +49,22 @@ it('gives up with a specific error when NATS does not come back in time', { time
     /NATS at nats:\/\/127\.0\.0\.1:\d+ not reachable within 2 s: ConnectionError/,
   )
   await nats.start()
+})
+
+it('a connection reset while NATS comes up is waited out like a refusal', { timeout: 30_000 }, async () => {
+  // A nats-server starting (or a proxy in front of it with no backend yet) can accept a connection and reset it. A
+  // process started then exited with "read ECONNRESET" instead of waiting (seen in CI: a cancel process started
+  // during an outage). Failed without the fix: rejected at once with that error.
+  const resets = createServer((socket) => socket.resetAndDestroy())
+  await new Promise<void>((resolve) => resets.listen(0, '127.0.0.1', resolve))
+  const { port } = resets.address() as AddressInfo
+  try {
+    const started = Date.now()
+    await expect(Bus.connect(`nats://127.0.0.1:${port}`, 'start-during-reset', { waitMs: 2_000 })).rejects.toThrow(
+      /not reachable within 2 s: .*ECONNRESET/,
+    )
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_000) // it kept trying
+  } finally {
+    resets.close()
+  }
 })
