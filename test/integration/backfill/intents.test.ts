@@ -71,8 +71,13 @@ describe.concurrent('gaming sessions', () => {
     await sys.world.gamingSession(`${n.backfill}-elsewhere`, `${n.node}-other`)
     const history = await sys.world.history(n.backfill)
     await sys.world.declare(n.backfill)
-    await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
-    expect(await history.first(3)).toEqual(['WaitingForIdle/IdleWindow', 'Starting/JobCreated', 'Running/JobRunning'])
+    const running = await sys.world.waitFor(n.backfill, 'Running', 'JobRunning')
+    expect(running.status?.attempts).toBe(1)
+    // Never blocked on the way. Not every phase between is asserted: the status is the state's projection, and a
+    // Starting written while lifecycle already saw the Job run may be replaced before a watch sees it (a CI run saw
+    // WaitingForIdle then Running).
+    expect(history.phases()[0]).toBe('WaitingForIdle/IdleWindow')
+    expect(history.phases().filter((p) => p.startsWith('Blocked'))).toEqual([])
     history.stop()
   })
 })
