@@ -27,7 +27,7 @@ import { type EventFunction, PermanentError } from '../../transport/function.js'
 import { DeleteBatcher } from './batch.js'
 import { type FailSafe, startFailSafe } from './fail-safe.js'
 import { RecentlyDeleted } from './fast-path.js'
-import { awaitAdmittedJob } from './in-flight.js'
+import { awaitAdmittedJob, JobArrivals } from './in-flight.js'
 
 /**
  * Cancels one instance works on at once before their DELETEs are answered. Wide, as each one waiting costs a few
@@ -74,6 +74,7 @@ export function refusal(job: V1Job, backfill: string): string | undefined {
 export function cancelFunction(opts: { inFlight?: number; bookkeeping?: Lane } = {}): EventFunction {
   let jobs: ObjectCache<V1Job> | undefined
   let own = false
+  let arrivals: JobArrivals | undefined
   let failSafe: FailSafe | undefined
   const deletes = new Lane(DELETE_WIDTH)
   const bookkeeping = opts.bookkeeping ?? new Lane(BOOKKEEPING_WIDTH)
@@ -92,6 +93,10 @@ export function cancelFunction(opts: { inFlight?: number; bookkeeping?: Lane } =
         own = true
         await jobs.start()
       }
+      // Subscribed once per start (the copy has no unsubscribe): a stopped cancel's arrivals see the changes, and
+      // nobody waits on them.
+      arrivals = new JobArrivals()
+      jobs.onChange?.(arrivals.change)
       // The attempt's pods are deleted right after the Job (what stops the work is their deletion, not the Job's);
       // CANCEL_DELETE_PODS=false leaves them to the garbage collector, which is slower.
       batcher = new DeleteBatcher(deps.kube, deletes, {
@@ -167,7 +172,7 @@ export function cancelFunction(opts: { inFlight?: number; bookkeeping?: Lane } =
       let waitedMs: number | undefined
       if (result === 'absent' && reason === 'ForegroundDemand') {
         const from = deps.now()
-        const late = await awaitAdmittedJob(deps, jobs, { namespace, backfill, jobName, at })
+        const late = await awaitAdmittedJob(deps, jobs, { namespace, backfill, jobName, at }, { arrivals })
         waitedMs = deps.now() - from
         if (late) result = await remove(late)
       }

@@ -777,9 +777,8 @@ export class Simulation {
           let result = job ? await this.jobs.delete(NS, data.jobName, job.metadata?.uid) : 'absent'
           if (result === 'absent' && data.reason === 'ForegroundDemand' && !this.reverts.cancelNoWait) {
             this.stats.cancelWaits++
-            const late = await awaitAdmittedJob(this.deps, undefined, { namespace: NS, ...data }, undefined, {
-              now: () => this.now,
-              sleep: (ms) => this.sleep(ms),
+            const late = await awaitAdmittedJob(this.deps, undefined, { namespace: NS, ...data }, {
+              time: { now: () => this.now, sleep: (ms) => this.sleep(ms) },
             })
             if (late) result = await this.jobs.delete(NS, data.jobName, late.metadata?.uid)
           }
