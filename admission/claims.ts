@@ -57,10 +57,11 @@ export async function readStateEntry(
 
 /**
  * Takes both claims for `claim`, or none: the first one held by someone else is reported as the contender. Both keys
- * are read at once first, so a free key is taken with one compare-and-set on what was read: a key given back before
+ * are read at once first, so a free key is taken with a compare-and-set on what was read: a key given back before
  * (the usual case: its delete marker is its newest entry) would otherwise cost the KV client's create three round
- * trips — a create that fails on the marker, a read, the update. The keys are still taken one after the other, model
- * first: two admissions racing for one model and node then cannot each end up holding one key and both give up.
+ * trips — a create that fails on the marker, a read, the update. Two free keys are taken together (writeTogether);
+ * otherwise one after the other, model first: two admissions racing for one model and node then cannot each end up
+ * holding one key and both give up.
  */
 export async function takeClaimKeys(
   p: ClaimPorts,
@@ -70,7 +71,23 @@ export async function takeClaimKeys(
 ): Promise<Claimed> {
   const taken: string[] = []
   const replaced: Record<string, string> = {}
-  const read = await readBoth(p, keys, claim, ahead)
+  let read = await readBoth(p, keys, claim, ahead)
+  // The usual case, both keys free (given back, or never written): both taken by one atomic compare-and-set, one
+  // round trip; neither is ever held alone. One that moved since it was read fails the batch, nothing taken: both
+  // are read again and judged one by one, below.
+  if (p.claims.writeTogether && read.every((e) => e?.operation !== 'PUT')) {
+    const value = toKv(claim)
+    try {
+      const written = await p.claims.writeTogether([
+        { key: keys.model, value, revision: read[0]?.revision ?? 0 },
+        { key: keys.node, value, revision: read[1]?.revision ?? 0 },
+      ])
+      if (written) return { keys, claim }
+    } catch (err) {
+      if (!isCasConflict(err)) throw err
+      read = await Promise.all([p.claims.get(keys.model), p.claims.get(keys.node)])
+    }
+  }
   const ons = [
     ['model', keys.model, read[0]],
     ['node', keys.node, read[1]],

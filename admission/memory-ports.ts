@@ -10,7 +10,8 @@ import { modelKey } from '../core/names.js'
 import type { Logger } from '../observability/log.js'
 import type {
   AdmissionPorts,
-  CasStore,
+  CasWrite,
+  ClaimStore,
   Clock,
   CreateResult,
   Cursor,
@@ -70,7 +71,7 @@ export interface KvEntryLike extends Entry {
   string(): string
 }
 
-export class MemoryKv implements CasStore {
+export class MemoryKv implements ClaimStore {
   /** Each entry is the object every reader gets (never changed: a write stores a new one). */
   private readonly entries = new Map<string, KvEntryLike>()
   private seq = 0
@@ -137,6 +138,20 @@ export class MemoryKv implements CasStore {
     return step(this.gate, `${this.bucket}.update`, this.label(key, text), () => {
       if ((this.entries.get(key)?.revision ?? 0) !== revision) this.conflict(key)
       return this.write(key, 'PUT', text)
+    })
+  }
+
+  /** An atomic batch of compare-and-sets (NATS allow_atomic): every write or none, one call. */
+  writeTogether(writes: readonly CasWrite[]) {
+    const first = writes[0]
+    const label = first
+      ? () =>
+          `${writes.map((w) => w.key).join('+')} ${this.label(first.key, first.value)().split(' ').slice(1).join(' ')}`
+      : undefined
+    return step(this.gate, `${this.bucket}.writeTogether`, label, () => {
+      for (const w of writes) if ((this.entries.get(w.key)?.revision ?? 0) !== w.revision) this.conflict(w.key)
+      for (const w of writes) this.write(w.key, 'PUT', w.value)
+      return true
     })
   }
 

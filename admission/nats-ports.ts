@@ -4,13 +4,14 @@
 import type { JetStreamManager, MsgRequest } from '@nats-io/jetstream'
 import type { KV, KvEntry } from '@nats-io/kv'
 import { modelKey } from '../core/names.js'
-import { catalog, STREAM_FOREGROUND } from '../events/catalog.js'
+import { BUCKET_CLAIMS, catalog, STREAM_FOREGROUND } from '../events/catalog.js'
 import { decode } from '../events/codec.js'
 import { isNotFound } from '../jetstream/bus.js'
+import { isAtomicDisabled, jsRequestsOf, kvWriteTogether } from '../jetstream/js-requests.js'
 import { withDeadline } from '../lib/deadline.js'
 import type { Deps } from '../transport/function.js'
 import { checkFence, lastRequestAt } from './fence.js'
-import type { AdmissionPorts, CasStore, Cursor, Entry, RequestLog } from './ports.js'
+import type { AdmissionPorts, CasStore, ClaimStore, Cursor, Entry, RequestLog } from './ports.js'
 import { POST_READ_DEADLINE_MS } from './protocol.js'
 
 /**
@@ -30,6 +31,33 @@ export function kvStore(kv: KV): CasStore {
     create: (key, text) => kv.create(key, text),
     update: (key, text, revision) => kv.update(key, text, revision),
     delete: (key, revision) => kv.delete(key, { previousSeq: revision }),
+  }
+}
+
+/** Claims buckets whose stream refused an atomic batch: written one key at a time from then on (logged once). */
+const noAtomic = new WeakSet<KV>()
+
+/** The claims bucket: a free model and node key are taken with one atomic batch, one round trip. */
+export function claimStore(deps: Deps): ClaimStore {
+  const kv = deps.bus.kv.claims
+  return {
+    ...kvStore(kv),
+    async writeTogether(writes) {
+      if (noAtomic.has(kv)) return false
+      try {
+        await kvWriteTogether(jsRequestsOf(deps.bus.nc), BUCKET_CLAIMS, writes)
+        return true
+      } catch (err) {
+        if (!isAtomicDisabled(err)) throw err
+        noAtomic.add(kv)
+        deps.log.warn(
+          { bucket: BUCKET_CLAIMS, error: String((err as Error).message) },
+          'claims bucket refuses atomic batches (provisioned by an older release?): claims taken one key at a time, ' +
+            'one round trip more per admission, until provision runs again',
+        )
+        return false
+      }
+    },
   }
 }
 
@@ -106,7 +134,7 @@ export function natsRequestLog(deps: Deps): RequestLog {
 
 export function admissionPorts(deps: Deps): AdmissionPorts {
   return {
-    claims: kvStore(deps.bus.kv.claims),
+    claims: claimStore(deps),
     states: kvStore(deps.bus.kv.backfills),
     requests: natsRequestLog(deps),
     jobs: {

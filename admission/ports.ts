@@ -2,6 +2,7 @@
 // admission/claims.ts) is written against these only, so the same code runs on NATS and Kubernetes
 // (admission/nats-ports.ts) and on in-memory ones (admission/memory-ports.ts) under the deterministic simulation.
 import type { V1Job } from '@kubernetes/client-node'
+import type { KvWrite } from '../jetstream/js-requests.js'
 import type { Logger } from '../observability/log.js'
 
 /** One key-value entry as admission reads it. A delete leaves a marker (operation DEL or PURGE), not nothing. */
@@ -23,8 +24,17 @@ export interface CasStore {
   delete(key: string, revision: number): Promise<void>
 }
 
+/** One compare-and-set of `writeTogether`: `revision` as read, 0 for a key never written. */
+export type CasWrite = KvWrite
+
 /** The claims bucket: who holds which model and node (`model.<ns>.<model>`, `node.<node>`). */
-export type ClaimStore = CasStore
+export interface ClaimStore extends CasStore {
+  /**
+   * Compare-and-sets of several keys as one: every write applied or none, a conflict on any key thrown as one
+   * (isCasConflict). False when the store cannot (nothing written): the caller writes them one by one.
+   */
+  writeTogether?(writes: readonly CasWrite[]): Promise<boolean>
+}
 
 /** The backfill states, read only here: whether a claim's holder has moved on is judged by its state. */
 export interface StateReader {

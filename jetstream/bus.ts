@@ -392,6 +392,8 @@ const bucketConfigs = [
     history: 1,
     description: 'Exclusive model/node claims of active attempts',
     republish: republishOf(BUCKET_CLAIMS),
+    // An admission takes its model and node keys with one atomic batch (admission/claims.ts).
+    atomic: true,
   },
 ] as const
 
@@ -408,13 +410,15 @@ const LEADER_READS = { allow_direct: false } as const
 export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager, replicas = 1): Promise<Buckets> {
   const kvm = new Kvm(nc)
   const [idle, backfills, claims] = await Promise.all(
-    bucketConfigs.map(({ name, ...options }) =>
-      acrossLeaderChange(
+    bucketConfigs.map(({ name, ...config }) => {
+      // allow_atomic is not a KV option: set on the bucket's stream below.
+      const { atomic: _, ...options } = config as typeof config & { atomic?: boolean }
+      return acrossLeaderChange(
         `provisioning KV bucket ${name}`,
         () => kvm.create(name, { ...options, replicas, ...LEADER_READS }),
         PROVISION_DEADLINE_MS,
-      ),
-    ),
+      )
+    }),
   )
   // Kvm.create binds to an existing bucket as it is: a bucket made by an older release (or with other replicas, or
   // direct gets, or without the republish of the followed buckets) is brought to this configuration here.
@@ -430,7 +434,14 @@ export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager, 
     const current = info.config
     const republishStale =
       republish && (current.republish?.src !== republish.src || current.republish?.dest !== republish.dest)
-    if (current.max_age === ttl && current.num_replicas === replicas && !current.allow_direct && !republishStale)
+    const atomic = 'atomic' in config && config.atomic
+    if (
+      current.max_age === ttl &&
+      current.num_replicas === replicas &&
+      !current.allow_direct &&
+      !republishStale &&
+      (!atomic || current.allow_atomic)
+    )
       continue
     const updated = {
       ...current,
@@ -438,6 +449,7 @@ export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager, 
       num_replicas: replicas,
       allow_direct: false,
       ...(republish ? { republish } : {}),
+      ...(atomic ? { allow_atomic: true } : {}),
     }
     await acrossLeaderChange(
       `provisioning KV bucket ${config.name}`,

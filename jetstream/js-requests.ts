@@ -4,6 +4,7 @@
 // wildcard inbox subscription per connection answers every request by token; a reply is handed back as parsed JSON
 // (an API error is data, not an exception). Only a failure of the request itself (deadline, no responders, full)
 // rejects. Every request has a deadline and the requests in flight are bounded.
+import { randomUUID } from 'node:crypto'
 import { createInbox, type Msg, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node'
 
 /** JetStream's error object in an API reply or a PubAck. */
@@ -65,6 +66,13 @@ export class JsRequests {
         reject(err as Error)
       }
     })
+  }
+
+  /** Publishes without waiting for an answer (a message of an atomic batch before its commit). */
+  publish(subject: string, body: string | Uint8Array, hdrs: Record<string, string>) {
+    const h = natsHeaders()
+    for (const [k, v] of Object.entries(hdrs)) h.set(k, v)
+    this.nc.publish(subject, body, { headers: h })
   }
 
   private answer(msg: Msg) {
@@ -146,6 +154,59 @@ export async function kvUpdate(
   const seq = (reply as { seq?: number }).seq
   if (typeof seq !== 'number') throw new Error(`KV ${bucket} write of ${key}: unreadable PubAck`)
   return seq
+}
+
+/** One compare-and-set of a batch: `revision` is the key's newest entry as read (0: the key was never written). */
+export interface KvWrite {
+  key: string
+  value: string
+  revision: number
+}
+
+/** The bucket's stream refuses atomic batches (created by an older release, or allow_atomic turned off by hand). */
+export const isAtomicDisabled = (err: unknown) =>
+  /atomic publish is disabled|10174/i.test(String((err as Error)?.message ?? err))
+
+/**
+ * Compare-and-sets of several keys of one bucket as one atomic batch (nats-server ≥ 2.12, the bucket's stream with
+ * allow_atomic): every value stored or none. One round trip: only the commit, the last message, waits for an answer;
+ * the messages before it go out on the same connection, so the server has them first. A key that moved rejects the
+ * whole batch with "wrong last sequence" (isCasConflict); a stream without allow_atomic with "atomic publish is
+ * disabled" (isAtomicDisabled), nothing stored either way.
+ */
+export async function kvWriteTogether(js: JsRequests, bucket: string, writes: readonly KvWrite[]): Promise<void> {
+  const id = randomUUID()
+  let reply: Promise<unknown> | undefined
+  writes.forEach((w, i) => {
+    const hdrs: Record<string, string> = {
+      'Nats-Batch-Id': id,
+      'Nats-Batch-Sequence': String(i + 1),
+      'Nats-Expected-Last-Subject-Sequence': String(w.revision),
+    }
+    if (i < writes.length - 1) js.publish(`$KV.${bucket}.${w.key}`, w.value, hdrs)
+    else reply = js.request(`$KV.${bucket}.${w.key}`, w.value, { ...hdrs, 'Nats-Batch-Commit': '1' })
+  })
+  if (!reply) return
+  const answer = await reply
+  const error = apiError(answer)
+  if (error) {
+    const what = writes.map((w) => w.key).join(', ')
+    throw new Error(
+      `KV ${bucket} write of ${what} refused: ${error.description ?? ''} (${error.err_code ?? error.code})`,
+    )
+  }
+  if (typeof (answer as { seq?: number }).seq !== 'number') throw new Error(`KV ${bucket} batch: unreadable PubAck`)
+}
+
+/** One JsRequests per connection, for the hot paths that share it (one inbox subscription each). */
+const perConnection = new WeakMap<NatsConnection, JsRequests>()
+export function jsRequestsOf(nc: NatsConnection): JsRequests {
+  let js = perConnection.get(nc)
+  if (!js) {
+    js = new JsRequests(nc, { timeoutMs: 5_000 })
+    perConnection.set(nc, js)
+  }
+  return js
 }
 
 /**

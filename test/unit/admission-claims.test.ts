@@ -201,3 +201,70 @@ describe('claims read ahead (with the first reads, before the decision)', () => 
     expect(gets).toEqual([keys.model, keys.node])
   })
 })
+
+describe('both keys free: taken together, one atomic write', () => {
+  /** The world's claims bucket, counting its writes by kind. */
+  function counted(opts: { atomic?: boolean } = {}) {
+    const w = world()
+    const writes: string[] = []
+    const c = w.ports.claims
+    for (const op of ['create', 'update', 'writeTogether'] as const) {
+      const real = c[op].bind(c) as (...a: unknown[]) => Promise<unknown>
+      ;(c as unknown as Record<string, unknown>)[op] = (...a: unknown[]) => {
+        writes.push(op)
+        return real(...a)
+      }
+    }
+    // A store that cannot (a bucket without allow_atomic): nothing written, the keys one by one.
+    if (opts.atomic === false)
+      c.writeTogether = async () => {
+        writes.push('writeTogether refused')
+        return false
+      }
+    return { ...w, writes }
+  }
+  const other = (claimedAt: number): Claim => ({ ...tryOf(claimedAt, T - 9_000), backfill: 'other', jobName: 'o-1' })
+
+  it('never written, then given back (delete markers): each admission is one write', async () => {
+    const { ports, holder, writes } = counted()
+    const a = tryOf(T, T - 5_000)
+    expect((await takeClaimKeys(ports, keys, a)).claim).toEqual(a)
+    await releaseClaimKeys(ports, keys, a)
+    const b = tryOf(T + 1_000, T - 4_000)
+    expect((await takeClaimKeys(ports, keys, b)).claim).toEqual(b)
+    expect(writes).toEqual(['writeTogether', 'writeTogether'])
+    expect([holder(keys.model), holder(keys.node)]).toEqual([b.claimedAt, b.claimedAt])
+  })
+
+  it('a key taken by another backfill after it was read free: the batch fails whole, the keys are judged one by one', async () => {
+    const { ports, holder, writes } = counted()
+    const ahead = readClaimsAhead(ports, keys)
+    await ahead.entries
+    const theirs = other(T)
+    // Their node key only: the batch would have taken our model key had it not been all or nothing.
+    await ports.claims.create(keys.node, JSON.stringify(theirs))
+    writes.length = 0
+    const r = await takeClaimKeys(ports, keys, tryOf(T + 100, T - 4_000), ahead)
+    expect(r.contender).toMatchObject({ on: 'node', jobName: 'o-1' })
+    // The model key was taken one by one after the failed batch, then given back: nobody holds it.
+    expect(writes[0]).toBe('writeTogether')
+    expect([holder(keys.model), holder(keys.node)]).toEqual([null, theirs.claimedAt])
+  })
+
+  it('a store that refuses batches: the keys are taken one by one, as before', async () => {
+    const { ports, holder, writes } = counted({ atomic: false })
+    const a = tryOf(T, T - 5_000)
+    expect((await takeClaimKeys(ports, keys, a)).claim).toEqual(a)
+    expect(writes).toEqual(['writeTogether refused', 'create', 'create'])
+    expect([holder(keys.model), holder(keys.node)]).toEqual([a.claimedAt, a.claimedAt])
+  })
+
+  it('one key ours from an earlier try: no batch, the leftover replaced by compare-and-set', async () => {
+    const { ports, writes } = counted()
+    await takeClaimKeys(ports, keys, tryOf(T, T - 5_000))
+    writes.length = 0
+    const r = await takeClaimKeys(ports, keys, tryOf(T + 100, T - 4_000))
+    expect(Object.keys(r.replaced ?? {})).toEqual([keys.model, keys.node])
+    expect(writes).toEqual(['update', 'update'])
+  })
+})

@@ -21,7 +21,7 @@ afterAll(async () => {
   await nats?.stop()
 })
 
-it('provision removes direct gets from buckets an older release made, as the provision user', async () => {
+it('provision removes direct gets from buckets an older release made and lets the claims take atomic batches, as the provision user', async () => {
   const nc = await connect(natsServerOptions(nats.url('provision')))
   try {
     const buckets = [BUCKET_MODEL_IDLE, BUCKET_BACKFILLS, BUCKET_CLAIMS]
@@ -30,6 +30,8 @@ it('provision removes direct gets from buckets an older release made, as the pro
     await provision({ natsUrl: nats.url('provision'), resyncMs: 3_600_000 })
     const jsm = await jetstreamManager(nc)
     for (const b of buckets) expect((await jsm.streams.info(`KV_${b}`)).config.allow_direct, b).toBe(false)
+    // Admission takes its two claims with one atomic batch (admission/claims.ts).
+    expect((await jsm.streams.info(`KV_${BUCKET_CLAIMS}`)).config.allow_atomic).toBe(true)
   } finally {
     await nc.close()
   }

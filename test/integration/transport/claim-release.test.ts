@@ -9,6 +9,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import { readClaimsAhead, takeClaimKeys as takeWithReads } from '../../../admission/claims.js'
 import { portsOf, readClaim, releaseClaimKeys, takeClaimKeys } from '../../../admission/reconcile.js'
 import { claimKeys } from '../../../core/names.js'
+import { BUCKET_CLAIMS } from '../../../events/catalog.js'
 import { createLogger } from '../../../observability/log.js'
 import { openDeps } from '../../../transport/deps.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -40,21 +41,26 @@ const claimOf = (jobName: string, claimedAt: string) => ({
   idleSince: '2026-12-02T00:00:00.000Z',
 })
 
-/** The subjects of the requests `body` made on the functions' connection, counted on the connection itself. */
-async function requestsOf(body: () => Promise<unknown>): Promise<string[]> {
+/**
+ * What `body` sent on the functions' connection, counted on the connection itself (nats.js's requests publish there
+ * too): `requests`, the messages that wait for an answer (a reply subject), and `sent`, those that do not (the
+ * messages of an atomic batch before its commit).
+ */
+async function sentBy(body: () => Promise<unknown>): Promise<{ requests: string[]; sent: string[] }> {
   const nc = deps.bus.nc
-  const request = nc.request.bind(nc)
-  const subjects: string[] = []
-  nc.request = (subject, ...rest) => {
-    subjects.push(subject)
-    return request(subject, ...rest)
+  const publish = nc.publish.bind(nc)
+  const requests: string[] = []
+  const sent: string[] = []
+  nc.publish = (subject, payload, opts) => {
+    ;(opts?.reply ? requests : sent).push(subject)
+    return publish(subject, payload, opts)
   }
   try {
     await body()
   } finally {
-    nc.request = request
+    nc.publish = publish
   }
-  return subjects
+  return { requests, sent }
 }
 
 async function holders(keys: { model: string; node: string }) {
@@ -82,21 +88,29 @@ it("an admission's release leaves the claims a later try of the same attempt too
   expect(await holders(keys)).toEqual([null, null])
 })
 
-it('a key given back before is taken with one read and one compare-and-set: four round trips for both', async () => {
+it('keys given back before are read together and taken with one atomic write: two round trips for both', async () => {
   // The usual case: both keys hold the delete marker of the attempt before. The KV client's create costs three round
-  // trips on a marker (a create that fails on it, a read, the update), six for both keys (failed without the read
-  // ahead: 6 requests). Counted on the connection itself.
+  // trips on a marker (a create that fails on it, a read, the update), six for both keys; read first, four (a
+  // compare-and-set each, one after the other); now the two compare-and-sets go as one atomic batch whose first
+  // message waits for no answer (failed before it: 4 requests). Counted on the connection itself.
   const keys = claimKeys(env.namespace, 'm-trips', `node-trips-${env.namespace}`)
   const before = claimOf('b-1-bbbb', '2026-12-02T00:00:01.000Z')
   await takeClaimKeys(deps, keys, before)
   await releaseClaimKeys(deps, keys, before)
   const next = claimOf('b-2-bbbb', '2026-12-02T00:01:01.000Z')
-  const subjects = await requestsOf(async () => expect((await takeClaimKeys(deps, keys, next)).keys).toBeDefined())
-  expect(subjects, subjects.join('\n')).toHaveLength(4)
+  const { requests, sent } = await sentBy(async () =>
+    expect((await takeClaimKeys(deps, keys, next)).keys).toBeDefined(),
+  )
+  expect(requests, requests.join('\n')).toEqual([
+    '$JS.API.STREAM.MSG.GET.KV_flexinfer-claims',
+    '$JS.API.STREAM.MSG.GET.KV_flexinfer-claims',
+    `$KV.flexinfer-claims.${keys.node}`,
+  ])
+  expect(sent).toEqual([`$KV.flexinfer-claims.${keys.model}`])
   expect(await holders(keys)).toEqual([next.claimedAt, next.claimedAt])
 })
 
-it("keys read ahead (with the admission's first reads) are taken with the two compare-and-sets alone", async () => {
+it("keys read ahead (with the admission's first reads) are taken with one round trip", async () => {
   const keys = claimKeys(env.namespace, 'm-ahead', `node-ahead-${env.namespace}`)
   const before = claimOf('b-1-cccc', '2026-12-02T00:00:01.000Z')
   await takeClaimKeys(deps, keys, before)
@@ -105,9 +119,63 @@ it("keys read ahead (with the admission's first reads) are taken with the two co
   const ahead = readClaimsAhead(ports, keys)
   await ahead.entries
   const next = claimOf('b-2-cccc', '2026-12-02T00:01:01.000Z')
-  const subjects = await requestsOf(async () =>
+  const { requests, sent } = await sentBy(async () =>
     expect((await takeWithReads(ports, keys, next, ahead)).keys).toBeDefined(),
   )
-  expect(subjects, subjects.join('\n')).toHaveLength(2)
+  expect(requests, requests.join('\n')).toHaveLength(1)
+  expect(sent).toHaveLength(1)
   expect(await holders(keys)).toEqual([next.claimedAt, next.claimedAt])
+})
+
+it('a key taken by someone else since it was read fails the whole batch: the other key is not taken either', async () => {
+  const keys = claimKeys(env.namespace, 'm-atomic', `node-atomic-${env.namespace}`)
+  const ports = portsOf(deps)
+  const ahead = readClaimsAhead(ports, keys)
+  await ahead.entries
+  // Another backfill takes the node key between the read and the batch (a live hold: younger than the grace).
+  const theirs = { ...claimOf('other-1-dddd', new Date().toISOString()), backfill: 'other' }
+  await deps.bus.kv.claims.create(keys.node, JSON.stringify(theirs))
+  const writes: string[] = []
+  const together = ports.claims.writeTogether?.bind(ports.claims)
+  ports.claims.writeTogether = async (w) => {
+    try {
+      return (await together?.(w)) ?? false
+    } catch (err) {
+      writes.push(String((err as Error).message))
+      throw err
+    }
+  }
+  const r = await takeWithReads(ports, keys, claimOf('b-1-dddd', '2026-12-02T00:01:01.000Z'), ahead)
+  expect(writes).toHaveLength(1)
+  expect(writes[0]).toMatch(/wrong last sequence/)
+  expect(r.contender).toMatchObject({ on: 'node', jobName: 'other-1-dddd' })
+  // The model key was taken one by one after the failed batch and given back: nobody holds it.
+  expect(await holders(keys)).toEqual([null, theirs.claimedAt])
+})
+
+it('a claims bucket without allow_atomic (an older release provisioned it): the keys are taken one by one, logged once', async () => {
+  const stream = `KV_${BUCKET_CLAIMS}`
+  const config = (await deps.bus.jsm.streams.info(stream)).config
+  await deps.bus.jsm.streams.update(stream, { ...config, allow_atomic: false })
+  const warned: string[] = []
+  const log = Object.create(deps.log) as typeof deps.log
+  log.warn = ((_o: unknown, msg: string) => void warned.push(msg)) as typeof log.warn
+  const ports = portsOf({ ...deps, log })
+  try {
+    for (const [i, model] of ['m-old-1', 'm-old-2'].entries()) {
+      const keys = claimKeys(env.namespace, model, `node-old-${env.namespace}`)
+      const next = claimOf(`b-${i}-eeee`, new Date().toISOString())
+      const { requests, sent } = await sentBy(async () =>
+        expect((await takeWithReads(ports, keys, next)).keys).toBeDefined(),
+      )
+      expect(await holders(keys)).toEqual([next.claimedAt, next.claimedAt])
+      // The refused batch once (its commit answered "atomic publish is disabled"), then never tried again.
+      expect(sent).toHaveLength(i === 0 ? 1 : 0)
+      expect(requests.filter((s) => s.startsWith('$KV.'))).toHaveLength(i === 0 ? 3 : 2)
+      await releaseClaimKeys(deps, keys, next.jobName)
+    }
+    expect(warned.filter((m) => /refuses atomic batches/.test(m))).toHaveLength(1)
+  } finally {
+    await deps.bus.jsm.streams.update(stream, { ...config, allow_atomic: true })
+  }
 })

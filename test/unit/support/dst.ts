@@ -439,7 +439,8 @@ export class Simulation {
     const due = this.now + (slow ? 100 + this.random.int(900) : 1 + this.random.int(20))
     const seq = this.timerSeq++
     actor.calls++
-    if (op === 'claims.create' || op === 'claims.update') this.noteClaimWrite(actor, detail)
+    if (op === 'claims.create' || op === 'claims.update' || op === 'claims.writeTogether')
+      this.noteClaimWrite(actor, detail)
     return new Promise<Verdict>((resolve) =>
       this.waiting.push({ op, detail, actor, index: actor.calls, resolve, issuedAt: this.now, due, seq }),
     ).then((v) => {
@@ -777,9 +778,14 @@ export class Simulation {
           let result = job ? await this.jobs.delete(NS, data.jobName, job.metadata?.uid) : 'absent'
           if (result === 'absent' && data.reason === 'ForegroundDemand' && !this.reverts.cancelNoWait) {
             this.stats.cancelWaits++
-            const late = await awaitAdmittedJob(this.deps, undefined, { namespace: NS, ...data }, {
-              time: { now: () => this.now, sleep: (ms) => this.sleep(ms) },
-            })
+            const late = await awaitAdmittedJob(
+              this.deps,
+              undefined,
+              { namespace: NS, ...data },
+              {
+                time: { now: () => this.now, sleep: (ms) => this.sleep(ms) },
+              },
+            )
             if (late) result = await this.jobs.delete(NS, data.jobName, late.metadata?.uid)
           }
           await reconcile(this.deps, 'cancel', NS, data.backfill, {
