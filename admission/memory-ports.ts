@@ -80,9 +80,11 @@ export class MemoryKv implements ClaimStore {
   /** Told of every write as it is stored (a watch of the bucket, as KvMirror follows it on NATS). */
   onWrite?: (key: string, entry: Entry) => void
 
+  /** `atomic` false: a bucket whose stream refuses atomic batches (made by an older release): writeTogether says so. */
   constructor(
     readonly bucket: string,
     private readonly gate: Gate = immediate,
+    readonly atomic = true,
   ) {}
 
   /** The entry as stored now, without a gate (the simulation's oracle). */
@@ -143,6 +145,8 @@ export class MemoryKv implements ClaimStore {
 
   /** An atomic batch of compare-and-sets (NATS allow_atomic): every write or none, one call. */
   writeTogether(writes: readonly CasWrite[]) {
+    // Known refused (a process that was told so once): nothing sent, the keys written one by one.
+    if (!this.atomic) return Promise.resolve(false)
     const first = writes[0]
     const label = first
       ? () =>

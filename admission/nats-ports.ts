@@ -34,8 +34,12 @@ export function kvStore(kv: KV): CasStore {
   }
 }
 
-/** Claims buckets whose stream refused an atomic batch: written one key at a time from then on (logged once). */
-const noAtomic = new WeakSet<KV>()
+/**
+ * Claims buckets whose stream refused an atomic batch, and until when they are written one key at a time: tried again
+ * after that (the provision step of an upgrade sets allow_atomic), logged the first time only.
+ */
+const noAtomicUntil = new WeakMap<KV, number>()
+const ATOMIC_RETRY_MS = 60_000
 
 /** The claims bucket: a free model and node key are taken with one atomic batch, one round trip. */
 export function claimStore(deps: Deps): ClaimStore {
@@ -43,18 +47,19 @@ export function claimStore(deps: Deps): ClaimStore {
   return {
     ...kvStore(kv),
     async writeTogether(writes) {
-      if (noAtomic.has(kv)) return false
+      if ((noAtomicUntil.get(kv) ?? 0) > deps.now()) return false
       try {
         await kvWriteTogether(jsRequestsOf(deps.bus.nc), BUCKET_CLAIMS, writes)
         return true
       } catch (err) {
         if (!isAtomicDisabled(err)) throw err
-        noAtomic.add(kv)
-        deps.log.warn(
-          { bucket: BUCKET_CLAIMS, error: String((err as Error).message) },
-          'claims bucket refuses atomic batches (provisioned by an older release?): claims taken one key at a time, ' +
-            'one round trip more per admission, until provision runs again',
-        )
+        if (!noAtomicUntil.has(kv))
+          deps.log.warn(
+            { bucket: BUCKET_CLAIMS, error: String((err as Error).message) },
+            'claims bucket refuses atomic batches (provisioned by an older release?): claims taken one key at a time, ' +
+              'one round trip more per admission, until provision runs again',
+          )
+        noAtomicUntil.set(kv, deps.now() + ATOMIC_RETRY_MS)
         return false
       }
     },

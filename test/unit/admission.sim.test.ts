@@ -70,15 +70,25 @@ it('an admission crashed at every one of its awaits keeps every invariant', { ti
   // seed 65's those two: a claim replaced by compare-and-set (a try's own leftover) and claims given back.
   const reached = new Set<string>()
   for (const seed of [41, 65]) {
-    for (let call = 1; call <= 60; call++) {
-      const r = await simulate({ seed, steps: 100, faults: NO_FAULTS, crashAt: { role: 'admit', call } })
-      if (!r.stats.crashedAt) break
-      reached.add(r.stats.crashedAt)
-      expect(r.ok, `seed ${seed}, crashed at call ${call} (${r.stats.crashedAt}): ${r.violation}`).toBe(true)
+    for (const atomicClaims of [true, false]) {
+      for (let call = 1; call <= 60; call++) {
+        const r = await simulate({
+          seed,
+          steps: 100,
+          faults: NO_FAULTS,
+          atomicClaims,
+          crashAt: { role: 'admit', call },
+        })
+        if (!r.stats.crashedAt) break
+        reached.add(r.stats.crashedAt)
+        const where = `seed ${seed}${atomicClaims ? '' : ' (claims one by one)'}, crashed at call ${call}`
+        expect(r.ok, `${where} (${r.stats.crashedAt}): ${r.violation}`).toBe(true)
+      }
     }
   }
   for (const op of [
     'claims.writeTogether',
+    'claims.create',
     'claims.update',
     'requests.fence',
     'requests.newest',
@@ -163,8 +173,8 @@ it('a seed replays exactly, traced or not', async () => {
 it('a failing seed replays with the same violation and schedule (a reverted fix)', { timeout: 60_000 }, async () => {
   // The documented subject unread around the POST (the port's half of that fix): found within a few dozen seeds.
   const reverts = { documentedSubjectBlind: true }
-  const r = await searchSeeds(1, 20, { reverts })
-  expect(r.failed?.violation).toMatch(/created at .* over a request/)
+  const r = await searchSeeds(50, 20, { reverts })
+  expect(r.failed?.violation).toMatch(/created at .* over a request|raced by a request/)
   const seed = r.failed?.seed as number
   const [a, b] = [await simulate({ seed, reverts, trace: true }), await simulate({ seed, reverts, trace: true })]
   expect(a.violation).toBe(r.failed?.violation)

@@ -153,7 +153,7 @@ it('a key taken by someone else since it was read fails the whole batch: the oth
   expect(await holders(keys)).toEqual([null, theirs.claimedAt])
 })
 
-it('a claims bucket without allow_atomic (an older release provisioned it): the keys are taken one by one, logged once', async () => {
+it('a claims bucket without allow_atomic (an older release provisioned it): the keys are taken one by one, logged once, the batch tried again a minute later', async () => {
   const stream = `KV_${BUCKET_CLAIMS}`
   const config = (await deps.bus.jsm.streams.info(stream)).config
   await deps.bus.jsm.streams.update(stream, { ...config, allow_atomic: false })
@@ -175,6 +175,14 @@ it('a claims bucket without allow_atomic (an older release provisioned it): the 
       await releaseClaimKeys(deps, keys, next.jobName)
     }
     expect(warned.filter((m) => /refuses atomic batches/.test(m))).toHaveLength(1)
+    // Provision sets allow_atomic again (an upgrade): a minute later the batch is tried, and taken.
+    await deps.bus.jsm.streams.update(stream, { ...config, allow_atomic: true })
+    const later = portsOf({ ...deps, log, now: () => Date.now() + 61_000 })
+    const keys = claimKeys(env.namespace, 'm-old-3', `node-old-${env.namespace}`)
+    const { requests, sent } = await sentBy(async () =>
+      expect((await takeWithReads(later, keys, claimOf('b-3-eeee', new Date().toISOString()))).keys).toBeDefined(),
+    )
+    expect([requests.filter((s) => s.startsWith('$KV.')).length, sent.length]).toEqual([1, 1])
   } finally {
     await deps.bus.jsm.streams.update(stream, { ...config, allow_atomic: true })
   }

@@ -130,6 +130,11 @@ export interface SimOptions {
    * false: on fresh reads alone (a process without its copies).
    */
   caches?: boolean
+  /**
+   * Whether the claims bucket takes atomic batches (both free claims in one write). Default: even seeds do, odd seeds
+   * run a bucket an older release made (the keys one by one), so that both paths of production are searched.
+   */
+  atomicClaims?: boolean
 }
 
 /** How often each kind of fault and interleaving was generated in one schedule (or summed over many). */
@@ -375,7 +380,7 @@ export class Simulation {
     const clock = { now: () => this.now }
     // Every port call of every actor passes the gate of the actor running it (see `as`).
     const gate: Gate = (op, detail) => this.wait(op, detail)
-    this.claims = new MemoryKv('claims', gate)
+    this.claims = new MemoryKv('claims', gate, options.atomicClaims ?? options.seed % 2 === 0)
     this.claims.onWrite = (key, entry) => this.claimWritten(key, entry)
     this.states = new MemoryKv('backfills', gate)
     this.idle = new MemoryKv('idle', gate)
