@@ -6,8 +6,8 @@ import type { KV, KvEntry } from '@nats-io/kv'
 import { modelKey } from '../core/names.js'
 import { BUCKET_CLAIMS, catalog, STREAM_FOREGROUND } from '../events/catalog.js'
 import { decode } from '../events/codec.js'
-import { isNotFound } from '../jetstream/bus.js'
-import { isAtomicDisabled, jsRequestsOf, kvWriteTogether } from '../jetstream/js-requests.js'
+import { isCasConflict, isNotFound } from '../jetstream/bus.js'
+import { isAtomicDisabled, jsRequestsOf, KvBatchRefused, kvWriteTogether } from '../jetstream/js-requests.js'
 import { withDeadline } from '../lib/deadline.js'
 import type { Deps } from '../transport/function.js'
 import { checkFence, lastRequestAt } from './fence.js'
@@ -52,10 +52,16 @@ export function claimStore(deps: Deps): ClaimStore {
         await kvWriteTogether(jsRequestsOf(deps.bus.nc), BUCKET_CLAIMS, writes)
         return true
       } catch (err) {
-        if (!isAtomicDisabled(err)) throw err
+        // A lost compare-and-set is the caller's to judge; a batch whose answer never came may have been stored.
+        if (!(err instanceof KvBatchRefused) || isCasConflict(err)) throw err
+        // Refused, nothing stored: the keys one by one this time (too many batches in flight on the stream, say).
+        if (!isAtomicDisabled(err)) {
+          deps.log.warn({ bucket: BUCKET_CLAIMS, error: err.message }, 'claims batch refused: claims taken one by one')
+          return false
+        }
         if (!noAtomicUntil.has(kv))
           deps.log.warn(
-            { bucket: BUCKET_CLAIMS, error: String((err as Error).message) },
+            { bucket: BUCKET_CLAIMS, error: err.message },
             'claims bucket refuses atomic batches (provisioned by an older release?): claims taken one key at a time, ' +
               'one round trip more per admission, until provision runs again',
           )

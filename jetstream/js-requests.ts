@@ -163,16 +163,29 @@ export interface KvWrite {
   revision: number
 }
 
+/**
+ * An atomic batch the server answered with an error: nothing of it was stored (a batch is stored whole or not at
+ * all), unlike a batch whose answer never came. `errCode`: JetStream's, e.g. 10071 a compare-and-set that lost
+ * (isCasConflict), 10174 a stream without allow_atomic, 10210 too many batches in flight on the stream.
+ */
+export class KvBatchRefused extends Error {
+  constructor(
+    message: string,
+    readonly errCode: number | undefined,
+  ) {
+    super(message)
+  }
+}
+
 /** The bucket's stream refuses atomic batches (created by an older release, or allow_atomic turned off by hand). */
-export const isAtomicDisabled = (err: unknown) =>
-  /atomic publish is disabled|10174/i.test(String((err as Error)?.message ?? err))
+export const isAtomicDisabled = (err: unknown) => err instanceof KvBatchRefused && err.errCode === 10174
 
 /**
  * Compare-and-sets of several keys of one bucket as one atomic batch (nats-server ≥ 2.12, the bucket's stream with
  * allow_atomic): every value stored or none. One round trip: only the commit, the last message, waits for an answer;
- * the messages before it go out on the same connection, so the server has them first. A key that moved rejects the
- * whole batch with "wrong last sequence" (isCasConflict); a stream without allow_atomic with "atomic publish is
- * disabled" (isAtomicDisabled), nothing stored either way.
+ * the messages before it go out on the same connection, so the server has them first. Every refusal is a
+ * KvBatchRefused, nothing stored: a key that moved ("wrong last sequence": isCasConflict), a stream without
+ * allow_atomic (isAtomicDisabled), too many batches in flight. A batch whose answer never came may have been stored.
  */
 export async function kvWriteTogether(js: JsRequests, bucket: string, writes: readonly KvWrite[]): Promise<void> {
   const id = randomUUID()
@@ -191,9 +204,8 @@ export async function kvWriteTogether(js: JsRequests, bucket: string, writes: re
   const error = apiError(answer)
   if (error) {
     const what = writes.map((w) => w.key).join(', ')
-    throw new Error(
-      `KV ${bucket} write of ${what} refused: ${error.description ?? ''} (${error.err_code ?? error.code})`,
-    )
+    const why = `${error.description ?? ''} (${error.err_code ?? error.code})`
+    throw new KvBatchRefused(`KV ${bucket} write of ${what} refused: ${why}`, error.err_code)
   }
   if (typeof (answer as { seq?: number }).seq !== 'number') throw new Error(`KV ${bucket} batch: unreadable PubAck`)
 }
