@@ -407,11 +407,35 @@ const bucketConfigs = [
  */
 const LEADER_READS = { allow_direct: false } as const
 
-export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager, replicas = 1): Promise<Buckets> {
-  const kvm = new Kvm(nc)
+/** The KV buckets' streams that take atomic batches (Kvm has no option for it: set when the stream is created). */
+const ATOMIC_STREAMS = new Set(bucketConfigs.filter((c) => 'atomic' in c && c.atomic).map((c) => `KV_${c.name}`))
+
+/**
+ * A JetStream client whose manager creates the buckets' streams with allow_atomic where ATOMIC_STREAMS says: a
+ * stream created so needs no update, and an update can be refused where a create is not (a cluster whose reservations
+ * exceed a server's max_file_store answers every update "insufficient storage resources available").
+ */
+function creatingAtomic(nc: NatsConnection) {
+  const js = jetstream(nc)
+  const manager = js.jetstreamManager.bind(js)
+  js.jetstreamManager = async (checkAPI?: boolean) => {
+    const jsm = await manager(checkAPI)
+    const add = jsm.streams.add.bind(jsm.streams)
+    jsm.streams.add = (config) => add(ATOMIC_STREAMS.has(config.name) ? { ...config, allow_atomic: true } : config)
+    return jsm
+  }
+  return js
+}
+
+export async function ensureBuckets(
+  nc: NatsConnection,
+  jsm?: JetStreamManager,
+  replicas = 1,
+  log?: Logger,
+): Promise<Buckets> {
+  const kvm = new Kvm(creatingAtomic(nc))
   const [idle, backfills, claims] = await Promise.all(
     bucketConfigs.map(({ name, ...config }) => {
-      // allow_atomic is not a KV option: set on the bucket's stream below.
       const { atomic: _, ...options } = config as typeof config & { atomic?: boolean }
       return acrossLeaderChange(
         `provisioning KV bucket ${name}`,
@@ -435,28 +459,30 @@ export async function ensureBuckets(nc: NatsConnection, jsm?: JetStreamManager, 
     const republishStale =
       republish && (current.republish?.src !== republish.src || current.republish?.dest !== republish.dest)
     const atomic = 'atomic' in config && config.atomic
-    if (
-      current.max_age === ttl &&
-      current.num_replicas === replicas &&
-      !current.allow_direct &&
-      !republishStale &&
-      (!atomic || current.allow_atomic)
-    )
-      continue
-    const updated = {
-      ...current,
-      max_age: ttl,
-      num_replicas: replicas,
-      allow_direct: false,
-      ...(republish ? { republish } : {}),
-      ...(atomic ? { allow_atomic: true } : {}),
+    const update = (changes: Partial<typeof current>) =>
+      acrossLeaderChange(
+        `provisioning KV bucket ${config.name}`,
+        () => jsm.streams.update(current.name, { ...current, ...changes }),
+        PROVISION_DEADLINE_MS,
+      )
+    if (current.max_age !== ttl || current.num_replicas !== replicas || current.allow_direct || republishStale) {
+      await update({
+        max_age: ttl,
+        num_replicas: replicas,
+        allow_direct: false,
+        ...(republish ? { republish } : {}),
+        ...(atomic ? { allow_atomic: true } : {}),
+      })
+      if (current.num_replicas !== replicas) await awaitReplicas(jsm, current.name, replicas)
+    } else if (atomic && !current.allow_atomic) {
+      // A speed-up, not a safety setting: refused, admit takes the claims one by one (admission/nats-ports.ts).
+      await update({ allow_atomic: true }).catch((err) =>
+        log?.warn(
+          { stream: current.name, error: describeError(err) },
+          'allow_atomic not set on the claims bucket: admissions take their claims one key at a time',
+        ),
+      )
     }
-    await acrossLeaderChange(
-      `provisioning KV bucket ${config.name}`,
-      () => jsm.streams.update(current.name, updated),
-      PROVISION_DEADLINE_MS,
-    )
-    if (current.num_replicas !== replicas) await awaitReplicas(jsm, current.name, replicas)
   }
   return { idle, backfills, claims } as Buckets
 }
@@ -601,7 +627,7 @@ export class Bus {
     if (topology.provision === false) return new Bus(nc, jsm, await bindTopology(jsm, nc, topology), topology)
     const replicas = topology.replicas ?? 1
     await ensureStreams(jsm, replicas)
-    return new Bus(nc, jsm, await ensureBuckets(nc, jsm, replicas), topology)
+    return new Bus(nc, jsm, await ensureBuckets(nc, jsm, replicas, topology.log), topology)
   }
 
   /**

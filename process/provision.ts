@@ -66,6 +66,7 @@ export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
     replicas,
     connectWaitMs,
     credentials: natsCredentials,
+    log: opts.log,
   })
   try {
     // Consumers of older releases: foreground requests moved from FLEXINFER_EVENTS to their own streams.

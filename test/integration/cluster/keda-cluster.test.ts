@@ -8,9 +8,10 @@
 // consumer's lag at the leader (7 requests make demand's lag; where it is led varies from run to run).
 import { copyFile, mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
+import { jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { catalog } from '../../../events/catalog.js'
+import { BUCKET_CLAIMS, catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
 import { natsServerOptions } from '../../../jetstream/bus.js'
 import { provision } from '../../../process/provision.js'
@@ -156,6 +157,18 @@ const triggerValue = (samples: MetricSample[], fn: string, consumer: string) => 
 }
 
 describe('KEDA on a 3-server cluster', () => {
+  it('provision made the claims bucket take atomic batches at its creation (this cluster refuses stream updates)', async () => {
+    // The streams reserve more than a server's 1 GB here: every stream update is refused with "insufficient storage
+    // resources available" (seen: provision failed when allow_atomic was set by an update after Kvm created the bucket).
+    const nc = await connect({ ...natsServerOptions(urlOf('provision')), name: 'keda-cluster-provision' })
+    try {
+      const jsm = await jetstreamManager(nc)
+      expect((await jsm.streams.info(`KV_${BUCKET_CLAIMS}`)).config.allow_atomic).toBe(true)
+    } finally {
+      await nc.close()
+    }
+  })
+
   it('reads every consumer from its leader: no scaler error, and the lag of a consumer led elsewhere', async () => {
     const led = await waitFor('a leader for every consumer', async () => {
       const c = await consumers()
