@@ -56,6 +56,23 @@ export async function consumerInfo(jsm: JetStreamManager, stream: string, name: 
 }
 
 /**
+ * How long a consumer seen without a waiting pull is given to send its next one before it counts as not pulling. A
+ * live consumer has none for a moment whenever a pull ends: the server answers the expired pull, and the client sends
+ * the next one when its event loop gets to it — a round trip plus that loop's lag under load. A stopped or paused
+ * consumer stays without one. Read once more, only on such a miss: what "pulling" proves moves by this much at most
+ * (a waiting pull already says only "pulled within PULL_EXPIRES_MS").
+ */
+export const PULL_RENEWAL_MS = 300
+
+/** consumerInfo, read once more after PULL_RENEWAL_MS when the consumer exists and has no waiting pull. */
+export async function pullingInfo(jsm: JetStreamManager, stream: string, name: string) {
+  const info = await consumerInfo(jsm, stream, name)
+  if (!info || info.num_waiting > 0) return info
+  await new Promise((r) => setTimeout(r, PULL_RENEWAL_MS))
+  return consumerInfo(jsm, stream, name)
+}
+
+/**
  * How long a positive liveness answer for demand's per-model consumer and cancel's consumer stands, shared by every
  * admission of the process (one read per interval, not two per admission: a burst of windows ending together
  * otherwise queues hundreds of consumer infos on the server's JetStream API). What the fence proves moves by this
@@ -92,8 +109,8 @@ function pullingElsewhere(jsm: JetStreamManager, bus: object, names: ReturnType<
   const entry: Liveness = {
     at: performance.now(),
     read: Promise.all([
-      consumerInfo(jsm, STREAM_FOREGROUND_LAST, names.demandLast),
-      consumerInfo(jsm, STREAM_EVENTS, names.cancel),
+      pullingInfo(jsm, STREAM_FOREGROUND_LAST, names.demandLast),
+      pullingInfo(jsm, STREAM_EVENTS, names.cancel),
     ]).then(([demandLast, cancel]) => {
       const why = !demandLast?.num_waiting
         ? 'no demand instance is pulling foreground requests'
@@ -126,7 +143,7 @@ export async function checkFence(deps: Deps): Promise<FenceResult> {
   // INGRESS_READY_URL (deployed: http://model-backfill-ingress/readyz); unset: no ingress is watched.
   const ingressUrl = deps.settings?.ingressReadyUrl
   const [demandForeground, elsewhere, ingress] = await Promise.all([
-    consumerInfo(jsm, STREAM_FOREGROUND, names.demandForeground),
+    pullingInfo(jsm, STREAM_FOREGROUND, names.demandForeground),
     pullingElsewhere(jsm, deps.bus, names),
     ingressUrl ? probeIngress(ingressUrl) : undefined,
   ])

@@ -16,7 +16,7 @@
 // ApiServerSource and may delete nothing; a process of its own would be one more always-on Deployment with the same
 // rights. Each cancel replica decides alone (no coordination, which would need NATS): deletes are idempotent.
 import type { KubeConfig, V1Job } from '@kubernetes/client-node'
-import { consumerInfo, consumers } from '../../admission/fence.js'
+import { consumers, pullingInfo } from '../../admission/fence.js'
 import { probeIngress } from '../../admission/ingress.js'
 import {
   type Blindness,
@@ -62,8 +62,8 @@ async function probePath(deps: Deps): Promise<Visibility> {
   try {
     const [foreground, last] = await withDeadline(
       Promise.all([
-        consumerInfo(jsm, STREAM_FOREGROUND, names.demandForeground),
-        consumerInfo(jsm, STREAM_FOREGROUND_LAST, names.demandLast),
+        pullingInfo(jsm, STREAM_FOREGROUND, names.demandForeground),
+        pullingInfo(jsm, STREAM_FOREGROUND_LAST, names.demandLast),
       ]),
       PROBE_DEADLINE_MS,
       'consumer info',
