@@ -1095,7 +1095,7 @@ export class Simulation {
         }
         // Stored while the POST was in flight: the Job deleted within RACED_MS by the admission itself — unless a
         // fault or a slow call hit the admission after its POST (then it is demand → cancel's, within CANCEL_MS).
-        const faulted = (post?.by?.faultedAt ?? Number.NEGATIVE_INFINITY) >= sent
+        const faulted = this.faultedSince(post?.by, sent)
         const bound = faulted ? CANCEL_MS : RACED_MS
         if (r.at >= sent - LATE_MS && r.at <= j.createdAt && (j.deletedAt ?? this.now) - j.createdAt > bound) {
           if (!j.outcome)
@@ -1139,8 +1139,19 @@ export class Simulation {
   /** CLAIMLESS_MS, or CANCEL_MS when a fault hit the Job's admission at or after its POST. */
   private claimlessBound(j: StoredJob) {
     const post = this.postOf.get(j)
-    const faulted = (post?.by?.faultedAt ?? Number.NEGATIVE_INFINITY) >= (post?.sent ?? j.createdAt)
+    const faulted = this.faultedSince(post?.by, post?.sent ?? j.createdAt)
     return faulted ? CANCEL_MS : CLAIMLESS_MS
+  }
+
+  /**
+   * A fault or a slow call hit `actor` at or after `since` — a call of its still waiting longer than SLOW_CALL_MS
+   * too: slow already, whenever it is answered (judged only once answered, a raced Job whose DELETE was slow was held
+   * to RACED_MS while the DELETE was in flight, and to CANCEL_MS once it returned).
+   */
+  private faultedSince(actor: Actor | undefined, since: number) {
+    if (!actor) return false
+    if ((actor.faultedAt ?? Number.NEGATIVE_INFINITY) >= since) return true
+    return this.waiting.some((w) => w.actor === actor && w.issuedAt >= since && this.now - w.issuedAt > SLOW_CALL_MS)
   }
 
   private checkConverged() {
