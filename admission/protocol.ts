@@ -6,14 +6,18 @@
 //      one side or the other.
 //   2. The fence (RequestLog.fence), issued together with the claims: demand and cancel consuming, demand caught up
 //      with the documented subject up to the fence's cursor.
-//   3. Re-read the idle state (after the fence) and the newest request (after the claims), and decide again on them.
-//      Not admitted: the claims this admission took (by their claimedAt and tryId, never another try's) are given back.
+//   3. Decide again on what the claims and the fence found (a contender, a preemption path not ready). Not admitted:
+//      the claims this admission took (by their claimedAt and tryId, never another try's) are given back. Admitted:
+//      the idle state is read again (after the fence: it holds every request demand acknowledged), in flight while the
+//      caller checks its watched copies and writes the state; its answer is awaited only before the POST.
 //   4. (The caller commits the Starting state by compare-and-set, a retry's unchanged one too: the POST stands on
-//      the newest state.) The newest request once more as the very last step before the POST — sent together with
-//      that state write, and sent again if it is older than PRE_POST_READ_FRESH_MS when the POST goes — and once more
-//      right after it: a request stored while the POST was in flight makes the admission delete the Job it has just
-//      created (by its UID) rather than leave it to demand → cancel — and so does that read failing or coming late
-//      (the real one has a deadline, POST_READ_DEADLINE_MS), since then no request can be ruled out.
+//      the newest state.) The newest request (after the claims: Dekker) as the very last step before the POST — sent
+//      together with that state write, and sent again if it is older than PRE_POST_READ_FRESH_MS when the POST goes —
+//      and once more right after it: a request stored while the POST was in flight makes the admission delete the
+//      Job it has just created (by its UID) rather than leave it to demand → cancel — and so does that read failing
+//      or coming late (the real one has a deadline, POST_READ_DEADLINE_MS), since then no request can be ruled out.
+//      A request in the idle state read or in the read before the POST newer than the window the state was admitted
+//      on: no POST, and the attempt is taken back (the caller decides again with it).
 //
 // The newest-request reads see every request stored before them, whichever subject it came on: the per-model
 // subject's newest, and the documented subject's requests past the fence's cursor (RequestLog.newest).
@@ -43,20 +47,33 @@ export const POST_READ_DEADLINE_MS = 300
  */
 export const PRE_POST_READ_FRESH_MS = 25
 
+type IdleEntry = Awaited<ReturnType<AdmissionPorts['requests']['idle']>>
+
 /** The newest-request read sent ahead of the POST (with the state write): when it was sent, and its answer. */
 export interface EarlyRead {
   sentAt: number
   answer: Promise<{ at: string | null; cursor?: Cursor }>
+  /** The idle state read after the fence (Admitted.idle). */
+  idle?: Promise<IdleEntry>
 }
 
-/** Sends the read in front of the POST now, alongside the caller's state write. */
-export function readBeforePost(ports: AdmissionPorts, namespace: string, model: string, cursor?: Cursor): EarlyRead {
+/**
+ * Sends the read in front of the POST now, alongside the caller's state write; `idle` is the admission's idle-state
+ * read after the fence, already in flight.
+ */
+export function readBeforePost(
+  ports: AdmissionPorts,
+  namespace: string,
+  model: string,
+  cursor?: Cursor,
+  idle?: Promise<IdleEntry>,
+): EarlyRead {
   // Timed before it goes: a request stored from then on may be one it does not see.
   const sentAt = ports.clock.now()
   const answer = ports.requests.newest(namespace, model, cursor)
   // Awaited only if the state write commits; a failure is read again before the POST.
   answer.catch(() => {})
-  return { sentAt, answer }
+  return { sentAt, answer, idle }
 }
 
 /** Claims an admission holds for the Job it is about to create. */
@@ -72,15 +89,18 @@ export interface Admitted {
   decision: Decision
   /** The claims taken, when the decision still creates the Job (give them back if it is not committed). */
   held?: Held
-  /** When the fence's re-read was done: the start of the gap the POST must close quickly. */
+  /** When the fence answered: the start of the gap the POST must close quickly. */
   fencedAt?: number
-  /** Up to where the documented subject is in the idle state just read: the reads around the POST look past it. */
+  /** Up to where the documented subject is in the idle state read after the fence: the reads around the POST look
+   * past it. */
   cursor?: Cursor
+  /** The idle state read after the fence, awaited before the POST (post()): sent, not yet answered. */
+  idle?: Promise<IdleEntry>
 }
 
 /**
  * Steps 1–3 for a decision that creates a Job; any other decision is returned as it is. `observed` is updated with
- * what the checks read (a contender, the idle state, the newest request, the preemption path).
+ * what the checks read (a contender, the preemption path).
  */
 export async function admit(
   ports: AdmissionPorts,
@@ -116,24 +136,22 @@ export async function admit(
   timings?.mark('claims')
   let fencedAt: number | undefined
   let cursor: Cursor | undefined
+  let idle: Promise<IdleEntry> | undefined
   if (claimed.contender) {
     observed.contenders.push(claimed.contender)
   } else {
     const fence = await fencing
     timings?.mark('fence')
-    // After both, in one round trip: the idle state (after the fence: it holds everything demand acknowledged) and
-    // the model's newest request on its per-model subject (after the claims: a request racing them is seen here or
-    // by demand, which writes idleness before it reads the claims).
-    const [idle, newest] = await Promise.all([
-      ports.requests.idle(namespace, model),
-      ports.requests.newest(namespace, model),
-    ])
     fencedAt = ports.clock.now()
-    timings?.mark('reread')
-    observed.idle = readIdle(ports, idle)
-    observed.lastRequestAt = newest.at ?? undefined
     cursor = fence.cursor
     if (!fence.ready) observed.preemptionPath = { ready: false, why: fence.why }
+    // After the fence: it holds everything demand acknowledged up to the cursor. Not awaited here — nothing before
+    // the POST depends on it (no round trip of its own on the admission's path); post() awaits it, and a request in
+    // it newer than the window keeps the POST from going. Read whatever the fence said: a retry of a Starting
+    // attempt creates its Job with demand behind too (decide() re-checks only what cancels it), and the reads
+    // around the POST look past the cursor alone.
+    idle = ports.requests.idle(namespace, model)
+    idle.catch(() => {})
   }
   const again = decide(observed, trigger, ports.clock.now())
   timings?.mark('decide')
@@ -144,7 +162,7 @@ export async function admit(
     await giveBack(ports, held)
     return { decision: again }
   }
-  return { decision: again, held, fencedAt, cursor }
+  return { decision: again, held, fencedAt, cursor, idle }
 }
 
 /** Gives back the claims an admission took and did not commit (the watched copy proved behind, a failure). */
@@ -194,11 +212,15 @@ export async function post(
   // cleanups; slow under load) is no gap for a request. The read sent with the state write stands in for it while
   // it is fresh; a failed or stale one is sent again.
   const ahead = early ? await early.answer.catch(() => undefined) : undefined
+  // The idle state read after the fence: what demand acknowledged up to the cursor (the read below looks past it).
+  const idle = early?.idle ? await early.idle.catch(() => ports.requests.idle(namespace, model)) : undefined
+  const acknowledged = idle === undefined ? undefined : readIdle(ports, idle)?.lastForegroundAt
   const before =
     ahead && early && ports.clock.now() - early.sentAt <= PRE_POST_READ_FRESH_MS
       ? ahead
       : await ports.requests.newest(namespace, model, where.cursor)
   timings?.mark('prePostRead')
+  if (racedAdmission(state, acknowledged)) return { kind: 'racedBefore', lastRequestAt: acknowledged as string }
   if (racedAdmission(state, before.at)) return { kind: 'racedBefore', lastRequestAt: before.at as string }
   const postAt = ports.clock.now()
   let created: Awaited<ReturnType<AdmissionPorts['jobs']['create']>>
@@ -233,7 +255,7 @@ export async function post(
   return { kind: 'created', result, uid, postAt, postMs }
 }
 
-function readIdle(ports: AdmissionPorts, entry: Awaited<ReturnType<AdmissionPorts['requests']['idle']>>) {
+function readIdle(ports: AdmissionPorts, entry: IdleEntry) {
   if (entry?.operation !== 'PUT') return null
   const r = parseEntry(entry.text, parseModelIdleState)
   if (r.ok) return r.value

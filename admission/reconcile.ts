@@ -381,7 +381,10 @@ export async function reconcile(
     const creates = decision.actions.some((a) => a.type === 'createJob')
     // The newest-request read in front of the POST goes out with the state write (admission/protocol.ts).
     const model = observed.backfill?.spec.modelRef
-    const early = held && model ? readBeforePost(ports, namespace, model, admitted.cursor) : undefined
+    const early =
+      held && model
+        ? readBeforePost(ports, namespace, model, admitted.cursor, 'idle' in admitted ? admitted.idle : undefined)
+        : undefined
     if (creates || !sameState(state, decision.state)) {
       try {
         if (decision.state === null) await kv.delete(key, entry ? { previousSeq: entry.revision } : undefined)
@@ -605,7 +608,7 @@ async function createAttemptJob(
   if (outcome.kind === 'racedBefore') {
     log.info(
       { namespace, backfill: name, job: action.jobName, lastRequestAt: outcome.lastRequestAt },
-      'foreground request stored since the fence; not creating the Job',
+      'foreground request newer than the idle window, read before the POST; not creating the Job',
     )
     return { raced: { type: 'raced', jobName: action.jobName } }
   }

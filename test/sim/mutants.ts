@@ -111,6 +111,17 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
+    name: 'idle-read-after-fence-unchecked',
+    race: 'a request on the documented subject demand acknowledged before the fence, in the idle state alone',
+    edits: [
+      {
+        file: 'admission/protocol.ts',
+        find: "if (racedAdmission(state, acknowledged)) return { kind: 'racedBefore', lastRequestAt: acknowledged as string }",
+        replace: '',
+      },
+    ],
+  },
+  {
     name: 'demand-cancel-once-per-attempt',
     caches: false,
     race: 'the request that opened a window read as breaking it, its cancel dropped, the real cancels silenced',

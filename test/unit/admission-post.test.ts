@@ -32,20 +32,26 @@ const starting = {
   updatedAt: iso(T),
 } as unknown as BackfillState
 
-/** The ports, with `during` run as the POST takes effect and the n-th newest-request read failing when asked. */
-function world(opts: { during?: (requests: MemoryRequests) => void; failRead?: number } = {}) {
+/**
+ * The ports, with `during` run as the POST takes effect, the n-th newest-request read failing when asked, and the
+ * n-th idle-state read too.
+ */
+function world(opts: { during?: (requests: MemoryRequests) => void; failRead?: number; failIdleRead?: number } = {}) {
   let now = T
   const clock = { now: () => now }
   let reads = 0
+  let idleReads = 0
   const gate: Gate = async (op) => {
     if (op === 'requests.newest' && ++reads === opts.failRead) return 'failBefore'
+    if (op === 'idle.get' && ++idleReads === opts.failIdleRead) return 'failBefore'
     if (op === 'jobs.create') {
       now += 50
       opts.during?.(requests)
     }
     return 'ok'
   }
-  const requests = new MemoryRequests(new MemoryKv('idle'), clock, gate)
+  const idle = new MemoryKv('idle', gate)
+  const requests = new MemoryRequests(idle, clock, gate)
   const jobs = new MemoryJobs(clock, gate)
   const ports = memoryPorts({
     claims: new MemoryKv('claims'),
@@ -65,6 +71,20 @@ function world(opts: { during?: (requests: MemoryRequests) => void; failRead?: n
       now += ms
     },
     reads: () => reads,
+    idleReads: () => idleReads,
+    /** Demand's idle-state write for a request at `at` (acknowledged before the fence). */
+    idleWrite: (at: number) =>
+      idle.put(
+        'ns.llm',
+        JSON.stringify({
+          v: 1,
+          namespace: 'ns',
+          model: 'llm',
+          lastForegroundAt: iso(at),
+          requests: 1,
+          updatedAt: iso(at),
+        }),
+      ),
   }
 }
 
@@ -133,6 +153,39 @@ describe('post', () => {
       const outcome = await post(w.ports, job, starting, where, undefined, early)
       expect(outcome.kind).toBe('created')
       expect(w.reads()).toBe(3)
+    })
+  })
+
+  // The idle state is read after the fence and awaited only here, not on the admission's path before its state write
+  // (one round trip fewer): it holds the documented subject's requests demand acknowledged up to the fence's cursor,
+  // which the reads around the POST look past. A request in it newer than the window keeps the POST from going.
+  describe('with the idle state read after the fence', () => {
+    it('creates no Job over a request demand acknowledged before the fence', async () => {
+      const w = world()
+      await w.idleWrite(T - 1_000)
+      const idle = w.ports.requests.idle('ns', 'llm')
+      const early = readBeforePost(w.ports, 'ns', 'llm', 0, idle)
+      const outcome = await post(w.ports, job, starting, where, undefined, early)
+      expect(outcome).toMatchObject({ kind: 'racedBefore', lastRequestAt: iso(T - 1_000) })
+      expect(w.jobs.created).toHaveLength(0)
+    })
+
+    it('creates the Job when the idle state holds only requests before the window', async () => {
+      const w = world()
+      await w.idleWrite(T - 20_000)
+      const early = readBeforePost(w.ports, 'ns', 'llm', 0, w.ports.requests.idle('ns', 'llm'))
+      const outcome = await post(w.ports, job, starting, where, undefined, early)
+      expect(outcome.kind).toBe('created')
+    })
+
+    it('reads it again when it failed', async () => {
+      const w = world({ failIdleRead: 1 })
+      const idle = w.ports.requests.idle('ns', 'llm')
+      await w.idleWrite(T - 1_000)
+      const early = readBeforePost(w.ports, 'ns', 'llm', 0, idle)
+      const outcome = await post(w.ports, job, starting, where, undefined, early)
+      expect(outcome).toMatchObject({ kind: 'racedBefore', lastRequestAt: iso(T - 1_000) })
+      expect(w.idleReads()).toBe(2)
     })
   })
 
