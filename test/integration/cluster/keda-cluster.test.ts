@@ -70,7 +70,7 @@ beforeAll(async () => {
           `server_name: nats-${i}`,
           `listen: "${host}:${client}"`,
           `http: "${host}:${monitor}"`,
-          `jetstream { store_dir: ${JSON.stringify(join(dir, `js-${i}`))}, max_memory_store: 64MB, max_file_store: 1GB }`,
+          `jetstream { store_dir: ${JSON.stringify(join(dir, `js-${i}`))}, max_memory_store: 64MB, max_file_store: 2GB }`,
           `cluster { name: keda, listen: "${host}:${route}", routes: [${HOSTS.map((h) => `"nats-route://${h}:${route}"`).join(', ')}] }`,
           'include "auth.conf"',
           '',
