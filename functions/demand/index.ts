@@ -56,6 +56,13 @@ interface ModelEntry {
   /** Newest foreground request time seen / persisted. */
   seen: number
   persisted: number
+  /**
+   * Newest time known to be in the bucket (at `revision`): a write of ours, or a newer time a write found stored.
+   * Known as soon as the write returns, before the claim read that `persisted` waits for: a claim read failing after
+   * a write that found a newer time must not leave `revision` at that newer entry with nothing saying it is newer —
+   * the redelivered requests' write would then succeed over it by compare-and-set and move the time back.
+   */
+  stored: number
   requests: number
   lastWriteAt: number
   revision: number
@@ -159,6 +166,7 @@ export class Demand {
         claimKey: modelClaimKey(namespace, model),
         seen: 0,
         persisted: 0,
+        stored: 0,
         requests: 0,
         lastWriteAt: 0,
         revision: 0,
@@ -289,8 +297,11 @@ export class Demand {
     try {
       // Already covered: requests that arrived during the last write, after its target, but no later than the newer
       // time that write found stored. Writing them would move the stored time back; they need the claim read only.
-      const alreadyStored = target <= entry.persisted
-      const covered = alreadyStored ? entry.persisted : await this.writeMax(entry, key, target)
+      // So are requests no later than a time a write stored, or found stored, whose claim read then failed: they are
+      // redelivered, need the claim read, and a write of theirs would move the stored time back.
+      const known = Math.max(entry.persisted, entry.stored)
+      const alreadyStored = target <= known
+      const covered = alreadyStored ? known : await this.writeMax(entry, key, target)
       written = true
       if (!alreadyStored) {
         entry.lastWriteAt = this.ports.now()
@@ -390,6 +401,7 @@ export class Demand {
         // The usual write (a known revision) without nats.js's request machinery; the first one through the KV API.
         if (entry.revision > 0) entry.revision = await this.ports.idle.update(key, toKv(value), entry.revision)
         else entry.revision = await this.ports.idle.create(key, toKv(value))
+        entry.stored = at
         return at
       } catch (err) {
         if (!isCasConflict(err)) throw err
@@ -397,9 +409,11 @@ export class Demand {
         entry.revision = current?.revision ?? 0
         // An unreadable value is overwritten (compare-and-set on its revision): it proves no newer request.
         const stored = this.readIdle(key, current)
+        entry.stored = 0
         if (stored) {
           const storedAt = Date.parse(stored.lastForegroundAt)
           entry.requests = Math.max(entry.requests, stored.requests ?? 0)
+          entry.stored = storedAt
           if (storedAt >= at) return storedAt // another replica already has a newer time
         }
       }

@@ -169,6 +169,18 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
+    name: 'stored-time-forgotten-after-claim-read-failure',
+    caches: false,
+    race: 'a claim read failing after a write that found a newer time stored: the redelivery wrote the older time over it',
+    edits: [
+      {
+        file: 'functions/demand/index.ts',
+        find: 'const known = Math.max(entry.persisted, entry.stored)',
+        replace: 'const known = entry.persisted',
+      },
+    ],
+  },
+  {
     name: 'covered-requests-left-waiting',
     race: 'requests that arrived during a write, within the newer time it found stored, never answered',
     edits: [

@@ -141,6 +141,7 @@ it('every seed that found a race replays clean', { timeout: 60_000 }, async () =
     [42033, true, 'the same, with the hostile faults'],
     [76916, false, 'a retry creating the Job on a state read before the attempt was cancelled: its claims gone'],
     [78825, true, 'a retry re-creating a cancelled Job under a Cancelling state written over the same old revision'],
+    [12892, false, 'a claim read failing after a write that found a newer time: its redelivery wrote the older time'],
     // The oracle's own: a raced Job whose admission's DELETE was still in flight, slow, held to RACED_MS.
     [1807, true, 'a raced Job whose DELETE was slow, judged before the DELETE returned'],
   ]

@@ -123,6 +123,24 @@ describe("the model's last foreground request in the idle bucket", () => {
     await demand.handle(request(T + 12_000))
     expect(await idleAt(idle)).toBe(new Date(T + 12_000).toISOString())
   })
+
+  // Found by the simulation (seed 12892, fresh reads): a restarted demand's write found a newer time stored, the claim
+  // read after it failed, and the request's redelivery wrote its older time over the newer one with the revision that
+  // write had read — admit then measured the window from the older request and created a Job inside the real one.
+  it('never moves back when the claim read after a write that found a newer time failed', async () => {
+    const { idle, claims, demand } = world(false)
+    await idle.put('ns.llm', toKv(state(T + 10_000)))
+    const get = claims.get.bind(claims)
+    let failures = 1
+    claims.get = (key) => (failures-- > 0 ? Promise.reject(new Error('claims.get: timeout')) : get(key))
+    await expect(demand.handle(request(T + 5_000))).rejects.toThrow(/timeout/)
+    expect(await idleAt(idle)).toBe(new Date(T + 10_000).toISOString())
+    // Its redelivery: the claim read again (answered now), nothing written. Failed without the fix: T+5 s stored.
+    await demand.handle(request(T + 5_000))
+    expect(await idleAt(idle)).toBe(new Date(T + 10_000).toISOString())
+    await demand.handle(request(T + 12_000))
+    expect(await idleAt(idle)).toBe(new Date(T + 12_000).toISOString())
+  })
 })
 
 describe('one request delivered twice while its cancel is being published', () => {
