@@ -6,8 +6,9 @@
 // attempt 2's Jobs deleted for "no demand instance is pulling foreground requests" after the path was back).
 //
 // On the real server, demand's and cancel's consumers are pulled by stand-ins that renew each expired pull 150 ms
-// late (a loaded event loop), pulls expiring every second; the fence and the fail-safe's probe are sampled back to back
-// for several of those gaps and must say pulling every time. The stand-ins then stop pulling: both must say so.
+// late (a loaded event loop), pulls expiring every second, foreground requests arriving on both subjects meanwhile; the
+// fence and the fail-safe's probe are sampled back to back for several of those gaps and must say pulling every time.
+// The stand-ins then stop pulling: both must say so.
 import { jetstreamManager } from '@nats-io/jetstream'
 import type { NatsConnection, Subscription } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -17,6 +18,7 @@ import { probeVisibility } from '../../../functions/cancel/fail-safe.js'
 import { ensureStreams } from '../../../jetstream/bus.js'
 import type { Deps } from '../../../transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { BackfillWorld } from '../support/backfill-world.js'
 import { testInstance } from '../support/runner.js'
 
 const env = useTestEnv()
@@ -41,6 +43,9 @@ class LatePuller {
     const inbox = `_INBOX.late-puller.${this.name}`
     this.sub = this.nc.subscribe(inbox, {
       callback: (_err, msg) => {
+        // Other test files publish on these streams: their messages are acknowledged (this consumer's only), and a
+        // pull asks for more than they can fill, so it ends by expiring, as demand's idle pulls do.
+        if (!msg.headers?.code && msg.reply) msg.respond('+ACK')
         if (msg.headers?.code !== 408 || this.stopped) return
         this.timer = setTimeout(() => {
           this.renewals++
@@ -53,7 +58,7 @@ class LatePuller {
 
   private pull(inbox: string) {
     if (this.stopped) return
-    const request = { batch: 10, expires: EXPIRES_MS * 1_000_000 }
+    const request = { batch: 1_000_000, expires: EXPIRES_MS * 1_000_000 }
     this.nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${this.stream}.${this.name}`, JSON.stringify(request), {
       reply: inbox,
     })
@@ -100,6 +105,17 @@ describe('a consumer renewing its pull', () => {
   it('is pulling to the fence and to the fail-safe in the gap between two pulls; stopped, it is not', {
     timeout: 60_000,
   }, async () => {
+    // Foreground requests on both subjects meanwhile (for a namespace no demand serves), as demand's pulls get them:
+    // more than one pull's worth would end a pull by count, not by expiry (seen in CI, other files publishing).
+    const world = new BackfillWorld(env.kc, env.namespace, env.nc)
+    let traffic = true
+    const publishing = (async () => {
+      for (let i = 0; traffic && i < 200; i++) {
+        await world.foregroundOnDocumentedSubject('pull-renewal')
+        await world.foreground('pull-renewal')
+        await new Promise((r) => setTimeout(r, 40))
+      }
+    })()
     const until = Date.now() + 4 * EXPIRES_MS + 500
     const fences: string[] = []
     const probes: string[] = []
@@ -111,6 +127,9 @@ describe('a consumer renewing its pull', () => {
       if (!probe.visible) probes.push(probe.why)
       await new Promise((r) => setTimeout(r, 10))
     }
+    traffic = false
+    await publishing
+    world.close()
     process.stderr.write(
       `[pull renewal] ${samples} samples: ${fences.length} fences and ${probes.length} probes said not pulling\n`,
     )
