@@ -1,25 +1,49 @@
 // Free loopback ports and plain HTTP(S) probes for readiness checks.
+
+import { readFileSync } from 'node:fs'
 import http from 'node:http'
 import https from 'node:https'
 import net from 'node:net'
 
 export const LOOPBACK = '127.0.0.1'
 
-/** n distinct free ports on 127.0.0.1 (all held open together while choosing, so they cannot repeat). */
+/**
+ * The first port the kernel hands out as an outgoing connection's source port (ip_local_port_range), 32768 by
+ * default. A port to be given to a server later is chosen below it: one from the ephemeral range (what `listen(0)`
+ * returns) can be taken by any outgoing connection between the check and the server's bind — CI saw etcd fail with
+ * "bind: address already in use" that way, the machine busy with other tests' connections.
+ */
+function ephemeralStart(): number {
+  try {
+    const first = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0])
+    return Number.isInteger(first) && first > 2048 ? first : 32768
+  } catch {
+    return 32768
+  }
+}
+
+/** How many random candidates freePorts tries before it gives up (each one taken: another server holds it). */
+const MAX_CANDIDATES = 2000
+
+/** n distinct free ports on 127.0.0.1 below the ephemeral range (all held open together while choosing). */
 export async function freePorts(n: number): Promise<number[]> {
   const servers: net.Server[] = []
+  const low = 10_000
+  const high = ephemeralStart()
   try {
     const ports: number[] = []
-    for (let i = 0; i < n; i++) {
+    for (let tries = 0; ports.length < n; tries++) {
+      if (tries >= MAX_CANDIDATES) throw new Error(`no ${n} free ports in ${low}..${high - 1}`)
+      const port = low + Math.floor(Math.random() * (high - low))
+      if (ports.includes(port)) continue
       const server = net.createServer()
-      servers.push(server)
-      await new Promise<void>((resolve, reject) => {
-        server.once('error', reject)
-        server.listen({ host: LOOPBACK, port: 0, exclusive: true }, () => resolve())
+      const bound = await new Promise<boolean>((resolve) => {
+        server.once('error', () => resolve(false))
+        server.listen({ host: LOOPBACK, port, exclusive: true }, () => resolve(true))
       })
-      const address = server.address()
-      if (!address || typeof address === 'string') throw new Error('no port')
-      ports.push(address.port)
+      if (!bound) continue
+      servers.push(server)
+      ports.push(port)
     }
     return ports
   } finally {
