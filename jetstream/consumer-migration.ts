@@ -23,10 +23,14 @@ import {
   type JetStreamManager,
 } from '@nats-io/jetstream'
 import type { Logger } from '../observability/log.js'
+import { isNotFound } from './bus.js'
 
 /** Default wait for the old consumer's in-flight messages: about one ack_wait of a function's consumer. */
 export const MIGRATION_SETTLE_MS = 30_000
 const POLL_MS = 100
+
+/** Runs one idempotent server call, asking it again when no leader answered (provisioning's acrossLeaderChange). */
+export type Retried = <T>(call: () => Promise<T>) => Promise<T>
 
 export interface MigrationResult {
   /** First stream sequence the new consumer delivers. */
@@ -41,8 +45,10 @@ export async function migrateAckPolicy(
   jsm: JetStreamManager,
   old: ConsumerInfo,
   config: Partial<ConsumerConfig> & ConsumerUpdateConfig & { durable_name: string },
-  opts: { log?: Logger; settleMs?: number } = {},
+  opts: { log?: Logger; settleMs?: number; retried?: Retried } = {},
 ): Promise<MigrationResult> {
+  // Each call below is safe to ask again: a pause or a read repeated, a delete already done, an add with one config.
+  const retried = opts.retried ?? ((call) => call())
   const stream = old.stream_name
   const name = config.durable_name
   const settleMs = opts.settleMs ?? MIGRATION_SETTLE_MS
@@ -52,12 +58,14 @@ export async function migrateAckPolicy(
     'migrating a durable consumer to another ack policy',
   )
   // Pause until well past the wait (a crashed migration's pause ends by itself).
-  await jsm.consumers.pause(stream, name, new Date(Date.now() + settleMs + 60_000))
-  let info = await jsm.consumers.info(stream, name)
+  const until = new Date(Date.now() + settleMs + 60_000)
+  await retried(() => jsm.consumers.pause(stream, name, until))
+  const read = () => retried(() => jsm.consumers.info(stream, name))
+  let info = await read()
   const deadline = Date.now() + settleMs
   while (info.num_ack_pending > 0 && Date.now() < deadline) {
     await new Promise((r) => setTimeout(r, POLL_MS))
-    info = await jsm.consumers.info(stream, name)
+    info = await read()
   }
   const floor = info.ack_floor.stream_seq
   const result: MigrationResult = {
@@ -65,12 +73,16 @@ export async function migrateAckPolicy(
     settled: info.num_ack_pending === 0,
     redelivered: Math.max(0, info.delivered.stream_seq - floor),
   }
-  await jsm.consumers.delete(stream, name)
-  await jsm.consumers.add(stream, {
-    ...config,
-    deliver_policy: DeliverPolicy.StartSequence,
-    opt_start_seq: result.startSeq,
+  await retried(() => jsm.consumers.delete(stream, name)).catch((err) => {
+    if (!isNotFound(err)) throw err
   })
+  await retried(() =>
+    jsm.consumers.add(stream, {
+      ...config,
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: result.startSeq,
+    }),
+  )
   const context = { ...result, unacked: info.num_ack_pending }
   if (result.settled) log?.info(context, 'consumer migrated: exact hand-over at the first undelivered message')
   else

@@ -7,7 +7,7 @@
 import { BUCKET_BACKFILLS, BUCKET_CLAIMS, BUCKET_MODEL_IDLE, STREAM_EVENTS } from '../events/catalog.js'
 import { functionFactories } from '../functions/index.js'
 import { ensureResyncSchedule } from '../functions/lifecycle/resync.js'
-import { Bus, isNotFound, streamConfigs } from '../jetstream/bus.js'
+import { acrossLeaderChange, Bus, isNotFound, PROVISION_DEADLINE_MS, streamConfigs } from '../jetstream/bus.js'
 import { consumerName } from '../jetstream/names.js'
 import type { Logger } from '../observability/log.js'
 import { createBridge } from '../transport/bridge.js'
@@ -71,7 +71,12 @@ export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
   try {
     // Consumers of older releases: foreground requests moved from FLEXINFER_EVENTS to their own streams.
     for (const [stream, name] of OBSOLETE_CONSUMERS) {
-      await bus.jsm.consumers.delete(stream, name).then(
+      // Across a leader change like every other provision step; a delete repeated after its lost reply finds nothing.
+      await acrossLeaderChange(
+        `removing consumer ${name} on ${stream}`,
+        () => bus.jsm.consumers.delete(stream, name),
+        PROVISION_DEADLINE_MS,
+      ).then(
         () => opts.log?.info({ stream, consumer: name }, 'removed a consumer an older release used'),
         (err) => {
           if (!isNotFound(err)) throw err

@@ -4,8 +4,14 @@
 // Every NATS call on the handler path has a deadline of the client's: JetStream publishes and API requests 5 s,
 // KV operations 2 s (nats.js defaults); acks and msg.working() are plain publishes that cannot block.
 import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
-import { awaitProvisioned, headerSafe, isNotFound } from '../jetstream/bus.js'
-import { migrateAckPolicy } from '../jetstream/consumer-migration.js'
+import {
+  acrossLeaderChange,
+  awaitProvisioned,
+  headerSafe,
+  isNotFound,
+  PROVISION_DEADLINE_MS,
+} from '../jetstream/bus.js'
+import { migrateAckPolicy, type Retried } from '../jetstream/consumer-migration.js'
 import { consumerName } from '../jetstream/names.js'
 import { AckFloor } from './ack-floor.js'
 import { type Deps, type EventFunction, type HandleContext, holdPlace, type Settings } from './function.js'
@@ -100,19 +106,36 @@ export async function ensureConsumers(
       max_ack_pending: fn.maxAckPending ?? Math.max(1000, fn.concurrency * 2),
       filter_subjects: sub.subjects,
     }
-    try {
-      const existing = await deps.bus.jsm.consumers.info(sub.stream, durable)
-      // The ack policy cannot change in place: the consumer is re-created where the old one stopped.
-      if (existing.config.ack_policy !== config.ack_policy)
-        await migrateAckPolicy(deps.bus.jsm, existing, config, { log: deps.log, settleMs: opts.migrationSettleMs })
-      else await deps.bus.jsm.consumers.update(sub.stream, durable, config)
-    } catch (err) {
-      if (!isNotFound(err)) throw err
-      await deps.bus.jsm.consumers.add(sub.stream, {
-        ...config,
-        deliver_policy: sub.deliverNew ? DeliverPolicy.New : DeliverPolicy.All,
-      })
+    // Each server call rides out a leader change (an election, a server rolling, a consumer moving after its stream
+    // was scaled: jetstream/bus.ts) and is idempotent, so one whose reply was lost — it may have taken effect all the
+    // same — is simply asked again (an add repeated with the same config answers the consumer it made).
+    const retried: Retried = (call) =>
+      acrossLeaderChange(`provisioning consumer ${durable} on ${sub.stream}`, call, PROVISION_DEADLINE_MS)
+    const info = () => retried(() => deps.bus.jsm.consumers.info(sub.stream, durable))
+    let existing = await info().catch((err) => {
+      if (isNotFound(err)) return undefined
+      throw err
+    })
+    if (!existing) {
+      const deliver_policy = sub.deliverNew ? DeliverPolicy.New : DeliverPolicy.All
+      const created = await retried(() => deps.bus.jsm.consumers.add(sub.stream, { ...config, deliver_policy })).catch(
+        (err) => {
+          // Created meanwhile with another config (another process provisioning): brought to this one below.
+          if (/consumer already exists/i.test(String(err?.message))) return undefined
+          throw err
+        },
+      )
+      if (created) continue
+      existing = await info()
     }
+    // The ack policy cannot change in place: the consumer is re-created where the old one stopped.
+    if (existing.config.ack_policy !== config.ack_policy)
+      await migrateAckPolicy(deps.bus.jsm, existing, config, {
+        log: deps.log,
+        settleMs: opts.migrationSettleMs,
+        retried,
+      })
+    else await retried(() => deps.bus.jsm.consumers.update(sub.stream, durable, config))
   }
 }
 
