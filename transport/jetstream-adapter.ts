@@ -4,6 +4,7 @@
 // Every NATS call on the handler path has a deadline of the client's: JetStream publishes and API requests 5 s,
 // KV operations 2 s (nats.js defaults); acks and msg.working() are plain publishes that cannot block.
 import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import { decode } from '../events/codec.js'
 import {
   acrossLeaderChange,
   awaitProvisioned,
@@ -13,9 +14,10 @@ import {
 } from '../jetstream/bus.js'
 import { migrateAckPolicy, type Retried } from '../jetstream/consumer-migration.js'
 import { consumerName } from '../jetstream/names.js'
-import { AckFloor } from './ack-floor.js'
-import { type Deps, type EventFunction, type HandleContext, holdPlace, type Settings } from './function.js'
-import { processEvent } from './process-event.js'
+import { AckFloor, type FloorMsg } from './ack-floor.js'
+import type { Deps, EventFunction, HandleContext, Settings } from './function.js'
+import { failedOutcome, handleEvent } from './process-event.js'
+import { type ReplyFields, readReplySubject } from './reply-subject.js'
 
 /**
  * Lifetime of each pull request. A pull waits on the consumer's leader; when that nats-server dies (kill -9 on a
@@ -154,15 +156,8 @@ async function bindConsumers(deps: Deps, fn: EventFunction) {
   }
 }
 
-interface Waiting {
-  msg: JsMsg
-  floor: AckFloor<JsMsg> | undefined
-  /** The keep-alive tick it arrived in. */
-  tick: number
-}
-
 /** A bounded FIFO with O(1) shift (an array shift is O(n) at thousands waiting). */
-export class WaitQueue<T = Waiting> {
+export class WaitQueue<T> {
   private items: (T | undefined)[] = []
   private head = 0
   constructor(readonly max: number) {}
@@ -190,6 +185,57 @@ export class WaitQueue<T = Waiting> {
   }
 }
 
+/** Scratch for a reply subject's fields (read synchronously, copied out at once). */
+const REPLY: ReplyFields = { streamSeq: 0, storedAtMs: 0 }
+
+/**
+ * One delivered message from its arrival to its end: waiting for a handler, then handled. One object per message and
+ * no closures: at tens of thousands of events a second, what demand allocated per foreground request (and its
+ * collection) was most of its CPU. It is what an AckAll floor tracks, the keep-alive's entry, and the handler's
+ * context (its place among the function's `concurrency`, given back once).
+ */
+class Delivery implements HandleContext, FloorMsg {
+  /** The keep-alive tick it arrived in, then the one its handler started in. */
+  tick: number
+  /** No longer kept alive: its handler ran too long. */
+  stuck = false
+  private holding = false
+  readonly seq: number
+  /** When the stream stored it (epoch ms). */
+  readonly storedAtMs: number
+  constructor(
+    readonly msg: JsMsg,
+    readonly floor: AckFloor<Delivery> | undefined,
+    tick: number,
+    private readonly free: () => void,
+  ) {
+    this.tick = tick
+    // nats.js's message has the subject (`reply`), though its type does not say so; without it, nats.js's parse.
+    const reply = (msg as { reply?: unknown }).reply
+    if (typeof reply === 'string' && readReplySubject(reply, REPLY)) {
+      this.seq = REPLY.streamSeq
+      this.storedAtMs = REPLY.storedAtMs
+    } else {
+      // Not a form read above: nats.js's parse (which throws, saying why, for what is no JetStream delivery).
+      this.seq = msg.info.streamSequence
+      this.storedAtMs = msg.info.timestampNanos / 1e6
+    }
+  }
+  ack() {
+    this.msg.ack()
+  }
+  /** Its handler starts: it holds a place until release(). */
+  hold(tick: number) {
+    this.tick = tick
+    this.holding = true
+  }
+  release() {
+    if (!this.holding) return
+    this.holding = false
+    this.free()
+  }
+}
+
 export async function runOnJetStream(
   deps: Deps,
   fn: EventFunction,
@@ -202,7 +248,7 @@ export async function runOnJetStream(
   const log = deps.log.child({ function: fn.name })
   const deadLetterRetryMs = opts.deadLetterRetryMs ?? 1000
   /** In-flight handlers, each with the keep-alive tick it started in (`stuck` once no longer kept alive). */
-  const inFlight = new Map<Promise<void>, { msg: JsMsg; tick: number; stuck?: boolean }>()
+  const inFlight = new Set<Delivery>()
   /**
    * Handlers holding one of the function's `concurrency` places: in flight and not released (HandleContext.release).
    * A released handler stays in flight, its message unacknowledged, until it ends; how many can be is bounded by the
@@ -216,7 +262,7 @@ export async function runOnJetStream(
   // 1,000, waited ~45 s for a handler, longer than ack_wait, and handled ~500 of them twice. They are
   // taken off the iterator at once and kept alive below like the in-flight ones, so a delivered message is never
   // redelivered while this process is healthy; the pull itself (ingest's thousands ahead) is unchanged.
-  const queues: WaitQueue[] = []
+  const queues: WaitQueue<Delivery>[] = []
   let nextQueue = 0
   let stopping = false
   /** Fills free slots from the queues, one message from each in turn. */
@@ -228,38 +274,27 @@ export async function runOnJetStream(
     try {
       let empty = 0
       while (!stopping && busy < fn.concurrency && empty < queues.length) {
-        const w = (queues[nextQueue] as WaitQueue).shift()
+        const d = (queues[nextQueue] as WaitQueue<Delivery>).shift()
         nextQueue = (nextQueue + 1) % queues.length
-        if (!w) empty++
+        if (!d) empty++
         else {
           empty = 0
-          start(w.msg, w.floor)
+          start(d)
         }
       }
     } finally {
       starting = false
     }
   }
-  const start = (msg: JsMsg, floor: AckFloor<JsMsg> | undefined) => {
+  const start = (d: Delivery) => {
     busy++
-    const ctx = holdPlace(() => {
-      busy--
-      startNext()
-    })
-    // One settled callback per message (not .catch().finally(): two more promises each, at 30k+ events/s).
-    const task: Promise<void> = process(msg, floor, ctx).then(
-      () => settled(task, ctx),
-      (err) => {
-        log.error({ err }, 'unexpected error handling event')
-        settled(task, ctx)
-      },
-    )
-    inFlight.set(task, { msg, tick })
+    d.hold(tick)
+    inFlight.add(d)
+    void run(d)
   }
-  const settled = (task: Promise<void>, ctx: HandleContext) => {
-    inFlight.delete(task)
-    // Its place, if it still holds one, goes to the next waiting message.
-    ctx.release()
+  const freePlace = () => {
+    busy--
+    startNext()
   }
 
   const loops: { messages: ConsumerMessages; done: Promise<void> }[] = []
@@ -274,38 +309,56 @@ export async function runOnJetStream(
    * (handled, dead-lettered, given up) and is then covered by one ack; term() is never sent there, since on an
    * AckAll consumer it acks every message below too.
    */
-  const floors = new Map<string, AckFloor<JsMsg>>()
-  const finished = (msg: JsMsg, floor: AckFloor<JsMsg> | undefined, term?: string) => {
-    if (floor) floor.finished(msg)
-    else if (term === undefined) msg.ack()
-    else msg.term(term)
+  const floors = new Map<string, AckFloor<Delivery>>()
+  const finished = (d: Delivery, term?: string) => {
+    if (d.floor) d.floor.finished(d)
+    else if (term === undefined) d.msg.ack()
+    else d.msg.term(term)
   }
 
-  const process = async (msg: JsMsg, floor: AckFloor<JsMsg> | undefined, ctx: HandleContext) => {
+  /**
+   * Handles one delivery to its end (decoded, handled, then acked, dead-lettered or taken back); never rejects. Its
+   * place, if it still holds one, goes to the next message. One async frame per message: the outcome is classified
+   * here rather than by processDecoded, whose promise would be one more per event.
+   */
+  const run = async (d: Delivery) => {
     try {
-      const outcome = await processEvent(fn, deps, msg.data, msg.info.timestampNanos / 1e6, ctx)
-      switch (outcome.kind) {
-        case 'handled':
-          finished(msg, floor)
-          stats.handled++
-          return
-        case 'malformed':
-        case 'permanent':
-          await deadLetter(msg, outcome.reason, floor)
-          return
-        case 'transient':
-          retry(msg, outcome.reason, floor)
+      const decoded = decode(d.msg.data)
+      if (!decoded.ok) {
+        await deadLetter(d, decoded.reason)
+        return
       }
+      const event = decoded.event
+      event.storedAt = d.storedAtMs
+      try {
+        await handleEvent(fn, deps, event, d)
+      } catch (err) {
+        const failed = failedOutcome(event, err)
+        if (failed.kind === 'permanent') await deadLetter(d, failed.reason)
+        else if (failed.kind === 'transient') retry(d, failed.reason)
+        return
+      }
+      finished(d)
+      stats.handled++
     } catch (err) {
-      // processEvent never throws; if anything here does, the event is retried and dead-lettered like any other.
-      log.error({ err, subject: msg.subject, seq: msg.seq }, 'unexpected error handling event')
-      retry(msg, `unexpected error: ${err instanceof Error ? err.message : String(err)}`, floor)
+      // Nothing above throws but a nak or dead-letter on a closing connection; if anything does, the event is retried
+      // and dead-lettered like any other.
+      log.error({ err, subject: d.msg.subject, seq: d.seq }, 'unexpected error handling event')
+      try {
+        retry(d, `unexpected error: ${err instanceof Error ? err.message : String(err)}`)
+      } catch (again) {
+        log.error({ err: again }, 'unexpected error handling event')
+      }
+    } finally {
+      inFlight.delete(d)
+      d.release()
     }
   }
 
-  const retry = (msg: JsMsg, reason: string, floor: AckFloor<JsMsg> | undefined) => {
+  const retry = (d: Delivery, reason: string) => {
+    const { msg } = d
     if (msg.info.deliveryCount >= (deps.settings?.maxDeliver ?? DEFAULT_MAX_DELIVER)) {
-      void deadLetter(msg, reason, floor)
+      void deadLetter(d, reason)
       return
     }
     stats.retried++
@@ -313,11 +366,12 @@ export async function runOnJetStream(
     msg.nak(backoffMs(deps.settings, msg.info.deliveryCount))
   }
 
-  const deadLetter = async (msg: JsMsg, reason: string, floor: AckFloor<JsMsg> | undefined) => {
+  const deadLetter = async (d: Delivery, reason: string) => {
+    const { msg } = d
     log.warn({ subject: msg.subject, reason }, 'dead-lettered event')
     try {
       await deps.bus.deadLetter(fn.name, reason, msg.data, msg.subject)
-      finished(msg, floor, headerSafe(reason, 256))
+      finished(d, headerSafe(reason, 256))
       stats.deadLettered++
     } catch (err) {
       // Could not keep it: leave it to be redelivered rather than lose it — until the consumer's delivery limit,
@@ -329,13 +383,13 @@ export async function runOnJetStream(
         reason,
         subject: msg.subject,
         stream: msg.info.stream,
-        seq: msg.seq,
+        seq: d.seq,
         delivery: msg.info.deliveryCount,
         maxDeliver,
       }
       if (last) {
         log.error(context, 'dead-letter publish failed on the last delivery: event given up (still in its stream)')
-        finished(msg, floor, headerSafe(reason, 256))
+        finished(d, headerSafe(reason, 256))
         stats.dropped++
       } else {
         log.error(context, 'dead-letter publish failed: redelivering')
@@ -353,32 +407,42 @@ export async function runOnJetStream(
     // explicit consumer, whose per-message acks other instances may still rely on.
     const floor =
       config.ack_policy === AckPolicy.All
-        ? new AckFloor<JsMsg>(Math.max(1, config.max_ack_pending ?? 0) * 2)
+        ? new AckFloor<Delivery>(Math.max(1, config.max_ack_pending ?? 0) * 2)
         : undefined
     if (floor) floors.set(sub.stream, floor)
+    const queue = new WaitQueue<Delivery>(Math.max(config.max_ack_pending ?? 0, fn.concurrency, 1) * 2)
+    queues.push(queue)
+    const delivered = (msg: JsMsg) => {
+      const d = new Delivery(msg, floor, tick, freePlace)
+      if (floor && !floor.delivered(d)) {
+        // Not tracked, so never finished: taken back for later rather than handled without a floor.
+        msg.nak(deadLetterRetryMs)
+        return
+      }
+      if (queue.size === 0 && busy < fn.concurrency) start(d)
+      else if (!queue.push(d)) {
+        // More than the server may have outstanding (max_ack_pending): only redeliveries of what waits here can
+        // get past it. Taken back rather than held without bound.
+        msg.nak(deadLetterRetryMs)
+      }
+    }
+    // A callback, not an async iterator: nats.js's iterator costs a queue entry, a promise and an iterator result
+    // per message. Called as each message is parsed off the socket; a throw would stop the consume, so none escapes.
     const messages = await consumer.consume({
       max_messages: Math.min(Math.max(100, fn.concurrency), 4096),
       expires: PULL_EXPIRES_MS,
       idle_heartbeat: PULL_HEARTBEAT_MS,
       bind: true,
+      callback: (msg) => {
+        try {
+          delivered(msg)
+        } catch (err) {
+          // A nak on a closing connection: the message is redelivered after ack_wait.
+          log.warn({ err, subject: msg.subject }, 'could not take a delivered message')
+        }
+      },
     })
-    const queue = new WaitQueue(Math.max(config.max_ack_pending ?? 0, fn.concurrency, 1) * 2)
-    queues.push(queue)
-    const done = (async () => {
-      for await (const msg of messages) {
-        if (floor && !floor.delivered(msg)) {
-          // Not tracked, so never finished: taken back for later rather than handled without a floor.
-          msg.nak(deadLetterRetryMs)
-          continue
-        }
-        if (queue.size === 0 && busy < fn.concurrency) start(msg, floor)
-        else if (!queue.push({ msg, floor, tick })) {
-          // More than the server may have outstanding (max_ack_pending): only redeliveries of what waits here can
-          // get past it. Taken back rather than held without bound.
-          msg.nak(deadLetterRetryMs)
-        }
-      }
-    })()
+    const done = messages.closed().then(() => undefined)
     loops.push({ messages, done })
   }
 
@@ -393,7 +457,7 @@ export async function runOnJetStream(
   const keepAlive = Number.isFinite(ackWaitMs)
     ? setInterval(() => {
         tick++
-        const keep = (entry: { msg: JsMsg; tick: number }) => {
+        const keep = (entry: Delivery) => {
           if (entry.tick >= tick - 1) return
           try {
             entry.msg.working()
@@ -401,7 +465,7 @@ export async function runOnJetStream(
             // Connection closing: the message is redelivered, as it would be anyway.
           }
         }
-        for (const entry of inFlight.values()) {
+        for (const entry of inFlight) {
           if (entry.stuck) continue
           if (tick - entry.tick > maxHandlerTicks) {
             entry.stuck = true
@@ -409,7 +473,7 @@ export async function runOnJetStream(
               {
                 subject: entry.msg.subject,
                 stream: entry.msg.info.stream,
-                seq: entry.msg.seq,
+                seq: entry.seq,
                 delivery: entry.msg.info.deliveryCount,
                 runningMs: Math.round((tick - entry.tick) * keepAliveMs),
               },
