@@ -226,6 +226,10 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'retry-posts-on-stale-state',
+    unreached:
+      'not found within 80,000 seeds (default and hostile, fresh reads): the seeds that found it (76916, 78825) pass ' +
+      'with the fix undone since the idle read after the fence moved; test/unit/retry-stale-state.test.ts (another ' +
+      'try, and a cancel, ending the attempt under the retry) fails without it',
     caches: false,
     race: 'a retry of a Starting attempt creating its Job on a state read before a cancel or another try ended it',
     seeds: 80_000,
