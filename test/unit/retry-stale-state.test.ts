@@ -25,7 +25,6 @@
 //   + "live Job bf-1-04e5ddb5 without its claims (model: -, node: -)",
 //   + "live Job bf-1-04e5ddb5 not its backfill's attempt (state WaitingForIdle/IdleWindow, Job -)",
 import { AsyncLocalStorage } from 'node:async_hooks'
-import type { V1CronJob } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
 import { claimKeys } from '../../admission/claims.js'
 import {
@@ -45,26 +44,11 @@ import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEn
 import type { Bus } from '../../jetstream/bus.js'
 import type { Kube } from '../../kube/kube.js'
 import { PLURALS } from '../../kube/kube-common.js'
-import type { Logger } from '../../observability/log.js'
-import { aBackfill, iso, MINUTE, MODEL, NODE, NS, T0, TEMPLATE } from './support/world.js'
+import { aBackfill, aCronJob, iso, MINUTE, MODEL, NODE, NS, silentLogger, T0, TEMPLATE } from './support/world.js'
 
 const BF = 'bf'
 
-const silent = (() => {
-  const noop = () => {}
-  const log = { info: noop, warn: noop, error: noop, debug: noop, trace: noop, fatal: noop }
-  return { ...log, isLevelEnabled: () => false, child: () => log } as unknown as Logger
-})()
-
-const template: V1CronJob = {
-  metadata: { name: TEMPLATE, namespace: NS, uid: 'uid-tpl' },
-  spec: {
-    schedule: '0 0 1 1 *',
-    jobTemplate: {
-      spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'eval', image: 'busybox' }] } } },
-    },
-  },
-}
+const template = aCronJob(TEMPLATE, 'uid-tpl')
 
 const model = { metadata: { namespace: NS, name: MODEL }, status: { phase: 'Ready', gpu: { node: NODE } } }
 
@@ -146,9 +130,9 @@ function world() {
   const deps: AdmissionDeps = {
     kube: kube as unknown as Kube,
     bus: bus as unknown as Bus,
-    log: silent,
+    log: silentLogger,
     now: clock.now,
-    admission: memoryPorts({ claims, states, requests, jobs, clock, log: silent }),
+    admission: memoryPorts({ claims, states, requests, jobs, clock, log: silentLogger }),
   }
   /** One delivery of an event to `role`, named `name`, its port calls answered by `hook`. */
   const deliver = (name: string, role: Role, trigger: Trigger, hook?: Hook) => {
@@ -252,6 +236,22 @@ async function retryAround(w: World, race: () => Promise<void>) {
 const stateCalls = (w: World) =>
   w.trace.flatMap((l) => (l.startsWith('admit#2 backfills.') ? [l.split(' ')[1]?.slice('backfills.'.length)] : []))
 
+/**
+ * The attempt was over (its only Job deleted, its claims given back, its state naming no Job) while the retry was still
+ * on its way to the POST; the retry's write on the revision it had read then conflicted, it read again and created
+ * nothing: no live Job the claims and the state do not name — the oracle, on the node a lease holds too.
+ */
+function endedUnderTheRetryNoJob(w: World, ended: Awaited<ReturnType<typeof retryAround>>['ended']) {
+  expect(w.jobs.created[0]?.deletedAt).toBeDefined()
+  expect(ended).toMatchObject({ model: null, node: null, live: 0 })
+  expect(ended?.state?.jobName).toBeUndefined()
+  expect(ended?.state?.phase).toBe('WaitingForIdle')
+  expect(w.violations()).toEqual([])
+  expect(stateCalls(w)).toEqual(['get', 'update', 'get'])
+  expect(w.jobs.created).toHaveLength(1)
+  expect(w.state()).toMatchObject({ phase: 'WaitingForIdle', attempts: 1 })
+}
+
 describe('a retry of a Starting attempt ended under it', () => {
   it('by another try (its read after the POST failed, lifecycle then ended the attempt) creates no Job', async () => {
     const w = world()
@@ -284,16 +284,7 @@ describe('a retry of a Starting attempt ended under it', () => {
     })
     // The race did happen: the other try created the Job and deleted it, and the attempt was over, its claims given
     // back, while the retry was still on its way to the POST.
-    expect(w.jobs.created[0]?.deletedAt).toBeDefined()
-    expect(ended).toMatchObject({ model: null, node: null, live: 0 })
-    expect(ended?.state?.jobName).toBeUndefined()
-    expect(ended?.state?.phase).toBe('WaitingForIdle')
-    // The oracle: no live Job the claims and the state do not name.
-    expect(w.violations()).toEqual([])
-    // The retry's write on the revision it read conflicted: it read again and created nothing.
-    expect(stateCalls(w)).toEqual(['get', 'update', 'get'])
-    expect(w.jobs.created).toHaveLength(1)
-    expect(w.state()).toMatchObject({ phase: 'WaitingForIdle', attempts: 1 })
+    endedUnderTheRetryNoJob(w, ended)
     expect(w.state()?.counters.preemptions).toEqual({ other: 1 })
   })
 
@@ -336,15 +327,7 @@ describe('a retry of a Starting attempt ended under it', () => {
     // given back, while the retry was still on its way to the POST.
     expect(created).toBe(1)
     expect(cancel?.data).toMatchObject({ jobName: job, reason: 'GPULeaseActive' })
-    expect(w.jobs.created[0]?.deletedAt).toBeDefined()
-    expect(ended).toMatchObject({ model: null, node: null, live: 0 })
-    expect(ended?.state?.jobName).toBeUndefined()
-    expect(ended?.state?.phase).toBe('WaitingForIdle')
-    // The oracle: no live Job the claims and the state do not name (none on the node the lease holds).
-    expect(w.violations()).toEqual([])
-    expect(stateCalls(w)).toEqual(['get', 'update', 'get'])
-    expect(w.jobs.created).toHaveLength(1)
-    expect(w.state()).toMatchObject({ phase: 'WaitingForIdle', attempts: 1 })
+    endedUnderTheRetryNoJob(w, ended)
     expect(w.state()?.counters.preemptions).toEqual({ gpu_lease: 1 })
   })
 })

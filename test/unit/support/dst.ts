@@ -21,7 +21,7 @@
 // without it and replays a failing seed with it), the ports hand out immutable objects instead of copies, and the
 // oracle looks again only when the world moved. Every fault it injects is counted (SimStats), so a test can show each
 // kind is really generated.
-import type { V1CronJob, V1Job } from '@kubernetes/client-node'
+import type { V1Job } from '@kubernetes/client-node'
 import { claimKeys } from '../../../admission/claims.js'
 import {
   deepFreeze,
@@ -47,8 +47,8 @@ import { Demand } from '../../../functions/demand/index.js'
 import type { DemandPorts } from '../../../functions/demand/ports.js'
 import { type Bus, isCasConflict } from '../../../jetstream/bus.js'
 import type { Kube } from '../../../kube/kube.js'
-import type { Logger } from '../../../observability/log.js'
 import { type SimCopy, simCaches } from './sim-caches.js'
+import { aCronJob, silentLogger } from './world.js'
 
 export const LATE_MS = 100
 export const RACED_MS = 1_000
@@ -293,12 +293,6 @@ interface Actor {
   redeliver?: () => void
 }
 
-const silent = (() => {
-  const noop = () => {}
-  const log = { info: noop, warn: noop, error: noop, debug: noop, trace: noop, fatal: noop }
-  return { ...log, isLevelEnabled: () => false, child: () => log } as unknown as Logger
-})()
-
 /** A backfill of the simulated world: its model, and so its node (both models share one node). */
 interface SimBackfill {
   name: string
@@ -356,15 +350,8 @@ export class Simulation {
   readonly deps: AdmissionDeps
   /** admit's and lifecycle's watched copies, when deciding on them (SimOptions.caches). */
   private readonly copies?: { jobs: SimCopy<V1Job>; backfills: SimCopy<ModelBackfill> }
-  private readonly template: V1CronJob = deepFreeze({
-    metadata: { name: 'eval', namespace: NS, uid: 'uid-eval' },
-    spec: {
-      schedule: '0 0 1 1 *',
-      jobTemplate: {
-        spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'eval', image: 'busybox' }] } } },
-      },
-    },
-  })
+  private readonly template = deepFreeze(aCronJob('eval', 'uid-eval'))
+
   private readonly models = new Map(
     BACKFILLS.map((b) => [
       b.model,
@@ -408,13 +395,13 @@ export class Simulation {
         delete: (ns, name, uid) => jobs.delete(ns, name, uid),
       },
       clock,
-      log: silent,
+      log: silentLogger,
     })
     for (const b of BACKFILLS) this.backfills.set(b.name, deepFreeze(this.aBackfill(b)))
     this.deps = {
       kube: this.kube() as unknown as Kube,
       bus: this.bus() as unknown as Bus,
-      log: silent,
+      log: silentLogger,
       now: () => this.now,
       admission: ports,
     }
@@ -847,7 +834,7 @@ export class Simulation {
       start: async () => {},
       stop: async () => {},
     }
-    const proc: DemandProcess = { actor, demand: new Demand(ports, silent), pending: new Set() }
+    const proc: DemandProcess = { actor, demand: new Demand(ports, silentLogger), pending: new Set() }
     actor.redeliver = () => {
       // The restart reads the bucket anew (KvMirror's start), then follows its changes.
       this.watchedClaims.clear()

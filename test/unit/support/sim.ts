@@ -9,7 +9,7 @@
 // next, to admit or to a thin cancel driver (the Job's DELETE, then the cancel reconcile); a foreground request goes
 // through a thin demand driver (the idle state, the request stored, the model's claim read, a cancel published).
 // What stays here is the world's physics: Jobs starting, finishing and being reaped, Models, sessions, leases, specs.
-import type { V1CronJob, V1Job } from '@kubernetes/client-node'
+import type { V1Job } from '@kubernetes/client-node'
 import { claimKeys } from '../../../admission/claims.js'
 import {
   deepFreeze,
@@ -43,9 +43,9 @@ import {
 import type { Bus } from '../../../jetstream/bus.js'
 import type { Kube } from '../../../kube/kube.js'
 import { PLURALS } from '../../../kube/kube-common.js'
-import type { Logger } from '../../../observability/log.js'
 import {
   aBackfill,
+  aCronJob,
   aGamingSession,
   aLease,
   aModel,
@@ -55,6 +55,7 @@ import {
   NODE,
   NS,
   OTHER_NODE,
+  silentLogger,
   T0,
   TEMPLATE,
 } from './world.js'
@@ -101,22 +102,8 @@ const LIVE: readonly string[] = ['Starting', 'Running', 'Cancelling']
 const NODES = [NODE, OTHER_NODE]
 const WAKES_ITSELF_MAX = 4
 
-const silent = (() => {
-  const noop = () => {}
-  const log = { info: noop, warn: noop, error: noop, debug: noop, trace: noop, fatal: noop }
-  return { ...log, isLevelEnabled: () => false, child: () => log } as unknown as Logger
-})()
-
-/** The CronJob every backfill copies: no GPU, no gate. */
-const TEMPLATE_OBJECT: V1CronJob = {
-  metadata: { name: TEMPLATE, namespace: NS, uid: 'uid-template' },
-  spec: {
-    schedule: '0 0 1 1 *',
-    jobTemplate: {
-      spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'eval', image: 'busybox' }] } } },
-    },
-  },
-}
+/** The CronJob every backfill copies. */
+const TEMPLATE_OBJECT = aCronJob(TEMPLATE, 'uid-template')
 
 export class InvariantViolation extends Error {}
 
@@ -144,7 +131,7 @@ export class SimBackfill {
     if (!entry) return null
     let state = parsedStates.get(entry)
     if (state === undefined) {
-      state = deepFreeze(readState(silent, entry as unknown as Parameters<typeof readState>[1]))
+      state = deepFreeze(readState(silentLogger, entry as unknown as Parameters<typeof readState>[1]))
       parsedStates.set(entry, state)
     }
     return state
@@ -244,12 +231,12 @@ export class Sim {
         delete: (ns, name, uid) => this.deleteJob(ns, name, uid),
       },
       clock,
-      log: silent,
+      log: silentLogger,
     })
     this.deps = {
       kube: this.kube() as unknown as Kube,
       bus: this.bus() as unknown as Bus,
-      log: silent,
+      log: silentLogger,
       now: () => this.now,
       admission: ports,
       decided: (o, trigger, d) => this.decided(o, trigger, d),

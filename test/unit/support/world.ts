@@ -1,6 +1,7 @@
 // A world factory for decide(): small builders for every object decide observes, with defaults that describe one
 // quiet, admissible world (a Ready model on node-a, a template without GPUs, no sessions, leases or contenders).
 // Tests state only what differs from that world.
+import type { V1CronJob } from '@kubernetes/client-node'
 import {
   type CancelReason,
   FINALIZER,
@@ -20,6 +21,7 @@ import type { GpuViolation } from '../../../core/job.js'
 import { backfillLabelValue, jobName } from '../../../core/names.js'
 import type { ModelIdleState } from '../../../core/state.js'
 import type { GamingSessionView, GPULeaseView, JobView, ModelView } from '../../../core/world.js'
+import type { Logger } from '../../../observability/log.js'
 
 export const NS = 'ns'
 export const BACKFILL = 'bf'
@@ -197,3 +199,21 @@ export class Timeline {
     return s
   }
 }
+
+/** A logger that says nothing (the simulations and the tests driving reconcile() over in-memory ports). */
+export const silentLogger = (() => {
+  const noop = () => {}
+  const log = { info: noop, warn: noop, error: noop, debug: noop, trace: noop, fatal: noop }
+  return { ...log, isLevelEnabled: () => false, child: () => log } as unknown as Logger
+})()
+
+/** The CronJob a backfill copies: no GPU, no gate, one container. */
+export const aCronJob = (name: string, uid: string): V1CronJob => ({
+  metadata: { name, namespace: NS, uid },
+  spec: {
+    schedule: '0 0 1 1 *',
+    jobTemplate: {
+      spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'eval', image: 'busybox' }] } } },
+    },
+  },
+})
