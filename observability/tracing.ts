@@ -151,15 +151,15 @@ export function eventTraceContext(e: EventEnvelope): TraceExtensions | undefined
   return formatTraceparent(span.spanContext())
 }
 
-/**
- * Runs a handler in a `CloudEvents Process <type>` span, a child of the event's traceparent (a new trace when it
- * has none). Errors mark the span and are rethrown. Tracing off: just runs it.
- */
 /** Whether an event's handler runs in a span (or waits for the SDK still loading): false, inEventSpan just calls it. */
 export function eventSpans(): boolean {
   return enabled || starting !== undefined
 }
 
+/**
+ * Runs a handler in a `CloudEvents Process <type>` span, a child of the event's traceparent (a new trace when it
+ * has none). Errors mark the span and are rethrown. Tracing off: just runs it.
+ */
 export function inEventSpan<T>(event: EventEnvelope, fn: string, handle: () => Promise<T>): Promise<T> {
   if (!tracingEnabled()) {
     // Started and still loading: this event waits for the SDK (once per process).
