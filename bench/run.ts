@@ -32,6 +32,7 @@ import { RemoteDeletionWatch } from './deletion-watch-process.js'
 import { admissionLines, formatProfile, latenessProfile } from './lateness-profile.js'
 import { percentile } from './percentile.js'
 import { BENCH_LINE, formatHops, preemptionProfile } from './preemption-profile.js'
+import { apiserverRequestsVia, formatCpu, formatRequests, phaseSpend } from './scale/measure.js'
 
 const QUICK = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1'
 /**
@@ -138,6 +139,28 @@ run: try {
   runners.push(admitOnJetStream)
   // As deployed (one Deployment or Knative Service each): demand and cancel in processes of their own.
   const preemptionPath: (() => Promise<void>)[] = []
+  /** Our processes by pid, for where a phase's CPU went (this one: source, lifecycle, and admit until step 2). */
+  const ours = new Map<number, string>([[process.pid, 'bench']])
+  const phase = (name: string) => {
+    const spend = phaseSpend(
+      apiserverRequestsVia(environment.binaries.kubectl, environment.kubeconfigPath),
+      (pid, comm) => ours.get(pid) ?? comm,
+    )
+    return {
+      begin: spend.begin,
+      /** → `<name>_wall_s`, `<name>_cpu_s_<process>`, `<name>_apiserver_requests`, and a log line. */
+      end() {
+        const spent = spend.end()
+        if (!spent) return
+        results[`${name}_wall_s`] = spent.wallS
+        for (const [label, v] of Object.entries(spent.cpu)) results[`${name}_cpu_s_${label}`] = v
+        results[`${name}_apiserver_requests`] = formatRequests(spent.requests)
+        log(
+          `${name}: ${spent.wallS} s wall, ${formatCpu(spent.cpu)}; apiserver requests ${formatRequests(spent.requests)}`,
+        )
+      },
+    }
+  }
   for (const fn of ['demand', 'cancel']) {
     // BENCH_NODE_FLAGS_DEMAND / _CANCEL: Node and V8 flags for that function's process only (GC flags, say; many
     // are refused in NODE_OPTIONS).
@@ -155,6 +178,7 @@ run: try {
       },
       stdio: ['ignore', logFd, logFd],
     })
+    if (child.pid) ours.set(child.pid, fn)
     const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
     const stop = async () => {
       if (child.exitCode === null) child.kill('SIGTERM')
@@ -208,6 +232,7 @@ run: try {
       ],
       { env: { ...process.env, LOG_LEVEL: 'warn' }, stdio: ['ignore', 'pipe', logFd] },
     )
+    if (child.pid) ours.set(child.pid, 'admit')
     const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
     let out = ''
     child.stdout?.on('data', (d) => {
@@ -502,6 +527,8 @@ run: try {
   for (const job of burstJobs) burstPods.set(job, await podsNow(job))
   await sleep(2000)
   log(`burst: ${BURST} foreground requests at once`)
+  const burstSpend = phase('burst')
+  burstSpend.begin()
   const burstAt = Date.now()
   await Promise.all(
     Array.from({ length: BURST }, (_, i) =>
@@ -517,6 +544,7 @@ run: try {
       burstJobs.every((j) => deletedAt.has(j) && allDeletedAt(burstPods.get(j) ?? []) !== undefined) ? true : undefined,
     60_000,
   ).catch((err) => log(String(err)))
+  burstSpend.end()
   const burstJobMs = burstJobs.flatMap((j) => (deletedAt.has(j) ? [(deletedAt.get(j) as number) - burstAt] : []))
   const burstPodMs = burstJobs.flatMap((j) => {
     const at = allDeletedAt(burstPods.get(j) ?? [])

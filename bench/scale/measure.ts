@@ -135,3 +135,63 @@ export function cpuDeltaBy(
       .map(([k, v]) => [k, Math.round(v * 100) / 100]),
   )
 }
+
+/** Where one phase of a benchmark spent the machine: CPU by process, the apiserver's requests by verb, its wall time. */
+export interface PhaseSpend {
+  wallS: number
+  /** CPU seconds by label, largest first (labelOf's). */
+  cpu: Record<string, number>
+  requests: Record<string, number>
+}
+
+/**
+ * `begin()` at a phase's start, `end()` at its end → where the machine's CPU went in between (every process, by
+ * `labelOf`: our functions by pid, everything else by command name — kube-apiserver, etcd, nats-server, the
+ * controller-manager) and the requests the apiserver served (`apiserverRequests`: its own counters, every client).
+ */
+export function phaseSpend(
+  apiserverRequests: () => Record<string, number>,
+  labelOf: (pid: number, comm: string) => string = (_pid, comm) => comm,
+) {
+  let from: { at: number; cpu: ReturnType<typeof processCpu>; requests: Record<string, number> } | undefined
+  return {
+    begin() {
+      from = { at: Date.now(), cpu: processCpu(), requests: apiserverRequests() }
+    },
+    end(): PhaseSpend | undefined {
+      if (!from) return undefined
+      const wallS = Math.round((Date.now() - from.at) / 100) / 10
+      return {
+        wallS,
+        cpu: cpuDeltaBy(from.cpu, processCpu(), labelOf),
+        requests: verbDelta(from.requests, apiserverRequests()),
+      }
+    },
+  }
+}
+
+/** `GET 12, DELETE 3` */
+export const formatRequests = (requests: Record<string, number>) =>
+  Object.entries(requests)
+    .map(([verb, c]) => `${verb} ${c}`)
+    .join(', ')
+
+/** `12.3 CPU s (kube-apiserver 4.1, …)` */
+export const formatCpu = (cpu: Record<string, number>) =>
+  `${Object.values(cpu)
+    .reduce((a, b) => a + b, 0)
+    .toFixed(1)} CPU s (${Object.entries(cpu)
+    .map(([label, v]) => `${label} ${v}`)
+    .join(', ')})`
+
+/** The apiserver's own request counters, by verb, read with kubectl (its /metrics; every client). */
+export function apiserverRequestsVia(kubectl: string, kubeconfigPath: string) {
+  return () =>
+    requestsByVerb(
+      execFileSync(kubectl, ['--kubeconfig', kubeconfigPath, 'get', '--raw', '/metrics'], {
+        encoding: 'utf8',
+        maxBuffer: 256 * 1024 * 1024,
+        timeout: 60_000,
+      }),
+    )
+}

@@ -1,15 +1,3 @@
-// `npm run bench:scale` (`--quick`: 100 backfills over 100 models, a smoke run whose numbers are not comparable):
-// the scale curve of issue 11. For each size (SCALE_SIZES, default 100,1000,10000 ModelBackfills over 1,000 Models
-// on 1,000 Nodes — objects in the apiserver only, no kubelet) it grows the population (idleFor 24h: settled, each
-// waiting on its timer), lets it settle and measures at rest: CPU and RSS of each function in a process of its
-// own (compiled, as deployed: chaos/fleet.ts), the apiserver's request rate (its own apiserver_request_total),
-// stream and KV sizes (JetStream info) and lifecycle's resync sweeps (their `ms`, from its log). Then 1,000
-// window backfills (one per model) whose windows end in the same second: admission lateness; then each of those
-// attempts preempted, first a trickle one at a time, then the rest at once (the all-models burst); then they are
-// deleted again. Results after each size (a killed run keeps what it measured): bench/results/scale.json, the last
-// line of stdout (one JSON object), bench/scale.png and the table in bench/results/scale.md. Logs:
-// bench/results/scale.log and bench/results/scale-logs/ (one file per function process).
-import { execFileSync } from 'node:child_process'
 import { openSync, readdirSync, readFileSync, writeSync } from 'node:fs'
 import { mkdir, rm, writeFile } from 'node:fs/promises'
 import { loadavg, tmpdir } from 'node:os'
@@ -31,7 +19,16 @@ import { BackfillWorld } from '../../test/integration/support/backfill-world.js'
 import { DeletionWatch } from '../deletion-watch.js'
 import { formatProfile, latenessProfile } from '../lateness-profile.js'
 import { percentile } from '../percentile.js'
-import { cpuDeltaBy, cpuSeconds, parseSweeps, processCpu, requestsByVerb, rssMb, verbDelta } from './measure.js'
+import {
+  apiserverRequestsVia,
+  cpuSeconds,
+  formatCpu,
+  formatRequests,
+  parseSweeps,
+  phaseSpend,
+  rssMb,
+  verbDelta,
+} from './measure.js'
 import { markdownTable, plotSpec, type Results, renderPng, SCALE_FUNCTIONS } from './report.js'
 
 const QUICK = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1'
@@ -177,15 +174,7 @@ try {
   await fleet.startAll(300_000)
   log(`functions running, each in a process of its own: ${SCALE_FUNCTIONS.join(', ')}`)
 
-  /** apiserver_request_total by verb (its own /metrics; every client). */
-  const apiserverRequests = () =>
-    requestsByVerb(
-      execFileSync(
-        environment.binaries.kubectl,
-        ['--kubeconfig', environment.kubeconfigPath, 'get', '--raw', '/metrics'],
-        { encoding: 'utf8', maxBuffer: 256 * 1024 * 1024, timeout: 60_000 },
-      ),
-    )
+  const apiserverRequests = apiserverRequestsVia(environment.binaries.kubectl, environment.kubeconfigPath)
   /**
    * Where a phase's CPU went, machine-wide (our functions by pid, everything else by command name: kube-apiserver,
    * etcd, nats-server, the controller-manager, this benchmark's own `node`), and the apiserver's requests by verb in
@@ -193,27 +182,20 @@ try {
    * `…_<phase>_requests`.
    */
   const phaseProfile = (n: number, phase: string) => {
-    let from: { at: number; cpu: ReturnType<typeof processCpu>; requests: Record<string, number> } | undefined
+    const spend = phaseSpend(
+      apiserverRequests,
+      (pid, comm) => SCALE_FUNCTIONS.find((fn) => fleet.pid(fn) === pid) ?? comm,
+    )
     return {
-      begin() {
-        from = { at: Date.now(), cpu: processCpu(), requests: apiserverRequests() }
-      },
+      begin: spend.begin,
       end() {
-        if (!from) return
-        const wallS = (Date.now() - from.at) / 1000
-        const byFunction = new Map(SCALE_FUNCTIONS.map((fn) => [fleet.pid(fn), fn]))
-        const cpu = cpuDeltaBy(from.cpu, processCpu(), (pid, comm) => byFunction.get(pid) ?? comm)
-        const requests = verbDelta(from.requests, apiserverRequests())
-        for (const [label, v] of Object.entries(cpu)) results[`scale_${n}_${phase}_cpu_s_${label}`] = v
-        results[`scale_${n}_${phase}_wall_s`] = Math.round(wallS * 10) / 10
-        results[`scale_${n}_${phase}_requests`] = Object.entries(requests)
-          .map(([verb, c]) => `${verb} ${c}`)
-          .join(', ')
-        const total = Object.values(cpu).reduce((a, b) => a + b, 0)
+        const spent = spend.end()
+        if (!spent) return
+        for (const [label, v] of Object.entries(spent.cpu)) results[`scale_${n}_${phase}_cpu_s_${label}`] = v
+        results[`scale_${n}_${phase}_wall_s`] = spent.wallS
+        results[`scale_${n}_${phase}_requests`] = formatRequests(spent.requests)
         log(
-          `size ${n}: ${phase}: ${wallS.toFixed(1)} s wall, ${total.toFixed(1)} CPU s (${Object.entries(cpu)
-            .map(([label, v]) => `${label} ${v}`)
-            .join(', ')}); apiserver requests ${results[`scale_${n}_${phase}_requests`]}`,
+          `size ${n}: ${phase}: ${spent.wallS.toFixed(1)} s wall, ${formatCpu(spent.cpu)}; apiserver requests ${formatRequests(spent.requests)}`,
         )
       },
     }

@@ -3,8 +3,11 @@
 import { describe, expect, it } from 'vitest'
 import {
   cpuDeltaBy,
+  formatCpu,
+  formatRequests,
   parseCpuSeconds,
   parseSweeps,
+  phaseSpend,
   processCpu,
   requestsByVerb,
   verbDelta,
@@ -69,6 +72,27 @@ describe('bench/scale measure', () => {
     })
     // This process is in a real snapshot, under its own command name.
     expect(processCpu().get(process.pid)?.cpu).toBeGreaterThan(0)
+  })
+
+  it("says where a phase's CPU and apiserver requests went, from two real /proc snapshots", () => {
+    let served = { GET: 10, DELETE: 2 }
+    const spend = phaseSpend(
+      () => served,
+      (pid, comm) => (pid === process.pid ? 'bench' : comm),
+    )
+    expect(spend.end()).toBeUndefined() // never begun
+    spend.begin()
+    const until = Date.now() + 60
+    let spin = 0
+    while (Date.now() < until) spin++ // CPU of this process, inside the phase
+    served = { GET: 13, DELETE: 7 }
+    const spent = spend.end()
+    expect(spin).toBeGreaterThan(0)
+    expect(spent?.requests).toEqual({ GET: 3, DELETE: 5 })
+    expect(spent?.wallS).toBeGreaterThanOrEqual(0.1)
+    expect(spent?.cpu.bench).toBeGreaterThan(0)
+    expect(formatRequests({ GET: 3, DELETE: 5 })).toBe('GET 3, DELETE 5')
+    expect(formatCpu({ 'kube-apiserver': 1.25, etcd: 0.5 })).toBe('1.8 CPU s (kube-apiserver 1.25, etcd 0.5)')
   })
 
   it("parses lifecycle's resync sweep lines and skips anything else", () => {
