@@ -128,19 +128,25 @@ export async function measureColdStart(opts: {
   const durable = consumerName(fn, event.stream)
   const durables = FUNCTION_STREAMS.map((stream): [string, string] => [stream, consumerName(fn, stream)])
   const spawnFunction = () => {
-    // BENCH_COLD_NODE: another Node binary (the image's Node 24, for its compile cache), else this one.
-    const child = spawn(process.env.BENCH_COLD_NODE || process.execPath, [join(opts.repoRoot, opts.entry ?? ENTRY)], {
-      env: {
-        ...process.env,
-        NATS_URL: opts.natsUrl,
-        KUBECONFIG: opts.kubeconfigPath,
-        FUNCTION: fn,
-        NATS_PROVISION: 'false',
-        PORT: '0',
-        LOG_LEVEL: 'warn',
+    // BENCH_COLD_NODE: another Node binary (the image's Node 24, for its compile cache), else this one;
+    // BENCH_COLD_NODE_FLAGS: Node flags on its command line (e.g. `--cpu-prof --cpu-prof-dir=<dir>`: where a start goes).
+    const flags = (process.env.BENCH_COLD_NODE_FLAGS ?? '').split(' ').filter(Boolean)
+    const child = spawn(
+      process.env.BENCH_COLD_NODE || process.execPath,
+      [...flags, join(opts.repoRoot, opts.entry ?? ENTRY)],
+      {
+        env: {
+          ...process.env,
+          NATS_URL: opts.natsUrl,
+          KUBECONFIG: opts.kubeconfigPath,
+          FUNCTION: fn,
+          NATS_PROVISION: 'false',
+          PORT: '0',
+          LOG_LEVEL: 'warn',
+        },
+        stdio: ['ignore', opts.logFd, opts.logFd],
       },
-      stdio: ['ignore', opts.logFd, opts.logFd],
-    })
+    )
     const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
     return { child, exited }
   }

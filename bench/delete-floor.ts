@@ -122,7 +122,8 @@ try {
             }
             return pods.size === N ? true : undefined
           },
-          300_000,
+          // The Job controller makes ~7 pods a second here: 2,000 take about 5 minutes.
+          Math.max(300_000, N * 400),
         )
         // Let the Job controller's own status writes for the new pods settle before the clock starts.
         await sleep(3000)

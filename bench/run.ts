@@ -139,12 +139,15 @@ run: try {
   runners.push(admitOnJetStream)
   // As deployed (one Deployment or Knative Service each): demand and cancel in processes of their own.
   const preemptionPath: (() => Promise<void>)[] = []
-  /** Our processes by pid, for where a phase's CPU went (this one: source, lifecycle, and admit until step 2). */
-  const ours = new Map<number, string>([[process.pid, 'bench']])
+  /**
+   * The benchmark's processes by pid, for where a phase's CPU went: this one (source, lifecycle, and admit until
+   * step 2), demand, cancel, admit on the knative path, the load generator.
+   */
+  const named = new Map<number, string>([[process.pid, 'bench']])
   const phase = (name: string) => {
     const spend = phaseSpend(
       apiserverRequestsVia(environment.binaries.kubectl, environment.kubeconfigPath),
-      (pid, comm) => ours.get(pid) ?? comm,
+      (pid, comm) => named.get(pid) ?? comm,
     )
     return {
       begin: spend.begin,
@@ -178,7 +181,7 @@ run: try {
       },
       stdio: ['ignore', logFd, logFd],
     })
-    if (child.pid) ours.set(child.pid, fn)
+    if (child.pid) named.set(child.pid, fn)
     const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
     const stop = async () => {
       if (child.exitCode === null) child.kill('SIGTERM')
@@ -232,7 +235,7 @@ run: try {
       ],
       { env: { ...process.env, LOG_LEVEL: 'warn' }, stdio: ['ignore', 'pipe', logFd] },
     )
-    if (child.pid) ours.set(child.pid, 'admit')
+    if (child.pid) named.set(child.pid, 'admit')
     const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
     let out = ''
     child.stdout?.on('data', (d) => {
@@ -351,6 +354,7 @@ run: try {
       ],
       { stdio: ['ignore', 'pipe', logFd] },
     )
+    if (load.pid) named.set(load.pid, 'load')
     let out = ''
     load.stdout?.on('data', (d) => {
       out += d
@@ -421,7 +425,10 @@ run: try {
   const kvBefore = (await jsm.streams.info(idleStream)).state.last_seq
   const kvFrom = Date.now()
   const writesBefore = apiserverWrites()
+  const preemptionSpend = phase('preemption')
+  preemptionSpend.begin()
   const nats = await preemptAll(1, 'nats')
+  preemptionSpend.end()
   const writesNats = apiserverWrites() - writesBefore
   const preemption = nats.jobMs
   const kvAfter = (await jsm.streams.info(idleStream)).state.last_seq
