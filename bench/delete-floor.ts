@@ -25,6 +25,7 @@ import { Kube } from '../kube/kube.js'
 import { Lane } from '../lib/lane.js'
 import { repoRoot } from '../test/env/binaries.js'
 import { startEnvironment, stopEnvironment } from '../test/env/environment.js'
+import { inParallel, sleep, waitFor } from '../test/env/exec.js'
 import { RemoteDeletionWatch } from './deletion-watch-process.js'
 import { percentile } from './percentile.js'
 import { apiserverRequestsVia, formatCpu, formatRequests, type PhaseSpend, phaseSpend } from './scale/measure.js'
@@ -44,30 +45,6 @@ const load = () =>
   loadavg()
     .map((l) => l.toFixed(1))
     .join(' ')
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-
-async function inParallel(count: number, width: number, task: (i: number) => Promise<unknown>) {
-  let next = 0
-  await Promise.all(
-    Array.from({ length: width }, async () => {
-      while (next < count) await task(next++)
-    }),
-  )
-}
-
-async function until<T>(
-  what: string,
-  check: () => T | undefined | Promise<T | undefined>,
-  timeoutMs: number,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const v = await check()
-    if (v !== undefined) return v
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
-    await sleep(20)
-  }
-}
 
 const environment = await startEnvironment({ log })
 const kc = new KubeConfig()
@@ -79,15 +56,9 @@ const apiserverRequests = apiserverRequestsVia(environment.binaries.kubectl, env
 
 /** A namespace takes Jobs once its default ServiceAccount exists. */
 async function serviceAccount(namespace: string) {
-  await until(
-    'the default ServiceAccount',
-    async () =>
-      core.readNamespacedServiceAccount({ name: 'default', namespace }).then(
-        () => true,
-        () => undefined,
-      ),
-    30_000,
-  )
+  await waitFor('the default ServiceAccount', () => core.readNamespacedServiceAccount({ name: 'default', namespace }), {
+    timeoutMs: 30_000,
+  })
 }
 
 const results: Record<string, number | string> = { n: N, rounds: ROUNDS, cores: cpus().length, load_before: load() }
@@ -112,7 +83,7 @@ try {
       try {
         const made = await makeJobs(namespace, String(round))
         const pods = new Map<string, string[]>()
-        await until(
+        await waitFor(
           `a pod for each of ${N} Jobs`,
           async () => {
             for (const j of made) {
@@ -123,7 +94,7 @@ try {
             return pods.size === N ? true : undefined
           },
           // The Job controller makes ~7 pods a second here: 2,000 take about 5 minutes.
-          Math.max(300_000, N * 400),
+          { timeoutMs: Math.max(300_000, N * 400), intervalMs: 20 },
         )
         // Let the Job controller's own status writes for the new pods settle before the clock starts.
         await sleep(3000)
@@ -133,7 +104,7 @@ try {
         const at = Date.now()
         await deleteAll(mode, namespace, String(round), made)
         const sent = Date.now() - at
-        await until(
+        await waitFor(
           'every Job and pod deleted',
           () =>
             made.every(
@@ -141,7 +112,7 @@ try {
             )
               ? true
               : undefined,
-          300_000,
+          { timeoutMs: 300_000, intervalMs: 20 },
         )
         const wall = Date.now() - at
         const { cpu, requests } = spend.end() as PhaseSpend

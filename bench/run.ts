@@ -25,6 +25,7 @@ import { createLogger } from '../observability/log.js'
 import { type Runner, startRunner } from '../process/runner.js'
 import { repoRoot } from '../test/env/binaries.js'
 import { startEnvironment } from '../test/env/environment.js'
+import { inParallel } from '../test/env/exec.js'
 import { BackfillWorld, waitUntil } from '../test/integration/support/backfill-world.js'
 import { ENTRY as COLD_START_ENTRY, COLD_START_FUNCTIONS, measureColdStart } from './cold-start.js'
 import { DeletionWatch } from './deletion-watch.js'
@@ -76,16 +77,6 @@ const runnerLog = createLogger('bench-runners', pino.destination({ fd: logFd, sy
  */
 const KNATIVE_PATH = process.env.BENCH_KNATIVE ?? 'broker'
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-
-/** `count` tasks, at most `width` at once. */
-async function inParallel(count: number, width: number, task: (i: number) => Promise<unknown>) {
-  let next = 0
-  await Promise.all(
-    Array.from({ length: width }, async () => {
-      while (next < count) await task(next++)
-    }),
-  )
-}
 
 const environment = await startEnvironment({ log: (l) => log(l) })
 log(

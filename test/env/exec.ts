@@ -51,6 +51,16 @@ export async function runOk(cmd: string, args: string[], opts: RunOptions = {}):
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
+/** `count` tasks (task(0) … task(count − 1)), at most `width` at once; the first failure rejects. */
+export async function inParallel(count: number, width: number, task: (i: number) => Promise<unknown>) {
+  let next = 0
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      while (next < count) await task(next++)
+    }),
+  )
+}
+
 /** Polls until check returns a value other than undefined/false, or fails with the last error after timeoutMs. */
 export async function waitFor<T>(
   what: string,

@@ -14,7 +14,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { ModelBackfill, ModelBackfillStatus } from '../../../core/api.js'
 import type { Runner } from '../../../process/runner.js'
-import { sleep } from '../../env/exec.js'
+import { inParallel, sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { hook } from '../support/job-watch.js'
@@ -48,16 +48,6 @@ afterAll(async () => {
   await preemption?.stop()
   await lifecycle?.stop()
 })
-
-/** `count` tasks, at most `width` at once. */
-async function inParallel(count: number, width: number, task: (i: number) => Promise<unknown>) {
-  let next = 0
-  await Promise.all(
-    Array.from({ length: width }, async () => {
-      while (next < count) await task(next++)
-    }),
-  )
-}
 
 type WriteStatus = (b: ModelBackfill, s: ModelBackfillStatus) => Promise<boolean>
 

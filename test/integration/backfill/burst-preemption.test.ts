@@ -12,6 +12,7 @@ import type { BackfillState } from '../../../core/state.js'
 import { BUCKET_BACKFILLS } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
 import type { Runner } from '../../../process/runner.js'
+import { inParallel } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'
@@ -53,16 +54,6 @@ async function watch<T>(path: string, each: (type: string, obj: T) => void) {
     stopped = true
     controller?.abort()
   })
-}
-
-/** `count` tasks, at most `width` at once. */
-async function inParallel(count: number, width: number, task: (i: number) => Promise<unknown>) {
-  let next = 0
-  await Promise.all(
-    Array.from({ length: width }, async () => {
-      while (next < count) await task(next++)
-    }),
-  )
 }
 
 const percentile = (values: number[], p: number) =>
