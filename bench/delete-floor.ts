@@ -12,7 +12,7 @@
 // Deleted is as the benchmark sees it (bench/deletion-watch.ts, in a process of its own): the Job's deletionTimestamp,
 // every pod's deletionTimestamp or removal. A goal below this floor is one no change of ours reaches on this machine.
 //
-// `npx tsx bench/delete-floor.ts [N=500] [rounds=2]`; one JSON line on stdout (bench/results/delete-floor.json),
+// `npm run bench:floor -- [N=500] [rounds=2]`; one JSON line on stdout (bench/results/delete-floor.json),
 // progress and the servers' logs in bench/results/delete-floor.log. Run it alone and read the load it prints.
 import { openSync, writeFileSync, writeSync } from 'node:fs'
 import { mkdir } from 'node:fs/promises'
