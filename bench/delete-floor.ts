@@ -32,11 +32,17 @@ import { apiserverRequestsVia, formatCpu, formatRequests, type PhaseSpend, phase
 
 const N = Number(process.argv[2] ?? 500)
 const ROUNDS = Number(process.argv[3] ?? 2)
-/** cancel's DELETE places (functions/cancel/index.ts DELETE_WIDTH). */
-const DELETE_WIDTH = 32
+/**
+ * cancel's DELETE places and Jobs per collection DELETE (functions/cancel/index.ts DELETE_WIDTH, batch.ts BATCH_MAX);
+ * FLOOR_WIDTH and FLOOR_BATCH try others.
+ */
+const DELETE_WIDTH = Number(process.env.FLOOR_WIDTH ?? 32)
+const BATCH_MAX = Number(process.env.FLOOR_BATCH ?? 8)
 const ROUND_LABEL = 'bench.flexinfer.ai/floor-round'
-const MODES = ['batcher', 'one'] as const
-type Mode = (typeof MODES)[number]
+const ALL_MODES = ['batcher', 'one'] as const
+type Mode = (typeof ALL_MODES)[number]
+/** FLOOR_MODES=batcher (or one): that way alone. */
+const MODES = ALL_MODES.filter((m) => (process.env.FLOOR_MODES ?? ALL_MODES.join(',')).split(',').includes(m))
 
 await mkdir(join(repoRoot, 'bench/results'), { recursive: true })
 const logFd = openSync(join(repoRoot, 'bench/results/delete-floor.log'), 'w')
@@ -61,7 +67,14 @@ async function serviceAccount(namespace: string) {
   })
 }
 
-const results: Record<string, number | string> = { n: N, rounds: ROUNDS, cores: cpus().length, load_before: load() }
+const results: Record<string, number | string> = {
+  n: N,
+  rounds: ROUNDS,
+  width: DELETE_WIDTH,
+  batch: BATCH_MAX,
+  cores: cpus().length,
+  load_before: load(),
+}
 const samples: Record<Mode, { jobs: number[]; pods: number[]; last: number[] }> = {
   batcher: { jobs: [], pods: [], last: [] },
   one: { jobs: [], pods: [], last: [] },
@@ -73,7 +86,7 @@ try {
   let round = 0
   for (let r = 0; r < ROUNDS; r++) {
     // Alternating which goes first, as bench:ab does.
-    const order: Mode[] = r % 2 === 0 ? ['batcher', 'one'] : ['one', 'batcher']
+    const order: Mode[] = r % 2 === 0 ? [...MODES] : [...MODES].reverse()
     for (const mode of order) {
       round++
       const namespace = `floor-${round}`
@@ -196,7 +209,11 @@ async function deleteAll(mode: Mode, namespace: string, round: string, made: Awa
     ])
     return
   }
-  const batcher = new DeleteBatcher(kube, new Lane(DELETE_WIDTH), { deletePods: true })
+  const batcher = new DeleteBatcher(kube, new Lane(DELETE_WIDTH), {
+    deletePods: true,
+    perNamespace: DELETE_WIDTH,
+    max: BATCH_MAX,
+  })
   await Promise.all(
     made.map((j) =>
       batcher.delete({
