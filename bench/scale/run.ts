@@ -1,3 +1,14 @@
+// `npm run bench:scale` (`--quick`: 100 backfills over 100 models, a smoke run whose numbers are not comparable):
+// the scale curve of issue 11. For each size (SCALE_SIZES, default 100,1000,10000 ModelBackfills over 1,000 Models
+// on 1,000 Nodes — objects in the apiserver only, no kubelet) it grows the population (idleFor 24h: settled, each
+// waiting on its timer), lets it settle and measures at rest: CPU and RSS of each function in a process of its
+// own (compiled, as deployed: chaos/fleet.ts), the apiserver's request rate (its own apiserver_request_total),
+// stream and KV sizes (JetStream info) and lifecycle's resync sweeps (their `ms`, from its log). Then 1,000
+// window backfills (one per model) whose windows end in the same second: admission lateness; then each of those
+// attempts preempted, first a trickle one at a time, then the rest at once (the all-models burst); then they are
+// deleted again. Results after each size (a killed run keeps what it measured): bench/results/scale.json, the last
+// line of stdout (one JSON object), bench/scale.png and the table in bench/results/scale.md. Logs:
+// bench/results/scale.log and bench/results/scale-logs/ (one file per function process).
 import { openSync, readdirSync, readFileSync, writeSync } from 'node:fs'
 import { mkdir, rm, writeFile } from 'node:fs/promises'
 import { loadavg, tmpdir } from 'node:os'
