@@ -135,11 +135,10 @@ run: try {
    * step 2), demand, cancel, admit on the knative path, the load generator.
    */
   const named = new Map<number, string>([[process.pid, 'bench']])
+  /** apiserver_request_total by verb (its own /metrics; every client). */
+  const apiserverRequests = apiserverRequestsVia(environment.binaries.kubectl, environment.kubeconfigPath)
   const phase = (name: string) => {
-    const spend = phaseSpend(
-      apiserverRequestsVia(environment.binaries.kubectl, environment.kubeconfigPath),
-      (pid, comm) => named.get(pid) ?? comm,
-    )
+    const spend = phaseSpend(apiserverRequests, (pid, comm) => named.get(pid) ?? comm)
     return {
       begin: spend.begin,
       /** → `<name>_wall_s`, `<name>_cpu_s_<process>`, `<name>_apiserver_requests`, and a log line. */
@@ -193,20 +192,8 @@ run: try {
   const allDeletedAt = (names: string[]) => watch.podsDeletedAt(names)
   /** Write requests the apiserver has served so far (all clients: its own /metrics, apiserver_request_total). */
   const apiserverWrites = () => {
-    const text = execFileSync(
-      environment.binaries.kubectl,
-      ['--kubeconfig', environment.kubeconfigPath, 'get', '--raw', '/metrics'],
-      {
-        encoding: 'utf8',
-        maxBuffer: 64 * 1024 * 1024,
-      },
-    )
-    let sum = 0
-    for (const line of text.split('\n')) {
-      if (!line.startsWith('apiserver_request_total{')) continue
-      if (/verb="(POST|PUT|PATCH|DELETE|DELETECOLLECTION|APPLY)"/.test(line)) sum += Number(line.split(' ').at(-1))
-    }
-    return sum
+    const byVerb = apiserverRequests()
+    return ['POST', 'PUT', 'PATCH', 'DELETE', 'DELETECOLLECTION', 'APPLY'].reduce((sum, v) => sum + (byVerb[v] ?? 0), 0)
   }
   const custom = kc.makeApiClient(CustomObjectsApi)
   const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch)
