@@ -7,7 +7,7 @@
 #   NATS_PROVISION=false                            bind to the provisioned topology (deployed functions)
 #   FUNCTION=all (default)                          everything in one process, as `npm start`
 # Build: docker build -t model-backfill .
-# The entry point is an esbuild bundle (scripts/bundle.mjs, run by `npm run build`): a function loads a few minified
+# The entry point is an esbuild bundle (dev/scripts/bundle.mjs, run by `npm run build`): a function loads a few minified
 # files instead of ~2,000 modules from node_modules, and only its mode's and its function's code: demand and source
 # never load the Kubernetes client, and no process loads the OpenTelemetry SDK unless OTEL_* turns tracing on
 # (cold start; test/integration/transport/cold-start-modules.test.ts).
@@ -19,17 +19,11 @@ COPY package.json package-lock.json ./
 COPY clients/ts ./clients/ts
 RUN npm ci --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
-COPY core ./core
-COPY lib ./lib
+COPY pkg ./pkg
 COPY events ./events
-COPY observability ./observability
-COPY jetstream ./jetstream
-COPY kube ./kube
-COPY transport ./transport
-COPY admission ./admission
 COPY functions ./functions
-COPY process ./process
-COPY scripts/bundle.mjs ./scripts/bundle.mjs
+COPY cmd ./cmd
+COPY dev/scripts/bundle.mjs ./dev/scripts/bundle.mjs
 RUN npm run build
 
 FROM node:24-slim

@@ -1,4 +1,4 @@
-// Generates crds/modelbackfill.yaml from the zod schemas in core/api.ts (`npm run gen:crds`).
+// Generates crds/modelbackfill.yaml from the zod schemas in pkg/core/api.ts (`npm run gen:crds`).
 // The zod schema is the single source of truth: the functions validate with it, the apiserver with this CRD.
 // z.toJSONSchema gives JSON Schema 2020-12; Kubernetes wants a *structural* OpenAPI v3 subset, so `toStructural`
 // keeps what the apiserver understands and fails loudly on anything it cannot express (anyOf, not, …) rather
@@ -8,7 +8,7 @@ import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { stringify } from 'yaml'
 import { z } from 'zod'
-import { GROUP, ModelBackfillSpec, ModelBackfillStatus, VERSION } from '../core/api.js'
+import { GROUP, ModelBackfillSpec, ModelBackfillStatus, VERSION } from '../pkg/core/api.js'
 
 export const KIND = 'ModelBackfill'
 export const PLURAL = 'modelbackfills'

@@ -1,8 +1,8 @@
 // The event catalog: every CloudEvent type the system produces or consumes, its NATS subject and its data
 // schema. The zod schemas here validate at runtime and generate events/schemas/*.json (`npm run gen:events`).
 import { z } from 'zod'
-import { DNS_SUBDOMAIN } from '../core/names.js'
-import { RESYNC_REASONS } from '../core/resync.js'
+import { DNS_SUBDOMAIN } from '../pkg/core/names.js'
+import { RESYNC_REASONS } from '../pkg/core/resync.js'
 
 /** Subjects are NATS tokens: names are DNS labels/subdomains, so they need no escaping except for '*' and '>'. */
 const name = z
@@ -177,7 +177,7 @@ export const foregroundSubject = (namespace: string, model: string) =>
  * Core NATS (no stream, nothing stored): demand publishes here when a foreground request breaks the window of the
  * attempt holding the model, beside its cancel request, so the attempt's background gate closes without waiting for
  * the Job's deletion. Not a CloudEvent: the subject is the message; the body ({ at, job }) is for logs only.
- * One namespace per gate identity: nats/auth.conf lets a namespace's gate subscribe to `flexinfer.preempt.<ns>.>`.
+ * One namespace per gate identity: deploy/nats/auth.conf lets a namespace's gate subscribe to `flexinfer.preempt.<ns>.>`.
  */
 export const PREEMPT_PREFIX = 'flexinfer.preempt'
 export const preemptSubject = (namespace: string, model: string) => `${PREEMPT_PREFIX}.${namespace}.${model}`

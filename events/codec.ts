@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto'
 import { CloudEvent } from 'cloudevents'
 import { z } from 'zod'
-import { eventTraceContext } from '../observability/tracing.js'
+import { eventTraceContext } from '../pkg/observability/tracing.js'
 import { APISERVER_TYPES, catalog, type EventData, type EventType, isCatalogType, SOURCE } from './catalog.js'
 import { fastForeground } from './fast-decode/foreground.js'
 
@@ -13,7 +13,7 @@ import type { ApiServerType, DecodeResult, Extensions, InboundEvent, KubeObject 
 
 /**
  * A structured-mode event. Made inside a traced context (a handler's span, a gateway's request span), it carries
- * that trace in the distributed-tracing extension (observability/tracing.ts); `extensions` given: exactly those.
+ * that trace in the distributed-tracing extension (pkg/observability/tracing.ts); `extensions` given: exactly those.
  */
 export function encode<T extends EventType>(
   type: T,

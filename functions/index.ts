@@ -1,5 +1,5 @@
 // Every function, by name: the runner (`npm start`), the KEDA Deployments and the Knative Services pick from here.
-import type { Settings } from '../transport/function.js'
+import type { Settings } from '../pkg/transport/function.js'
 import { admitFunction } from './admit/index.js'
 import { cancelFunction } from './cancel/index.js'
 import { demandFunction } from './demand/index.js'

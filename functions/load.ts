@@ -2,7 +2,7 @@
 // start does not load cancel's, admit's or lifecycle's modules and, through them, the Kubernetes client (cold
 // start). functions/index.ts is the same table with static imports (provision, tests);
 // test/unit/function-loaders.test.ts checks the two agree.
-import type { EventFunction, Settings } from '../transport/function.js'
+import type { EventFunction, Settings } from '../pkg/transport/function.js'
 import type { FunctionName } from './names.js'
 
 export const functionLoaders = {
@@ -25,7 +25,7 @@ export const functionLoaders = {
   },
 } satisfies Record<FunctionName, () => Promise<FunctionFactory>>
 
-/** Makes a function; the process's settings (process/config.ts) are given to those that read one at construction. */
+/** Makes a function; the process's settings (cmd/manager/config.ts) are given to those that read one at construction. */
 export type FunctionFactory = (settings?: Settings) => EventFunction
 
 /** A function's factory by name; undefined for a name that is not a function. */

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// The server of test/integration/clients/harness.ts: a real nats-server running nats/auth.conf, the gateway's
+// The server of test/integration/clients/harness.ts: a real nats-server running deploy/nats/auth.conf, the gateway's
 // NKey seed, and a control to stop and start it and read what was stored. Run through
 // `npx vitest run test/integration/clients/go.test.ts`.
 type harness struct{ url, seed, control string }

@@ -21,9 +21,9 @@ type Credentials struct {
 var seedRE = regexp.MustCompile(`^SU[A-Z2-7]{56}$`)
 
 // ConnectionOptions for a gateway: servers is nats://gateway@host:4222 (comma-separated for a cluster) — the user
-// names the reply inbox prefix _INBOX_gateway, the only one nats/auth.conf lets the gateway receive acks on. The
+// names the reply inbox prefix _INBOX_gateway, the only one deploy/nats/auth.conf lets the gateway receive acks on. The
 // credential: creds, else ?nkey_seed_file= / ?creds_file= on the URL, else NATS_NKEY_SEED_FILE / NATS_CREDS_FILE.
-// A password in the URL works against a development server of your own only (nats/auth.conf accepts none).
+// A password in the URL works against a development server of your own only (deploy/nats/auth.conf accepts none).
 // Reconnects forever, 1 s apart plus up to 1 s of jitter, also when NATS is down at start; notices a dead server
 // within ~10 s. The error is a configuration error (a missing or placeholder seed), named here, at start.
 func ConnectionOptions(servers string, creds Credentials, name string) (string, []nats.Option, error) {

@@ -4,7 +4,7 @@
 // no copy of the data object. Anything it does not accept returns undefined and goes through the schemas, which
 // stay the one source of truth and say what is wrong: this only ever accepts what they accept, with the same value
 // (test/unit/codec-fast-path.property.test.ts).
-import { DNS_SUBDOMAIN } from '../../core/names.js'
+import { DNS_SUBDOMAIN } from '../../pkg/core/names.js'
 import type { DecodeResult, Extensions, InboundEvent } from '../envelope.js'
 
 const TYPE = 'ai.flexinfer.foreground.request'

@@ -1,5 +1,5 @@
 // What an admission does after its attempt is committed and its Job exists — the BackfillStarted Event and the
-// status write (admission/reconcile.ts hands them over) — runs in a lane of its own, off the admission slot (with
+// status write (pkg/admission/reconcile.ts hands them over) — runs in a lane of its own, off the admission slot (with
 // 1,000 windows ending together, ~1.5 s of each slot's ~3.7 s came after `startedAt` and the timers queued
 // ~45 s for a slot). Foreground safety does not depend on it: the claims, the fence and the newest-request reads
 // around the POST stay on the admission path.
@@ -7,11 +7,11 @@
 // Nothing here is needed for the Job to be cancelled, and nothing is lost if it never runs: the state in KV already
 // says Starting with the Job's name, and the next decision on the backfill writes the status from it — lifecycle's,
 // when the Job's pods appear (job.completed: Started), and the resync sweep's, which re-decides every active attempt
-// every period (core/resync.ts ActiveAttempt). Only the Started Event is lost then, as it was when a process died
+// every period (pkg/core/resync.ts ActiveAttempt). Only the Started Event is lost then, as it was when a process died
 // between the POST and the Event.
 
-import { Lane } from '../../lib/lane.js'
-import { describeError, type Logger } from '../../observability/log.js'
+import { Lane } from '../../pkg/lib/lane.js'
+import { describeError, type Logger } from '../../pkg/observability/log.js'
 
 /** Bookkeeping tasks at once: apiserver writes (an Event POST, a status PUT), fewer than admit's 32 slots. */
 export const BOOKKEEPING_WIDTH = 16

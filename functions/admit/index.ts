@@ -2,12 +2,12 @@
 // run the gates and create the attempt's Job. The only function that creates Jobs. What follows a created Job (the
 // Started Event, the status write) runs in admit's bookkeeping lane, not on the admission's slot (bookkeeping.ts).
 
-import { type AfterStart, reconcile } from '../../admission/reconcile.js'
-import { earlyBy } from '../../core/timer-tick.js'
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
-import { Lane } from '../../lib/lane.js'
-import { StepTimings } from '../../observability/step-timings.js'
-import type { Deps, EventFunction } from '../../transport/function.js'
+import { type AfterStart, reconcile } from '../../pkg/admission/reconcile.js'
+import { earlyBy } from '../../pkg/core/timer-tick.js'
+import { Lane } from '../../pkg/lib/lane.js'
+import { StepTimings } from '../../pkg/observability/step-timings.js'
+import type { Deps, EventFunction } from '../../pkg/transport/function.js'
 import { BookkeepingLane } from './bookkeeping.js'
 
 /** Longest a graceful stop waits for queued bookkeeping (the rest is redone by the next decisions). */
@@ -68,7 +68,7 @@ export function admitFunction(): EventFunction {
       if (event.type === 'ai.flexinfer.timer.fired') {
         const { namespace, backfill, due } = event.data
         const timings = new StepTimings()
-        // Timers fire early by the scheduler's tick (core/timer-tick.ts): wait out that remainder, never more, and
+        // Timers fire early by the scheduler's tick (pkg/core/timer-tick.ts): wait out that remainder, never more, and
         // without a slot.
         const early = Date.parse(due) - deps.now()
         const queued: { done?: Promise<void> } = {}
@@ -87,7 +87,7 @@ export function admitFunction(): EventFunction {
         })
         const startedAt = d?.actions.some((a) => a.type === 'createJob') ? d.state?.startedAt : undefined
         if (startedAt) {
-          // The lateness profile (bench/README.md): lateMs is what the benchmark measures, startedAt − due. Logged
+          // The lateness profile (dev/bench/README.md): lateMs is what the benchmark measures, startedAt − due. Logged
           // once the bookkeeping is done too, so the line has its steps.
           const line = () =>
             deps.log.info(

@@ -12,12 +12,12 @@
 // the work, and waiting for the Job's answer first cost one apiserver round trip on every preemption. The Job
 // controller counts pods deleted under a Job as its failures (backoffLimit 0: Failed), and with both in flight it may
 // mark the Job Failed before the Job's own deletion shows; decide tells that failure from one of the work's own by the
-// foreground request that broke the window coming first (core/decide.ts failedByCancel). A Job template with retries
+// foreground request that broke the window coming first (pkg/core/decide.ts failedByCancel). A Job template with retries
 // left gets no replacement pod: the Job controller waits out its back-off (10 s after a first failure) before one,
 // and the Job is deleting long before.
-import type { Kube } from '../../kube/kube.js'
-import { MAX_COLLECTION_SELECTOR, statusCode } from '../../kube/kube.js'
-import type { Lane } from '../../lib/lane.js'
+import type { Kube } from '../../pkg/kube/kube.js'
+import { MAX_COLLECTION_SELECTOR, statusCode } from '../../pkg/kube/kube.js'
+import type { Lane } from '../../pkg/lib/lane.js'
 
 /** One Job to delete, as the refusal check saw it in the watched copy. */
 export interface Doomed {
@@ -40,7 +40,7 @@ export interface Deleted {
   batch: number
 }
 
-/** The apiserver calls it makes (kube/kube.ts). */
+/** The apiserver calls it makes (pkg/kube/kube.ts). */
 export type CollectionApi = Pick<Kube, 'deleteJob' | 'deleteJobPods' | 'deleteAttemptJobs' | 'deleteJobsPods'>
 
 interface Waiting {

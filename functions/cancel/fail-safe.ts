@@ -1,8 +1,8 @@
 // The fail-safe: foreground always wins, so background does not run while foreground demand cannot be observed.
 // Every cancel process probes, once a second, whether the preemption path can see foreground requests — NATS answers
-// and a demand instance pulls each of demand's two consumers (the admission fence's own test, admission/fence.ts),
-// and the gateway ingress, where gateways POST their requests, can publish them (its /readyz, INGRESS_READY_URL; admission/ingress.ts).
-// When it has not seen that for longer than FAILSAFE_BLIND_MS (core/decide.ts failSafe), it cancels every running
+// and a demand instance pulls each of demand's two consumers (the admission fence's own test, pkg/admission/fence.ts),
+// and the gateway ingress, where gateways POST their requests, can publish them (its /readyz, INGRESS_READY_URL; pkg/admission/ingress.ts).
+// When it has not seen that for longer than FAILSAFE_BLIND_MS (pkg/core/decide.ts failSafe), it cancels every running
 // backfill Job in scope through Kubernetes alone: the Cancelling/ForegroundUnobservable status first (decide reads it
 // back once NATS is back and counts the preemption under `other`), then the Job's DELETE and its pods', a Warning
 // Event, a log line and the metrics of observability/ops-metrics.ts. It keeps doing so for any Job that appears while it is
@@ -12,12 +12,13 @@
 // Why cancel holds this duty: it is the process that owns the preemption DELETE, it never scales to zero in either
 // overlay (a PodDisruptionBudget keeps one), it already watches the backfill Jobs and its ServiceAccount already has
 // every verb this needs (list/watch/delete jobs, deletecollection pods, get modelbackfills, update their status,
-// create events) — nothing is granted for it. The Kubernetes watcher (transport/watcher.ts) runs only where there is no
+// create events) — nothing is granted for it. The Kubernetes watcher (pkg/transport/watcher.ts) runs only where there is no
 // ApiServerSource and may delete nothing; a process of its own would be one more always-on Deployment with the same
 // rights. Each cancel replica decides alone (no coordination, which would need NATS): deletes are idempotent.
 import type { KubeConfig, V1Job } from '@kubernetes/client-node'
-import { consumers, pullingInfo } from '../../admission/fence.js'
-import { probeIngress } from '../../admission/ingress.js'
+import { STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
+import { consumers, pullingInfo } from '../../pkg/admission/fence.js'
+import { probeIngress } from '../../pkg/admission/ingress.js'
 import {
   type Blindness,
   blindStatus,
@@ -25,15 +26,14 @@ import {
   FAILSAFE_BLIND_MS,
   failSafe,
   type Visibility,
-} from '../../core/decide.js'
-import { jobView } from '../../core/world.js'
-import { STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
-import type { ObjectCache } from '../../kube/kube.js'
-import { withDeadline } from '../../lib/deadline.js'
-import { Lane } from '../../lib/lane.js'
-import { describeError, type Logger } from '../../observability/log.js'
-import { failSafeCancellations, failSafeEngaged, foregroundUnobservable } from '../../observability/ops-metrics.js'
-import type { Deps, Settings } from '../../transport/function.js'
+} from '../../pkg/core/decide.js'
+import { jobView } from '../../pkg/core/world.js'
+import type { ObjectCache } from '../../pkg/kube/kube.js'
+import { withDeadline } from '../../pkg/lib/deadline.js'
+import { Lane } from '../../pkg/lib/lane.js'
+import { describeError, type Logger } from '../../pkg/observability/log.js'
+import { failSafeCancellations, failSafeEngaged, foregroundUnobservable } from '../../pkg/observability/ops-metrics.js'
+import type { Deps, Settings } from '../../pkg/transport/function.js'
 import { deleteAttemptPods } from './fast-path.js'
 
 /** How often the path is probed. */
@@ -234,7 +234,7 @@ export async function startBeforeNats(
   },
   refusal: FailSafeOptions['refusal'],
 ): Promise<{ stop(): Promise<void> }> {
-  const { Kube, loadKubeConfig, backfillJobsCache } = await import('../../kube/kube.js')
+  const { Kube, loadKubeConfig, backfillJobsCache } = await import('../../pkg/kube/kube.js')
   const kube = new Kube(opts.kubeconfig ?? loadKubeConfig(), {
     requestTimeoutMs: opts.kubeRequestTimeoutMs,
     reportingInstance: opts.hostname,

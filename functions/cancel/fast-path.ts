@@ -5,7 +5,7 @@
 // through a wide lane that nothing slow ever holds, and the bookkeeping queues behind them in a narrow lane that waits while DELETEs are in flight (the
 // apiserver answers a DELETE slower while the bookkeeping's reads and writes load it). Both lanes are bounded: the transport never
 // has more than cancel's concurrency in flight, and each lane holds at most that many.
-import type { Kube } from '../../kube/kube.js'
+import type { Kube } from '../../pkg/kube/kube.js'
 
 /**
  * Deletes the pods of the Job with this UID — the attempt's work — without waiting for the garbage collector to

@@ -5,10 +5,10 @@
 // running). So a foreground cancel that finds no Job waits for it while the claim still stands for that Job on a
 // window the request broke, and deletes it the moment it exists.
 import type { V1Job } from '@kubernetes/client-node'
-import { readClaim } from '../../admission/reconcile.js'
-import { claimKeys, isObjectName } from '../../core/names.js'
-import type { ObjectCache } from '../../kube/kube.js'
-import type { Deps } from '../../transport/function.js'
+import { readClaim } from '../../pkg/admission/reconcile.js'
+import { claimKeys, isObjectName } from '../../pkg/core/names.js'
+import type { ObjectCache } from '../../pkg/kube/kube.js'
+import type { Deps } from '../../pkg/transport/function.js'
 
 /** Longer than the apiserver request deadline (10 s): by then the POST was answered, or it failed. */
 export const ADMISSION_WAIT_MS = 15_000

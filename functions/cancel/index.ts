@@ -13,17 +13,17 @@
 // DELETE behind earlier cancels' reconciles. The event is acked only after both, so a crash in between redelivers
 // it (the DELETEs are idempotent: 'absent').
 import type { V1Job } from '@kubernetes/client-node'
-import { reconcile } from '../../admission/reconcile.js'
-import type { CancelReason } from '../../core/api.js'
-import { GROUP, REASONS } from '../../core/api.js'
-import { backfillLabelValue, LABEL_ATTEMPT, LABEL_BACKFILL } from '../../core/names.js'
 import { STREAM_EVENTS } from '../../events/catalog.js'
-import { backfillJobsCache, type ObjectCache } from '../../kube/kube.js'
-import { Lane } from '../../lib/lane.js'
-import { describeError } from '../../observability/log.js'
-import { preemptionLatency } from '../../observability/ops-metrics.js'
-import { traced } from '../../observability/tracing.js'
-import { type EventFunction, PermanentError } from '../../transport/function.js'
+import { reconcile } from '../../pkg/admission/reconcile.js'
+import type { CancelReason } from '../../pkg/core/api.js'
+import { GROUP, REASONS } from '../../pkg/core/api.js'
+import { backfillLabelValue, LABEL_ATTEMPT, LABEL_BACKFILL } from '../../pkg/core/names.js'
+import { backfillJobsCache, type ObjectCache } from '../../pkg/kube/kube.js'
+import { Lane } from '../../pkg/lib/lane.js'
+import { describeError } from '../../pkg/observability/log.js'
+import { preemptionLatency } from '../../pkg/observability/ops-metrics.js'
+import { traced } from '../../pkg/observability/tracing.js'
+import { type EventFunction, PermanentError } from '../../pkg/transport/function.js'
 import { DeleteBatcher } from './batch.js'
 import { type FailSafe, startFailSafe } from './fail-safe.js'
 import { RecentlyDeleted } from './fast-path.js'
@@ -131,7 +131,7 @@ export function cancelFunction(opts: { inFlight?: number; bookkeeping?: Lane } =
       const handledAt = deps.now()
       let deleteFrom = handledAt
       let batchSize: number | undefined
-      // When the apiserver answered the Job's DELETE and the pods' (epoch ms; bench/preemption-profile.ts).
+      // When the apiserver answered the Job's DELETE and the pods' (epoch ms; dev/bench/preemption-profile.ts).
       let jobAnswered: number | undefined
       let podsAnswered: number | undefined
       const remove = async (job: V1Job) => {

@@ -6,7 +6,7 @@
 // model had a claim, is the key itself read (STREAM.MSG.GET, also leader-answered). At rest — the usual state of a
 // busy model with nothing admitted on it — an idle write costs a share of one STREAM.INFO instead of a read.
 import { BUCKET_CLAIMS } from '../../events/catalog.js'
-import { type JsRequests, kvLast, type RawKvEntry, streamVersion } from '../../jetstream/js-requests.js'
+import { type JsRequests, kvLast, type RawKvEntry, streamVersion } from '../../pkg/jetstream/js-requests.js'
 
 /** Models remembered as unclaimed at a version; past it the memory is dropped (it only saves reads). */
 export const MAX_REMEMBERED = 20_000

@@ -2,13 +2,21 @@
 // cancel decision is made from a watched copy of the claims bucket (who runs on which model), and idle state
 // is written to KV coalesced — at most one write per model per COALESCE_MS, the first one after a quiet period
 // immediately (leading edge) — while a cancel is never delayed by any of it.
-import { type Entry, isCasConflict } from '../../admission/ports.js'
-import { modelClaimKey, modelKey } from '../../core/names.js'
-import { type Claim, type ModelIdleState, parseClaim, parseEntry, parseModelIdleState, toKv } from '../../core/state.js'
+
 import { catalog, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
-import type { Logger } from '../../observability/log.js'
-import type { Deps, EventFunction } from '../../transport/function.js'
+import { type Entry, isCasConflict } from '../../pkg/admission/ports.js'
+import { modelClaimKey, modelKey } from '../../pkg/core/names.js'
+import {
+  type Claim,
+  type ModelIdleState,
+  parseClaim,
+  parseEntry,
+  parseModelIdleState,
+  toKv,
+} from '../../pkg/core/state.js'
+import type { Logger } from '../../pkg/observability/log.js'
+import type { Deps, EventFunction } from '../../pkg/transport/function.js'
 import { NatsDemandPorts } from './nats-ports.js'
 import type { DemandPorts } from './ports.js'
 
@@ -262,7 +270,7 @@ export class Demand {
       // Replicas and redeliveries publishing the same cancel collapse into one message.
       `cancel-${cancelKey}-${interval}`,
     )
-    // The preemption's hops (bench/preemption-profile.ts), epoch ms: request stored, handled here, cancel stored
+    // The preemption's hops (dev/bench/preemption-profile.ts), epoch ms: request stored, handled here, cancel stored
     // (its PubAck back). Debug only, and only per cancel: nothing on the per-request path.
     if (this.log.isLevelEnabled('debug'))
       this.log.debug(
@@ -307,7 +315,7 @@ export class Demand {
         entry.lastWriteAt = this.ports.now()
         this.stats.kvWrites++
       }
-      // The other half of admit's re-check (admission/fence.ts), after every write and before anything is acked:
+      // The other half of admit's re-check (pkg/admission/fence.ts), after every write and before anything is acked:
       // having written idleness, look at the claim itself (not the watched copy, which may lag) so an admission
       // racing these requests is cancelled either way. A failure here fails the requests, which are redelivered.
       const claim = await this.readClaim(entry.claimKey)

@@ -2,11 +2,11 @@
 // usual one (a known revision), the claims read linearizably (claim-reads.ts) and watched (KvMirror of the bucket's
 // republished changes), cancels published on the catalog's subject, preempts on core NATS.
 import type { KV } from '@nats-io/kv'
-import { type Claim, parseClaim } from '../../core/state.js'
 import { preemptSubject } from '../../events/catalog.js'
-import { KvMirror } from '../../jetstream/bus.js'
-import { JsRequests, kvUpdate } from '../../jetstream/js-requests.js'
-import type { Deps } from '../../transport/function.js'
+import { type Claim, parseClaim } from '../../pkg/core/state.js'
+import { KvMirror } from '../../pkg/jetstream/bus.js'
+import { JsRequests, kvUpdate } from '../../pkg/jetstream/js-requests.js'
+import type { Deps } from '../../pkg/transport/function.js'
 import { ClaimReads } from './claim-reads.js'
 import type { DemandPorts } from './ports.js'
 
@@ -21,7 +21,7 @@ export class NatsDemandPorts implements DemandPorts {
     this.deps.log.error({ key, error: r.error }, 'unreadable claim in the claims bucket ignored by the watch')
     return null
   })
-  /** The hot path's JetStream requests (idle writes, claim reads): no Error per request (jetstream/js-requests.ts). */
+  /** The hot path's JetStream requests (idle writes, claim reads): no Error per request (pkg/jetstream/js-requests.ts). */
   private js?: JsRequests
   private reads?: ClaimReads
   readonly now: () => number

@@ -2,8 +2,8 @@
 // publishes, its clock and its coalescing timers. Demand (index.ts) is written against these only, so the same code
 // runs on NATS (nats-ports.ts) and inside the deterministic simulation (test/unit/support/dst.ts), where every call
 // can fail, be slow, or find its process crashed.
-import type { Clock, Entry } from '../../admission/ports.js'
-import type { Claim } from '../../core/state.js'
+import type { Clock, Entry } from '../../pkg/admission/ports.js'
+import type { Claim } from '../../pkg/core/state.js'
 
 export interface Cancel {
   namespace: string

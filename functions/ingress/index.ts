@@ -7,7 +7,7 @@
 // An ingress that cannot publish makes foreground demand invisible to the preemption path although cancel may see
 // NATS fine (a partition between the ingress and NATS, its NATS user's permissions, its stream without a leader). So
 // it says so where the preemption path sees it without NATS: its /readyz answers 503 with the reason (the kubelet
-// takes it out of its Service; admit's fence and cancel's fail-safe ask the Service, admission/ingress.ts), a
+// takes it out of its Service; admit's fence and cancel's fail-safe ask the Service, pkg/admission/ingress.ts), a
 // gateway's POST is answered 503 at once (it retries), and flexinfer_model_backfill_ingress_publishing is 0.
 // It finds out by publishing, once a second, what the stream refuses without storing: a foreground request on a
 // probe subject expecting a stream that does not exist. The stream's own refusal (expected stream does not match)
@@ -16,9 +16,9 @@
 import { JetStreamApiError } from '@nats-io/jetstream'
 import { catalog, foregroundSubject } from '../../events/catalog.js'
 import { encode } from '../../events/codec.js'
-import { describeError } from '../../observability/log.js'
-import { ingressPublishing } from '../../observability/ops-metrics.js'
-import { type EventFunction, PermanentError } from '../../transport/function.js'
+import { describeError } from '../../pkg/observability/log.js'
+import { ingressPublishing } from '../../pkg/observability/ops-metrics.js'
+import { type EventFunction, PermanentError } from '../../pkg/transport/function.js'
 
 export const INGRESS_TYPES = ['ai.flexinfer.foreground.request'] as const
 

@@ -5,15 +5,15 @@
 // ModelBackfills for the sweep and the cluster-wide re-decides.
 //
 // What stays a fresh read, and why: the ModelBackfill a reconcile decides on (its generation and resourceVersion
-// must be the newest, admission/reconcile.ts), the attempt's Job (its "gone" is a decision input), the CronJob (not
-// cached: kube/kube.ts AdmissionCaches), and — once per event, not per backfill — whatever the event is about
+// must be the newest, pkg/admission/reconcile.ts), the attempt's Job (its "gone" is a decision input), the CronJob (not
+// cached: pkg/kube/kube.ts AdmissionCaches), and — once per event, not per backfill — whatever the event is about
 // (the GamingSessions and GPULeases of a session/lease event, the Model of a model event; ./index.ts): a watch lags,
 // and an event handled against a copy that has not seen it yet would lose the cancel it carries. Lifecycle never
 // creates a Job: admission is admit's, behind its fence.
 import type { KubernetesObject } from '@kubernetes/client-node'
-import type { ModelBackfill } from '../../core/api.js'
-import { AdmissionCaches, customObjectsCache, type Kube, type ObjectCache, PLURALS } from '../../kube/kube.js'
-import type { Deps } from '../../transport/function.js'
+import type { ModelBackfill } from '../../pkg/core/api.js'
+import { AdmissionCaches, customObjectsCache, type Kube, type ObjectCache, PLURALS } from '../../pkg/kube/kube.js'
+import type { Deps } from '../../pkg/transport/function.js'
 
 export class LifecycleCaches {
   readonly backfills: ObjectCache<ModelBackfill & KubernetesObject>

@@ -6,11 +6,11 @@
 // It reads watched copies (./caches.ts) rather than asking the apiserver on every reconcile, and a sweep never
 // re-publishes a backfill whose earlier resync is still queued (./pending.ts): both what 10,000 backfills need.
 
-import { type Fresh, readState, reconcile } from '../../admission/reconcile.js'
-import { backfillKey } from '../../core/names.js'
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
-import { PLURALS } from '../../kube/kube.js'
-import type { Deps, EventFunction } from '../../transport/function.js'
+import { type Fresh, readState, reconcile } from '../../pkg/admission/reconcile.js'
+import { backfillKey } from '../../pkg/core/names.js'
+import { PLURALS } from '../../pkg/kube/kube.js'
+import type { Deps, EventFunction } from '../../pkg/transport/function.js'
 import { LifecycleCaches } from './caches.js'
 import { PendingResyncs } from './pending.js'
 import { ensureResyncSchedule, sweep } from './resync.js'

@@ -1,27 +1,27 @@
 // The resync sweep: convergence that does not rely on any single event being delivered. A repeating JetStream
 // schedule fires `ai.flexinfer.resync.due` every RESYNC_MS; lifecycle then looks at the world once — ModelBackfills,
 // backfill Jobs and Models from its watched copies (./caches.ts; no apiserver request), their states and the stored
-// timer schedules from NATS — asks the pure needsResync() (core/resync.ts) about each, and publishes one
+// timer schedules from NATS — asks the pure needsResync() (pkg/core/resync.ts) about each, and publishes one
 // `ai.flexinfer.backfill.resync` per backfill that may be wrong and has none queued yet (./pending.ts). Each of those
 // is reconciled on its own (its own retries, its own dead letter), so one odd object never holds up the others.
 
-import { readState } from '../../admission/reconcile.js'
-import { timerHeld } from '../../admission/timer-held.js'
-import { backfillKey } from '../../core/names.js'
-import { needsResync, RESYNC_MS, type ResyncReason } from '../../core/resync.js'
-import type { BackfillState } from '../../core/state.js'
-import { type JobView, jobView, type ModelView, modelView } from '../../core/world.js'
 import { BACKFILL_SCHEDULES_FILTER, STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
-import { kvSnapshot } from '../../jetstream/kv-mirror.js'
-import { consumerName, instanceName } from '../../jetstream/names.js'
-import { PLURALS } from '../../kube/kube.js'
-import type { Deps } from '../../transport/function.js'
+import { readState } from '../../pkg/admission/reconcile.js'
+import { timerHeld } from '../../pkg/admission/timer-held.js'
+import { backfillKey } from '../../pkg/core/names.js'
+import { needsResync, RESYNC_MS, type ResyncReason } from '../../pkg/core/resync.js'
+import type { BackfillState } from '../../pkg/core/state.js'
+import { type JobView, jobView, type ModelView, modelView } from '../../pkg/core/world.js'
+import { kvSnapshot } from '../../pkg/jetstream/kv-mirror.js'
+import { consumerName, instanceName } from '../../pkg/jetstream/names.js'
+import { PLURALS } from '../../pkg/kube/kube.js'
+import type { Deps } from '../../pkg/transport/function.js'
 import type { LifecycleCaches } from './caches.js'
 import type { PendingResyncs } from './pending.js'
 
 /**
  * Arms the repeating resync schedule unless it is stored already with this period (lifecycle start, provision). The
- * period is RESYNC_MS (process/config.ts: milliseconds, at least 1000; 0 turns the schedule off, not recommended).
+ * period is RESYNC_MS (cmd/manager/config.ts: milliseconds, at least 1000; 0 turns the schedule off, not recommended).
  */
 export async function ensureResyncSchedule(deps: Pick<Deps, 'bus'> & { log?: Deps['log'] }, intervalMs = RESYNC_MS) {
   if (intervalMs === 0) return false
@@ -35,7 +35,7 @@ export interface SweepResult {
   picked: { namespace: string; backfill: string; reason: ResyncReason }[]
   /** Would have been picked, but an earlier resync of theirs is still queued (or the pending set is full). */
   held: number
-  /** Listed TimerNotStored, but held after all when checked on their own (admission/timer-held.ts). */
+  /** Listed TimerNotStored, but held after all when checked on their own (pkg/admission/timer-held.ts). */
   timersHeld: number
   failed: number
   /** Where the states came from: the process's mirror or the bucket itself (readStates). */
@@ -139,7 +139,7 @@ export async function sweep(deps: Deps, opts: SweepOptions = {}): Promise<SweepR
   await Promise.all(Array.from({ length: Math.min(PUBLISH_CONCURRENCY, picked.length) }, publishOne))
   const byReason: Partial<Record<ResyncReason, number>> = {}
   for (const p of picked) byReason[p.reason] = (byReason[p.reason] ?? 0) + 1
-  // Every sweep, even one that picks nothing: `ms` (lists, reads and publishes) is what bench/scale measures.
+  // Every sweep, even one that picks nothing: `ms` (lists, reads and publishes) is what dev/bench/scale measures.
   const ms = Math.round(performance.now() - startedMs)
   deps.log.info(
     {
@@ -181,7 +181,7 @@ const CONFIRM_CONCURRENCY = 16
  * The listing of stored schedules is one instant, the states are read over seconds after it (2–8 s at 10,000), and
  * admit arms a re-armed window's timer just after committing its state: 90–229 windows per sweep were listed
  * TimerNotStored at 1,000 windows while their schedules were stored, or their timers had fired
- * and waited for admit (admission/timer-held.ts). Each is checked once more now; only those still not held are picked.
+ * and waited for admit (pkg/admission/timer-held.ts). Each is checked once more now; only those still not held are picked.
  * A check that fails picks it (a spare resync costs one reconcile; a missed one a lost timer). Returns how many
  * were held after all.
  */
@@ -227,11 +227,11 @@ export const FULL_STATE_READ_EVERY = 10
 const sweepsSinceFullRead = new WeakMap<object, number>()
 
 /**
- * The backfill states in scope. From the process's mirror of the bucket when it has one (process/runner.ts lends
+ * The backfill states in scope. From the process's mirror of the bucket when it has one (cmd/manager/runner.ts lends
  * the metrics exporter's: at 10,000 backfills the direct gets below made each sweep 1.2–4.6 s of lifecycle's CPU,
  * 3.6–10% of a core at rest); otherwise, and every FULL_STATE_READ_EVERY sweeps, read without a consumer
- * (functions may create none: nats/README.md): one stream info per scope lists the keys, then bounded direct gets
- * (jetstream/kv-mirror.ts kvSnapshot).
+ * (functions may create none: deploy/nats/README.md): one stream info per scope lists the keys, then bounded direct gets
+ * (pkg/jetstream/kv-mirror.ts kvSnapshot).
  */
 async function readStates(
   deps: Deps,

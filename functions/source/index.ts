@@ -1,12 +1,13 @@
 // source: turns Kubernetes ApiServerSource events (dev.knative.apiserver.resource.add|update|delete, Resource
 // mode: the object is the data) into the catalog's own events, so every other function sees one vocabulary
 // whether Knative's ApiServerSource or the local watcher produced them.
-import { LABEL_BACKFILL } from '../../core/names.js'
-import { gamingSessionView, gpuLeaseView, jobView, modelView } from '../../core/world.js'
+
 import { STREAM_EVENTS } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
-import type { Deps } from '../../transport/function.js'
-import { type EventFunction, PermanentError } from '../../transport/function.js'
+import { LABEL_BACKFILL } from '../../pkg/core/names.js'
+import { gamingSessionView, gpuLeaseView, jobView, modelView } from '../../pkg/core/world.js'
+import type { Deps } from '../../pkg/transport/function.js'
+import { type EventFunction, PermanentError } from '../../pkg/transport/function.js'
 
 const GROUP_PREFIX = 'ai.flexinfer/'
 

@@ -1,4 +1,4 @@
-// Where the real server binaries live. scripts/install-binaries.sh builds them once (or takes the Kubernetes ones
+// Where the real server binaries live. dev/scripts/install-binaries.sh builds them once (or takes the Kubernetes ones
 // from $KUBEBUILDER_ASSETS) and writes a manifest; this module reads it and runs the script when anything is missing.
 import { spawnSync } from 'node:child_process'
 import { accessSync, constants, readFileSync } from 'node:fs'
@@ -19,19 +19,19 @@ const Manifest = z.object({
   kubelet: z.string(),
   kubeProxy: z.string(),
   kubeScheduler: z.string(),
-  /** CoreDNS (tools/coredns), the node's cluster DNS. */
+  /** CoreDNS (dev/tools/coredns), the node's cluster DNS. */
   coredns: z.string(),
   natsServer: z.string(),
   nats: z.string(),
   /** The KEDA operator (tests that prove the keda/ overlay's ScaledObjects run it against the environment). */
   kedaOperator: z.string(),
-  /** helm (the chart tests render charts/model-backfill with `helm template`). */
+  /** helm (the chart tests render deploy/charts/model-backfill with `helm template`). */
   helm: z.string(),
   /** Knative Eventing's commands (a directory: controller, broker-ingress, …; `module-dir` names its config/). */
   knativeEventing: z.string(),
 })
 
-/** The commands scripts/install-binaries.sh builds into `knativeEventing` (KNATIVE_COMMANDS). */
+/** The commands dev/scripts/install-binaries.sh builds into `knativeEventing` (KNATIVE_COMMANDS). */
 export const KNATIVE_COMMANDS = [
   'controller',
   'mtchannel-broker',
@@ -54,35 +54,35 @@ export function manifestPath(): string {
   return join(cacheDir(), 'binaries.json')
 }
 
-/** The k8s.io/kubernetes release tools/k8s/go.mod pins, e.g. "v1.34.4". */
+/** The k8s.io/kubernetes release dev/tools/k8s/go.mod pins, e.g. "v1.34.4". */
 export function pinnedKubernetesVersion(): string {
-  const gomod = readFileSync(join(repoRoot, 'tools/k8s/go.mod'), 'utf8')
+  const gomod = readFileSync(join(repoRoot, 'dev/tools/k8s/go.mod'), 'utf8')
   const m = /^\s*(?:require\s+)?k8s\.io\/kubernetes\s+(v\S+)/m.exec(gomod)
-  if (!m?.[1]) throw new Error('tools/k8s/go.mod does not require k8s.io/kubernetes')
+  if (!m?.[1]) throw new Error('dev/tools/k8s/go.mod does not require k8s.io/kubernetes')
   return m[1]
 }
 
-/** The knative.dev/eventing release scripts/install-binaries.sh pins (KNATIVE_EVENTING_VERSION=…), e.g. "v0.47.0". */
+/** The knative.dev/eventing release dev/scripts/install-binaries.sh pins (KNATIVE_EVENTING_VERSION=…), e.g. "v0.47.0". */
 export function pinnedKnativeEventingVersion(): string {
-  const script = readFileSync(join(repoRoot, 'scripts/install-binaries.sh'), 'utf8')
+  const script = readFileSync(join(repoRoot, 'dev/scripts/install-binaries.sh'), 'utf8')
   const m = /^KNATIVE_EVENTING_VERSION=(v\S+)$/m.exec(script)
-  if (!m?.[1]) throw new Error('scripts/install-binaries.sh sets no KNATIVE_EVENTING_VERSION')
+  if (!m?.[1]) throw new Error('dev/scripts/install-binaries.sh sets no KNATIVE_EVENTING_VERSION')
   return m[1]
 }
 
-/** The KEDA release scripts/install-binaries.sh pins (KEDA_VERSION=…), e.g. "v2.21.0". */
+/** The KEDA release dev/scripts/install-binaries.sh pins (KEDA_VERSION=…), e.g. "v2.21.0". */
 export function pinnedKedaVersion(): string {
-  const script = readFileSync(join(repoRoot, 'scripts/install-binaries.sh'), 'utf8')
+  const script = readFileSync(join(repoRoot, 'dev/scripts/install-binaries.sh'), 'utf8')
   const m = /^KEDA_VERSION=(v\S+)$/m.exec(script)
-  if (!m?.[1]) throw new Error('scripts/install-binaries.sh sets no KEDA_VERSION')
+  if (!m?.[1]) throw new Error('dev/scripts/install-binaries.sh sets no KEDA_VERSION')
   return m[1]
 }
 
-/** The helm release scripts/install-binaries.sh pins (HELM_VERSION=…), e.g. "v3.22.0". */
+/** The helm release dev/scripts/install-binaries.sh pins (HELM_VERSION=…), e.g. "v3.22.0". */
 export function pinnedHelmVersion(): string {
-  const script = readFileSync(join(repoRoot, 'scripts/install-binaries.sh'), 'utf8')
+  const script = readFileSync(join(repoRoot, 'dev/scripts/install-binaries.sh'), 'utf8')
   const m = /^HELM_VERSION=(v\S+)$/m.exec(script)
-  if (!m?.[1]) throw new Error('scripts/install-binaries.sh sets no HELM_VERSION')
+  if (!m?.[1]) throw new Error('dev/scripts/install-binaries.sh sets no HELM_VERSION')
   return m[1]
 }
 
@@ -95,7 +95,7 @@ function isExecutable(path: string): boolean {
   }
 }
 
-/** Why the manifest cannot be used as is (scripts/install-binaries.sh must run), or undefined when it can. */
+/** Why the manifest cannot be used as is (dev/scripts/install-binaries.sh must run), or undefined when it can. */
 export function staleReason(): string | undefined {
   let manifest: Binaries
   try {
@@ -116,19 +116,19 @@ export function staleReason(): string | undefined {
   }
   if (missing.length > 0) return `missing binaries: ${missing.map(([k, p]) => `${k}=${p}`).join(', ')}`
   if (!manifest.kedaOperator.includes(`/keda-${pinnedKedaVersion()}/`)) {
-    return `manifest has ${manifest.kedaOperator}, scripts/install-binaries.sh pins KEDA ${pinnedKedaVersion()}`
+    return `manifest has ${manifest.kedaOperator}, dev/scripts/install-binaries.sh pins KEDA ${pinnedKedaVersion()}`
   }
   if (!manifest.helm.includes(`/helm-${pinnedHelmVersion()}/`)) {
-    return `manifest has ${manifest.helm}, scripts/install-binaries.sh pins helm ${pinnedHelmVersion()}`
+    return `manifest has ${manifest.helm}, dev/scripts/install-binaries.sh pins helm ${pinnedHelmVersion()}`
   }
   if (!manifest.knativeEventing.endsWith(`/knative-eventing-${pinnedKnativeEventingVersion()}`)) {
-    return `manifest has ${manifest.knativeEventing}, scripts/install-binaries.sh pins Knative Eventing ${pinnedKnativeEventingVersion()}`
+    return `manifest has ${manifest.knativeEventing}, dev/scripts/install-binaries.sh pins Knative Eventing ${pinnedKnativeEventingVersion()}`
   }
   const assets = process.env.KUBEBUILDER_ASSETS
   if (assets) {
     if (dirname(manifest.kubeApiserver) !== resolve(assets)) return `KUBEBUILDER_ASSETS changed to ${assets}`
   } else if (manifest.kubernetesVersion !== pinnedKubernetesVersion()) {
-    return `manifest has Kubernetes ${manifest.kubernetesVersion}, tools/k8s pins ${pinnedKubernetesVersion()}`
+    return `manifest has Kubernetes ${manifest.kubernetesVersion}, dev/tools/k8s pins ${pinnedKubernetesVersion()}`
   }
   return undefined
 }
@@ -138,10 +138,10 @@ export function ensureBinaries(): Binaries {
   const reason = staleReason()
   if (reason) {
     process.stderr.write(`[test-env] ${reason}; running scripts/install-binaries.sh\n`)
-    const r = spawnSync('bash', [join(repoRoot, 'scripts/install-binaries.sh')], { stdio: 'inherit' })
-    if (r.status !== 0) throw new Error(`scripts/install-binaries.sh failed (exit ${r.status ?? r.signal})`)
+    const r = spawnSync('bash', [join(repoRoot, 'dev/scripts/install-binaries.sh')], { stdio: 'inherit' })
+    if (r.status !== 0) throw new Error(`dev/scripts/install-binaries.sh failed (exit ${r.status ?? r.signal})`)
     const after = staleReason()
-    if (after) throw new Error(`after scripts/install-binaries.sh: ${after}`)
+    if (after) throw new Error(`after dev/scripts/install-binaries.sh: ${after}`)
   }
   return Manifest.parse(JSON.parse(readFileSync(manifestPath(), 'utf8')))
 }

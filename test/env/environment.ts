@@ -115,7 +115,7 @@ export interface StartOptions {
   /**
    * A real node: containerd + runc, a kubelet, kube-scheduler, kube-proxy and CoreDNS (test/env/node.ts), so pods
    * run containers. Needs root and the machine's containerd/runc/CNI packages. Default false: pods stay Pending.
-   * `{ appImage: true }` also imports the project's image (images/build.sh --app) into it.
+   * `{ appImage: true }` also imports the project's image (deploy/images/build.sh --app) into it.
    */
   node?: boolean | { appImage?: boolean }
   /**
@@ -397,7 +397,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
         `export NATS_URL=${shellQuote(natsUrl)}`,
         `export NATS_MONITOR_URL=${shellQuote(natsMonitorUrl)}`,
         `export NATS_MONITOR_URLS=${shellQuote(natsServers.map((n) => n.monitorUrl).join(','))}`,
-        // What the provision step gives streams, buckets and consumers (process/provision.ts): 3 on a cluster.
+        // What the provision step gives streams, buckets and consumers (cmd/manager/provision.ts): 3 on a cluster.
         `export NATS_REPLICAS=${natsCluster ? natsServers.length : 1}`,
         `export PATH=${shellQuote(bin)}:"$PATH"`,
         // `ctr images ls`, `ctr tasks ls`: the node's containerd (not the machine's default socket).

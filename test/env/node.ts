@@ -52,9 +52,9 @@ export const TOUCHED_SYSCTLS = [
 export interface NodeImages {
   pause: { ref: string; archive: string }
   busybox: { ref: string; archive: string }
-  /** nats-server and the nats CLI on busybox (images/build.sh, once the test servers are built). */
+  /** nats-server and the nats CLI on busybox (deploy/images/build.sh, once the test servers are built). */
   nats: { ref: string; archive: string } | null
-  /** The project's image (images/build.sh --app), when built. */
+  /** The project's image (deploy/images/build.sh --app), when built. */
   app: { ref: string; archive: string; from: string } | null
 }
 
@@ -85,7 +85,7 @@ export interface NodeContext {
   start: (name: string, command: string, args: string[]) => ServerProcess
   log: (line: string) => void
   elapsed: () => string
-  /** Also import the project's image, when images/build.sh --app has made it. */
+  /** Also import the project's image, when deploy/images/build.sh --app has made it. */
   appImage?: boolean
   /** The pod network (planNodeNetwork), chosen before the apiserver starts: it advertises the host's address on it. */
   network: NodeNetwork
@@ -134,7 +134,7 @@ function ctr(address: string, args: string[]) {
   return runOk(CTR, ['--address', address, '--namespace', K8S_NAMESPACE, ...args], { timeoutMs: 120_000 })
 }
 
-/** Imports docker-archives (images/build.sh) into the node's containerd, where the kubelet finds them. */
+/** Imports docker-archives (deploy/images/build.sh) into the node's containerd, where the kubelet finds them. */
 export async function importImages(containerdAddress: string, archives: string[]): Promise<void> {
   for (const archive of archives) await ctr(containerdAddress, ['images', 'import', '--no-unpack', archive])
 }
@@ -163,7 +163,7 @@ export function nodeUnavailableReason(): string | undefined {
   return undefined
 }
 
-/** The images' manifest (images/build.sh), made first when missing (pause and busybox take seconds). */
+/** The images' manifest (deploy/images/build.sh), made first when missing (pause and busybox take seconds). */
 export async function ensureNodeImages(opts: { app?: boolean; nats?: boolean } = {}): Promise<NodeImages> {
   const path = join(cacheDir(), 'images', 'images.json')
   const read = (): NodeImages | undefined => {
@@ -181,13 +181,14 @@ export async function ensureNodeImages(opts: { app?: boolean; nats?: boolean } =
     }
   }
   const cached = read()
-  // The app image is keyed by its inputs: images/build.sh decides whether the cached one is current.
+  // The app image is keyed by its inputs: deploy/images/build.sh decides whether the cached one is current.
   if (cached && !opts.app) return cached
-  const r = await run('bash', [join(repoRoot, 'images/build.sh'), ...(opts.app ? ['--app'] : [])], {
+  const r = await run('bash', [join(repoRoot, 'deploy/images/build.sh'), ...(opts.app ? ['--app'] : [])], {
     timeoutMs: 30 * 60_000,
   })
   const made = read()
-  if (r.code !== 0 || !made) throw new Error(`images/build.sh failed (exit ${r.code}):\n${r.stderr.slice(-3000)}`)
+  if (r.code !== 0 || !made)
+    throw new Error(`deploy/images/build.sh failed (exit ${r.code}):\n${r.stderr.slice(-3000)}`)
   return made
 }
 

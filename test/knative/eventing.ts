@@ -1,4 +1,4 @@
-// Knative Eventing's real components (knative.dev/eventing, built by scripts/install-binaries.sh) as local
+// Knative Eventing's real components (knative.dev/eventing, built by dev/scripts/install-binaries.sh) as local
 // processes against the test environment's kube-apiserver — the way the KEDA operator runs in the tests, plus what
 // a cluster would give them:
 //
@@ -47,7 +47,7 @@ const parseYaml = (text: string): Manifest[] =>
     .map((d) => d.toJS() as Manifest | null)
     .filter((d): d is Manifest => Boolean(d?.kind))
 
-/** The pinned module's source directory (config/ lives there), as scripts/install-binaries.sh recorded it. */
+/** The pinned module's source directory (config/ lives there), as dev/scripts/install-binaries.sh recorded it. */
 export function eventingModuleDir(binDir: string): string {
   const dir = readFileSync(join(binDir, 'module-dir'), 'utf8').trim()
   if (!existsSync(join(dir, 'config'))) throw new Error(`${dir} (from ${binDir}/module-dir) has no config/`)

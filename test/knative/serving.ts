@@ -1,15 +1,15 @@
 // Knative Serving's part, played by the harness for the Broker-served functions: no Serving runs here (no
 // kubelet), so for a Knative Service of the overlay the function it names (FUNCTION, TRANSPORT=http) is served in
-// this process over HTTP (transport/http-adapter.ts, as its container would), a Service + Endpoints of the Knative
+// this process over HTTP (pkg/transport/http-adapter.ts, as its container would), a Service + Endpoints of the Knative
 // Service's name makes http://<name>.<namespace>.svc.cluster.local reach it (through cluster-proxy.ts), and the
 // Knative Service's status gets that address and Ready, as Serving would write it. The Triggers resolve their
 // subscriber refs to that address by Knative's own addressable resolver.
 import { CoreV1Api, CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node'
 import type { InboundEvent } from '../../events/codec.js'
-import { parseWatchNamespaces } from '../../kube/scope.js'
-import { scoped } from '../../transport/deps.js'
-import type { EventFunction } from '../../transport/function.js'
-import { type HttpFunction, startHttpFunction } from '../../transport/http-adapter.js'
+import { parseWatchNamespaces } from '../../pkg/kube/scope.js'
+import { scoped } from '../../pkg/transport/deps.js'
+import type { EventFunction } from '../../pkg/transport/function.js'
+import { type HttpFunction, startHttpFunction } from '../../pkg/transport/http-adapter.js'
 import { exposeService, type Manifest } from './eventing.js'
 
 const KSVC = { group: 'serving.knative.dev', version: 'v1', plural: 'services' }
@@ -31,7 +31,7 @@ export const functionOf = (ksvc: Manifest): string | undefined =>
   ksvc.spec?.template?.spec?.containers?.[0]?.env?.find((e: { name: string }) => e.name === 'FUNCTION')?.value
 
 /**
- * The managed namespaces a workload's manifest names (WATCH_NAMESPACES, parsed as process/main.ts does). Required
+ * The managed namespaces a workload's manifest names (WATCH_NAMESPACES, parsed as cmd/manager/main.ts does). Required
  * here: the test cluster is shared with other test files, whose objects an unscoped function would act on.
  */
 export function watchNamespacesOf(workload: Manifest): string[] {
@@ -54,12 +54,12 @@ export async function serveKnativeService(opts: {
   fn: EventFunction
   natsUrl: string
   namespace: string
-  /** The test system's instance (transport/deps.ts scoped): admit's fence then looks at that system's demand and cancel. */
+  /** The test system's instance (pkg/transport/deps.ts scoped): admit's fence then looks at that system's demand and cancel. */
   instance?: string
 }): Promise<ServedService> {
   const { kc, ksvc, namespace } = opts
   const name = ksvc.metadata.name
-  // As its container would run it (process/main.ts): scoped to its manifest's WATCH_NAMESPACES, reads per namespace.
+  // As its container would run it (cmd/manager/main.ts): scoped to its manifest's WATCH_NAMESPACES, reads per namespace.
   const namespaces = watchNamespacesOf(ksvc)
   const inScope = scoped(opts.fn, namespaces)
   let port = 0

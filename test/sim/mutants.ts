@@ -45,7 +45,7 @@ export const MUTANTS: Mutant[] = [
     race: 'an admission releasing another try’s claims',
     edits: [
       {
-        file: 'admission/claims.ts',
+        file: 'pkg/admission/claims.ts',
         find: 'if (mine !== undefined && !sameTry(holder, mine)) return',
         replace: '',
       },
@@ -56,7 +56,7 @@ export const MUTANTS: Mutant[] = [
     race: 'a retried admission covered by a spent cancel',
     edits: [
       {
-        file: 'admission/claims.ts',
+        file: 'pkg/admission/claims.ts',
         find: 'if (ours && sameTry(holder, claim) && holder?.idleSince === claim.idleSince) return {}',
         replace: 'if (ours) return {}',
       },
@@ -65,7 +65,9 @@ export const MUTANTS: Mutant[] = [
   {
     name: 'replaced-claim-not-put-back',
     race: 'a later try giving up leaves the earlier try’s Job unclaimed',
-    edits: [{ file: 'admission/claims.ts', find: 'if (sameJob !== undefined) replaced[key] = sameJob', replace: '' }],
+    edits: [
+      { file: 'pkg/admission/claims.ts', find: 'if (sameJob !== undefined) replaced[key] = sameJob', replace: '' },
+    ],
   },
   {
     name: 'earlier-try-cancel-ends-attempt',
@@ -73,7 +75,7 @@ export const MUTANTS: Mutant[] = [
     hostile: true,
     edits: [
       {
-        file: 'core/decide.ts',
+        file: 'pkg/core/decide.ts',
         find: "const earlierTry = trigger.type === 'cancel' && trigger.reason === 'ForegroundDemand' && !reason",
         replace: 'const earlierTry = false',
       },
@@ -88,7 +90,7 @@ export const MUTANTS: Mutant[] = [
     race: 'another try of admit taking back a Starting attempt for a request while the admission’s POST is in flight',
     edits: [
       {
-        file: 'core/decide.ts',
+        file: 'pkg/core/decide.ts',
         find: "!(trigger.type === 'raced' && trigger.jobName === jobName) &&",
         replace: "trigger.type === 'resource' &&",
       },
@@ -99,12 +101,12 @@ export const MUTANTS: Mutant[] = [
     race: 'a request on the documented subject stored after the fence',
     edits: [
       {
-        file: 'admission/protocol.ts',
+        file: 'pkg/admission/protocol.ts',
         find: 'ports.requests.newest(namespace, model, where.cursor)',
         replace: 'ports.requests.newest(namespace, model)',
       },
       {
-        file: 'admission/protocol.ts',
+        file: 'pkg/admission/protocol.ts',
         find: 'ports.requests.newest(namespace, model, before.cursor ?? where.cursor)',
         replace: 'ports.requests.newest(namespace, model)',
       },
@@ -115,7 +117,7 @@ export const MUTANTS: Mutant[] = [
     race: 'a request on the documented subject demand acknowledged before the fence, in the idle state alone',
     edits: [
       {
-        file: 'admission/protocol.ts',
+        file: 'pkg/admission/protocol.ts',
         find: "if (racedAdmission(state, acknowledged)) return { kind: 'racedBefore', lastRequestAt: acknowledged as string }",
         replace: '',
       },
@@ -218,7 +220,7 @@ export const MUTANTS: Mutant[] = [
     seeds: 45_000,
     edits: [
       {
-        file: 'admission/claims.ts',
+        file: 'pkg/admission/claims.ts',
         find: 'a?.claimedAt === b.claimedAt && a?.tryId === b.tryId',
         replace: 'a?.claimedAt === b.claimedAt',
       },
@@ -236,7 +238,7 @@ export const MUTANTS: Mutant[] = [
     maxSeconds: 330,
     edits: [
       {
-        file: 'admission/reconcile.ts',
+        file: 'pkg/admission/reconcile.ts',
         find: "const creates = decision.actions.some((a) => a.type === 'createJob')",
         replace: 'const creates = false',
       },
@@ -247,7 +249,7 @@ export const MUTANTS: Mutant[] = [
     race: 'the read in front of the POST, sent with the state write, used after a slow write: a request stored since',
     edits: [
       {
-        file: 'admission/protocol.ts',
+        file: 'pkg/admission/protocol.ts',
         find: 'ahead && early && ports.clock.now() - early.sentAt <= PRE_POST_READ_FRESH_MS',
         replace: 'ahead && early',
       },
@@ -259,7 +261,7 @@ export const MUTANTS: Mutant[] = [
     race: 'the read after the POST failing: the Job it just created left to demand → cancel',
     edits: [
       {
-        file: 'admission/protocol.ts',
+        file: 'pkg/admission/protocol.ts',
         find: 'const deleted = await ports.jobs.delete(namespace, jobName, uid)\n    const why',
         replace: 'throw err\n    const why',
       },

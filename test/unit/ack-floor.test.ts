@@ -1,7 +1,7 @@
-// AckFloor (transport/ack-floor.ts): an AckAll ack is sent only for a message below which everything this process
+// AckFloor (pkg/transport/ack-floor.ts): an AckAll ack is sent only for a message below which everything this process
 // was given is finished — never past a message still in flight or waiting for its redelivery.
 import { describe, expect, it } from 'vitest'
-import { AckFloor } from '../../transport/ack-floor.js'
+import { AckFloor } from '../../pkg/transport/ack-floor.js'
 
 const msg = (seq: number, acked: number[]) => ({ seq, ack: () => acked.push(seq) })
 

@@ -1,11 +1,11 @@
-// kube/active-jobs.ts against an oracle that keeps nothing but the watched copy itself: after any sequence of watch
+// pkg/kube/active-jobs.ts against an oracle that keeps nothing but the watched copy itself: after any sequence of watch
 // events (adds, updates that end or delete a Job or move it to another model or node, removals, a re-list's
 // re-adds), near() answers exactly the live Jobs of the copy that are on the model in the namespace, on the node, or
 // carry the label — in the order the copy first saw them, as the list walk admit did before.
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { ANNOTATION_MODEL, ANNOTATION_NODE, LABEL_BACKFILL } from '../../core/names.js'
-import { ActiveJobs } from '../../kube/active-jobs.js'
+import { ANNOTATION_MODEL, ANNOTATION_NODE, LABEL_BACKFILL } from '../../pkg/core/names.js'
+import { ActiveJobs } from '../../pkg/kube/active-jobs.js'
 
 interface Spec {
   ns: string

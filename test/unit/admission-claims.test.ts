@@ -1,9 +1,9 @@
 // The claims over the in-memory ports: two tries of one attempt (same Job name) taking and giving back claims.
 import { describe, expect, it } from 'vitest'
-import { claimKeys, newClaim, readClaimsAhead, releaseClaimKeys, takeClaimKeys } from '../../admission/claims.js'
-import { MemoryKv } from '../../admission/memory-ports.js'
-import { type Claim, parseClaim, parseEntry } from '../../core/state.js'
-import { createLogger } from '../../observability/log.js'
+import { claimKeys, newClaim, readClaimsAhead, releaseClaimKeys, takeClaimKeys } from '../../pkg/admission/claims.js'
+import { type Claim, parseClaim, parseEntry } from '../../pkg/core/state.js'
+import { createLogger } from '../../pkg/observability/log.js'
+import { MemoryKv } from './support/memory-ports.js'
 
 const T = Date.parse('2026-06-01T00:00:00.000Z')
 const iso = (ms: number) => new Date(ms).toISOString()

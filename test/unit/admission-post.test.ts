@@ -1,19 +1,12 @@
-// The POST between two reads of the newest request (admission/protocol.ts post), over the in-memory ports: what the
+// The POST between two reads of the newest request (pkg/admission/protocol.ts post), over the in-memory ports: what the
 // admission does when a request comes while the POST is in flight, and when the read after the POST gives no answer.
 import type { V1Job } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
-import {
-  type Gate,
-  MemoryJobs,
-  MemoryKv,
-  MemoryRequests,
-  memoryPorts,
-  SimulatedFault,
-} from '../../admission/memory-ports.js'
-import { PRE_POST_READ_FRESH_MS, post, readBeforePost } from '../../admission/protocol.js'
-import type { BackfillState } from '../../core/state.js'
-import { emptyCounters } from '../../core/state.js'
-import { createLogger } from '../../observability/log.js'
+import { PRE_POST_READ_FRESH_MS, post, readBeforePost } from '../../pkg/admission/protocol.js'
+import type { BackfillState } from '../../pkg/core/state.js'
+import { emptyCounters } from '../../pkg/core/state.js'
+import { createLogger } from '../../pkg/observability/log.js'
+import { type Gate, MemoryJobs, MemoryKv, MemoryRequests, memoryPorts, SimulatedFault } from './support/memory-ports.js'
 
 const T = Date.parse('2026-06-01T00:00:00.000Z')
 const iso = (ms: number) => new Date(ms).toISOString()

@@ -4,7 +4,7 @@
 // a bounded time only.
 import { describe, expect, it } from 'vitest'
 import { BookkeepingLane } from '../../functions/admit/bookkeeping.js'
-import type { Logger } from '../../observability/log.js'
+import type { Logger } from '../../pkg/observability/log.js'
 
 const tick = () => new Promise((r) => setTimeout(r, 0))
 const where = (i: number) => ({ namespace: 'ns', backfill: `b${i}`, job: `b${i}-1` })

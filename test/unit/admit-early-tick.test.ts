@@ -2,7 +2,7 @@
 // when windows end together, a slot is busy only with admission work.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { afterEarlyTick } from '../../functions/admit/index.js'
-import { Lane } from '../../lib/lane.js'
+import { Lane } from '../../pkg/lib/lane.js'
 
 beforeEach(() => {
   vi.useFakeTimers({ toFake: ['setTimeout', 'performance'] })

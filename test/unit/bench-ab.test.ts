@@ -1,4 +1,4 @@
-// `npm run bench:ab` (bench/ab.ts): its arguments, the medians, ratios and table (bench/ab-table.ts), and that the
+// `npm run bench:ab` (dev/bench/ab.ts): its arguments, the medians, ratios and table (dev/bench/ab-table.ts), and that the
 // script refuses a ref that names no commit before it starts anything.
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -13,7 +13,7 @@ import {
   lastJsonLine,
   median,
   parseAbArgs,
-} from '../../bench/ab-table.js'
+} from '../../dev/bench/ab-table.js'
 import { repoRoot } from '../env/binaries.js'
 
 describe('parseAbArgs', () => {
@@ -125,11 +125,11 @@ describe('the table', () => {
   })
 })
 
-describe('bench/ab.ts', () => {
+describe('dev/bench/ab.ts', () => {
   it('refuses a ref that names no commit, before it starts anything', () => {
     const run = spawnSync(
       process.execPath,
-      ['--import', 'tsx', join(repoRoot, 'bench/ab.ts'), 'no-such-ref-for-bench-ab', '--quick'],
+      ['--import', 'tsx', join(repoRoot, 'dev/bench/ab.ts'), 'no-such-ref-for-bench-ab', '--quick'],
       { cwd: repoRoot, encoding: 'utf8', timeout: 60_000 },
     )
     expect(run.status).toBe(2)

@@ -1,7 +1,7 @@
-// bench/deletion-watch.ts: a Job name that comes back (a backfill deleted and made again names its attempts as
+// dev/bench/deletion-watch.ts: a Job name that comes back (a backfill deleted and made again names its attempts as
 // before) is measured from the new Job's events, never from the earlier Job's deletion or pods.
 import { describe, expect, it } from 'vitest'
-import { DeletionWatch } from '../../bench/deletion-watch.js'
+import { DeletionWatch } from '../../dev/bench/deletion-watch.js'
 
 describe('DeletionWatch', () => {
   it("records a Job's deletion once, and forgets it when a new Job takes the name", () => {

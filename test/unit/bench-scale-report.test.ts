@@ -1,4 +1,4 @@
-// bench/scale: the pure parts of the scale curve — reading /proc and the apiserver's /metrics, lifecycle's sweep
+// dev/bench/scale: the pure parts of the scale curve — reading /proc and the apiserver's /metrics, lifecycle's sweep
 // lines, and the report (table, plot) from a run's `scale_<n>_*` keys, down to a real PNG.
 import { describe, expect, it } from 'vitest'
 import {
@@ -11,8 +11,8 @@ import {
   processCpu,
   requestsByVerb,
   verbDelta,
-} from '../../bench/scale/measure.js'
-import { markdownTable, plotData, plotSpec, renderPng, sizesOf } from '../../bench/scale/report.js'
+} from '../../dev/bench/scale/measure.js'
+import { markdownTable, plotData, plotSpec, renderPng, sizesOf } from '../../dev/bench/scale/report.js'
 
 const results = {
   date: '2026-12-01T15:00:00.000Z',
@@ -29,7 +29,7 @@ const results = {
   scale_1000_apiserver_at_rest_by_verb: 'GET 12, LIST 4',
 }
 
-describe('bench/scale measure', () => {
+describe('dev/bench/scale measure', () => {
   it('reads user + system CPU from /proc/<pid>/stat even when the command name has spaces and parentheses', () => {
     const stat = '1234 (node (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 11 0 100 0 0'
     expect(parseCpuSeconds(stat, 100)).toBe(3)
@@ -106,7 +106,7 @@ describe('bench/scale measure', () => {
   })
 })
 
-describe('bench/scale report', () => {
+describe('dev/bench/scale report', () => {
   it('finds the sizes and makes one table column per size, a dash for what was not measured', () => {
     expect(sizesOf(results)).toEqual([100, 1000])
     const table = markdownTable(results)

@@ -1,4 +1,4 @@
-// The bridge's bearer token for a Broker with sender identity on (transport/auth/sink-token.ts): sent on every POST,
+// The bridge's bearer token for a Broker with sender identity on (pkg/transport/auth/sink-token.ts): sent on every POST,
 // re-read when the file is swapped the way the kubelet rotates a projected token, re-read at once on a 401 (which
 // is then retried, never dead-lettered), and a botched rotation (empty file) keeps the previous token.
 import { mkdir, mkdtemp, rename, rm, symlink, writeFile } from 'node:fs/promises'
@@ -7,10 +7,10 @@ import { join } from 'node:path'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import type { InboundEvent } from '../../events/codec.js'
-import { SinkToken } from '../../transport/auth/sink-token.js'
-import { createBridge } from '../../transport/bridge.js'
-import type { Deps } from '../../transport/function.js'
-import { PermanentError } from '../../transport/function.js'
+import { SinkToken } from '../../pkg/transport/auth/sink-token.js'
+import { createBridge } from '../../pkg/transport/bridge.js'
+import type { Deps } from '../../pkg/transport/function.js'
+import { PermanentError } from '../../pkg/transport/function.js'
 import { waitUntil } from '../integration/support/backfill-world.js'
 
 const event: InboundEvent = {

@@ -4,9 +4,9 @@
 import Fastify, { type FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { decode, type InboundEvent } from '../../events/codec.js'
-import { BRIDGE_EVENT_SUBJECTS, createBridge, toStructured } from '../../transport/bridge.js'
-import type { Deps } from '../../transport/function.js'
-import { PermanentError } from '../../transport/function.js'
+import { BRIDGE_EVENT_SUBJECTS, createBridge, toStructured } from '../../pkg/transport/bridge.js'
+import type { Deps } from '../../pkg/transport/function.js'
+import { PermanentError } from '../../pkg/transport/function.js'
 
 const deps = {} as Deps
 const event: InboundEvent = {

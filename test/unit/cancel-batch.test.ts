@@ -4,7 +4,7 @@
 // RBAC) falls back to one DELETE per Job. The apiserver side is test/integration/backfill/cancel-batch.test.ts.
 import { describe, expect, it } from 'vitest'
 import { type CollectionApi, DeleteBatcher, type Doomed } from '../../functions/cancel/batch.js'
-import { Lane } from '../../lib/lane.js'
+import { Lane } from '../../pkg/lib/lane.js'
 
 type Call = { kind: string; namespace: string; values: string[] }
 

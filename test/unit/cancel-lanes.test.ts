@@ -1,7 +1,7 @@
 // The cancel fast path's lanes (functions/cancel/fast-path.ts): never more than `width` tasks at once, the rest in
 // arrival order, and idle() lets the bookkeeping wait for a burst of DELETEs without ever being starved.
 import { describe, expect, it } from 'vitest'
-import { Lane } from '../../lib/lane.js'
+import { Lane } from '../../pkg/lib/lane.js'
 
 const tick = () => new Promise((r) => setTimeout(r, 0))
 

@@ -1,11 +1,11 @@
-// admit's claims store on NATS (admission/nats-ports.ts claimStore): both free claims go as one atomic batch
-// (jetstream/js-requests.ts kvWriteTogether), and what the server answers decides what happens next. Over a stand-in
+// admit's claims store on NATS (pkg/admission/nats-ports.ts claimStore): both free claims go as one atomic batch
+// (pkg/jetstream/js-requests.ts kvWriteTogether), and what the server answers decides what happens next. Over a stand-in
 // connection that answers each batch's commit as told; the batch on the real server is in
 // test/integration/transport/claim-release.test.ts.
 import { describe, expect, it, vi } from 'vitest'
-import { claimStore } from '../../admission/nats-ports.js'
-import { isCasConflict } from '../../jetstream/bus.js'
-import type { Deps } from '../../transport/function.js'
+import { claimStore } from '../../pkg/admission/nats-ports.js'
+import { isCasConflict } from '../../pkg/jetstream/bus.js'
+import type { Deps } from '../../pkg/transport/function.js'
 
 type Answer = { seq: number } | { error: { code: number; err_code: number; description: string } } | 'silent'
 

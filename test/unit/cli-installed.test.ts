@@ -1,4 +1,4 @@
-// kubectl-mbf as an installed package runs it: the files tsconfig.build.json compiles (cli/ included) laid out as
+// kubectl-mbf as an installed package runs it: the files tsconfig.build.json compiles (cmd/kubectl-mbf/ included) laid out as
 // dist/, the bin shim beside them, and a node_modules without tsx (a devDependency an install does not have). The
 // shim must run the compiled plugin there; with MBF_CLI_SOURCE=1 (the TypeScript) it must say clearly what is
 // missing. Compiled per file with TypeScript's transpiler (the emit tsc gives these files; type checking is
@@ -17,7 +17,7 @@ let pkg = ''
 
 /** Runs the bin shim of `root` with a deadline; its exit code and output. */
 async function runShim(root: string, args: string[], env: NodeJS.ProcessEnv = {}) {
-  const child = spawn(process.execPath, [join(root, 'cli/kubectl-mbf.mjs'), ...args], {
+  const child = spawn(process.execPath, [join(root, 'cmd/kubectl-mbf/kubectl-mbf.mjs'), ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
@@ -42,7 +42,7 @@ beforeAll(async () => {
   expect(parsed.errors).toEqual([])
   const sources = parsed.fileNames.filter((f) => !f.endsWith('.d.ts'))
   // The plugin is part of the build (the installed bin needs it compiled).
-  expect(sources.map((f) => relative(repo, f))).toContain('cli/kubectl-mbf.ts')
+  expect(sources.map((f) => relative(repo, f))).toContain('cmd/kubectl-mbf/kubectl-mbf.ts')
   for (const src of sources) {
     const { outputText } = ts.transpileModule(ts.sys.readFile(src) ?? '', {
       // NodeNext emits ESM for this "type": "module" package; a file on its own has no package.json to tell it so.
@@ -53,8 +53,8 @@ beforeAll(async () => {
     await mkdir(dirname(out), { recursive: true })
     await writeFile(out, outputText)
   }
-  await mkdir(join(pkg, 'cli'))
-  await copyFile(join(repo, 'cli/kubectl-mbf.mjs'), join(pkg, 'cli/kubectl-mbf.mjs'))
+  await mkdir(join(pkg, 'cmd/kubectl-mbf'), { recursive: true })
+  await copyFile(join(repo, 'cmd/kubectl-mbf/kubectl-mbf.mjs'), join(pkg, 'cmd/kubectl-mbf/kubectl-mbf.mjs'))
   await writeFile(join(pkg, 'package.json'), JSON.stringify({ name: 'model-backfill', type: 'module' }))
   // Every installed dependency but tsx.
   await mkdir(join(pkg, 'node_modules'))
@@ -80,13 +80,13 @@ it('runs the compiled plugin without tsx: --help, and a one-line error for an un
 it('the TypeScript path names what is missing when neither dist/ nor tsx is there', async () => {
   const out = await runShim(pkg, ['--help'], { MBF_CLI_SOURCE: '1' })
   expect(out.code).toBe(1)
-  expect(out.stderr).toContain('kubectl-mbf: neither the compiled plugin (dist/cli/')
+  expect(out.stderr).toContain('kubectl-mbf: neither the compiled plugin (dist/cmd/kubectl-mbf/')
 }, 60_000)
 
-it('the published package carries the compiled plugin: bin → the shim, dist/ and cli/ packed, built before packing', async () => {
+it('the published package carries the compiled plugin: bin → the shim, dist/ and cmd/kubectl-mbf/ packed, built before packing', async () => {
   const manifest = JSON.parse(ts.sys.readFile(join(repo, 'package.json')) ?? '{}')
-  expect(manifest.bin).toEqual({ 'kubectl-mbf': 'cli/kubectl-mbf.mjs' })
+  expect(manifest.bin).toEqual({ 'kubectl-mbf': 'cmd/kubectl-mbf/kubectl-mbf.mjs' })
   // dist/ is git-ignored, so without `files` npm would leave it out of the package.
-  expect(manifest.files).toEqual(expect.arrayContaining(['dist', 'cli']))
+  expect(manifest.files).toEqual(expect.arrayContaining(['dist', 'cmd']))
   expect(manifest.scripts.prepack).toBe('npm run build')
 })

@@ -2,8 +2,8 @@
 // rows skipped), the seeded generator, the theoretical harvest, the report's exposure and harvest arithmetic, and
 // the figure's vega-lite spec rendering to a PNG.
 import { describe, expect, it } from 'vitest'
-import { renderPng, timelineSpec } from '../../replay/figure.js'
-import { computeReport, percentile, renderReport } from '../../replay/report.js'
+import { renderPng, timelineSpec } from '../../dev/replay/figure.js'
+import { computeReport, percentile, renderReport } from '../../dev/replay/report.js'
 import {
   csvCells,
   generateTrace,
@@ -12,7 +12,7 @@ import {
   modelName,
   parseTimestamp,
   parseTrace,
-} from '../../replay/trace.js'
+} from '../../dev/replay/trace.js'
 
 describe('trace CSV', () => {
   it('reads ISO and numeric timestamps, sorts, and makes times relative', () => {

@@ -1,12 +1,12 @@
 // kubectl mbf's pure parts: flags, durations, the gate verdicts of `explain` (worlds built with the decide() test
 // support, states produced by decide itself), `get` rows and `top`'s idle ratio and metrics parsing.
 import { describe, expect, it } from 'vitest'
-import { parseArgs, UsageError } from '../../cli/args.js'
-import { type ExplainInput, explain, gatePodSeen, renderExplanation } from '../../cli/explain.js'
-import { human, table } from '../../cli/format.js'
-import { getRow, idleShare, metricsByModel, renderGet, topRows } from '../../cli/views.js'
-import { decide, GATES, type Observed } from '../../core/decide.js'
-import { ANNOTATION_GATE_ENDPOINT_ENV, ANNOTATION_GATE_MAX_IN_FLIGHT, GATE_CONTAINER } from '../../core/gate.js'
+import { parseArgs, UsageError } from '../../cmd/kubectl-mbf/args.js'
+import { type ExplainInput, explain, gatePodSeen, renderExplanation } from '../../cmd/kubectl-mbf/explain.js'
+import { human, table } from '../../cmd/kubectl-mbf/format.js'
+import { getRow, idleShare, metricsByModel, renderGet, topRows } from '../../cmd/kubectl-mbf/views.js'
+import { decide, GATES, type Observed } from '../../pkg/core/decide.js'
+import { ANNOTATION_GATE_ENDPOINT_ENV, ANNOTATION_GATE_MAX_IN_FLIGHT, GATE_CONTAINER } from '../../pkg/core/gate.js'
 import {
   aBackfill,
   aGamingSession,

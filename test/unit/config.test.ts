@@ -1,11 +1,11 @@
-// process/config.ts: the environment parsed once, at start. Every default as the functions had it, every bad value
-// named by its variable, all of them at once; and the settings `--help` (process/main.ts) documents are the ones read.
+// cmd/manager/config.ts: the environment parsed once, at start. Every default as the functions had it, every bad value
+// named by its variable, all of them at once; and the settings `--help` (cmd/manager/main.ts) documents are the ones read.
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { FAILSAFE_BLIND_MS } from '../../core/decide.js'
-import { RESYNC_MS } from '../../core/resync.js'
-import { HANDOVER_MS } from '../../observability/exporter-lease.js'
-import { ConfigError, loadConfig, processSettings, SETTING_NAMES, tracingOptions } from '../../process/config.js'
+import { ConfigError, loadConfig, processSettings, SETTING_NAMES, tracingOptions } from '../../cmd/manager/config.js'
+import { FAILSAFE_BLIND_MS } from '../../pkg/core/decide.js'
+import { RESYNC_MS } from '../../pkg/core/resync.js'
+import { HANDOVER_MS } from '../../pkg/observability/exporter-lease.js'
 
 const problems = (env: Record<string, string>) => {
   try {
@@ -183,7 +183,7 @@ describe('loadConfig', () => {
 })
 
 describe('the settings `--help` lists', () => {
-  const main = readFileSync(new URL('../../process/main.ts', import.meta.url), 'utf8')
+  const main = readFileSync(new URL('../../cmd/manager/main.ts', import.meta.url), 'utf8')
   const usage = main.slice(main.indexOf('environment:'), main.indexOf('`', main.indexOf('environment:')))
   // `INGRESS_TOKEN[_FILE]` is both INGRESS_TOKEN and INGRESS_TOKEN_FILE.
   const documented = new Set(
@@ -191,7 +191,7 @@ describe('the settings `--help` lists', () => {
       m[2] ? [m[1] as string, `${m[1]}_FILE`] : [m[1] as string],
     ),
   )
-  /** Named in the usage but read by others: the Kubernetes client, the gate sidecar (functions/gate/config.ts). */
+  /** Named in the usage but read by others: the Kubernetes client, the gate sidecar (cmd/gate/config.ts). */
   const elsewhere =
     /^(KUBECONFIG|GATE_(UPSTREAM|NAMESPACE|MODEL|JOB|ENGINE|MAX_IN_FLIGHT|PORT|PRIORITY|NATS_BOUND_MS))$/
 

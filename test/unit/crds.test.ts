@@ -1,13 +1,20 @@
-// The committed CRDs: crds/modelbackfill.yaml must be exactly what `npm run gen:crds` produces from core/api.ts,
+// The committed CRDs: crds/modelbackfill.yaml must be exactly what `npm run gen:crds` produces from pkg/core/api.ts,
 // and have the shape contract.md pins. No servers here; test/integration/crds proves the apiserver agrees.
 import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { parse } from 'yaml'
 import { z } from 'zod'
-import { DEFAULT_IDLE_FOR, DEFAULT_MAX_RUN_DURATION, GROUP, MAX_ENV, RESERVED_ENV, VERSION } from '../../core/api.js'
-import { parseDuration } from '../../core/duration.js'
 import { buildModelBackfillCRD, CRD_FILE, renderModelBackfillCRD, toStructural } from '../../crds/generate.js'
+import {
+  DEFAULT_IDLE_FOR,
+  DEFAULT_MAX_RUN_DURATION,
+  GROUP,
+  MAX_ENV,
+  RESERVED_ENV,
+  VERSION,
+} from '../../pkg/core/api.js'
+import { parseDuration } from '../../pkg/core/duration.js'
 
 // biome-ignore lint/suspicious/noExplicitAny: walking untyped YAML
 type Any = any
@@ -32,7 +39,7 @@ function* walk(node: Any, path = '$'): Generator<[string, Any]> {
 }
 
 describe('crds/modelbackfill.yaml', () => {
-  it('is up to date with core/api.ts', () => {
+  it('is up to date with pkg/core/api.ts', () => {
     const committed = readFileSync(CRD_FILE, 'utf8')
     expect(committed, 'crds/modelbackfill.yaml is stale: run npm run gen:crds and commit the result').toBe(
       renderModelBackfillCRD(),
@@ -166,7 +173,7 @@ describe('ModelBackfill CRD', () => {
     }
   })
 
-  it('the CEL duration syntax agrees with core/duration.ts on what it accepts', () => {
+  it('the CEL duration syntax agrees with pkg/core/duration.ts on what it accepts', () => {
     const rule = rules(spec.properties.idleFor)[0]?.rule ?? ''
     const source = /self\.matches\('([^']+)'\)/.exec(rule)?.[1]
     expect(source).toBeDefined()

@@ -1,7 +1,7 @@
-// decide() and admission's fence (admission/fence.ts): what the fence reports is just more of the world — the
+// decide() and admission's fence (pkg/admission/fence.ts): what the fence reports is just more of the world — the
 // model's newest request read straight from its per-model subject, and whether the preemption path is ready.
 import { describe, expect, it } from 'vitest'
-import { ADMISSION_IN_FLIGHT_MS, PATH_RECHECK_MS, racedAdmission } from '../../core/decide.js'
+import { ADMISSION_IN_FLIGHT_MS, PATH_RECHECK_MS, racedAdmission } from '../../pkg/core/decide.js'
 import { aJob, aWorld, cancelRequest, iso, J, MINUTE, SECOND, T0, Timeline } from './support/world.js'
 
 const WINDOW = 10 * MINUTE
@@ -125,7 +125,7 @@ describe('decide: the admission fence', () => {
     })
 
     it('the read after the POST unanswered, the Job deleted by admit itself: a fail-safe preemption, a new window', () => {
-      // admission/protocol.ts post(): no request could be ruled out, so admit deleted the Job it had just created and
+      // pkg/admission/protocol.ts post(): no request could be ruled out, so admit deleted the Job it had just created and
       // decides again with the fail-safe's reason. Counted once, the claims released, and the next window starts then:
       // no Job again at once while the reads keep failing.
       const t = admitted()

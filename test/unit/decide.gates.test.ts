@@ -2,7 +2,7 @@
 // passed or not reached; everyGate reports the gates past the first hold and never changes the decision.
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import type { Phase } from '../../core/api.js'
+import type { Phase } from '../../pkg/core/api.js'
 import {
   type Decision,
   decide,
@@ -11,7 +11,7 @@ import {
   type Observed,
   type TemplateObservation,
   type Trigger,
-} from '../../core/decide.js'
+} from '../../pkg/core/decide.js'
 import {
   aBackfill,
   aContender,

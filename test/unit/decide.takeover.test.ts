@@ -1,11 +1,11 @@
-// decide() with no stored state (core/takeover.ts): a new declaration, an object FlexInfer's controller left
+// decide() with no stored state (pkg/core/takeover.ts): a new declaration, an object FlexInfer's controller left
 // (its status, its Jobs), or one whose KV state was lost. One row per case: what Kubernetes shows → the first
 // decision. Then the status fields the reference reports (nodeName, nextRunTime, idleSince, jobName, a Job that
 // never starts).
 import { describe, expect, it } from 'vitest'
-import type { ModelBackfillStatus } from '../../core/api.js'
-import { type Action, decide, NOT_STARTING_MS, type Observed } from '../../core/decide.js'
-import { firstWindowStart } from '../../core/takeover.js'
+import type { ModelBackfillStatus } from '../../pkg/core/api.js'
+import { type Action, decide, NOT_STARTING_MS, type Observed } from '../../pkg/core/decide.js'
+import { firstWindowStart } from '../../pkg/core/takeover.js'
 import { fixture } from './support/phases.js'
 import {
   aBackfill,

@@ -3,8 +3,7 @@
 // Background-class foreground requests are not represented here: the demand function drops them before they
 // reach the idle state or decide, so decide never sees one (the events and integration tests cover that).
 import { describe, expect, it } from 'vitest'
-import { deepFreeze } from '../../admission/memory-ports.js'
-import { checkSpec, FINALIZER, type ModelBackfillSpec, PHASES, type Phase, REASONS } from '../../core/api.js'
+import { checkSpec, FINALIZER, type ModelBackfillSpec, PHASES, type Phase, REASONS } from '../../pkg/core/api.js'
 import {
   type Action,
   type Decision,
@@ -15,7 +14,8 @@ import {
   type Observed,
   RECHECK_MS,
   type Trigger,
-} from '../../core/decide.js'
+} from '../../pkg/core/decide.js'
+import { deepFreeze } from './support/memory-ports.js'
 import { type Fixture, fixture } from './support/phases.js'
 import {
   aBackfill,
@@ -1112,7 +1112,7 @@ describe('timers are re-armed lazily', () => {
   })
 
   it('a timer that came due and was not re-armed is forgotten, so a past timerAt always means a lost timer', () => {
-    // The resync sweep (core/resync.ts) takes a past timerAt as "fired but never handled": the decision that
+    // The resync sweep (pkg/core/resync.ts) takes a past timerAt as "fired but never handled": the decision that
     // handles the timer must not leave one behind when it wants no wake-up (here: the window ends, admission).
     const t = new Timeline()
     t.step(T0)

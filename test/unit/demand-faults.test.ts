@@ -5,13 +5,13 @@
 // takes writes again. Then the stored idle time, which never moves back, and a request delivered twice while its
 // cancel is being published.
 import { describe, expect, it } from 'vitest'
-import { MemoryKv } from '../../admission/memory-ports.js'
-import { modelClaimKey } from '../../core/names.js'
-import { type Claim, type ModelIdleState, toKv } from '../../core/state.js'
 import type { InboundEvent } from '../../events/codec.js'
 import { Demand } from '../../functions/demand/index.js'
 import type { Cancel, DemandPorts } from '../../functions/demand/ports.js'
-import { createLogger } from '../../observability/log.js'
+import { modelClaimKey } from '../../pkg/core/names.js'
+import { type Claim, type ModelIdleState, toKv } from '../../pkg/core/state.js'
+import { createLogger } from '../../pkg/observability/log.js'
+import { MemoryKv } from './support/memory-ports.js'
 
 const T = Date.parse('2026-06-01T00:00:00.000Z')
 const immediateTimers: DemandPorts['timers'] = {

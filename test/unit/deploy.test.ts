@@ -4,19 +4,19 @@ import { readFile } from 'node:fs/promises'
 import { expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
 import { functionFactories } from '../../functions/index.js'
-import { consumerName } from '../../jetstream/names.js'
+import { consumerName } from '../../pkg/jetstream/names.js'
 
-it('base/crds/modelbackfill.yaml is identical to crds/modelbackfill.yaml (cp crds/modelbackfill.yaml base/crds/)', async () => {
+it('deploy/base/crds/modelbackfill.yaml is identical to crds/modelbackfill.yaml (cp crds/modelbackfill.yaml deploy/base/crds/)', async () => {
   const [generated, copy] = await Promise.all([
     readFile(new URL('../../crds/modelbackfill.yaml', import.meta.url), 'utf8'),
-    readFile(new URL('../../base/crds/modelbackfill.yaml', import.meta.url), 'utf8'),
+    readFile(new URL('../../deploy/base/crds/modelbackfill.yaml', import.meta.url), 'utf8'),
   ])
   expect(copy).toBe(generated)
 })
 
 it('the Grafana dashboard charts exactly the four metric families of the contract', async () => {
   const dashboard = JSON.parse(
-    await readFile(new URL('../../base/grafana-dashboard.json', import.meta.url), 'utf8'),
+    await readFile(new URL('../../deploy/base/grafana-dashboard.json', import.meta.url), 'utf8'),
   ) as { panels: { targets: { expr: string }[] }[] }
   const names = new Set(
     dashboard.panels.flatMap((p) => p.targets.flatMap((t) => t.expr.match(/flexinfer_model_backfill_\w+/g) ?? [])),

@@ -1,6 +1,6 @@
 // Go / Kubernetes duration syntax, as metav1.Duration (time.ParseDuration) accepts it.
 import { describe, expect, it } from 'vitest'
-import { DurationError, formatDuration, parseDuration } from '../../core/duration.js'
+import { DurationError, formatDuration, parseDuration } from '../../pkg/core/duration.js'
 
 const S = 1000
 const M = 60 * S

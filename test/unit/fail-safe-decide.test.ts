@@ -1,4 +1,4 @@
-// The fail-safe's decisions (core/decide.ts): when it engages and lets go, which Jobs it cancels, the status it
+// The fail-safe's decisions (pkg/core/decide.ts): when it engages and lets go, which Jobs it cancels, the status it
 // writes through Kubernetes, and how decide() reads that status back once NATS is back — a preemption counted under
 // `other`, never a re-created Job.
 import { describe, expect, it } from 'vitest'
@@ -12,7 +12,7 @@ import {
   failSafe,
   type Observed,
   type Visibility,
-} from '../../core/decide.js'
+} from '../../pkg/core/decide.js'
 import { fixture } from './support/phases.js'
 import { aJob, iso, J, SECOND, T0 } from './support/world.js'
 

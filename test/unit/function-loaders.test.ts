@@ -1,11 +1,11 @@
 // functions/load.ts (each function's code loaded on demand) against functions/index.ts (the same table with static
 // imports): the same names, the same functions. And what a process without a Kubernetes client gets as Deps.kube
-// (transport/deps.ts): demand and source need none; anything else does.
+// (pkg/transport/deps.ts): demand and source need none; anything else does.
 import { describe, expect, it } from 'vitest'
 import { functionFactories } from '../../functions/index.js'
 import { functionLoaders, loadFunction } from '../../functions/load.js'
 import { FUNCTION_NAMES } from '../../functions/names.js'
-import { needsKube, noKube } from '../../transport/deps.js'
+import { needsKube, noKube } from '../../pkg/transport/deps.js'
 
 describe('functionLoaders', () => {
   it('loads every function of functionFactories, and nothing else', async () => {

@@ -1,8 +1,8 @@
-// The gate's settings (functions/gate/config.ts) and its NATS account file (jetstream/gates-conf.ts): every bad value
+// The gate's settings (cmd/gate/config.ts) and its NATS account file (pkg/jetstream/gates-conf.ts): every bad value
 // named with what was expected, nothing half-configured; one user per namespace, subscribe-only on its own subjects.
 import { describe, expect, it } from 'vitest'
-import { gateConfig } from '../../functions/gate/config.js'
-import { gateNkeyEnv, gatesConf } from '../../jetstream/gates-conf.js'
+import { gateConfig } from '../../cmd/gate/config.js'
+import { gateNkeyEnv, gatesConf } from '../../pkg/jetstream/gates-conf.js'
 
 const GOOD = {
   NATS_URL: 'nats://gate@nats:4222',
@@ -45,7 +45,7 @@ describe('gate settings', () => {
   })
 })
 
-describe('nats/gates.conf', () => {
+describe('deploy/nats/gates.conf', () => {
   it('one subscribe-only user per namespace, keyed by FLEXINFER_GATE_<NS>_NKEY', () => {
     const conf = gatesConf(['team-a', 'b'])
     expect(conf).toContain('nkey: $FLEXINFER_GATE_TEAM_A_NKEY')

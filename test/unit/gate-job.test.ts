@@ -1,9 +1,9 @@
-// The background gate in the attempt's Job (core/gate.ts, core/job.ts): opt-in by annotation, the sidecar as a
+// The background gate in the attempt's Job (pkg/core/gate.ts, pkg/core/job.ts): opt-in by annotation, the sidecar as a
 // native sidecar, the endpoint variable taken over, the workload class kept, the GPU guard still clean, and every
 // bad setting refused with its reason instead of a Job.
 import type { V1Container, V1CronJob } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
-import { decide } from '../../core/decide.js'
+import { decide } from '../../pkg/core/decide.js'
 import {
   ANNOTATION_GATE_ENDPOINT_ENV,
   ANNOTATION_GATE_ENGINE,
@@ -11,9 +11,9 @@ import {
   GATE_CONTAINER,
   GATE_PORT,
   GATE_SECRET,
-} from '../../core/gate.js'
-import { buildJob, gateProblem, gpuViolations } from '../../core/job.js'
-import { jobName } from '../../core/names.js'
+} from '../../pkg/core/gate.js'
+import { buildJob, gateProblem, gpuViolations } from '../../pkg/core/job.js'
+import { jobName } from '../../pkg/core/names.js'
 import { aBackfill, aWorld, BACKFILL, MODEL, NODE, NS, T0 } from './support/world.js'
 
 const NAME = jobName(BACKFILL, 1)

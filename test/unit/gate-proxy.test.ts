@@ -1,14 +1,14 @@
-// The gate's HTTP side (functions/gate/proxy.ts) against the simulated engine (bench/engine-sim) and a recording
+// The gate's HTTP side (cmd/gate/proxy.ts) against the simulated engine (dev/bench/engine-sim) and a recording
 // upstream: background marks, the cap, 503 + Retry-After once closed, in-flight requests aborted at the engine on
 // close, and a workload ignoring 503 getting nothing through. The NATS side is in
 // test/integration/transport/gate.test.ts.
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
-import { ending, streamCompletion } from '../../bench/engine-sim/client.js'
-import { EngineSim } from '../../bench/engine-sim/engine.js'
-import { epochMs, Gate } from '../../functions/gate/proxy.js'
-import { createLogger } from '../../observability/log.js'
+import { epochMs, Gate } from '../../cmd/gate/proxy.js'
+import { ending, streamCompletion } from '../../dev/bench/engine-sim/client.js'
+import { EngineSim } from '../../dev/bench/engine-sim/engine.js'
+import { createLogger } from '../../pkg/observability/log.js'
 
 const log = createLogger('gate-test')
 log.level = 'silent'

@@ -1,9 +1,9 @@
 // The attempt's Job copied from the CronJob template, exactly as contract.md pins it, and the GPU guard.
 import type { V1Container, V1CronJob } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
-import { buildJob, gpuViolations } from '../../core/job.js'
-import { attemptLabelValue, backfillLabelValue, jobName } from '../../core/names.js'
-import { jobView } from '../../core/world.js'
+import { buildJob, gpuViolations } from '../../pkg/core/job.js'
+import { attemptLabelValue, backfillLabelValue, jobName } from '../../pkg/core/names.js'
+import { jobView } from '../../pkg/core/world.js'
 import { aBackfill, BACKFILL, BACKFILL_UID, MINUTE, MODEL, NODE, NS } from './support/world.js'
 
 const NAME = jobName(BACKFILL, 1)

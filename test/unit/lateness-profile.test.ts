@@ -1,8 +1,8 @@
 // The admission lateness profile: admit's step timings add up per step, and the benchmark's reader of its log lines
 // gives each step's percentiles and survives lines it cannot read.
 import { describe, expect, it } from 'vitest'
-import { admissionLines, latenessProfile } from '../../bench/lateness-profile.js'
-import { StepTimings } from '../../observability/step-timings.js'
+import { admissionLines, latenessProfile } from '../../dev/bench/lateness-profile.js'
+import { StepTimings } from '../../pkg/observability/step-timings.js'
 
 describe('StepTimings', () => {
   it('charges the time since the previous mark to each step, adding up a step met twice', async () => {

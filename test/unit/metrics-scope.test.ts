@@ -1,9 +1,9 @@
 // What a scrape of a namespace-scoped deployment shows: only its own namespaces' backfills, and only the documented
-// labels (transport/metrics.ts): nothing of another tenant's backfills or models.
+// labels (pkg/transport/metrics.ts): nothing of another tenant's backfills or models.
 import { expect, it } from 'vitest'
-import { type BackfillState, emptyCounters } from '../../core/state.js'
-import type { KvMirror } from '../../jetstream/bus.js'
-import { BackfillMetrics } from '../../transport/metrics.js'
+import { type BackfillState, emptyCounters } from '../../pkg/core/state.js'
+import type { KvMirror } from '../../pkg/jetstream/bus.js'
+import { BackfillMetrics } from '../../pkg/transport/metrics.js'
 
 const state = (namespace: string, name: string, model: string): BackfillState => ({
   namespace,

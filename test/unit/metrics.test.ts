@@ -1,9 +1,9 @@
 // The exporter's families as contract.md pins them, read from stored backfill states (no NATS needed: the mirror
 // is filled directly, as its KV watch would fill it).
 import { describe, expect, it } from 'vitest'
-import { type BackfillState, emptyCounters } from '../../core/state.js'
-import type { KvMirror } from '../../jetstream/bus.js'
-import { BackfillMetrics } from '../../transport/metrics.js'
+import { type BackfillState, emptyCounters } from '../../pkg/core/state.js'
+import type { KvMirror } from '../../pkg/jetstream/bus.js'
+import { BackfillMetrics } from '../../pkg/transport/metrics.js'
 
 const state = (counters: Partial<BackfillState['counters']>): BackfillState => ({
   namespace: 'ns',

@@ -1,15 +1,15 @@
 // The monitoring manifests name only metrics the functions really export: every metric in an alert expression
-// (monitoring/prometheusrule.yaml, and the chart's copy of its groups) must appear in the exposition of
-// transport/metrics.ts (which includes observability/ops-metrics.ts). The chart's copies of the CRD, the dashboard and the
+// (deploy/monitoring/prometheusrule.yaml, and the chart's copy of its groups) must appear in the exposition of
+// pkg/transport/metrics.ts (which includes pkg/observability/ops-metrics.ts). The chart's copies of the CRD, the dashboard and the
 // alert groups must be the sources' own.
 import { readFile } from 'node:fs/promises'
 import { describe, expect, it } from 'vitest'
 import { parse, parseAllDocuments } from 'yaml'
-import { PHASES } from '../../core/api.js'
-import { type BackfillState, emptyCounters } from '../../core/state.js'
-import type { KvMirror } from '../../jetstream/bus.js'
-import { preemptionLatency, registerConsumerLag } from '../../observability/ops-metrics.js'
-import { BackfillMetrics } from '../../transport/metrics.js'
+import { PHASES } from '../../pkg/core/api.js'
+import { type BackfillState, emptyCounters } from '../../pkg/core/state.js'
+import type { KvMirror } from '../../pkg/jetstream/bus.js'
+import { preemptionLatency, registerConsumerLag } from '../../pkg/observability/ops-metrics.js'
+import { BackfillMetrics } from '../../pkg/transport/metrics.js'
 
 const read = (path: string) => readFile(new URL(`../../${path}`, import.meta.url), 'utf8')
 
@@ -45,8 +45,8 @@ async function exposition() {
 }
 
 describe('monitoring', () => {
-  it('every metric an alert uses is exported by transport/metrics.ts', async () => {
-    const [rule, text] = await Promise.all([read('monitoring/prometheusrule.yaml'), exposition()])
+  it('every metric an alert uses is exported by pkg/transport/metrics.ts', async () => {
+    const [rule, text] = await Promise.all([read('deploy/monitoring/prometheusrule.yaml'), exposition()])
     const rules = rulesOf(parse(rule).spec.groups)
     const exported = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]))
     const used = new Set(
@@ -81,7 +81,7 @@ describe('monitoring', () => {
   })
 
   it('every alert has a runbook_url into a section of docs/operating.md', async () => {
-    const [rule, doc] = await Promise.all([read('monitoring/prometheusrule.yaml'), read('docs/operating.md')])
+    const [rule, doc] = await Promise.all([read('deploy/monitoring/prometheusrule.yaml'), read('docs/operating.md')])
     // GitHub's anchors: the heading lower-cased, punctuation dropped, spaces to dashes.
     const anchors = new Set(
       [...doc.matchAll(/^#+ (.+)$/gm)].map((m) =>
@@ -127,7 +127,7 @@ describe('monitoring', () => {
   })
 
   it('the PodMonitor scrapes /metrics of every function and the ingress with the metrics’ own labels', async () => {
-    const [monitor] = parseAllDocuments(await read('monitoring/podmonitor.yaml')).map((d) => d.toJS())
+    const [monitor] = parseAllDocuments(await read('deploy/monitoring/podmonitor.yaml')).map((d) => d.toJS())
     expect(monitor.spec.selector.matchExpressions).toEqual([
       {
         key: 'app.kubernetes.io/component',
@@ -141,17 +141,17 @@ describe('monitoring', () => {
   it('the chart ships the sources’ own CRD, dashboard and alert groups', async () => {
     const [crd, chartCrd, dashboard, chartDashboard, rule, chartRules] = await Promise.all([
       read('crds/modelbackfill.yaml'),
-      read('charts/model-backfill/files/crd-modelbackfill.yaml'),
-      read('base/grafana-dashboard.json'),
-      read('charts/model-backfill/files/grafana-dashboard.json'),
-      read('monitoring/prometheusrule.yaml'),
-      read('charts/model-backfill/files/alert-rules.yaml'),
+      read('deploy/charts/model-backfill/files/crd-modelbackfill.yaml'),
+      read('deploy/base/grafana-dashboard.json'),
+      read('deploy/charts/model-backfill/files/grafana-dashboard.json'),
+      read('deploy/monitoring/prometheusrule.yaml'),
+      read('deploy/charts/model-backfill/files/alert-rules.yaml'),
     ])
-    expect(chartCrd, 'cp crds/modelbackfill.yaml charts/model-backfill/files/crd-modelbackfill.yaml').toBe(crd)
-    expect(chartDashboard, 'cp base/grafana-dashboard.json charts/model-backfill/files/').toBe(dashboard)
+    expect(chartCrd, 'cp crds/modelbackfill.yaml deploy/charts/model-backfill/files/crd-modelbackfill.yaml').toBe(crd)
+    expect(chartDashboard, 'cp deploy/base/grafana-dashboard.json deploy/charts/model-backfill/files/').toBe(dashboard)
     expect(
       parse(chartRules),
-      'charts/model-backfill/files/alert-rules.yaml = spec of monitoring/prometheusrule.yaml',
+      'deploy/charts/model-backfill/files/alert-rules.yaml = spec of deploy/monitoring/prometheusrule.yaml',
     ).toEqual(parse(rule).spec)
   })
 })

@@ -2,7 +2,7 @@
 import { createHash } from 'node:crypto'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { backfillKey, backfillLabelValue, jobName, modelKey } from '../../core/names.js'
+import { backfillKey, backfillLabelValue, jobName, modelKey } from '../../pkg/core/names.js'
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { awaitProvisioned, natsServerOptions } from '../../jetstream/bus.js'
+import { awaitProvisioned, natsServerOptions } from '../../pkg/jetstream/bus.js'
 
 describe('natsServerOptions', () => {
   it('takes the user and password out of the URL and gives the user its own inbox prefix', () => {

@@ -1,11 +1,11 @@
-// The chaos oracle's fail-safe rule (chaos/oracle.ts, chaos/README.md): a workload Job still live the fail-safe's
+// The chaos oracle's fail-safe rule (dev/chaos/oracle.ts, dev/chaos/README.md): a workload Job still live the fail-safe's
 // bound plus its slack into a NATS outage that lasted that long ran while nothing could see a foreground request.
 // Judged from the oracle's own records, as in a run.
 import { KubeConfig } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
-import { short } from '../../chaos/config.js'
-import { Oracle } from '../../chaos/oracle.js'
-import { emptyWorkload } from '../../chaos/workload.js'
+import { short } from '../../dev/chaos/config.js'
+import { Oracle } from '../../dev/chaos/oracle.js'
+import { emptyWorkload } from '../../dev/chaos/workload.js'
 
 const T = Date.parse('2026-12-01T12:00:00.000Z')
 const BY = short.failSafeBoundMs + short.failSafeSlackMs

@@ -1,12 +1,12 @@
-// The chaos oracle's idle-window rule and its one exception (chaos/oracle.ts, chaos/README.md): a request that may
+// The chaos oracle's idle-window rule and its one exception (dev/chaos/oracle.ts, dev/chaos/README.md): a request that may
 // have raced the Job's POST is allowed only when the watch saw the Job deleted within 1 s of the request's store
 // time; anything else inside the window counts. Judged from the oracle's own records, as in a run.
 import { KubeConfig } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
-import { type JobAudit, parseJobAudit } from '../../chaos/audit.js'
-import { short } from '../../chaos/config.js'
-import { type FaultWindow, Oracle } from '../../chaos/oracle.js'
-import { emptyWorkload, type ForegroundRequest } from '../../chaos/workload.js'
+import { type JobAudit, parseJobAudit } from '../../dev/chaos/audit.js'
+import { short } from '../../dev/chaos/config.js'
+import { type FaultWindow, Oracle } from '../../dev/chaos/oracle.js'
+import { emptyWorkload, type ForegroundRequest } from '../../dev/chaos/workload.js'
 
 const T = Date.parse('2026-12-01T12:00:00.000Z')
 const W = 4_000

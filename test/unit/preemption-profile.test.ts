@@ -1,7 +1,7 @@
 // The preemption hop profile: the benchmark's, demand's and cancel's lines are joined by Job name into consecutive
 // hops, a Job's first cancel counts (the one that deleted it), and lines it cannot read are skipped.
 import { describe, expect, it } from 'vitest'
-import { BENCH_LINE, preemptionProfile } from '../../bench/preemption-profile.js'
+import { BENCH_LINE, preemptionProfile } from '../../dev/bench/preemption-profile.js'
 
 const line = (o: object) => JSON.stringify(o)
 

@@ -1,12 +1,12 @@
-// The RBAC generator (tools/rbac/generate.ts) is the one list of verbs: without namespaces it grants exactly what
-// base/rbac.yaml's ClusterRoles grant (rule by rule, in order: the chart renders the generator's rules and its test
+// The RBAC generator (dev/tools/rbac/generate.ts) is the one list of verbs: without namespaces it grants exactly what
+// deploy/base/rbac.yaml's ClusterRoles grant (rule by rule, in order: the chart renders the generator's rules and its test
 // compares them with the overlays); with namespaces, everything namespaced is in a Role per namespace and the
 // ClusterRoles only read GamingSessions and GPULeases; the chart's copy of the rules is the generator's output.
 import { readFile } from 'node:fs/promises'
 import { expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
-import { MAX_WATCH_NAMESPACES, parseWatchNamespaces } from '../../kube/scope.js'
-import { CHART_RULES, chartRules, GRANTS, generateRbac } from '../../tools/rbac/generate.js'
+import { CHART_RULES, chartRules, GRANTS, generateRbac } from '../../dev/tools/rbac/generate.js'
+import { MAX_WATCH_NAMESPACES, parseWatchNamespaces } from '../../pkg/kube/scope.js'
 
 type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] }
 const triples = (rules: Rule[]) =>
@@ -18,8 +18,8 @@ const triples = (rules: Rule[]) =>
     ),
   ].sort()
 
-it('without namespaces: the same grants as base/rbac.yaml, role by role', async () => {
-  const base = parseAllDocuments(await readFile(new URL('../../base/rbac.yaml', import.meta.url), 'utf8'))
+it('without namespaces: the same grants as deploy/base/rbac.yaml, role by role', async () => {
+  const base = parseAllDocuments(await readFile(new URL('../../deploy/base/rbac.yaml', import.meta.url), 'utf8'))
     .map((d) => d.toJS())
     .filter((d) => d?.kind === 'ClusterRole')
   const generated = generateRbac().filter((m) => m.kind === 'ClusterRole')
@@ -68,7 +68,7 @@ it('with namespaces: the ClusterRoles grant GamingSessions and GPULeases only; J
       'batch/jobs:watch',
       'ai.flexinfer/models:list',
       'ai.flexinfer/models:watch',
-      // admit's watched copies of the backfills and their templates (kube/kube.ts AdmissionCaches)
+      // admit's watched copies of the backfills and their templates (pkg/kube/kube.ts AdmissionCaches)
       'ai.flexinfer/modelbackfills:list',
       'ai.flexinfer/modelbackfills:watch',
       'batch/cronjobs:list',

@@ -1,11 +1,11 @@
-// The reply subject read without nats.js's parse (transport/reply-subject.ts) against nats.js's own parse of the same
+// The reply subject read without nats.js's parse (pkg/transport/reply-subject.ts) against nats.js's own parse of the same
 // subject (its JsMsg's `info`), for both forms the server sends: the same stream sequence, and the store time to the
 // millisecond (floor), over any numbers the fields can hold.
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { type ReplyFields, readReplySubject } from '../../transport/reply-subject.js'
+import { type ReplyFields, readReplySubject } from '../../pkg/transport/reply-subject.js'
 
 // nats.js's message wrapper is not exported by its package entry points; its file is loaded directly.
 const require = createRequire(import.meta.url)

@@ -4,7 +4,7 @@
 // whose firing is lost is always picked once its grace period is over, and re-deciding it leaves it settled again.
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { needsResync, type ResyncReason, TIMER_GRACE_MS } from '../../core/resync.js'
+import { needsResync, type ResyncReason, TIMER_GRACE_MS } from '../../pkg/core/resync.js'
 import { Sim, type SimConfig } from './support/sim.js'
 import { simEvents } from './support/sim-events.js'
 

@@ -1,5 +1,5 @@
 // A retry of a Starting attempt must not create its Job on a state read that a cancel or another try has moved on
-// from (admission/reconcile.ts: "A decision to create a Job commits its state even when unchanged"; mutant
+// from (pkg/admission/reconcile.ts: "A decision to create a Job commits its state even when unchanged"; mutant
 // `retry-posts-on-stale-state` in test/sim/mutants.ts). The simulation no longer reaches this race (not within 80,000
 // seeds, docs/development.md), so it is built here directly: the real reconcile() for admit, lifecycle and cancel
 // over the in-memory ports, each delivery in its own context so that a gate can hold one try back at one call while
@@ -16,17 +16,25 @@
 //      reconcile ends the attempt.
 // (Ended before the retry took the claims, the retry would take them afresh: its Job claimed, but still no attempt's.)
 // No foreground request is involved: a request would be caught by the retry's own reads around its POST
-// (admission/protocol.ts), which is why only the state's compare-and-set stops these. With it, the retry's write on
+// (pkg/admission/protocol.ts), which is why only the state's compare-and-set stops these. With it, the retry's write on
 // revision R conflicts, it reads again and creates nothing. Without it (`const creates = false`), the retry's unchanged
 // state is not written and its POST stands on R: the Job is created after the attempt was ended, with no claim (demand
 // finds nothing to cancel; in case 2 on the node a GPU lease holds) and no state naming it. Seen failing so with the
-// fix undone (`const creates = false` in admission/reconcile.ts), both cases, at the oracle's check:
+// fix undone (`const creates = false` in pkg/admission/reconcile.ts), both cases, at the oracle's check:
 //   AssertionError: expected [ …(2) ] to deeply equal []
 //   + "live Job bf-1-04e5ddb5 without its claims (model: -, node: -)",
 //   + "live Job bf-1-04e5ddb5 not its backfill's attempt (state WaitingForIdle/IdleWindow, Job -)",
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { describe, expect, it } from 'vitest'
-import { claimKeys } from '../../admission/claims.js'
+import { claimKeys } from '../../pkg/admission/claims.js'
+import { type AdmissionDeps, type Role, reconcile } from '../../pkg/admission/reconcile.js'
+import { type CancelReason, FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../pkg/core/api.js'
+import type { Trigger } from '../../pkg/core/decide.js'
+import { backfillKey } from '../../pkg/core/names.js'
+import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEntry } from '../../pkg/core/state.js'
+import type { Bus } from '../../pkg/jetstream/bus.js'
+import type { Kube } from '../../pkg/kube/kube.js'
+import { PLURALS } from '../../pkg/kube/kube-common.js'
 import {
   type Gate,
   MemoryJobs,
@@ -35,15 +43,7 @@ import {
   memoryPorts,
   SimulatedFault,
   type Verdict,
-} from '../../admission/memory-ports.js'
-import { type AdmissionDeps, type Role, reconcile } from '../../admission/reconcile.js'
-import { type CancelReason, FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../core/api.js'
-import type { Trigger } from '../../core/decide.js'
-import { backfillKey } from '../../core/names.js'
-import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEntry } from '../../core/state.js'
-import type { Bus } from '../../jetstream/bus.js'
-import type { Kube } from '../../kube/kube.js'
-import { PLURALS } from '../../kube/kube-common.js'
+} from './support/memory-ports.js'
 import { aBackfill, aCronJob, iso, MINUTE, MODEL, NODE, NS, silentLogger, T0, TEMPLATE } from './support/world.js'
 
 const BF = 'bf'

@@ -1,9 +1,9 @@
 // sameState compares states field by field instead of by their JSON: it must say exactly what comparing the JSON said.
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { sameState } from '../../core/decide.js'
-import { sameJson } from '../../core/same-json.js'
-import type { BackfillState } from '../../core/state.js'
+import { sameState } from '../../pkg/core/decide.js'
+import { sameJson } from '../../pkg/core/same-json.js'
+import type { BackfillState } from '../../pkg/core/state.js'
 
 const json = (v: unknown, skip?: string) =>
   JSON.stringify(skip !== undefined && v && typeof v === 'object' ? { ...v, [skip]: undefined } : v)

@@ -1,4 +1,4 @@
-// tools/secrets/generate.ts without a server: the identities come from nats/auth.conf itself, every one gets a
+// dev/tools/secrets/generate.ts without a server: the identities come from deploy/nats/auth.conf itself, every one gets a
 // key, the filled auth.conf names no variable, the outputs are what kustomize and the chart read, and bad input is
 // refused with a message that names it. The real nats-server loading the output is
 // test/integration/security/generated-secrets.test.ts.
@@ -20,14 +20,14 @@ import {
   render,
   updateGates,
   writeOutput,
-} from '../../tools/secrets/generate.js'
+} from '../../dev/tools/secrets/generate.js'
 import { NATS_USERS } from '../integration/support/deploy.js'
 
 const authConf = () => readFile(AUTH_CONF, 'utf8')
 const docs = (text: string) => parseAllDocuments(text).map((d) => d.toJS())
 
 describe('the identities', () => {
-  it('are exactly the users nats/auth.conf names: nine workload and gateway users and the operator', async () => {
+  it('are exactly the users deploy/nats/auth.conf names: nine workload and gateway users and the operator', async () => {
     const users = authConfIdentities(await authConf())
     expect(users.sort()).toEqual([...NATS_USERS].sort())
     expect(users).toHaveLength(10)
@@ -126,7 +126,7 @@ describe('the outputs', () => {
     expect(Object.keys(files)).not.toContain('model-backfill/secrets.yaml')
     const values = parse(files['values.yaml'] as string)
     const chartUsers = Object.keys(
-      parse(await readFile(new URL('../../charts/model-backfill/values.yaml', import.meta.url), 'utf8')).nats
+      parse(await readFile(new URL('../../deploy/charts/model-backfill/values.yaml', import.meta.url), 'utf8')).nats
         .credentials,
     )
     expect(Object.keys(values.nats.credentials).sort()).toEqual(chartUsers.sort())
@@ -153,7 +153,7 @@ describe('the outputs', () => {
     }
     expect(gates).not.toMatch(/\$FLEXINFER_/)
     expect(files['public-keys.env']).toContain(`FLEXINFER_GATE_TEAM_A_NKEY=${g.gates['team-a']?.publicKey}\n`)
-    // Without gate namespaces the account has no user (the shipped nats/gates.conf).
+    // Without gate namespaces the account has no user (the shipped deploy/nats/gates.conf).
     const none = docs(render(text, generate(authConfIdentities(text)), opts)['nats/secret.yaml'] as string)[0]
     expect(none.stringData['gates.conf']).toContain('users: []')
   })

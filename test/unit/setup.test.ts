@@ -1,4 +1,4 @@
-// The first five minutes (scripts/setup.sh, run before `npm test`, `npm run demo` and `npm run env:up`): it must
+// The first five minutes (dev/scripts/setup.sh, run before `npm test`, `npm run demo` and `npm run env:up`): it must
 // see what a fresh clone lacks and say what it will build and for how long — checked with --dry-run against a
 // copy of the repo without node_modules and against empty or fake binary caches, never by deleting the real ones.
 import { spawnSync } from 'node:child_process'
@@ -26,7 +26,7 @@ afterAll(() => {
 })
 
 function setup(root: string, env: Record<string, string>, ...args: string[]) {
-  const r = spawnSync('sh', [join(root, 'scripts/setup.sh'), ...args], {
+  const r = spawnSync('sh', [join(root, 'dev/scripts/setup.sh'), ...args], {
     cwd: root,
     env: { ...process.env, MODELBACKFILL_SKIP_SETUP: '', KUBEBUILDER_ASSETS: '', ...env },
     encoding: 'utf8',
@@ -55,7 +55,7 @@ const ALL = [
 function fakeCache(): string {
   const cache = temp('mbf-cache-')
   const k8s = join(cache, `k8s-${pinnedKubernetesVersion()}`)
-  const script = readFileSync(join(repoRoot, 'scripts/install-binaries.sh'), 'utf8')
+  const script = readFileSync(join(repoRoot, 'dev/scripts/install-binaries.sh'), 'utf8')
   const pin = (name: string) => (new RegExp(`^${name}=(\\S+)$`, 'm').exec(script) as RegExpExecArray)[1]
   const paths = {
     etcd: join(k8s, 'etcd'),
@@ -67,7 +67,7 @@ function fakeCache(): string {
     kubeScheduler: join(k8s, 'kube-scheduler'),
     coredns: join(
       cache,
-      `coredns-${/github\.com\/coredns\/coredns (v\S+)/.exec(readFileSync(join(repoRoot, 'tools/coredns/go.mod'), 'utf8'))?.[1]}`,
+      `coredns-${/github\.com\/coredns\/coredns (v\S+)/.exec(readFileSync(join(repoRoot, 'dev/tools/coredns/go.mod'), 'utf8'))?.[1]}`,
       'coredns',
     ),
     natsServer: join(cache, `nats-server-${pin('NATS_SERVER_VERSION')}`, 'nats-server'),
@@ -88,10 +88,16 @@ function fakeCache(): string {
   return cache
 }
 
-describe('scripts/setup.sh', { timeout: 60_000 }, () => {
+describe('dev/scripts/setup.sh', { timeout: 60_000 }, () => {
   it('on a fresh clone (no node_modules, no binaries): npm ci, then every server, with a time estimate', () => {
     const clone = temp('mbf-clone-')
-    for (const f of ['package.json', 'package-lock.json', 'scripts', 'tools/k8s/go.mod', 'tools/coredns/go.mod']) {
+    for (const f of [
+      'package.json',
+      'package-lock.json',
+      'dev/scripts',
+      'dev/tools/k8s/go.mod',
+      'dev/tools/coredns/go.mod',
+    ]) {
       cpSync(join(repoRoot, f), join(clone, f), { recursive: true })
     }
     const { code, out } = setup(clone, { MODELBACKFILL_CACHE: temp('mbf-empty-') }, '--dry-run')
@@ -134,6 +140,6 @@ describe('scripts/setup.sh', { timeout: 60_000 }, () => {
     const { scripts } = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as {
       scripts: Record<string, string>
     }
-    for (const s of ['predemo', 'pretest', 'preenv:up', 'setup']) expect(scripts[s], s).toBe('sh scripts/setup.sh')
+    for (const s of ['predemo', 'pretest', 'preenv:up', 'setup']) expect(scripts[s], s).toBe('sh dev/scripts/setup.sh')
   })
 })

@@ -3,7 +3,7 @@
 // a throw.
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { decide } from '../../core/decide.js'
+import { decide } from '../../pkg/core/decide.js'
 import {
   parseBackfillState,
   parseClaim,
@@ -11,7 +11,7 @@ import {
   parseModelIdleState,
   STATE_VERSION,
   toKv,
-} from '../../core/state.js'
+} from '../../pkg/core/state.js'
 import { aJob, aWorld, iso, J, MINUTE, T0 } from './support/world.js'
 
 const fixture = (name: string) => readFileSync(new URL(`../fixtures/kv-v1/${name}`, import.meta.url), 'utf8')

@@ -2,7 +2,7 @@
 // version must only ever come from the stream's leader: a member that answers STREAM.INFO while behind (leaderless, or
 // a restarted preferred member in its first 10 s) would make a claim stored since look absent — a lost cancel.
 import { describe, expect, it } from 'vitest'
-import { versionOf } from '../../jetstream/js-requests.js'
+import { versionOf } from '../../pkg/jetstream/js-requests.js'
 
 const created = '2026-12-01T20:00:00Z'
 const state = { last_seq: 42 }

@@ -1,9 +1,9 @@
-// The timer's early firing, compensated in one place (core/timer-tick.ts): a schedule stored by scheduleAt() and
+// The timer's early firing, compensated in one place (pkg/core/timer-tick.ts): a schedule stored by scheduleAt() and
 // fired anywhere within the scheduler's tick is waited out by earlyBy() to exactly its due time, never past it.
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { TIMER_STORED_AFTER_MS } from '../../core/resync.js'
-import { earlyBy, FIRED_EARLY_WITHIN_MS, SCHEDULER_TICK_MS, scheduleAt } from '../../core/timer-tick.js'
+import { TIMER_STORED_AFTER_MS } from '../../pkg/core/resync.js'
+import { earlyBy, FIRED_EARLY_WITHIN_MS, SCHEDULER_TICK_MS, scheduleAt } from '../../pkg/core/timer-tick.js'
 
 const T0 = Date.parse('2026-12-03T10:00:00Z')
 

@@ -1,13 +1,13 @@
 // Tracing switched on the way a deployment does it: OTEL_EXPORTER_OTLP_ENDPOINT set, the configuration parsed and
-// tracing started as the entry point does (process/main.ts), then nothing called but the hooks. The SDK sets up
+// tracing started as the entry point does (cmd/manager/main.ts), then nothing called but the hooks. The SDK sets up
 // the OTLP/HTTP exporter from the environment itself; the spans reach a loopback
 // collector (OTLP/HTTP JSON) at shutdown, with service.name model-backfill-<FUNCTION>. A file of its own: the tracer
 // provider is process-wide.
 import Fastify from 'fastify'
 import { afterAll, expect, it } from 'vitest'
+import { loadConfig, tracingOptions } from '../../cmd/manager/config.js'
 import { decode } from '../../events/codec.js'
-import { inEventSpan, startTracing, stopTracing, traced, tracingEnabled } from '../../observability/tracing.js'
-import { loadConfig, tracingOptions } from '../../process/config.js'
+import { inEventSpan, startTracing, stopTracing, traced, tracingEnabled } from '../../pkg/observability/tracing.js'
 
 const collector = Fastify({ logger: false })
 const posts: { url: string; body: unknown }[] = []

@@ -14,8 +14,8 @@ import {
   parseTraceparent,
   startTracing,
   tracingConfigured,
-} from '../../observability/tracing.js'
-import { toStructured } from '../../transport/bridge.js'
+} from '../../pkg/observability/tracing.js'
+import { toStructured } from '../../pkg/transport/bridge.js'
 
 const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736'
 const PARENT = `00-${TRACE_ID}-00f067aa0ba902b7-01`

@@ -1,7 +1,7 @@
-// The adapter's queue of delivered messages waiting for a handler (transport/jetstream-adapter.ts): FIFO, bounded,
+// The adapter's queue of delivered messages waiting for a handler (pkg/transport/jetstream-adapter.ts): FIFO, bounded,
 // O(1) shift that compacts, and forEach (the keep-alive) sees exactly what waits.
 import { describe, expect, it } from 'vitest'
-import { WaitQueue } from '../../transport/jetstream-adapter.js'
+import { WaitQueue } from '../../pkg/transport/jetstream-adapter.js'
 
 describe('WaitQueue', () => {
   it('is first in, first out and refuses past its bound', () => {

@@ -9,7 +9,7 @@ import {
   jobView,
   modelView,
   unexpired,
-} from '../../core/world.js'
+} from '../../pkg/core/world.js'
 import { aGamingSession, aLease, aModel, NODE, OTHER_NODE, T0 } from './support/world.js'
 
 describe('modelView', () => {

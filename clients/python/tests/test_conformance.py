@@ -1,5 +1,5 @@
 """The shared emitter scenarios (clients/conformance/emitter.json) and the client's own guarantees, against a real
-nats-server running nats/auth.conf, logged in as the gateway user with its NKey."""
+nats-server running deploy/nats/auth.conf, logged in as the gateway user with its NKey."""
 
 import asyncio
 import threading

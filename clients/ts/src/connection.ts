@@ -1,4 +1,4 @@
-// A gateway's NATS connection: NKey (or JWT .creds) login, the `_INBOX_<user>` reply inbox nats/auth.conf allows
+// A gateway's NATS connection: NKey (or JWT .creds) login, the `_INBOX_<user>` reply inbox deploy/nats/auth.conf allows
 // it, reconnect forever.
 import { readFileSync } from 'node:fs'
 import { type ConnectionOptions, credsAuthenticator, nkeyAuthenticator } from '@nats-io/transport-node'
@@ -15,7 +15,7 @@ export interface Credentials {
  * user names the reply inbox prefix `_INBOX_gateway`, the only one the gateway user may receive JetStream acks on.
  * The credential is `credentials`, else `?nkey_seed_file=` / `?creds_file=` on the URL, else the environment
  * (`NATS_NKEY_SEED_FILE`, `NATS_CREDS_FILE`). `nats://user:password@host` still works against a development server
- * of your own (nats/auth.conf accepts no password).
+ * of your own (deploy/nats/auth.conf accepts no password).
  *
  * Reconnects forever (nats.js gives up after 10 attempts by default, ~20 s: every later request would be lost),
  * 1 s between attempts plus up to 1 s of jitter (a fleet of gateways does not reconnect in lockstep), keeps trying

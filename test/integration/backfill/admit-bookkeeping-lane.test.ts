@@ -12,8 +12,8 @@
 //    appear, or its resync sweep re-decides the active attempt. A guard: this held before the lane too.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { ModelBackfill, ModelBackfillStatus } from '../../../core/api.js'
-import type { Runner } from '../../../process/runner.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
+import type { ModelBackfill, ModelBackfillStatus } from '../../../pkg/core/api.js'
 import { inParallel, sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'

@@ -1,14 +1,14 @@
 // admit decides on watched copies of the ModelBackfill and its CronJob template (issue 11, admission lateness), and
 // the Job must still come from the spec and template the user has when it is created: a copy that lags the apiserver
-// must never put a Job from the old spec into the cluster (admission/fresh-check.ts). Each test makes admit's
+// must never put a Job from the old spec into the cluster (pkg/admission/fresh-check.ts). Each test makes admit's
 // copy lag for good — the real watch stopped, its last objects kept, as a slow or stalled watch leaves them — then
 // changes the object in the apiserver and lets the idle window's timer admit. Everything runs against the real
 // servers; admit runs in a runner of its own (as deployed), lifecycle, demand and cancel beside it.
 import type { V1Container } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
-import type { AdmissionCaches } from '../../../kube/kube.js'
-import type { Runner } from '../../../process/runner.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
+import { jobName } from '../../../pkg/core/names.js'
+import type { AdmissionCaches } from '../../../pkg/kube/kube.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, handledAll, ms, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'

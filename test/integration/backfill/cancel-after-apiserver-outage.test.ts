@@ -8,9 +8,9 @@
 import { KubeConfig } from '@kubernetes/client-node'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { Bus } from '../../../jetstream/bus.js'
-import { Kube } from '../../../kube/kube.js'
-import { type Runner, startRunner } from '../../../process/runner.js'
+import { type Runner, startRunner } from '../../../cmd/manager/runner.js'
+import { Bus } from '../../../pkg/jetstream/bus.js'
+import { Kube } from '../../../pkg/kube/kube.js'
 import { type Environment, killServer, restartServer, startEnvironment } from '../../env/environment.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 

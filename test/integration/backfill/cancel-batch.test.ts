@@ -5,10 +5,10 @@
 // a same-named successor of a cancelled Job.
 import { BatchV1Api, CoreV1Api, type V1Job } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { attemptLabelValue, backfillLabelValue, LABEL_ATTEMPT, LABEL_BACKFILL } from '../../../core/names.js'
 import { DeleteBatcher, type Doomed } from '../../../functions/cancel/batch.js'
-import { CONTROLLER_UID_LABEL, Kube } from '../../../kube/kube.js'
-import { Lane } from '../../../lib/lane.js'
+import { attemptLabelValue, backfillLabelValue, LABEL_ATTEMPT, LABEL_BACKFILL } from '../../../pkg/core/names.js'
+import { CONTROLLER_UID_LABEL, Kube } from '../../../pkg/kube/kube.js'
+import { Lane } from '../../../pkg/lib/lane.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { waitUntil } from '../support/backfill-world.js'
 

@@ -4,12 +4,12 @@
 // — the production failure was a burst of 2,000 preemptions against 1,024 handlers, the later Jobs deleted up to a
 // minute late (bench, burst of 2,000).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
 import { cancelFunction } from '../../../functions/cancel/index.js'
-import { Lane } from '../../../lib/lane.js'
-import type { Runner } from '../../../process/runner.js'
-import { scoped } from '../../../transport/deps.js'
-import { type RunningFunction, runOnJetStream } from '../../../transport/jetstream-adapter.js'
+import { jobName } from '../../../pkg/core/names.js'
+import { Lane } from '../../../pkg/lib/lane.js'
+import { scoped } from '../../../pkg/transport/deps.js'
+import { type RunningFunction, runOnJetStream } from '../../../pkg/transport/jetstream-adapter.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'

@@ -3,7 +3,7 @@
 // ModelBackfill itself. The cancel function deletes the Job; the status walks Cancelling → the next phase, the
 // preemption is counted by reason in the KV state, and `kubectl describe` tells the story.
 import { describe, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
+import { jobName } from '../../../pkg/core/names.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
 import { handledAll, ms, STARTED, waitUntil } from '../support/backfill-world.js'
@@ -111,7 +111,7 @@ describe.concurrent('foreground demand', () => {
     const labels = `backfill="${r.backfill}",namespace="${env.namespace}",model="${r.model}"`
     expect(metrics).toContain(`flexinfer_model_backfill_preemptions_total{${labels},reason="foreground"} 2`)
     expect(metrics).toContain(`flexinfer_model_backfill_starts_total{${labels}} 3`)
-    // What the PrometheusRule alerts on (observability/ops-metrics.ts): the phase, and each cancel's signal → DELETE.
+    // What the PrometheusRule alerts on (pkg/observability/ops-metrics.ts): the phase, and each cancel's signal → DELETE.
     expect(metrics).toContain(`flexinfer_model_backfill_phase{${labels},phase="Running"} 1`)
     expect(metrics).toContain(`flexinfer_model_backfill_phase{${labels},phase="Blocked"} 0`)
     const count = /flexinfer_model_backfill_preemption_latency_seconds_count\{reason="ForegroundDemand"\} (\d+)/

@@ -6,10 +6,10 @@
 // foreground request afterwards.
 import { type KV, Kvm } from '@nats-io/kv'
 import { afterAll, beforeAll, describe, it } from 'vitest'
-import { jobName, modelKey } from '../../../core/names.js'
-import { RESYNC_MS } from '../../../core/resync.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
 import { BUCKET_BACKFILLS, BUCKET_CLAIMS } from '../../../events/catalog.js'
-import type { Runner } from '../../../process/runner.js'
+import { jobName, modelKey } from '../../../pkg/core/names.js'
+import { RESYNC_MS } from '../../../pkg/core/resync.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'

@@ -5,8 +5,8 @@
 // scenario slows one step of the running system (a hook around a real call; the servers are real) and publishes a
 // request on the documented subject in the gap; the oracle is a watch on the Jobs and the request's store time.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { BackfillState } from '../../../core/state.js'
-import type { Runner } from '../../../process/runner.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
+import type { BackfillState } from '../../../pkg/core/state.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, handledAll, waitUntil } from '../support/backfill-world.js'

@@ -2,8 +2,8 @@
 // one Event whose count and lastTimestamp move — from one instance, from a second instance with nothing cached (a
 // replica, a restart), and after the Event expired — while a different message is an Event of its own.
 import { afterAll, beforeAll, describe, it } from 'vitest'
-import type { ModelBackfill } from '../../../core/api.js'
-import { Kube } from '../../../kube/kube.js'
+import type { ModelBackfill } from '../../../pkg/core/api.js'
+import { Kube } from '../../../pkg/kube/kube.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld } from '../support/backfill-world.js'
 

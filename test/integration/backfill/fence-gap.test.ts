@@ -4,9 +4,9 @@
 // one step of the running system (a test hook around a real call: the servers are real) and publishes a request in
 // the gap. The oracle is the test's own: a watch on the namespace's Jobs and the request's JetStream store time.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { lastRequestAt } from '../../../admission/fence.js'
-import type { BackfillState } from '../../../core/state.js'
-import type { Runner } from '../../../process/runner.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
+import { lastRequestAt } from '../../../pkg/admission/fence.js'
+import type { BackfillState } from '../../../pkg/core/state.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, handledAll, ms, waitUntil } from '../support/backfill-world.js'
@@ -76,7 +76,7 @@ describe('the fence → create gap', () => {
     // seen every Job change made until then.
     await handledAll(runner, ['admit'])
     await jobWatch?.caughtUp()
-    // The chaos oracle's rule (chaos/oracle.ts): a Job seen at c breaks the window of a request stored at s when
+    // The chaos oracle's rule (dev/chaos/oracle.ts): a Job seen at c breaks the window of a request stored at s when
     // c - idleFor + 250 ms < s < c - 250 ms.
     const stored = storedAt as number
     const created = jobsSeenOf(backfill).filter((j) => j.addedAt - 2000 + 250 < stored && stored < j.addedAt - 250)

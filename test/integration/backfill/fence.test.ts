@@ -1,17 +1,17 @@
-// Admission does not trust demand's progress (admission/fence.ts): no Job while demand or cancel is not running,
+// Admission does not trust demand's progress (pkg/admission/fence.ts): no Job while demand or cancel is not running,
 // and none inside the idle window of a request demand has not processed yet — whatever the deployment does to
 // demand (scaled to zero, crashed, backlogged). Each scenario stops the function's consumer loop in a running
 // system, as a scale-to-zero or a crash leaves it: the durable consumer stays and requests queue on it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { SCHEDULER_TICK_MS } from '../../../core/timer-tick.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
 import { catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
 import { cancelFunction } from '../../../functions/cancel/index.js'
 import { demandFunction } from '../../../functions/demand/index.js'
-import type { Runner } from '../../../process/runner.js'
-import { scoped } from '../../../transport/deps.js'
-import type { EventFunction } from '../../../transport/function.js'
-import { type RunningFunction, runOnJetStream } from '../../../transport/jetstream-adapter.js'
+import { SCHEDULER_TICK_MS } from '../../../pkg/core/timer-tick.js'
+import { scoped } from '../../../pkg/transport/deps.js'
+import type { EventFunction } from '../../../pkg/transport/function.js'
+import { type RunningFunction, runOnJetStream } from '../../../pkg/transport/jetstream-adapter.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, handledAll, ms, waitUntil } from '../support/backfill-world.js'

@@ -1,7 +1,7 @@
 // Drop-in beside FlexInfer's own gateway: it records foreground activity in Model.status.lastActiveTime, which
 // counts as a foreground signal exactly like an ai.flexinfer.foreground.request event.
 import { expect, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
+import { jobName } from '../../../pkg/core/names.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
 import { waitUntil } from '../support/backfill-world.js'

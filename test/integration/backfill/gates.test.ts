@@ -5,8 +5,8 @@
 
 import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { describe, inject, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
-import { SCHEDULER_TICK_MS } from '../../../core/timer-tick.js'
+import { jobName } from '../../../pkg/core/names.js'
+import { SCHEDULER_TICK_MS } from '../../../pkg/core/timer-tick.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'

@@ -3,7 +3,7 @@
 // they go; expired ones, and sessions in another mode, never count. Cancelling a running attempt for them is in
 // cancellation.test.ts. Tests run concurrently, each on its own node.
 import { describe, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
+import { jobName } from '../../../pkg/core/names.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
 import { handledAll, ms } from '../support/backfill-world.js'

@@ -6,12 +6,12 @@
 // counting proxy; every `backfill.changed` it handles is timed against the proxy's log: none may read or write the
 // ModelBackfill (a reconcile's first step is that GET), i.e. the echo costs one KV read and no reconcile.
 import { afterAll, beforeAll, expect, it } from 'vitest'
+import type { Runner } from '../../../cmd/manager/runner.js'
 import { lifecycleFunction } from '../../../functions/lifecycle/index.js'
 import { FUNCTION_NAMES } from '../../../functions/names.js'
-import { createLogger } from '../../../observability/log.js'
-import type { Runner } from '../../../process/runner.js'
-import { openDeps, scoped } from '../../../transport/deps.js'
-import { type RunningFunction, runOnJetStream } from '../../../transport/jetstream-adapter.js'
+import { createLogger } from '../../../pkg/observability/log.js'
+import { openDeps, scoped } from '../../../pkg/transport/deps.js'
+import { type RunningFunction, runOnJetStream } from '../../../pkg/transport/jetstream-adapter.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, handledAll } from '../support/backfill-world.js'

@@ -3,7 +3,7 @@
 
 import { createForegroundEmitter } from '@flexinfer/gateway-emitter'
 import { describe, expect, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
+import { jobName } from '../../../pkg/core/names.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
 import { waitUntil } from '../support/backfill-world.js'

@@ -3,15 +3,15 @@
 // Failed/BackoffLimitExceeded before the Job is gone, and the attempt used to end Failed/JobFailed (seen on these
 // servers: 4 of 10 Jobs when the pods' DELETE went out beside the Job's, 10 of 10 when it went first; before the
 // fix this test saw a backfill end Failed/JobFailed in its third round). cancel sends both DELETEs together now, and
-// decide tells the Failed condition they cause by the foreground request that came first (core/decide.ts); no Job
+// decide tells the Failed condition they cause by the foreground request that came first (pkg/core/decide.ts); no Job
 // may get a replacement pod meanwhile. Rounds of preemptions over many backfills,
 // with backoffLimit 0 and the default; the oracle is the apiserver's and the KV's record (status, Events,
 // counters), and the Jobs' own conditions are watched and logged, not asserted: with cancel deleting the pods only
 // once the Job's DELETE is answered, 0 of 48 showed Failed in one run and 7 of 16 (backoffLimit 0) in a loaded one.
 import { type V1Job, type V1Pod, Watch } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
-import type { Runner } from '../../../process/runner.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
+import { jobName } from '../../../pkg/core/names.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'

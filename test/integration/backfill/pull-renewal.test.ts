@@ -1,4 +1,4 @@
-// A consumer's waiting pull is what says "a demand instance is consuming" (admission/fence.ts), but a live consumer
+// A consumer's waiting pull is what says "a demand instance is consuming" (pkg/admission/fence.ts), but a live consumer
 // is between two pulls for a moment whenever one ends: the server answers the expired pull (408), and the client
 // sends its next one when its event loop gets to it — a round trip, plus however late that loop runs under load. A
 // check that lands in that moment must not read a live demand as gone: the fence would hold admission back, and the
@@ -12,11 +12,11 @@
 import { jetstreamManager } from '@nats-io/jetstream'
 import type { NatsConnection, Subscription } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { checkFence, consumers } from '../../../admission/fence.js'
 import { STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../../events/catalog.js'
 import { probeVisibility } from '../../../functions/cancel/fail-safe.js'
-import { ensureStreams } from '../../../jetstream/bus.js'
-import type { Deps } from '../../../transport/function.js'
+import { checkFence, consumers } from '../../../pkg/admission/fence.js'
+import { ensureStreams } from '../../../pkg/jetstream/bus.js'
+import type { Deps } from '../../../pkg/transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld } from '../support/backfill-world.js'
 import { testInstance } from '../support/runner.js'

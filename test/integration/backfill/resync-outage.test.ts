@@ -8,13 +8,13 @@ import { KubeConfig } from '@kubernetes/client-node'
 import { jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it, vi } from 'vitest'
+import { type Runner, startRunner } from '../../../cmd/manager/runner.js'
 import { STREAM_DEAD_LETTER } from '../../../events/catalog.js'
-import { type Runner, startRunner } from '../../../process/runner.js'
 import { type Environment, killServer, restartServer, startEnvironment } from '../../env/environment.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 
 // The retry budget shortened from ~62 s to ~1.4 s (3 deliveries, 400 + 800 ms backoff) and a sweep every 2 s, so
-// the outage needs only to outlast the timers. Read when the runner starts (process/config.ts).
+// the outage needs only to outlast the timers. Read when the runner starts (cmd/manager/config.ts).
 const RETRY_ENV = vi.hoisted(() => {
   const set = { MAX_DELIVER: '3', RETRY_BACKOFF_MS: '200', RETRY_BACKOFF_MAX_MS: '1000', RESYNC_MS: '2000' }
   const saved = Object.fromEntries(Object.keys(set).map((k) => [k, process.env[k]]))

@@ -8,8 +8,8 @@
 // written here as the failed try left it (the real bucket, the real functions); everything after is the system's.
 import type { NatsConnection } from '@nats-io/transport-node'
 import { expect, it } from 'vitest'
-import { claimKeys, jobName } from '../../../core/names.js'
-import { toKv } from '../../../core/state.js'
+import { claimKeys, jobName } from '../../../pkg/core/names.js'
+import { toKv } from '../../../pkg/core/state.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
 import { waitUntil } from '../support/backfill-world.js'

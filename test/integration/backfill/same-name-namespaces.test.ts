@@ -4,8 +4,8 @@
 // Job name. Found by running `npm run demo` twice within a minute.
 import { CoreV1Api } from '@kubernetes/client-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
-import type { Runner } from '../../../process/runner.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
+import { jobName } from '../../../pkg/core/names.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'

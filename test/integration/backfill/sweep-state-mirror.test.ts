@@ -7,9 +7,9 @@
 // sweep, and every FULL_STATE_READ_EVERY sweeps one reads the bucket itself.
 import type { Subscription } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { backfillKey } from '../../../core/names.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
 import { FULL_STATE_READ_EVERY, type SweepResult, sweep } from '../../../functions/lifecycle/resync.js'
-import type { Runner } from '../../../process/runner.js'
+import { backfillKey } from '../../../pkg/core/names.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner } from '../support/runner.js'

@@ -2,8 +2,8 @@
 // controller's activeDeadlineSeconds from maxRunDuration) stays Failed until the spec changes, and repeatAfter
 // schedules the next run after a cooldown through every gate again (one ~70s test: repeatAfter cannot be under 1m).
 import { describe, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
-import { SCHEDULER_TICK_MS } from '../../../core/timer-tick.js'
+import { jobName } from '../../../pkg/core/names.js'
+import { SCHEDULER_TICK_MS } from '../../../pkg/core/timer-tick.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'

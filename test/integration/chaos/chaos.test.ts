@@ -1,12 +1,12 @@
-// The short chaos run (chaos/config.ts `short`): the same harness as `npm run chaos` with fewer kills, a shorter
+// The short chaos run (dev/chaos/config.ts `short`): the same harness as `npm run chaos` with fewer kills, a shorter
 // apiserver outage and 1,500 hostile events, in an environment of its own (it stops nats-server and the apiserver,
 // which the shared test environment must not lose). About 3 minutes.
 //
 // ENABLED, AND EXPECTED TO FAIL UNTIL THE ISSUE 8 FIXES LAND: each invariant below names the fix it waits for.
 // When a fix is merged its invariant must read 0; nothing here needs to change to "enable" it.
 import { describe, expect, it } from 'vitest'
-import { runChaos } from '../../../chaos/chaos.js'
-import { short, withOverrides } from '../../../chaos/config.js'
+import { runChaos } from '../../../dev/chaos/chaos.js'
+import { short, withOverrides } from '../../../dev/chaos/config.js'
 
 /** Invariant → what makes it hold (issue 8). */
 const WAITS_FOR: Record<string, string> = {
@@ -43,7 +43,7 @@ describe('chaos (short variant)', () => {
     expect(result.kills).toBeGreaterThanOrEqual(config.kills - 2)
     expect(result.foreground_requests).toBeGreaterThan(100)
     expect(result.jobs_created).toBeGreaterThan(0)
-    // Every Job's creation timed by the apiserver itself (chaos/audit.ts), not by the watch's delivery.
+    // Every Job's creation timed by the apiserver itself (dev/chaos/audit.ts), not by the watch's delivery.
     expect(result.jobs_timed_by_audit).toBe(result.jobs_created)
     expect(result.faults).toMatchObject({ 'demand-pause': 1, quota: 1, 'nats-restart': 1, 'apiserver-stop': 1 })
     expect(result.hostile_events_stored).toBeGreaterThan(config.hostileEvents / 2)

@@ -10,12 +10,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Kvm } from '@nats-io/kv'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { Explanation } from '../../../cli/explain.js'
-import { main } from '../../../cli/kubectl-mbf.js'
-import type { GetRow, TopRow } from '../../../cli/views.js'
-import { jobName } from '../../../core/names.js'
+import type { Explanation } from '../../../cmd/kubectl-mbf/explain.js'
+import { main } from '../../../cmd/kubectl-mbf/kubectl-mbf.js'
+import type { GetRow, TopRow } from '../../../cmd/kubectl-mbf/views.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
 import { BUCKET_BACKFILLS } from '../../../events/catalog.js'
-import type { Runner } from '../../../process/runner.js'
+import { jobName } from '../../../pkg/core/names.js'
 import { repoRoot } from '../../env/binaries.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld } from '../support/backfill-world.js'
@@ -133,9 +133,13 @@ describe('a live backfill', () => {
 
   it('the bin runs as kubectl runs a plugin (environment: KUBECONFIG, NATS_URL)', async () => {
     await world.declare('bin', { idleFor: '10m' })
-    const child = spawn(process.execPath, [join(repoRoot, 'cli/kubectl-mbf.mjs'), 'get', '-n', env.namespace], {
-      env: { ...process.env, KUBECONFIG: env.kubeconfigPath, NATS_URL: env.natsUrl },
-    })
+    const child = spawn(
+      process.execPath,
+      [join(repoRoot, 'cmd/kubectl-mbf/kubectl-mbf.mjs'), 'get', '-n', env.namespace],
+      {
+        env: { ...process.env, KUBECONFIG: env.kubeconfigPath, NATS_URL: env.natsUrl },
+      },
+    )
     let stdout = ''
     child.stdout.on('data', (d) => {
       stdout += d

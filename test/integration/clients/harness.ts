@@ -1,5 +1,5 @@
 // The server side of the gateway clients' tests, whatever their language: a nats-server of its own running
-// nats/auth.conf with fresh NKeys (provisioned as the provision user), the gateway's seed file, a recorder of every
+// deploy/nats/auth.conf with fresh NKeys (provisioned as the provision user), the gateway's seed file, a recorder of every
 // foreground request stored on a per-model subject, and a small loopback HTTP control that the Python and Go test
 // suites drive: POST /down and /up stop and start the server (same port and store), POST /reset forgets what was
 // recorded, GET /events returns it. The clients' own suites read its address from FLEXINFER_TEST_* variables.
@@ -9,10 +9,10 @@ import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { jetstream } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
+import { provision } from '../../../cmd/manager/provision.js'
 import { STREAM_FOREGROUND_LAST } from '../../../events/catalog.js'
 import { decode } from '../../../events/codec.js'
-import { natsServerOptions } from '../../../jetstream/bus.js'
-import { provision } from '../../../process/provision.js'
+import { natsServerOptions } from '../../../pkg/jetstream/bus.js'
 import { LOOPBACK } from '../../env/net.js'
 import { makeNatsNkeys } from '../support/deploy.js'
 import { type OwnNats, startOwnNats } from '../transport/own-nats.js'
@@ -42,8 +42,8 @@ const MAX_RECORDED = 10_000
 export async function startClientHarness(natsServer: string, dir: string): Promise<ClientHarness> {
   const nkeys = await makeNatsNkeys(dir)
   const nats = await startOwnNats(natsServer, {
-    include: join(process.cwd(), 'nats/auth.conf'),
-    alongside: [join(process.cwd(), 'nats/gates.conf')],
+    include: join(process.cwd(), 'deploy/nats/auth.conf'),
+    alongside: [join(process.cwd(), 'deploy/nats/gates.conf')],
     env: nkeys.serverEnv,
   })
   const hostPort = nats.url.replace(/^nats:\/\//, '')

@@ -1,5 +1,5 @@
 // The Python and Go clients' own test suites, run by vitest against the harness (a real nats-server of their own):
-// what `npm test` and CI run. Their toolchains come from scripts/install-clients.sh (idempotent: a stamp check).
+// what `npm test` and CI run. Their toolchains come from dev/scripts/install-clients.sh (idempotent: a stamp check).
 import { execFile } from 'node:child_process'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { homedir, tmpdir } from 'node:os'
@@ -19,7 +19,7 @@ export function clientSuite(name: string, command: string, args: string[], cwd: 
   let dir: string
   beforeAll(async () => {
     // First run on a machine: the venv and LiteLLM, a few minutes; later a stamp check.
-    await promisify(execFile)('bash', ['scripts/install-clients.sh'], { timeout: 15 * 60_000 })
+    await promisify(execFile)('bash', ['dev/scripts/install-clients.sh'], { timeout: 15 * 60_000 })
     dir = await mkdtemp(join(tmpdir(), `clients-${name}-`))
     harness = await startClientHarness(env.binaries.natsServer as string, dir)
   }, 16 * 60_000)

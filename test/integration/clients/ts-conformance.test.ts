@@ -1,5 +1,5 @@
 // The TypeScript client (clients/ts) against the shared conformance scenarios (clients/conformance/emitter.json)
-// on a real nats-server running nats/auth.conf, logged in as the gateway user with its NKey: publish, background
+// on a real nats-server running deploy/nats/auth.conf, logged in as the gateway user with its NKey: publish, background
 // and invalid requests, throttling, the newest request per model buffered through a server restart, overflow.
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'

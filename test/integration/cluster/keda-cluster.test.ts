@@ -1,7 +1,7 @@
 // The keda/ overlay's ScaledObjects on a 3-server JetStream cluster under the real KEDA operator (pinned v2.21.0).
 // Its nats-jetstream scaler, seeing cluster_size > 1, reads /varz of natsServerMonitoringEndpoint, then /jsz on
 // every advertised server at the SAME monitoring port, and takes the lag from the server that leads the consumer
-// (nats/CLUSTER.md). As a Kubernetes NATS deployment looks to it, each server here has an address of its own
+// (deploy/nats/CLUSTER.md). As a Kubernetes NATS deployment looks to it, each server here has an address of its own
 // (127.0.0.1/.2/.3, all loopback) with the same client, route and monitoring ports, and advertises it; the overlay
 // points at the first. Shown: every trigger reads its consumer without an error ("leader node not found" when the
 // scaler cannot reach a leader), consumers are led by more than one server, and every trigger's value is its
@@ -11,10 +11,10 @@ import { join } from 'node:path'
 import { jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { provision } from '../../../cmd/manager/provision.js'
 import { BUCKET_CLAIMS, catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { natsServerOptions } from '../../../jetstream/bus.js'
-import { provision } from '../../../process/provision.js'
+import { natsServerOptions } from '../../../pkg/jetstream/bus.js'
 import { repoRoot } from '../../env/binaries.js'
 import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -58,8 +58,8 @@ beforeAll(async () => {
   const dir = join(env.kubeconfigPath, '..', `keda-cluster-${Date.now()}`)
   await mkdir(dir, { recursive: true })
   reaper.removeDir(dir)
-  await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'auth.conf'))
-  await copyFile(join(repoRoot, 'nats/gates.conf'), join(dir, 'gates.conf'))
+  await copyFile(join(repoRoot, 'deploy/nats/auth.conf'), join(dir, 'auth.conf'))
+  await copyFile(join(repoRoot, 'deploy/nats/gates.conf'), join(dir, 'gates.conf'))
   nkeys = await makeNatsNkeys(dir)
   await Promise.all(
     HOSTS.map(async (host, i) => {

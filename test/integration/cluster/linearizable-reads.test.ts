@@ -12,8 +12,8 @@ import {
   STREAM_FOREGROUND_LAST,
 } from '../../../events/catalog.js'
 import { ClaimReads } from '../../../functions/demand/claim-reads.js'
-import { Bus } from '../../../jetstream/bus.js'
-import { JsRequests } from '../../../jetstream/js-requests.js'
+import { Bus } from '../../../pkg/jetstream/bus.js'
+import { JsRequests } from '../../../pkg/jetstream/js-requests.js'
 import { type NatsOnly, startNats, waitForStreamLeader } from '../../env/nats.js'
 
 const ROUNDS = 300
@@ -103,7 +103,7 @@ describe('safety reads on a 3-server cluster', () => {
     const stale: { round: number; wrote: number; read: number | undefined }[] = []
     for (let i = 0; i < ROUNDS; i++) {
       const ack = await writer.js.publish(subject, JSON.stringify({ i }))
-      // The same call as admission/fence.ts lastRequestAt (which returns only the time).
+      // The same call as pkg/admission/fence.ts lastRequestAt (which returns only the time).
       const msg = await reader.jsm.streams.getMessage(STREAM_FOREGROUND_LAST, { last_by_subj: subject })
       if (!msg || msg.seq < ack.seq) stale.push({ round: i, wrote: ack.seq, read: msg?.seq })
     }

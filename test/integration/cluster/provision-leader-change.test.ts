@@ -6,7 +6,7 @@ import { jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { RESYNC_SCHEDULE_SUBJECT, STREAM_TIMERS } from '../../../events/catalog.js'
-import { Bus, lastBySubject } from '../../../jetstream/bus.js'
+import { Bus, lastBySubject } from '../../../pkg/jetstream/bus.js'
 import { waitFor } from '../../env/exec.js'
 import { type NatsOnly, startNats } from '../../env/nats.js'
 

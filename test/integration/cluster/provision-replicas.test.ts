@@ -1,12 +1,12 @@
 // Replicas are a deployment setting: the provision step gives every stream, KV bucket and durable consumer the
 // configured replicas, and changes an existing topology in place (1 → 3 here, as when a single server grows into a
-// cluster), idempotently. Also: buckets made by an older release with direct gets lose them (jetstream/bus.ts).
+// cluster), idempotently. Also: buckets made by an older release with direct gets lose them (pkg/jetstream/bus.ts).
 import { jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { provision } from '../../../cmd/manager/provision.js'
 import { BUCKET_BACKFILLS, BUCKET_CLAIMS, BUCKET_MODEL_IDLE } from '../../../events/catalog.js'
-import { provision } from '../../../process/provision.js'
 import { type NatsOnly, startNats } from '../../env/nats.js'
 
 let nats: NatsOnly

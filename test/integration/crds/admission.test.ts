@@ -1,9 +1,9 @@
 // CRD admission against the real kube-apiserver: the CEL rules and defaults in crds/modelbackfill.yaml (generated
-// from core/api.ts) do what contract.md promises when a user runs `kubectl apply`, the printer columns show, the
+// from pkg/core/api.ts) do what contract.md promises when a user runs `kubectl apply`, the printer columns show, the
 // status subresource separates status from spec, and the test-only FlexInfer CRDs take objects shaped like real ones.
 import { ApiextensionsV1Api, CustomObjectsApi } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
-import { GROUP, VERSION } from '../../../core/api.js'
+import { GROUP, VERSION } from '../../../pkg/core/api.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

@@ -2,7 +2,7 @@
 // summary reports three attempts, a foreground and a gaming preemption with their latencies, one success with
 // the repeat scheduled, and useful seconds from the KV state counters.
 import { afterAll, expect, it } from 'vitest'
-import { type DemoRun, runDemo } from '../../../scripts/demo.js'
+import { type DemoRun, runDemo } from '../../../dev/scripts/demo.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

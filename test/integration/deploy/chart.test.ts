@@ -1,8 +1,8 @@
-// The Helm chart (charts/model-backfill) against the real schemas: `helm template` of both modes, applied with
+// The Helm chart (deploy/charts/model-backfill) against the real schemas: `helm template` of both modes, applied with
 // strict field validation to the test apiserver that serves the upstream Knative, KEDA, eventing-natss and
 // Prometheus-operator CRDs. The chart must render what the kustomize overlays render (same objects, same specs:
 // a drift in either fails here), its PodDisruptionBudgets must select the preemption path's pods, watchNamespaces
-// must turn the ClusterRoles into per-namespace Roles, and the monitoring/ manifests must be accepted too.
+// must turn the ClusterRoles into per-namespace Roles, and the deploy/monitoring/ manifests must be accepted too.
 import { randomBytes } from 'node:crypto'
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { createUser } from '@nats-io/nkeys'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAllDocuments, stringify } from 'yaml'
-import { generateRbac } from '../../../tools/rbac/generate.js'
+import { generateRbac } from '../../../dev/tools/rbac/generate.js'
 import { repoRoot } from '../../env/binaries.js'
 import { run } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -26,7 +26,7 @@ import {
 } from '../support/deploy.js'
 
 const env = useTestEnv()
-const CHART = join(repoRoot, 'charts/model-backfill')
+const CHART = join(repoRoot, 'deploy/charts/model-backfill')
 const USERS = [...FUNCTIONS, 'ingress', 'bridge', 'provision']
 const seed = () => new TextDecoder().decode(createUser().getSeed())
 /** Every NATS identity as an NKey seed (the chart makes a Secret per user), and the ingress token: a minimal install. */
@@ -241,7 +241,7 @@ describe.each(['keda', 'knative'] as const)('helm template --set mode=%s', (mode
 })
 
 describe('chart values', () => {
-  it('watchNamespaces: exactly the RBAC tools/rbac/generate.ts emits, WATCH_NAMESPACES everywhere, enforced', async () => {
+  it('watchNamespaces: exactly the RBAC dev/tools/rbac/generate.ts emits, WATCH_NAMESPACES everywhere, enforced', async () => {
     const watched = [`${env.namespace}-a`, `${env.namespace}-b`]
     for (const ns of watched) {
       await env.kubectl(['create', 'namespace', ns])
@@ -441,9 +441,9 @@ describe('chart values', () => {
   })
 })
 
-describe('kubectl kustomize monitoring/', () => {
+describe('kubectl kustomize deploy/monitoring/', () => {
   it('the PodMonitor and PrometheusRule are accepted by the real Prometheus-operator CRDs', async () => {
-    const built = await env.kubectl(['kustomize', join(repoRoot, 'monitoring')])
+    const built = await env.kubectl(['kustomize', join(repoRoot, 'deploy/monitoring')])
     expect(built.code, built.stderr).toBe(0)
     const ms = parse(built.stdout).map((m) => ({
       ...m,

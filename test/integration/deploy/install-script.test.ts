@@ -1,4 +1,4 @@
-// scripts/install.sh — the path docs/install.md runs — against a cluster of its own (etcd, kube-apiserver,
+// dev/scripts/install.sh — the path docs/install.md runs — against a cluster of its own (etcd, kube-apiserver,
 // kube-controller-manager; no kubelet, so nothing is waited for): it stops without FlexInfer's CRDs; installs the
 // CRD, the NATS auth Secret and the workloads with generated Secrets (kustomize and Helm); keeps those secrets when
 // run again; and its uninstall leaves the CRD and every ModelBackfill in place, Helm's included
@@ -21,7 +21,7 @@ const CRD = 'modelbackfills.ai.flexinfer'
 const kubectl = (args: string[], input?: string) =>
   run(own.binaries.kubectl, ['--kubeconfig', own.kubeconfigPath, ...args], { input, timeoutMs: 120_000 })
 const script = (command: string, settings: Record<string, string>) =>
-  run('sh', [join(repoRoot, 'scripts/install.sh'), command], {
+  run('sh', [join(repoRoot, 'dev/scripts/install.sh'), command], {
     cwd: tmp,
     timeoutMs: 240_000,
     env: {
@@ -65,7 +65,7 @@ afterAll(async () => {
   if (tmp) await rm(tmp, { recursive: true, force: true })
 })
 
-describe('scripts/install.sh on a cluster of its own', () => {
+describe('dev/scripts/install.sh on a cluster of its own', () => {
   it('stops before changing anything when FlexInfer’s CRDs are missing, naming them', async () => {
     const r = await script('install', { MBF_DIR: join(tmp, 'refused') })
     expect(r.code).not.toBe(0)

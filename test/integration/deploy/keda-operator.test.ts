@@ -1,6 +1,6 @@
 // The keda/ overlay under the real KEDA operator: the operator (built from the kedacore/keda module by
-// scripts/install-binaries.sh) runs as a local process against this environment's kube-apiserver (TLS, RBAC) and
-// a dedicated nats-server running nats/auth.conf (so the FLEXINFER account, streams and durable consumers are the
+// dev/scripts/install-binaries.sh) runs as a local process against this environment's kube-apiserver (TLS, RBAC) and
+// a dedicated nats-server running deploy/nats/auth.conf (so the FLEXINFER account, streams and durable consumers are the
 // deployed ones, made by the provision step). The overlay is applied as built, with only these test-local changes:
 // the nats-jetstream triggers read this nats-server's loopback monitoring port, and the ScaledObjects poll every
 // second and cool down in seconds. There is no kubelet and no HPA controller: KEDA's own decisions (0↔1, and
@@ -13,10 +13,10 @@ import { AppsV1Api, CustomObjectsApi } from '@kubernetes/client-node'
 import { jetstream } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { provision } from '../../../cmd/manager/provision.js'
 import { catalog, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { natsServerOptions } from '../../../jetstream/bus.js'
-import { provision } from '../../../process/provision.js'
+import { natsServerOptions } from '../../../pkg/jetstream/bus.js'
 import { pinnedKedaVersion } from '../../env/binaries.js'
 import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'

@@ -1,6 +1,6 @@
 // Least privilege, end to end: the keda overlay's ServiceAccounts and ClusterRoles are applied to the
 // RBAC-enforcing apiserver, and every function runs in its own runner with its own ServiceAccount token and its own
-// NATS user of nats/auth.conf on a dedicated nats-server, bound to the topology the provision step (its own user)
+// NATS user of deploy/nats/auth.conf on a dedicated nats-server, bound to the topology the provision step (its own user)
 // created, as deployed. A backfill must reach Running and be preempted by a
 // foreground request exactly as with admin rights, with no permission violation on either side; verbs outside a
 // role are Forbidden and subjects outside a user's permissions are refused; each ScaledObject's stream and
@@ -19,16 +19,16 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { GROUP, VERSION } from '../../../core/api.js'
-import { jobName } from '../../../core/names.js'
+import { provision } from '../../../cmd/manager/provision.js'
+import { type Runner, startRunner } from '../../../cmd/manager/runner.js'
 import { encode } from '../../../events/codec.js'
 import { INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
 import { sweep } from '../../../functions/lifecycle/resync.js'
-import { natsServerOptions } from '../../../jetstream/bus.js'
-import { provision } from '../../../process/provision.js'
-import { type Runner, startRunner } from '../../../process/runner.js'
-import { startBridge } from '../../../transport/bridge.js'
-import { startHttpFunction } from '../../../transport/http-adapter.js'
+import { GROUP, VERSION } from '../../../pkg/core/api.js'
+import { jobName } from '../../../pkg/core/names.js'
+import { natsServerOptions } from '../../../pkg/jetstream/bus.js'
+import { startBridge } from '../../../pkg/transport/bridge.js'
+import { startHttpFunction } from '../../../pkg/transport/http-adapter.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import {
@@ -218,7 +218,7 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
       ),
     ).toBe(true)
     await custom('cancel').getNamespacedCustomObject({ ...crd('modelbackfills'), name: 'lp' })
-    // admit and lifecycle list (and watch) them: their watched copies (kube/kube.ts AdmissionCaches).
+    // admit and lifecycle list (and watch) them: their watched copies (pkg/kube/kube.ts AdmissionCaches).
     for (const fn of ['admit', 'lifecycle'] as const) {
       await custom(fn).listClusterCustomObject({ group: GROUP, version: VERSION, plural: 'modelbackfills' })
     }

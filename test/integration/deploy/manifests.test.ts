@@ -6,8 +6,8 @@ import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
 import { APISERVER_TYPES, catalog } from '../../../events/catalog.js'
-import { consumerName } from '../../../jetstream/names.js'
-import { PULLING_FUNCTIONS } from '../../../transport/bridge.js'
+import { consumerName } from '../../../pkg/jetstream/names.js'
+import { PULLING_FUNCTIONS } from '../../../pkg/transport/bridge.js'
 import { repoRoot } from '../../env/binaries.js'
 import { useTestEnv } from '../../env/fixture.js'
 import {
@@ -46,7 +46,7 @@ describe('kubectl kustomize knative/', () => {
   it('applies cleanly: Services, Broker on the JetStream channel, Triggers, ApiServerSources, RBAC', async () => {
     const { build, applied } = await buildAndApply('knative')
     const ms = build.manifests
-    // No CRD (base/crds/ is a kustomization of its own); everything was created and is readable back.
+    // No CRD (deploy/base/crds/ is a kustomization of its own); everything was created and is readable back.
     expect(of(ms, 'CustomResourceDefinition')).toEqual([])
     expect(applied).toHaveLength(ms.length)
     const services = of(ms, 'Service').filter((m) => m.apiVersion === 'serving.knative.dev/v1')
@@ -195,7 +195,7 @@ describe('kubectl kustomize keda/', () => {
       expect(named.sort()).toEqual(expected.map((e) => `${e.stream}/${e.consumer}`).sort())
       for (const t of nats) expect(t.metadata.account).toBe(NATS_ACCOUNT)
       // Scale to zero everywhere but the watcher (the Kubernetes event source must always run in this overlay) and
-      // the preemption path (admit creates a Job only while demand and cancel pull: admission/fence.ts).
+      // the preemption path (admit creates a Job only while demand and cancel pull: pkg/admission/fence.ts).
       expect(so?.spec.minReplicaCount, fn).toBe(['source', 'demand', 'cancel'].includes(fn) ? 1 : 0)
       expect(so?.spec.triggers.length, `${fn}: lag triggers only`).toBe(nats.length)
     }
@@ -321,8 +321,8 @@ describe('the upstream schemas do validate (a typo fails here, not in a cluster)
 })
 
 describe('uninstall safety: the CRD is a kustomization of its own', () => {
-  it('base/crds/ builds exactly the generated ModelBackfill CRD, and the apiserver accepts it', async () => {
-    const built = await env.kubectl(['kustomize', join(repoRoot, 'base/crds')])
+  it('deploy/base/crds/ builds exactly the generated ModelBackfill CRD, and the apiserver accepts it', async () => {
+    const built = await env.kubectl(['kustomize', join(repoRoot, 'deploy/base/crds')])
     expect(built.code, built.stderr).toBe(0)
     const ms = parseAllDocuments(built.stdout).map((d) => d.toJS() as Manifest)
     expect(ms.map((m) => `${m.kind}/${m.metadata.name}`)).toEqual([

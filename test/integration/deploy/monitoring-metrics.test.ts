@@ -1,8 +1,8 @@
 // The dead-letter counter the ModelBackfillDeadLettersGrowing alert watches, on a real nats-server: it counts what
 // the functions store in FLEXINFER_DEADLETTER (the stream's last sequence), read at scrape time.
 import { afterAll, expect, it } from 'vitest'
-import { Bus } from '../../../jetstream/bus.js'
-import { BackfillMetrics } from '../../../transport/metrics.js'
+import { Bus } from '../../../pkg/jetstream/bus.js'
+import { BackfillMetrics } from '../../../pkg/transport/metrics.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

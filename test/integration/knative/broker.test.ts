@@ -1,5 +1,5 @@
 // The knative/ overlay end to end through Knative Eventing's real components (knative.dev/eventing, pinned in
-// scripts/install-binaries.sh; harness in test/knative/): the eventing controller, the MTChannelBasedBroker
+// dev/scripts/install-binaries.sh; harness in test/knative/): the eventing controller, the MTChannelBasedBroker
 // controller, ingress and filter, the InMemoryChannel controller and dispatcher, and the ApiServerSource receive
 // adapters the controller asks for, all local processes against this environment's kube-apiserver. The overlay is
 // applied as built, with only these test-local changes: its Broker's channel is Knative's InMemoryChannel (the
@@ -14,12 +14,12 @@
 import { CoreV1Api } from '@kubernetes/client-node'
 import { jetstreamManager } from '@nats-io/jetstream'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { jobName } from '../../../core/names.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
 import { deadLetterSubject, STREAM_DEAD_LETTER } from '../../../events/catalog.js'
 import { functionFactories } from '../../../functions/index.js'
-import { DEAD_LETTER_REASON } from '../../../jetstream/bus.js'
-import type { Runner } from '../../../process/runner.js'
-import { type RunningBridge, startBridge } from '../../../transport/bridge.js'
+import { jobName } from '../../../pkg/core/names.js'
+import { DEAD_LETTER_REASON } from '../../../pkg/jetstream/bus.js'
+import { type RunningBridge, startBridge } from '../../../pkg/transport/bridge.js'
 import { pinnedKnativeEventingVersion } from '../../env/binaries.js'
 import { useTestEnv } from '../../env/fixture.js'
 import {
@@ -45,7 +45,7 @@ let world: BackfillWorld
 let brokerUrl: string
 let probe: Probe
 const served = new Map<string, ServedService>()
-/** This file's system (its demand and cancel consumers; see transport/deps.ts scoped). */
+/** This file's system (its demand and cancel consumers; see pkg/transport/deps.ts scoped). */
 const instance = testInstance()
 
 /** The delivery tests' own Trigger (test-local: not in the overlay) routes this type to the probe. */
@@ -283,7 +283,7 @@ describe.concurrent('what ends an attempt, through the Broker', { timeout: STAGE
   })
 })
 
-// The JetStream mode's scope (transport/deps.ts scoped; test/integration/security/scoped-reads.test.ts) in Knative
+// The JetStream mode's scope (pkg/transport/deps.ts scoped; test/integration/security/scoped-reads.test.ts) in Knative
 // mode: the ApiServerSources send every namespace's changes through the Broker, the functions skip those of
 // namespaces they do not manage, but a GamingSession anywhere still preempts what runs on its node.
 describe('WATCH_NAMESPACES in Knative mode, as in JetStream mode', () => {

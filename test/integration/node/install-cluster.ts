@@ -1,6 +1,6 @@
 // What the install and upgrade tests on the real node share: a cluster as a platform team has it before installing
 // ModelBackfill (FlexInfer's CRDs, KEDA's CRDs and operator, a node with the NATS image and any other imported), the
-// kubectl and scripts/install.sh they drive it with, and the backfill story's parts: a CronJob template whose busybox
+// kubectl and dev/scripts/install.sh they drive it with, and the backfill story's parts: a CronJob template whose busybox
 // container says when it starts and when it gets SIGTERM, and a gateway pod that publishes one foreground request.
 import { copyFile, mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -27,7 +27,7 @@ export interface InstallCluster {
   apply(manifests: Manifest[]): Promise<string>
   /** kubectl … -o json, parsed (read field by field, as JSON.parse hands it out). */
   jsonOf(args: string[]): Promise<ReturnType<typeof JSON.parse>>
-  /** `scripts/install.sh <command>` against this cluster, with the given settings (MBF_*). */
+  /** `dev/scripts/install.sh <command>` against this cluster, with the given settings (MBF_*). */
   script(command: string, settings: Record<string, string>): ReturnType<typeof run>
   /**
    * Namespace `ns` with a Ready Model `gemma` on the node and a suspended CronJob `eval` running PREEMPTIBLE in
@@ -97,7 +97,7 @@ export async function startInstallCluster(o: {
       apply,
       jsonOf: async (args) => JSON.parse(await kubectlOk([...args, '-o', 'json'])),
       script: (command, settings) =>
-        run('sh', [join(repoRoot, 'scripts/install.sh'), command], {
+        run('sh', [join(repoRoot, 'dev/scripts/install.sh'), command], {
           cwd: tmp,
           timeoutMs: 420_000,
           env: {

@@ -1,7 +1,7 @@
-// The documented install (docs/install.md: scripts/install.sh), executed onto the real node, as a platform team runs
+// The documented install (docs/install.md: dev/scripts/install.sh), executed onto the real node, as a platform team runs
 // it: FlexInfer's CRDs and KEDA's present (KEDA's operator is the real binary, as a process beside the apiserver),
-// NATS a nats-server pod (images/build.sh's nats image) that mounts the generated auth Secret and includes it
-// (nats-server.yaml), then `scripts/install.sh install` with MBF_WAIT=true and the project's image built from the
+// NATS a nats-server pod (deploy/images/build.sh's nats image) that mounts the generated auth Secret and includes it
+// (nats-server.yaml), then `dev/scripts/install.sh install` with MBF_WAIT=true and the project's image built from the
 // Dockerfile. Proven per mode (keda, then helm-keda after the keda install's uninstall, in the same namespace):
 //   - the provision Job completes in a pod and every always-on function pod is Ready (the script's own wait);
 //   - KEDA keeps admit and lifecycle at zero when idle and scales admit up when a ModelBackfill needs it;
@@ -180,7 +180,7 @@ async function story(ns: string, dir: string) {
 }
 
 describe.skipIf(unavailable)('the documented install on the real node', () => {
-  it('keda: scripts/install.sh installs, KEDA scales admit and lifecycle, a gateway pod preempts a real container', {
+  it('keda: dev/scripts/install.sh installs, KEDA scales admit and lifecycle, a gateway pod preempts a real container', {
     timeout: 600_000,
   }, async () => {
     const dir = await install('keda')

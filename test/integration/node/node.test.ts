@@ -8,16 +8,16 @@
 //                          line's copier can lag the exit by tens of ms on a loaded machine)
 //   preemption_exit_ms     foreground request published → the container's process exited (containerd's exited_at)
 // MBF_NODE_PREEMPTIONS=N repeats it N times (npm run test:node:preemption: 10) and prints p50/p99; npm test runs 2;
-// 3. the project's image (images/build.sh --app, from the Dockerfile unchanged) runs as a function pod and is Ready;
+// 3. the project's image (deploy/images/build.sh --app, from the Dockerfile unchanged) runs as a function pod and is Ready;
 // 4. refusals: the kubelet's node identity, anonymous access to the kubelet, a pod's packets off the machine.
 import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import type { V1Pod } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { percentile } from '../../../bench/percentile.js'
-import { jobName } from '../../../core/names.js'
-import { type Runner, startRunner } from '../../../process/runner.js'
+import { type Runner, startRunner } from '../../../cmd/manager/runner.js'
+import { percentile } from '../../../dev/bench/percentile.js'
+import { jobName } from '../../../pkg/core/names.js'
 import { isAlive, run, runOk, waitFor } from '../../env/exec.js'
 import { freePorts, httpGet } from '../../env/net.js'
 import { importImages, machineFootprint, nodeUnavailableReason } from '../../env/node.js'
@@ -226,7 +226,7 @@ describe.skipIf(unavailable)("the project's image on the node, and the node's bo
     timeout: 120_000,
   }, async (ctx) => {
     const app = ne.node.images.app
-    if (!app) ctx.skip('no project image: images/build.sh --app (npm run images) has not been run')
+    if (!app) ctx.skip('no project image: deploy/images/build.sh --app (npm run images) has not been run')
     const image = app as NonNullable<typeof app>
     await importImages(ne.node.containerdAddress, [image.archive])
     const port = (await freePorts(1))[0] as number

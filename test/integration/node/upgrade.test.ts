@@ -1,8 +1,8 @@
 // The upgrade from the previous release (0.1.0) onto the real node, as a platform team runs it: 0.1.0 installed as
 // its own docs said (its chart in helm mode keda, release `mbf`, its image built from its own Dockerfile FROM
-// node:20-slim by images/build.sh --app-from, NKey seeds made here as `nk` made them then, their public keys in
+// node:20-slim by deploy/images/build.sh --app-from, NKey seeds made here as `nk` made them then, their public keys in
 // nats-server's environment), a backfill Job's container running, then the procedure of docs/operations.md
-// ("Upgrade"): `scripts/install.sh nats-auth`, nats-server reloads in place, `scripts/install.sh install` with the new
+// ("Upgrade"): `dev/scripts/install.sh nats-auth`, nats-server reloads in place, `dev/scripts/install.sh install` with the new
 // image, same release. NATS is one nats-server pod whose JetStream store is a hostPath directory and whose auth
 // Secret is mounted as a directory the kubelet updates (nats-server-reloadable.yaml). Proven:
 //   - the script keeps 0.1.0's identities (read back from the release's Secrets) and the gateways' key: no pod and
@@ -39,7 +39,7 @@ const NS = 'model-backfill'
 const RELEASE = 'mbf' // 0.1.0's docs/install.md: `helm install mbf charts/model-backfill …`
 const FULLNAME = 'mbf-model-backfill'
 const TEAM = 'team-upgrade'
-/** 0.1.0's nats/auth.conf identities (the operator came later), and the users its chart runs in mode keda. */
+/** 0.1.0's deploy/nats/auth.conf identities (the operator came later), and the users its chart runs in mode keda. */
 const OLD_USERS = ['source', 'demand', 'admit', 'cancel', 'lifecycle', 'ingress', 'gateway', 'bridge', 'provision']
 const CHART_USERS = ['source', 'demand', 'admit', 'cancel', 'lifecycle', 'ingress', 'provision']
 const STREAMS = [
@@ -86,10 +86,11 @@ beforeAll(async () => {
     await runOk('sh', ['-c', `git -C "${repoRoot}" archive ${PREVIOUS} | tar -x -C "${previous}"`], {
       timeoutMs: 60_000,
     })
-    const built = await run('bash', [join(repoRoot, 'images/build.sh'), '--app-from', previous], {
+    const built = await run('bash', [join(repoRoot, 'deploy/images/build.sh'), '--app-from', previous], {
       timeoutMs: 30 * 60_000,
     })
-    if (built.code !== 0) throw new Error(`images/build.sh --app-from 0.1.0 failed:\n${built.stderr.slice(-3000)}`)
+    if (built.code !== 0)
+      throw new Error(`deploy/images/build.sh --app-from 0.1.0 failed:\n${built.stderr.slice(-3000)}`)
     const previousApp = JSON.parse(built.stdout.trim().split('\n').at(-1) as string) as { ref: string; archive: string }
     previousImage = previousApp.ref
     c = await startInstallCluster({
@@ -119,7 +120,7 @@ async function startNats(): Promise<void> {
   await mkdir(data)
   await chown(data, 1000, 1000)
   await kubectlOk(['create', 'namespace', 'nats'])
-  const oldAuth = (await runOk('git', ['-C', repoRoot, 'show', `${PREVIOUS}:nats/auth.conf`])).stdout
+  const oldAuth = (await runOk('git', ['-C', repoRoot, 'show', `${PREVIOUS}:deploy/nats/auth.conf`])).stdout
   await apply([
     {
       apiVersion: 'v1',

@@ -6,8 +6,8 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, expect, it } from 'vitest'
-import { runReplay } from '../../../replay/replay.js'
-import { generateTrace, parseTrace } from '../../../replay/trace.js'
+import { runReplay } from '../../../dev/replay/replay.js'
+import { generateTrace, parseTrace } from '../../../dev/replay/trace.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

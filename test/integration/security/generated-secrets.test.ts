@@ -11,10 +11,10 @@ import { jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
-import { main as mbf } from '../../../cli/kubectl-mbf.js'
-import { Bus, natsServerOptions } from '../../../jetstream/bus.js'
-import { provision } from '../../../process/provision.js'
-import { authConfIdentities } from '../../../tools/secrets/generate.js'
+import { main as mbf } from '../../../cmd/kubectl-mbf/kubectl-mbf.js'
+import { provision } from '../../../cmd/manager/provision.js'
+import { authConfIdentities } from '../../../dev/tools/secrets/generate.js'
+import { Bus, natsServerOptions } from '../../../pkg/jetstream/bus.js'
 import { repoRoot } from '../../env/binaries.js'
 import { run } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -29,7 +29,7 @@ const conns = new Map<string, NatsConnection>()
 
 /** The CLI as a user runs it, into a directory of its own (written 0600, never to stdout). */
 const generateInto = async (dir: string, ...args: string[]) =>
-  run(process.execPath, ['--import', 'tsx', join(repoRoot, 'tools/secrets/generate.ts'), '--out', dir, ...args], {
+  run(process.execPath, ['--import', 'tsx', join(repoRoot, 'dev/tools/secrets/generate.ts'), '--out', dir, ...args], {
     cwd: repoRoot,
     timeoutMs: 60_000,
   })
@@ -66,7 +66,7 @@ beforeAll(async () => {
   // Seeds never reach stdout.
   expect(made.stdout).not.toMatch(/SU[A-Z2-7]{20}/)
   out = join(out, 'secrets')
-  users = authConfIdentities(await readFile(join(repoRoot, 'nats/auth.conf'), 'utf8'))
+  users = authConfIdentities(await readFile(join(repoRoot, 'deploy/nats/auth.conf'), 'utf8'))
   const workloads = await secretsOf(join(out, 'model-backfill/secrets.yaml'))
   const [gateway] = await secretsOf(join(out, 'gateway/secret.yaml'))
   for (const s of workloads) {
@@ -142,7 +142,7 @@ describe('the generated secrets on a real nats-server', () => {
       for await (const m of own) return m.subject
     })()
     await gate.flush()
-    // Only demand publishes preempt subjects (nats/auth.conf); the gates' account imports them.
+    // Only demand publishes preempt subjects (deploy/nats/auth.conf); the gates' account imports them.
     ;(await as('demand')).publish('flexinfer.preempt.team-a.gemma', '{}')
     expect(await heard).toBe('flexinfer.preempt.team-a.gemma')
     // The server answers a subscription outside its allowance with a permissions violation that closes it.
@@ -298,7 +298,7 @@ describe('the generated secrets on a real nats-server', () => {
   it('a push consumer the operator points at an event or republished-KV subject delivers nothing there', async () => {
     // nats-server does not check a consumer's deliver subject against the creator's permissions; it delivers only
     // to subscriptions on exactly that subject. The streams and the functions' bucket mirrors subscribe with
-    // wildcards, so nothing they read can be reached this way (nats/README.md, "operator").
+    // wildcards, so nothing they read can be reached this way (deploy/nats/README.md, "operator").
     const admit = await Bus.open(await as('admit'), { provision: false, waitMs: 5_000 })
     await admit.kv.claims.put('model.forge.target', JSON.stringify({ n: 1 }))
     const demand = await as('demand')

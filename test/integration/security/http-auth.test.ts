@@ -17,10 +17,10 @@ import { parseAllDocuments } from 'yaml'
 import { encode } from '../../../events/codec.js'
 import { INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
 import { lifecycle } from '../../../functions/lifecycle/index.js'
-import { TokenReviewAuth } from '../../../transport/auth/kubernetes.js'
-import { type FileToken, tokenFromEnv, tokenProblem } from '../../../transport/auth/token.js'
-import type { EventFunction } from '../../../transport/function.js'
-import { type HttpFunction, type HttpFunctionOptions, startHttpFunction } from '../../../transport/http-adapter.js'
+import { TokenReviewAuth } from '../../../pkg/transport/auth/kubernetes.js'
+import { type FileToken, tokenFromEnv, tokenProblem } from '../../../pkg/transport/auth/token.js'
+import type { EventFunction } from '../../../pkg/transport/function.js'
+import { type HttpFunction, type HttpFunctionOptions, startHttpFunction } from '../../../pkg/transport/http-adapter.js'
 import { repoRoot } from '../../env/binaries.js'
 import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -222,7 +222,9 @@ describe('placeholder secrets are refused at start', () => {
   it('refuses empty, short and placeholder values, the one earlier manifests shipped included', async () => {
     // The manifests ship no token any more (npm run gen:secrets makes every one); an install still carrying the
     // example of an earlier release is refused.
-    const docs = parseAllDocuments(await readFile(join(repoRoot, 'base/ingress.yaml'), 'utf8')).map((d) => d.toJS())
+    const docs = parseAllDocuments(await readFile(join(repoRoot, 'deploy/base/ingress.yaml'), 'utf8')).map((d) =>
+      d.toJS(),
+    )
     expect(docs.filter((d) => d?.kind === 'Secret')).toEqual([])
     const shipped = 'change-me-ingress-token'
     for (const value of [shipped, '', '   ', 'changeme', 'REPLACE_ME', 'replace-me-please-0000', 'short', 'token'])
@@ -240,7 +242,7 @@ describe('placeholder secrets are refused at start', () => {
     const tsx = join(repoRoot, 'node_modules/.bin/tsx')
     const runMain = (extra: Record<string, string>) =>
       new Promise<{ code: number | null; output: string }>((resolve) => {
-        const child = spawn(tsx, [join(repoRoot, 'process/main.ts')], {
+        const child = spawn(tsx, [join(repoRoot, 'cmd/manager/main.ts')], {
           env: { ...process.env, NATS_URL: env.natsUrl, KUBECONFIG: env.kubeconfigPath, PORT: '0', ...extra },
           stdio: ['ignore', 'pipe', 'pipe'],
         })

@@ -1,4 +1,4 @@
-// NATS identities and permissions with a real nats-server running nats/auth.conf (NKey users only):
+// NATS identities and permissions with a real nats-server running deploy/nats/auth.conf (NKey users only):
 // - each function connects with its own seed file (a mounted Secret: NATS_NKEY_SEED_FILE); a wrong seed, a password
 //   or no credential is refused; a placeholder seed stops the process before it connects;
 // - no function user may create or delete a consumer on any stream (durable, ephemeral or ordered, the KV_* streams
@@ -12,11 +12,11 @@ import { Kvm } from '@nats-io/kv'
 import { createUser } from '@nats-io/nkeys'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { documentedSince } from '../../../admission/nats-ports.js'
+import { provision } from '../../../cmd/manager/provision.js'
 import { catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { Bus, KvMirror, natsServerOptions } from '../../../jetstream/bus.js'
-import { provision } from '../../../process/provision.js'
+import { documentedSince } from '../../../pkg/admission/nats-ports.js'
+import { Bus, KvMirror, natsServerOptions } from '../../../pkg/jetstream/bus.js'
 import { sleep, waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import {
@@ -123,7 +123,7 @@ describe('least privilege on JetStream', () => {
         }
       }
     }
-    // No exception: the KV watches follow the buckets' republished subjects instead (jetstream/kv-mirror.ts), so no
+    // No exception: the KV watches follow the buckets' republished subjects instead (pkg/jetstream/kv-mirror.ts), so no
     // function can name a deliver subject the server would not check.
     expect(results).toEqual([])
   }, 120_000)

@@ -4,8 +4,8 @@
 import { randomBytes } from 'node:crypto'
 import { BatchV1Api, CoreV1Api, CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { GROUP, VERSION } from '../../../core/api.js'
-import { generateRbac, toYaml } from '../../../tools/rbac/generate.js'
+import { generateRbac, toYaml } from '../../../dev/tools/rbac/generate.js'
+import { GROUP, VERSION } from '../../../pkg/core/api.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 import { waitUntil } from '../support/backfill-world.js'
 

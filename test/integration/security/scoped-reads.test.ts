@@ -1,4 +1,4 @@
-// A namespace-scoped deployment with ONLY the generated namespace-scoped RBAC (tools/rbac/generate.ts: a Role +
+// A namespace-scoped deployment with ONLY the generated namespace-scoped RBAC (dev/tools/rbac/generate.ts: a Role +
 // RoleBinding per managed namespace, a read-only ClusterRole for GamingSessions and GPULeases alone), on the real
 // RBAC-enforcing apiserver: every function runs as its own ServiceAccount with WATCH_NAMESPACES set, and must admit
 // and preempt a backfill end to end — so none of them may list or watch Jobs, Models or ModelBackfills across the
@@ -7,10 +7,10 @@
 import { randomBytes } from 'node:crypto'
 import { BatchV1Api, CoreV1Api, CustomObjectsApi, type KubeConfig } from '@kubernetes/client-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { GROUP, VERSION } from '../../../core/api.js'
-import { jobName } from '../../../core/names.js'
-import type { Runner } from '../../../process/runner.js'
-import { generateRbac, toYaml } from '../../../tools/rbac/generate.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
+import { generateRbac, toYaml } from '../../../dev/tools/rbac/generate.js'
+import { GROUP, VERSION } from '../../../pkg/core/api.js'
+import { jobName } from '../../../pkg/core/names.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'

@@ -1,7 +1,7 @@
 // What most backfill test files stand on: the file's own system (every function in-process, startTestRunner) and a
 // BackfillWorld in the file's namespace, started before the file's tests and stopped after them.
 import { afterAll, beforeAll } from 'vitest'
-import type { Runner, RunnerOptions } from '../../../process/runner.js'
+import type { Runner, RunnerOptions } from '../../../cmd/manager/runner.js'
 import type { TestEnv } from '../../env/fixture.js'
 import { BackfillWorld } from './backfill-world.js'
 import { startTestRunner } from './runner.js'

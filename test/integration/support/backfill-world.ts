@@ -18,15 +18,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import type { KV } from '@nats-io/kv'
 import { Kvm } from '@nats-io/kv'
 import type { NatsConnection } from '@nats-io/transport-node'
-import {
-  GROUP,
-  type ModelBackfill,
-  type ModelBackfillSpec,
-  type ModelBackfillStatus,
-  VERSION,
-} from '../../../core/api.js'
-import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey, LABEL_BACKFILL, modelKey } from '../../../core/names.js'
-import type { BackfillState, ModelIdleState } from '../../../core/state.js'
+import type { Runner } from '../../../cmd/manager/runner.js'
 import {
   BUCKET_BACKFILLS,
   BUCKET_MODEL_IDLE,
@@ -37,9 +29,17 @@ import {
   STREAM_TIMERS,
 } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { isNotFound } from '../../../jetstream/bus.js'
-import { consumerName } from '../../../jetstream/names.js'
-import type { Runner } from '../../../process/runner.js'
+import {
+  GROUP,
+  type ModelBackfill,
+  type ModelBackfillSpec,
+  type ModelBackfillStatus,
+  VERSION,
+} from '../../../pkg/core/api.js'
+import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey, LABEL_BACKFILL, modelKey } from '../../../pkg/core/names.js'
+import type { BackfillState, ModelIdleState } from '../../../pkg/core/state.js'
+import { isNotFound } from '../../../pkg/jetstream/bus.js'
+import { consumerName } from '../../../pkg/jetstream/names.js'
 import { sleep } from '../../env/exec.js'
 
 export class BackfillWorld {

@@ -9,7 +9,6 @@ import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import { createUser } from '@nats-io/nkeys'
 import { parseAllDocuments, stringify } from 'yaml'
-import { gateNkeyEnv, gatesConf } from '../../../jetstream/gates-conf.js'
 import {
   AUTH_CONF,
   authConfIdentities,
@@ -17,7 +16,8 @@ import {
   generate,
   render,
   writeOutput,
-} from '../../../tools/secrets/generate.js'
+} from '../../../dev/tools/secrets/generate.js'
+import { gateNkeyEnv, gatesConf } from '../../../pkg/jetstream/gates-conf.js'
 import { repoRoot } from '../../env/binaries.js'
 import { waitFor } from '../../env/exec.js'
 import type { TestEnv } from '../../env/fixture.js'
@@ -98,7 +98,7 @@ export interface Build {
 
 /**
  * `kubectl kustomize` of an overlay wrapped in a throwaway kustomization that sets the namespace and a name
- * suffix, with the Secrets `npm run gen:secrets` makes beside it — the way a user installs it (scripts/install.sh).
+ * suffix, with the Secrets `npm run gen:secrets` makes beside it — the way a user installs it (dev/scripts/install.sh).
  * The overlay's own Namespace object is left out (the test owns its own).
  */
 export async function buildOverlay(env: TestEnv, overlay: 'knative' | 'keda', namespace: string): Promise<Build> {
@@ -186,14 +186,14 @@ export async function requestOutcome(
   }
 }
 
-/** The users of nats/auth.conf (test/unit/secrets.test.ts keeps this list equal to the file's). */
+/** The users of deploy/nats/auth.conf (test/unit/secrets.test.ts keeps this list equal to the file's). */
 export const NATS_USERS = [...FUNCTIONS, 'ingress', 'gateway', 'bridge', 'provision', 'operator'] as const
 export type NatsUser = (typeof NATS_USERS)[number]
 
 export interface AuthNats {
   /**
-   * The URL a user of nats/auth.conf connects with: `nats://<user>@host:port?nkey_seed_file=<its seed>` (the user
-   * names the inbox prefix, the seed file authenticates; jetstream/bus.ts natsServerOptions).
+   * The URL a user of deploy/nats/auth.conf connects with: `nats://<user>@host:port?nkey_seed_file=<its seed>` (the user
+   * names the inbox prefix, the seed file authenticates; pkg/jetstream/bus.ts natsServerOptions).
    */
   url(user: NatsUser): string
   /** Path of a user's NKey seed file (what its mounted Secret holds when deployed). */
@@ -208,7 +208,7 @@ export interface AuthNats {
   stop(): Promise<void>
 }
 
-/** Fresh NKeys for every user of nats/auth.conf: what nats-server is given, and each user's seed file. */
+/** Fresh NKeys for every user of deploy/nats/auth.conf: what nats-server is given, and each user's seed file. */
 export interface NatsNkeys {
   /** FLEXINFER_<USER>_NKEY = public key, for nats-server's environment (auth.conf reads them). */
   serverEnv: Record<string, string>
@@ -217,7 +217,7 @@ export interface NatsNkeys {
   publicKey(user: NatsUser): string
 }
 
-/** Makes an NKey pair per user of nats/auth.conf and writes the seeds under `<dir>/seeds`. */
+/** Makes an NKey pair per user of deploy/nats/auth.conf and writes the seeds under `<dir>/seeds`. */
 export async function makeNatsNkeys(dir: string): Promise<NatsNkeys> {
   const { identities } = generate(NATS_USERS)
   const serverEnv: Record<string, string> = {}
@@ -234,10 +234,10 @@ export async function makeNatsNkeys(dir: string): Promise<NatsNkeys> {
 }
 
 /**
- * A nats-server of its own (free loopback ports, temp JetStream dir) running nats/auth.conf with fresh NKeys given
+ * A nats-server of its own (free loopback ports, temp JetStream dir) running deploy/nats/auth.conf with fresh NKeys given
  * in its environment — or, with `generated`, the auth.conf `npm run gen:secrets` filled in (mounted beside the
  * server's config as in a pod: `include "../nats-auth/auth.conf"`), with no key in the environment. Beside it
- * the generated gates.conf, or nats/gates.conf as shipped, or with `gateNamespaces` as `npm run nats:gates` writes it for those namespaces, each
+ * the generated gates.conf, or deploy/nats/gates.conf as shipped, or with `gateNamespaces` as `npm run nats:gates` writes it for those namespaces, each
  * gate user with a fresh NKey (`gateSeedFile`).
  */
 export async function startAuthNats(
@@ -253,7 +253,7 @@ export async function startAuthNats(
   await mkdir(join(dir, 'nats-config'))
   await mkdir(join(dir, 'nats-auth'))
   if (generated) await writeFile(join(dir, 'nats-auth', 'auth.conf'), generated.authConf)
-  else await copyFile(join(repoRoot, 'nats/auth.conf'), join(dir, 'nats-auth', 'auth.conf'))
+  else await copyFile(join(repoRoot, 'deploy/nats/auth.conf'), join(dir, 'nats-auth', 'auth.conf'))
   // auth.conf includes gates.conf from beside itself.
   const gateSeeds = new Map<string, string>()
   if (generated?.gatesConf) await writeFile(join(dir, 'nats-auth', 'gates.conf'), generated.gatesConf)
@@ -267,7 +267,7 @@ export async function startAuthNats(
       await writeFile(file, new TextDecoder().decode(pair.getSeed()), { mode: 0o600 })
       gateSeeds.set(ns, file)
     }
-  } else await copyFile(join(repoRoot, 'nats/gates.conf'), join(dir, 'nats-auth', 'gates.conf'))
+  } else await copyFile(join(repoRoot, 'deploy/nats/gates.conf'), join(dir, 'nats-auth', 'gates.conf'))
   const conf = join(dir, 'nats-config', 'nats-server.conf')
   await writeFile(
     conf,
@@ -277,7 +277,7 @@ export async function startAuthNats(
       `http: "${LOOPBACK}:${monitorPort}"`,
       `jetstream { store_dir: ${JSON.stringify(join(dir, 'js'))}, max_memory_store: 64MB, max_file_store: 2GB }`,
       // nats-server resolves includes relative to the including file: auth.conf is mounted beside the config
-      // directory, as a ConfigMap or Secret volume would be (nats/README.md).
+      // directory, as a ConfigMap or Secret volume would be (deploy/nats/README.md).
       'include "../nats-auth/auth.conf"',
       '',
     ].join('\n'),
@@ -295,7 +295,7 @@ export async function startAuthNats(
   const log = async () => (existsSync(logPath) ? readFile(logPath, 'utf8') : '')
   try {
     await waitFor(
-      'nats-server with nats/auth.conf',
+      'nats-server with deploy/nats/auth.conf',
       async () => {
         if (child.exitCode !== null) throw new Error(`nats-server exited ${child.exitCode}:\n${await log()}`)
         return (await fetch(`${monitorUrl}/healthz`)).status === 200

@@ -1,4 +1,4 @@
-// The real KEDA operator (built by scripts/install-binaries.sh) as a local process against the test environment:
+// The real KEDA operator (built by dev/scripts/install-binaries.sh) as a local process against the test environment:
 // admin kubeconfig, one watched namespace, every listener on a free loopback port, no leader election, no cert
 // rotation (the gRPC metrics service gets a throwaway certificate), no webhook/APIService patching. It runs in its
 // own process group under a reaper (test/env/supervisor.ts), so it cannot outlive the test file that started it.

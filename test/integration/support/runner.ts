@@ -2,7 +2,7 @@
 // namespace and with durable consumers of its own, so files running in parallel on the shared NATS server
 // never take (or act on) each other's events.
 import { randomBytes } from 'node:crypto'
-import { type Runner, type RunnerOptions, startRunner } from '../../../process/runner.js'
+import { type Runner, type RunnerOptions, startRunner } from '../../../cmd/manager/runner.js'
 import type { TestEnv } from '../../env/fixture.js'
 
 export function testInstance(): string {

@@ -1,11 +1,11 @@
-// What admit's start waits for (transport/deps.ts openDeps, kube/kube.ts AdmissionCaches.startDeciding): the watched
+// What admit's start waits for (pkg/transport/deps.ts openDeps, pkg/kube/kube.ts AdmissionCaches.startDeciding): the watched
 // copies it decides on — Jobs, Models, GamingSessions, GPULeases — before it serves; its copies of the ModelBackfills
 // and CronJobs, which only save a GET, after (cold start). Shown with a ServiceAccount that may list and watch only
 // the first four: admit's Kubernetes side still opens, a ModelBackfill or CronJob is then not in a copy (admit GETs
 // it), and lifecycle, which lists the shared ModelBackfill copy whole on a sweep, refuses to start on it.
 import { afterAll, expect, it } from 'vitest'
 import { LifecycleCaches } from '../../../functions/lifecycle/caches.js'
-import { openDeps } from '../../../transport/deps.js'
+import { openDeps } from '../../../pkg/transport/deps.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()
@@ -62,7 +62,7 @@ it("admit serves once the copies it decides on are in; the ModelBackfills' and C
   expect(caches).toBeDefined()
   // The deciding copies are synced (an empty namespace: empty lists, not an error).
   expect(caches?.models.list()).toEqual([])
-  // The others could not list: admit finds nothing in them and GETs instead (admission/reconcile.ts).
+  // The others could not list: admit finds nothing in them and GETs instead (pkg/admission/reconcile.ts).
   await expect(caches?.copiesSynced).rejects.toThrow()
   expect(caches?.backfills?.get(ns, 'anything')).toBeNull()
   expect(caches?.templates?.get(ns, 'anything')).toBeNull()

@@ -6,12 +6,12 @@
 // the merged suite of 2026-12-02: one lost cancel and two live attempts on node-0; the logs show the Job created,
 // then "live attempt without its claims"). On the real claims bucket, with the functions' own take and release.
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { readClaimsAhead, takeClaimKeys as takeWithReads } from '../../../admission/claims.js'
-import { portsOf, readClaim, releaseClaimKeys, takeClaimKeys } from '../../../admission/reconcile.js'
-import { claimKeys } from '../../../core/names.js'
 import { BUCKET_CLAIMS } from '../../../events/catalog.js'
-import { createLogger } from '../../../observability/log.js'
-import { openDeps } from '../../../transport/deps.js'
+import { readClaimsAhead, takeClaimKeys as takeWithReads } from '../../../pkg/admission/claims.js'
+import { portsOf, readClaim, releaseClaimKeys, takeClaimKeys } from '../../../pkg/admission/reconcile.js'
+import { claimKeys } from '../../../pkg/core/names.js'
+import { createLogger } from '../../../pkg/observability/log.js'
+import { openDeps } from '../../../pkg/transport/deps.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

@@ -1,5 +1,5 @@
 // What a function's process loads at start (cold start, issue 11), checked without timing: the image's bundle
-// (scripts/bundle.mjs, with esbuild's metafile) is started as deployed, an ESM loader hook records every bundle file
+// (dev/scripts/bundle.mjs, with esbuild's metafile) is started as deployed, an ESM loader hook records every bundle file
 // the process loads, and the metafile says which sources and packages are in them. demand, with tracing off, must
 // handle its first event without loading @kubernetes/client-node or the OpenTelemetry SDK and exporter: a later
 // static import cannot bring them back silently. The control: cancel with an OTLP endpoint set loads both (so the
@@ -40,7 +40,7 @@ const FASTIFY = /node_modules\/(fastify|find-my-way|light-my-request|fast-json-s
 
 beforeAll(async () => {
   await mkdir(out, { recursive: true })
-  const built = await run(process.execPath, [join(repoRoot, 'scripts', 'bundle.mjs'), bundle, metaPath], {
+  const built = await run(process.execPath, [join(repoRoot, 'dev/scripts/bundle.mjs'), bundle, metaPath], {
     cwd: repoRoot,
     timeoutMs: 120_000,
   })
@@ -147,7 +147,7 @@ it('the metafile maps the Kubernetes client and the OpenTelemetry SDK to bundle 
   expect(all.some((s) => OTEL_SDK.test(s))).toBe(true)
 })
 
-it('the bundle carries no zod locale but English and no whatwg-url (scripts/bundle.mjs)', () => {
+it('the bundle carries no zod locale but English and no whatwg-url (dev/scripts/bundle.mjs)', () => {
   const all = [...outputsBySource().values()].flat()
   expect(all.filter((s) => /zod\/v4\/locales\/(?!en\.js)/.test(s) && !s.startsWith('zod-locales:'))).toEqual([])
   expect(all.filter((s) => /node_modules\/(whatwg-url|tr46)\//.test(s))).toEqual([])

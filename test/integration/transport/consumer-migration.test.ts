@@ -1,15 +1,15 @@
-// The provision step (as the provision user of nats/auth.conf) moves demand's durable consumer from explicit acks to
-// AckAll (jetstream/consumer-migration.ts): JetStream cannot change the policy in place. An older release's consumer
+// The provision step (as the provision user of deploy/nats/auth.conf) moves demand's durable consumer from explicit acks to
+// AckAll (pkg/jetstream/consumer-migration.ts): JetStream cannot change the policy in place. An older release's consumer
 // with a backlog — some requests handled and acked, some held unacked by an instance still running, the rest never
 // delivered — is re-created so that every request is delivered exactly once overall: none lost, none redelivered.
 // Seen failing before the migration existed (provision: "ack policy can not be updated").
 import { AckPolicy, DeliverPolicy, type JsMsg, jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
+import { provision } from '../../../cmd/manager/provision.js'
 import { catalog, STREAM_FOREGROUND } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { natsServerOptions } from '../../../jetstream/bus.js'
-import { provision } from '../../../process/provision.js'
+import { natsServerOptions } from '../../../pkg/jetstream/bus.js'
 import { ensureBinaries } from '../../env/binaries.js'
 import { type AuthNats, startAuthNats } from '../support/deploy.js'
 

@@ -1,4 +1,4 @@
-// demand acks in batches (AckAll up to the lowest unfinished request, transport/ack-floor.ts) and keeps its safety
+// demand acks in batches (AckAll up to the lowest unfinished request, pkg/transport/ack-floor.ts) and keeps its safety
 // rule: a request is acked only after its idle write is stored. A demand process is killed (SIGKILL) while it drains
 // a backlog; the oracle reads the stream, the consumer's ack floor and the idle bucket itself — every request at or
 // below the floor must be covered by its model's stored idle time. A second process then drains the rest (what the
@@ -11,6 +11,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
+import { startRunner } from '../../../cmd/manager/runner.js'
 import {
   BUCKET_MODEL_IDLE,
   catalog,
@@ -19,7 +20,6 @@ import {
   STREAM_FOREGROUND,
 } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { startRunner } from '../../../process/runner.js'
 import { ensureBinaries } from '../../env/binaries.js'
 import { waitFor } from '../../env/exec.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'

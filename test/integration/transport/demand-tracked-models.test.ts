@@ -2,9 +2,9 @@
 // being handled for: that model's requests must keep sharing one coalesced idle write.
 import { describe, expect, it } from 'vitest'
 import { COALESCE_MS, Demand } from '../../../functions/demand/index.js'
-import { Bus } from '../../../jetstream/bus.js'
-import { createLogger } from '../../../observability/log.js'
-import type { Deps } from '../../../transport/function.js'
+import { Bus } from '../../../pkg/jetstream/bus.js'
+import { createLogger } from '../../../pkg/observability/log.js'
+import type { Deps } from '../../../pkg/transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { storedRequest } from '../support/demand.js'
 

@@ -1,10 +1,10 @@
-// The exporter lease (observability/exporter-lease.ts) on a real nats-server's KV: one holder at a time, a crashed
+// The exporter lease (pkg/observability/exporter-lease.ts) on a real nats-server's KV: one holder at a time, a crashed
 // holder (no renewal, no release) taken over only after a whole lease unrenewed, and the new holder exporting only
 // after the handover — at no moment do two processes hold it. Short lease and handover so the test takes seconds.
 import { randomBytes } from 'node:crypto'
 import { expect, it } from 'vitest'
-import { Bus } from '../../../jetstream/bus.js'
-import { ExporterLease } from '../../../observability/exporter-lease.js'
+import { Bus } from '../../../pkg/jetstream/bus.js'
+import { ExporterLease } from '../../../pkg/observability/exporter-lease.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

@@ -1,4 +1,4 @@
-// What the container runs: `npm run build` output (tsconfig.build.json → dist/, then scripts/bundle.mjs →
+// What the container runs: `npm run build` output (tsconfig.build.json → dist/, then dev/scripts/bundle.mjs →
 // dist/bundle/) started as the Dockerfile's ENTRYPOINT does, with plain node (no tsx). There is no Docker engine here, so the image itself is not built; this
 // checks the compiled entry point answers --help, serves the ingress and runs the bridge end to end, then stops on
 // SIGTERM.
@@ -23,13 +23,13 @@ const children: ChildProcess[] = []
 
 beforeAll(async () => {
   const pkg = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8'))
-  expect(pkg.scripts.build).toBe('tsc -p tsconfig.build.json && node scripts/bundle.mjs')
+  expect(pkg.scripts.build).toBe('tsc -p tsconfig.build.json && node dev/scripts/bundle.mjs')
   const tsc = await run(join(repoRoot, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.build.json', '--outDir', out], {
     cwd: repoRoot,
     timeoutMs: 120_000,
   })
   expect(tsc.code, `${tsc.stdout}${tsc.stderr}`).toBe(0)
-  const bundle = await run(process.execPath, [join(repoRoot, 'scripts', 'bundle.mjs'), join(out, 'bundle')], {
+  const bundle = await run(process.execPath, [join(repoRoot, 'dev/scripts/bundle.mjs'), join(out, 'bundle')], {
     cwd: repoRoot,
     timeoutMs: 120_000,
   })

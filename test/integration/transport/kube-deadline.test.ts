@@ -8,7 +8,7 @@ import { createServer as createHttpServer, type Server } from 'node:http'
 import { connect, createServer, type Socket } from 'node:net'
 import { CoreV1Api, KubeConfig, type V1ConfigMap } from '@kubernetes/client-node'
 import { afterAll, expect, it } from 'vitest'
-import { Kube, KubeRequestTimeout, kubeRequestTimeoutMs, statusCode, WatchCache } from '../../../kube/kube.js'
+import { Kube, KubeRequestTimeout, kubeRequestTimeoutMs, statusCode, WatchCache } from '../../../pkg/kube/kube.js'
 import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 

@@ -1,9 +1,9 @@
-// A KV mirror follows a bucket without a consumer (the republished subjects, jetstream/kv-mirror.ts). Core NATS does not
+// A KV mirror follows a bucket without a consumer (the republished subjects, pkg/jetstream/kv-mirror.ts). Core NATS does not
 // replay what was published while a subscriber was disconnected: on a nats-server of the test's own, changes made
 // while the mirror is reconnecting (a put and a delete it cannot hear) are picked up by the reload after reconnect.
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { Bus, KvMirror } from '../../../jetstream/bus.js'
+import { Bus, KvMirror } from '../../../pkg/jetstream/bus.js'
 import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'

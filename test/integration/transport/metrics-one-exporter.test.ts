@@ -1,19 +1,19 @@
 // One count per series: the contract's four families (and the phase and dead-letter series) come from KV state every
 // process mirrors, so `sum by (…)` over the pods a PodMonitor scrapes must still equal the state — at any replica
-// count, and through the exporter going away (observability/exporter-lease.ts). Deployed shape on the real servers:
+// count, and through the exporter going away (pkg/observability/exporter-lease.ts). Deployed shape on the real servers:
 // two cancel processes and two demand processes, the rest in one, each with its own /metrics, scraped as the
 // PodMonitor does; the sums are compared with the KV state. The PodMonitor scrapes every function whatever its
 // transport, so the Knative overlay's processes are scraped too: source, admit and lifecycle served over HTTP
-// (transport/http-adapter.ts) and the gateway ingress, each with its process metrics and never a contract series.
+// (pkg/transport/http-adapter.ts) and the gateway ingress, each with its process metrics and never a contract series.
 // Then the exporting process stops (a scale-down, a rolling update): no scrape ever shows a series twice, and the
 // other cancel takes over after the handover.
 
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, expect, it, vi } from 'vitest'
+import type { Runner } from '../../../cmd/manager/runner.js'
 import { INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
 import { loadFunction } from '../../../functions/load.js'
-import type { Runner } from '../../../process/runner.js'
-import { type HttpFunction, startHttpFunction } from '../../../transport/http-adapter.js'
+import { type HttpFunction, startHttpFunction } from '../../../pkg/transport/http-adapter.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'

@@ -20,9 +20,9 @@ export interface OwnNats {
 }
 
 export interface OwnNatsOptions {
-  /** Copied beside the configuration and included by it (e.g. nats/auth.conf, as in a ConfigMap). */
+  /** Copied beside the configuration and included by it (e.g. deploy/nats/auth.conf, as in a ConfigMap). */
   include?: string
-  /** Files the included one includes in turn, copied beside it (nats/auth.conf includes nats/gates.conf). */
+  /** Files the included one includes in turn, copied beside it (deploy/nats/auth.conf includes deploy/nats/gates.conf). */
   alongside?: string[]
   /** The server's environment on top of this process's (the NKeys auth.conf reads). */
   env?: Record<string, string>

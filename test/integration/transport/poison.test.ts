@@ -9,18 +9,18 @@ import type { Msg, Subscription } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { STREAM_EVENTS } from '../../../events/catalog.js'
 import type { InboundEvent } from '../../../events/codec.js'
-import { Bus, DEAD_LETTER_REASON, DEAD_LETTER_TRUNCATED } from '../../../jetstream/bus.js'
-import { consumerName } from '../../../jetstream/names.js'
-import { Kube } from '../../../kube/kube.js'
-import { createLogger } from '../../../observability/log.js'
-import type { Deps, EventFunction } from '../../../transport/function.js'
+import { Bus, DEAD_LETTER_REASON, DEAD_LETTER_TRUNCATED } from '../../../pkg/jetstream/bus.js'
+import { consumerName } from '../../../pkg/jetstream/names.js'
+import { Kube } from '../../../pkg/kube/kube.js'
+import { createLogger } from '../../../pkg/observability/log.js'
+import type { Deps, EventFunction } from '../../../pkg/transport/function.js'
 import {
   CONSUMER_MAX_DELIVER,
   ensureConsumers,
   type JetStreamOptions,
   type RunningFunction,
   runOnJetStream,
-} from '../../../transport/jetstream-adapter.js'
+} from '../../../pkg/transport/jetstream-adapter.js'
 import { sleep, waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { HEADER_SAFE, hostileInputs } from './hostile.js'

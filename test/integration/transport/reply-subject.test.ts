@@ -1,11 +1,11 @@
 // The JetStream adapter reads each delivery's stream sequence and store time from its reply subject itself
-// (transport/reply-subject.ts), falling back to nats.js's parse for a form it does not know. On the real nats-server:
+// (pkg/transport/reply-subject.ts), falling back to nats.js's parse for a form it does not know. On the real nats-server:
 // every delivery comes in a form it reads (so the cheap path is the one taken), with what nats.js reads from it.
 
 import { randomBytes } from 'node:crypto'
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream'
 import { afterAll, expect, it } from 'vitest'
-import { type ReplyFields, readReplySubject } from '../../../transport/reply-subject.js'
+import { type ReplyFields, readReplySubject } from '../../../pkg/transport/reply-subject.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

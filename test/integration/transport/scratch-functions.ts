@@ -4,12 +4,16 @@ import { randomBytes, randomUUID } from 'node:crypto'
 import { Writable } from 'node:stream'
 import { afterAll, beforeAll } from 'vitest'
 import { STREAM_EVENTS } from '../../../events/catalog.js'
-import { Bus } from '../../../jetstream/bus.js'
-import { consumerName } from '../../../jetstream/names.js'
-import { Kube } from '../../../kube/kube.js'
-import { createLogger } from '../../../observability/log.js'
-import type { Deps, EventFunction } from '../../../transport/function.js'
-import { type JetStreamOptions, type RunningFunction, runOnJetStream } from '../../../transport/jetstream-adapter.js'
+import { Bus } from '../../../pkg/jetstream/bus.js'
+import { consumerName } from '../../../pkg/jetstream/names.js'
+import { Kube } from '../../../pkg/kube/kube.js'
+import { createLogger } from '../../../pkg/observability/log.js'
+import type { Deps, EventFunction } from '../../../pkg/transport/function.js'
+import {
+  type JetStreamOptions,
+  type RunningFunction,
+  runOnJetStream,
+} from '../../../pkg/transport/jetstream-adapter.js'
 import type { useTestEnv } from '../../env/fixture.js'
 
 /** A ConfigMap `add` as an ApiServerSource delivers it: an event every function's decoder accepts. */

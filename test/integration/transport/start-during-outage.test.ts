@@ -3,7 +3,7 @@
 // outage, and cancels waiting for it. A refused credential still fails at once: waiting cannot fix it.
 import { type AddressInfo, createServer } from 'node:net'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { Bus } from '../../../jetstream/bus.js'
+import { Bus } from '../../../pkg/jetstream/bus.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'

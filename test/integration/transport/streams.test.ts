@@ -10,7 +10,7 @@ import {
   STREAM_FOREGROUND_LAST,
 } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { Bus } from '../../../jetstream/bus.js'
+import { Bus } from '../../../pkg/jetstream/bus.js'
 import { useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

@@ -5,9 +5,9 @@
 import { jetstreamManager } from '@nats-io/jetstream'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
+import { provision } from '../../../cmd/manager/provision.js'
 import { STREAM_TIMERS } from '../../../events/catalog.js'
-import { Bus, ensureBuckets, streamConfigs } from '../../../jetstream/bus.js'
-import { provision } from '../../../process/provision.js'
+import { Bus, ensureBuckets, streamConfigs } from '../../../pkg/jetstream/bus.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'
 

@@ -1,7 +1,7 @@
 // Deterministic simulation of admission against preemption. A seeded scheduler runs the real reconcile() — its
-// admission protocol (admission/), decide(), apply() — for admit, lifecycle and cancel, and the real Demand
+// admission protocol (pkg/admission/), decide(), apply() — for admit, lifecycle and cancel, and the real Demand
 // (functions/demand: idle writes, claim reads, cancels) as one process that can crash, over the in-memory ports
-// (admission/memory-ports.ts, functions/demand/ports.ts) and an in-memory apiserver and bus; cancel's event handling
+// (test/unit/support/memory-ports.ts, functions/demand/ports.ts) and an in-memory apiserver and bus; cancel's event handling
 // is a thin driver around the same real parts (awaitAdmittedJob, reconcile). Every call to a port waits at a gate, where the
 // scheduler picks which waiting call runs next, how much virtual time it takes, whether it fails (before or after
 // taking effect) and whether its caller crashes there (it never answers; the event is redelivered). Foreground
@@ -22,7 +22,19 @@
 // oracle looks again only when the world moved. Every fault it injects is counted (SimStats), so a test can show each
 // kind is really generated.
 import type { V1Job } from '@kubernetes/client-node'
-import { claimKeys } from '../../../admission/claims.js'
+import type { InboundEvent } from '../../../events/codec.js'
+import { awaitAdmittedJob } from '../../../functions/cancel/in-flight.js'
+import { Demand } from '../../../functions/demand/index.js'
+import type { DemandPorts } from '../../../functions/demand/ports.js'
+import { claimKeys } from '../../../pkg/admission/claims.js'
+import type { Entry } from '../../../pkg/admission/ports.js'
+import { type AdmissionDeps, type Role, reconcile } from '../../../pkg/admission/reconcile.js'
+import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../pkg/core/api.js'
+import type { Trigger } from '../../../pkg/core/decide.js'
+import { ANNOTATION_MODEL, backfillKey } from '../../../pkg/core/names.js'
+import { type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
+import { type Bus, isCasConflict } from '../../../pkg/jetstream/bus.js'
+import type { Kube } from '../../../pkg/kube/kube.js'
 import {
   deepFreeze,
   type Gate,
@@ -34,19 +46,7 @@ import {
   type StoredJob,
   type StoredRequest,
   type Verdict,
-} from '../../../admission/memory-ports.js'
-import type { Entry } from '../../../admission/ports.js'
-import { type AdmissionDeps, type Role, reconcile } from '../../../admission/reconcile.js'
-import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../core/api.js'
-import type { Trigger } from '../../../core/decide.js'
-import { ANNOTATION_MODEL, backfillKey } from '../../../core/names.js'
-import { type Claim, parseClaim, parseEntry } from '../../../core/state.js'
-import type { InboundEvent } from '../../../events/codec.js'
-import { awaitAdmittedJob } from '../../../functions/cancel/in-flight.js'
-import { Demand } from '../../../functions/demand/index.js'
-import type { DemandPorts } from '../../../functions/demand/ports.js'
-import { type Bus, isCasConflict } from '../../../jetstream/bus.js'
-import type { Kube } from '../../../kube/kube.js'
+} from './memory-ports.js'
 import { type SimCopy, simCaches } from './sim-caches.js'
 import { aCronJob, silentLogger } from './world.js'
 

@@ -1,13 +1,13 @@
-// admit's and lifecycle's watched copies (kube/kube.ts AdmissionCaches) as the simulation keeps them, so that the
+// admit's and lifecycle's watched copies (pkg/kube/kube.ts AdmissionCaches) as the simulation keeps them, so that the
 // simulation decides on the path production runs: admit decides on its copies of the ModelBackfill and the CronJob
-// (checked against fresh GETs before it commits: admission/fresh-check.ts), takes its contenders from the live-Jobs
+// (checked against fresh GETs before it commits: pkg/admission/fresh-check.ts), takes its contenders from the live-Jobs
 // index, and reads the claims ahead when its copy of the Model names the node; lifecycle reads its own Jobs from the
 // copy. A copy is told of each change by a watch event a moment after the apiserver made it, and misses it when that
 // event is lost (a watch restarting) until the watch's relist, seconds later.
 import type { V1CronJob, V1Job } from '@kubernetes/client-node'
-import type { ModelBackfill } from '../../../core/api.js'
-import { ActiveJobs } from '../../../kube/active-jobs.js'
-import type { AdmissionCaches } from '../../../kube/kube.js'
+import type { ModelBackfill } from '../../../pkg/core/api.js'
+import { ActiveJobs } from '../../../pkg/kube/active-jobs.js'
+import type { AdmissionCaches } from '../../../pkg/kube/kube.js'
 
 type Listener<T> = (object: T, removed: boolean) => void
 type Named = { metadata?: { namespace?: string; name?: string } }

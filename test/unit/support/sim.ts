@@ -2,25 +2,17 @@
 // functions drive them (who is woken by which event), with invariant checks on every single decision.
 //
 // Nothing here acts on a decision itself: every decision is made and applied by the real reconcile()
-// (admission/reconcile.ts: observe, decide, the admission protocol with its claims, the state's compare-and-set,
-// apply) over the in-memory ports (admission/memory-ports.ts) and a small in-memory apiserver and bus, as in
+// (pkg/admission/reconcile.ts: observe, decide, the admission protocol with its claims, the state's compare-and-set,
+// apply) over the in-memory ports (test/unit/support/memory-ports.ts) and a small in-memory apiserver and bus, as in
 // support/dst.ts but without its faults or its scheduler: each delivery runs to its end before the next. A
 // resource change wakes lifecycle, a timer admit; what they publish (admit requests, cancel requests) is delivered
 // next, to admit or to a thin cancel driver (the Job's DELETE, then the cancel reconcile); a foreground request goes
 // through a thin demand driver (the idle state, the request stored, the model's claim read, a cancel published).
 // What stays here is the world's physics: Jobs starting, finishing and being reaped, Models, sessions, leases, specs.
 import type { V1Job } from '@kubernetes/client-node'
-import { claimKeys } from '../../../admission/claims.js'
-import {
-  deepFreeze,
-  MemoryJobs,
-  MemoryKv,
-  MemoryRequests,
-  memoryPorts,
-  type StoredJob,
-} from '../../../admission/memory-ports.js'
-import type { Entry } from '../../../admission/ports.js'
-import { type AdmissionDeps, type Role, readState, reconcile } from '../../../admission/reconcile.js'
+import { claimKeys } from '../../../pkg/admission/claims.js'
+import type { Entry } from '../../../pkg/admission/ports.js'
+import { type AdmissionDeps, type Role, readState, reconcile } from '../../../pkg/admission/reconcile.js'
 import {
   type CancelReason,
   checkSpec,
@@ -29,20 +21,21 @@ import {
   type ModelBackfillSpec,
   type ModelBackfillStatus,
   REASONS,
-} from '../../../core/api.js'
-import { type Decision, decide, type Observed, sameState, type Trigger } from '../../../core/decide.js'
-import { backfillKey, backfillLabelValue, LABEL_BACKFILL, modelClaimKey, modelKey } from '../../../core/names.js'
-import { type BackfillState, type Claim, parseClaim, parseEntry, toKv } from '../../../core/state.js'
+} from '../../../pkg/core/api.js'
+import { type Decision, decide, type Observed, sameState, type Trigger } from '../../../pkg/core/decide.js'
+import { backfillKey, backfillLabelValue, LABEL_BACKFILL, modelClaimKey, modelKey } from '../../../pkg/core/names.js'
+import { type BackfillState, type Claim, parseClaim, parseEntry, toKv } from '../../../pkg/core/state.js'
 import {
   type GamingSessionView,
   type GPULeaseView,
   type JobView,
   jobView,
   type ModelView,
-} from '../../../core/world.js'
-import type { Bus } from '../../../jetstream/bus.js'
-import type { Kube } from '../../../kube/kube.js'
-import { PLURALS } from '../../../kube/kube-common.js'
+} from '../../../pkg/core/world.js'
+import type { Bus } from '../../../pkg/jetstream/bus.js'
+import type { Kube } from '../../../pkg/kube/kube.js'
+import { PLURALS } from '../../../pkg/kube/kube-common.js'
+import { deepFreeze, MemoryJobs, MemoryKv, MemoryRequests, memoryPorts, type StoredJob } from './memory-ports.js'
 import {
   aBackfill,
   aCronJob,

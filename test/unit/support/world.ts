@@ -8,7 +8,7 @@ import {
   type ModelBackfill,
   type ModelBackfillSpec,
   type ModelBackfillStatus,
-} from '../../../core/api.js'
+} from '../../../pkg/core/api.js'
 import {
   type Contender,
   type Decision,
@@ -16,12 +16,12 @@ import {
   type Observed,
   type TemplateObservation,
   type Trigger,
-} from '../../../core/decide.js'
-import type { GpuViolation } from '../../../core/job.js'
-import { backfillLabelValue, jobName } from '../../../core/names.js'
-import type { ModelIdleState } from '../../../core/state.js'
-import type { GamingSessionView, GPULeaseView, JobView, ModelView } from '../../../core/world.js'
-import type { Logger } from '../../../observability/log.js'
+} from '../../../pkg/core/decide.js'
+import type { GpuViolation } from '../../../pkg/core/job.js'
+import { backfillLabelValue, jobName } from '../../../pkg/core/names.js'
+import type { ModelIdleState } from '../../../pkg/core/state.js'
+import type { GamingSessionView, GPULeaseView, JobView, ModelView } from '../../../pkg/core/world.js'
+import type { Logger } from '../../../pkg/observability/log.js'
 
 export const NS = 'ns'
 export const BACKFILL = 'bf'

@@ -75,9 +75,9 @@ def connection_settings(
     servers: str, *, nkey_seed_file: Optional[str] = None, creds_file: Optional[str] = None, env: Optional[Dict[str, str]] = None
 ) -> ConnectionSettings:
     """``nats://gateway@host:4222`` (comma-separated for a cluster): the user names the reply inbox prefix
-    ``_INBOX_gateway``, the only one nats/auth.conf lets the gateway receive acks on. The credential: the arguments,
+    ``_INBOX_gateway``, the only one deploy/nats/auth.conf lets the gateway receive acks on. The credential: the arguments,
     else ``?nkey_seed_file=`` / ``?creds_file=`` on the URL, else NATS_NKEY_SEED_FILE / NATS_CREDS_FILE. A password in
-    the URL works against a development server of your own only (nats/auth.conf accepts no password)."""
+    the URL works against a development server of your own only (deploy/nats/auth.conf accepts no password)."""
     import os
 
     env = dict(os.environ) if env is None else env

@@ -1,4 +1,0 @@
-// Prints why the test servers must be (re)built, or nothing when the cached ones are usable (scripts/setup.sh).
-import { staleReason } from '../test/env/binaries.js'
-
-process.stdout.write(staleReason() ?? '')
