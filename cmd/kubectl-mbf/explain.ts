@@ -1,9 +1,9 @@
 // `kubectl mbf explain`: why a backfill is (not) running, gate by gate, from the same observation admit makes
-// (pkg/admission/reconcile.ts observe()) plus the NATS state around it. Pure: the I/O lives in cmd/kubectl-mbf/read.ts, so the
-// verdicts are unit-tested with made-up worlds. The gates and their verdicts are decide()'s own report (run with
-// everyGate, on the observation, without applying anything), and the closing line is that same decision: what admit
-// would do if woken now. Explain only words the evidence and adds what decide does not read (the claims KV, whether
-// the fence could be read).
+// (pkg/reconcile/observe.ts observe()) plus the NATS state around it. Pure: the I/O lives in cmd/kubectl-mbf/read.ts,
+// so the verdicts are unit-tested with made-up worlds. The gates and their verdicts are decide()'s own report (run
+// with everyGate, on the observation, without applying anything), and the closing line is that same decision: what
+// admit would do if woken now. Explain only words the evidence and adds what decide does not read (the claims KV,
+// whether the fence could be read).
 import { checkSpec } from '../../pkg/core/api.js'
 import { decide, type GateName, type GateReport, type GateVerdict, type Observed } from '../../pkg/core/decide.js'
 import { GATE_CONTAINER, GATE_SECRET, gateSettings } from '../../pkg/core/gate.js'

@@ -1,6 +1,6 @@
 // The plugin's reads: the user's kubeconfig and NATS, read-only, every call with a deadline. Explain observes a
-// backfill with the functions' own observe() (pkg/admission/reconcile.ts) and fence check (pkg/admission/fence.ts), so what it
-// shows is what admit sees; nothing here writes anything (no stream, bucket or consumer is created).
+// backfill with the functions' own observe() (pkg/reconcile/observe.ts) and fence check (pkg/admission/fence.ts), so
+// what it shows is what admit sees; nothing here writes anything (no stream, bucket or consumer is created).
 import { existsSync, readFileSync } from 'node:fs'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
@@ -19,7 +19,6 @@ import {
   scheduleSubject,
 } from '../../events/catalog.js'
 import { checkFence } from '../../pkg/admission/fence.js'
-import { observe } from '../../pkg/admission/reconcile.js'
 import type { ModelBackfill } from '../../pkg/core/api.js'
 import { ANNOTATION_GATE_ENDPOINT_ENV } from '../../pkg/core/gate.js'
 import { backfillKey, claimKeys } from '../../pkg/core/names.js'
@@ -34,6 +33,7 @@ import {
 } from '../../pkg/core/state.js'
 import { Bus, isNotFound, lastBySubject, natsServerOptions } from '../../pkg/jetstream/bus.js'
 import { Kube } from '../../pkg/kube/kube.js'
+import { observe } from '../../pkg/reconcile/observe.js'
 import type { Deps } from '../../pkg/transport/function.js'
 import type { Args } from './args.js'
 import { type CancelRequestSeen, type EventSeen, type ExplainInput, gatePodSeen } from './explain.js'

@@ -1,5 +1,5 @@
 // What an admission does after its attempt is committed and its Job exists — the BackfillStarted Event and the
-// status write (pkg/admission/reconcile.ts hands them over) — runs in a lane of its own, off the admission slot (with
+// status write (pkg/reconcile/apply.ts hands them over) — runs in a lane of its own, off the admission slot (with
 // 1,000 windows ending together, ~1.5 s of each slot's ~3.7 s came after `startedAt` and the timers queued
 // ~45 s for a slot). Foreground safety does not depend on it: the claims, the fence and the newest-request reads
 // around the POST stay on the admission path.

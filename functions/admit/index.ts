@@ -3,10 +3,11 @@
 // Started Event, the status write) runs in admit's bookkeeping lane, not on the admission's slot (bookkeeping.ts).
 
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
-import { type AfterStart, reconcile } from '../../pkg/admission/reconcile.js'
 import { earlyBy } from '../../pkg/core/timer-tick.js'
 import { Lane } from '../../pkg/lib/lane.js'
 import { StepTimings } from '../../pkg/observability/step-timings.js'
+import type { AfterStart } from '../../pkg/reconcile/apply.js'
+import { reconcile } from '../../pkg/reconcile/reconcile.js'
 import type { Deps, EventFunction } from '../../pkg/transport/function.js'
 import { BookkeepingLane } from './bookkeeping.js'
 

@@ -5,9 +5,9 @@
 // running). So a foreground cancel that finds no Job waits for it while the claim still stands for that Job on a
 // window the request broke, and deletes it the moment it exists.
 import type { V1Job } from '@kubernetes/client-node'
-import { readClaim } from '../../pkg/admission/reconcile.js'
 import { claimKeys, isObjectName } from '../../pkg/core/names.js'
 import type { ObjectCache } from '../../pkg/kube/kube.js'
+import { readClaim } from '../../pkg/reconcile/read-kv.js'
 import type { Deps } from '../../pkg/transport/function.js'
 
 /** Longer than the apiserver request deadline (10 s): by then the POST was answered, or it failed. */

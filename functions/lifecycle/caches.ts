@@ -5,7 +5,7 @@
 // ModelBackfills for the sweep and the cluster-wide re-decides.
 //
 // What stays a fresh read, and why: the ModelBackfill a reconcile decides on (its generation and resourceVersion
-// must be the newest, pkg/admission/reconcile.ts), the attempt's Job (its "gone" is a decision input), the CronJob (not
+// must be the newest, pkg/reconcile/reconcile.ts), the attempt's Job (its "gone" is a decision input), the CronJob (not
 // cached: pkg/kube/kube.ts AdmissionCaches), and — once per event, not per backfill — whatever the event is about
 // (the GamingSessions and GPULeases of a session/lease event, the Model of a model event; ./index.ts): a watch lags,
 // and an event handled against a copy that has not seen it yet would lose the cancel it carries. Lifecycle never

@@ -7,9 +7,11 @@
 // re-publishes a backfill whose earlier resync is still queued (./pending.ts): both what 10,000 backfills need.
 
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
-import { type Fresh, readState, reconcile } from '../../pkg/admission/reconcile.js'
 import { backfillKey } from '../../pkg/core/names.js'
 import { PLURALS } from '../../pkg/kube/kube.js'
+import type { Fresh } from '../../pkg/reconcile/observe.js'
+import { readState } from '../../pkg/reconcile/read-kv.js'
+import { reconcile } from '../../pkg/reconcile/reconcile.js'
 import type { Deps, EventFunction } from '../../pkg/transport/function.js'
 import { LifecycleCaches } from './caches.js'
 import { PendingResyncs } from './pending.js'

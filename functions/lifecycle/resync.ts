@@ -6,7 +6,6 @@
 // is reconciled on its own (its own retries, its own dead letter), so one odd object never holds up the others.
 
 import { BACKFILL_SCHEDULES_FILTER, STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
-import { readState } from '../../pkg/admission/reconcile.js'
 import { timerHeld } from '../../pkg/admission/timer-held.js'
 import { backfillKey } from '../../pkg/core/names.js'
 import { needsResync, RESYNC_MS, type ResyncReason } from '../../pkg/core/resync.js'
@@ -15,6 +14,7 @@ import { type JobView, jobView, type ModelView, modelView } from '../../pkg/core
 import { kvSnapshot } from '../../pkg/jetstream/kv-mirror.js'
 import { consumerName, instanceName } from '../../pkg/jetstream/names.js'
 import { PLURALS } from '../../pkg/kube/kube.js'
+import { readState } from '../../pkg/reconcile/read-kv.js'
 import type { Deps } from '../../pkg/transport/function.js'
 import type { LifecycleCaches } from './caches.js'
 import type { PendingResyncs } from './pending.js'

@@ -238,7 +238,7 @@ export const MUTANTS: Mutant[] = [
     maxSeconds: 330,
     edits: [
       {
-        file: 'pkg/admission/reconcile.ts',
+        file: 'pkg/reconcile/reconcile.ts',
         find: "const creates = decision.actions.some((a) => a.type === 'createJob')",
         replace: 'const creates = false',
       },

@@ -1,5 +1,5 @@
 // A retry of a Starting attempt must not create its Job on a state read that a cancel or another try has moved on
-// from (pkg/admission/reconcile.ts: "A decision to create a Job commits its state even when unchanged"; mutant
+// from (pkg/reconcile/reconcile.ts: "A decision to create a Job commits its state even when unchanged"; mutant
 // `retry-posts-on-stale-state` in test/sim/mutants.ts). The simulation no longer reaches this race (not within 80,000
 // seeds, docs/development.md), so it is built here directly: the real reconcile() for admit, lifecycle and cancel
 // over the in-memory ports, each delivery in its own context so that a gate can hold one try back at one call while
@@ -20,14 +20,13 @@
 // revision R conflicts, it reads again and creates nothing. Without it (`const creates = false`), the retry's unchanged
 // state is not written and its POST stands on R: the Job is created after the attempt was ended, with no claim (demand
 // finds nothing to cancel; in case 2 on the node a GPU lease holds) and no state naming it. Seen failing so with the
-// fix undone (`const creates = false` in pkg/admission/reconcile.ts), both cases, at the oracle's check:
+// fix undone (`const creates = false` in pkg/reconcile/reconcile.ts), both cases, at the oracle's check:
 //   AssertionError: expected [ …(2) ] to deeply equal []
 //   + "live Job bf-1-04e5ddb5 without its claims (model: -, node: -)",
 //   + "live Job bf-1-04e5ddb5 not its backfill's attempt (state WaitingForIdle/IdleWindow, Job -)",
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { describe, expect, it } from 'vitest'
 import { claimKeys } from '../../pkg/admission/claims.js'
-import { type AdmissionDeps, type Role, reconcile } from '../../pkg/admission/reconcile.js'
 import { type CancelReason, FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../pkg/core/api.js'
 import type { Trigger } from '../../pkg/core/decide.js'
 import { backfillKey } from '../../pkg/core/names.js'
@@ -35,6 +34,9 @@ import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEn
 import type { Bus } from '../../pkg/jetstream/bus.js'
 import type { Kube } from '../../pkg/kube/kube.js'
 import { PLURALS } from '../../pkg/kube/kube-common.js'
+import type { AdmissionDeps } from '../../pkg/reconcile/deps.js'
+import { reconcile } from '../../pkg/reconcile/reconcile.js'
+import type { Role } from '../../pkg/reconcile/roles.js'
 import {
   type Gate,
   MemoryJobs,

@@ -3,7 +3,10 @@
 // that points upward ties the rooms together as much as a value does.
 //
 //   pkg/core, pkg/lib ← pkg/observability ← events ← {pkg/jetstream, pkg/kube} ← pkg/transport ← pkg/admission
-//     ← functions ← cmd/manager
+//     ← pkg/reconcile ← functions ← cmd/manager
+//
+// pkg/reconcile (the loop every function runs: observe, decide, compare-and-set, apply) stands on pkg/admission: the
+// admission protocol is what the admit role's configuration runs between a decision to create a Job and its commit.
 //
 // pkg/observability (the logger and tracing) sits below events because encoding an event stamps the active trace on
 // it. The other entry points in cmd/ stand on pkg/ and events/ but not on the functions: the kubectl plugin
@@ -27,8 +30,9 @@ const LIBRARIES = [
   'pkg/kube',
   'pkg/transport',
   'pkg/admission',
+  'pkg/reconcile',
 ] as const
-const [core, lib, observability, events, jetstream, kube, transport, admission] = LIBRARIES
+const [core, lib, observability, events, jetstream, kube, transport, admission, reconcile] = LIBRARIES
 const BELOW: Record<string, readonly string[]> = {
   // The gateway client package (clients/ts): gateways import it without the functions, so it imports nothing of
   // ours.
@@ -41,6 +45,7 @@ const BELOW: Record<string, readonly string[]> = {
   [kube]: [core, lib, observability, events],
   [transport]: [core, lib, observability, events, jetstream, kube],
   [admission]: [core, lib, observability, events, jetstream, kube, transport],
+  [reconcile]: [core, lib, observability, events, jetstream, kube, transport, admission],
   functions: [...LIBRARIES],
   'cmd/gate': [core, lib, observability, events, jetstream, transport],
   'cmd/kubectl-mbf': [...LIBRARIES],

@@ -34,7 +34,7 @@ const anywhere = (apiGroup: string, resources: string[], verbs: string[]): Grant
 const SESSIONS_AND_LEASES = ['gamingsessions', 'gpuleases']
 
 /**
- * One source of truth for the verbs each function uses (pkg/kube/kube.ts, pkg/admission/reconcile.ts), in deploy/base/rbac.yaml's
+ * One source of truth for the verbs each function uses (pkg/kube/kube.ts, pkg/reconcile/), in deploy/base/rbac.yaml's
  * order. Events: create, and get/patch to aggregate repeats (Kube.recordEvent).
  */
 export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grant[]> = {

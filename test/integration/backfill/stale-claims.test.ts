@@ -3,8 +3,9 @@
 // attempt may have been cancelled and its claims released. Retaking them held the model for the dead Job for the
 // claim grace period (30 s), so the next attempt could not be admitted ("repeatedly preempted" timed out).
 import { expect, it } from 'vitest'
-import { ensureClaims, reconcile } from '../../../pkg/admission/reconcile.js'
 import { claimKeys, jobName } from '../../../pkg/core/names.js'
+import { ensureClaims } from '../../../pkg/reconcile/apply.js'
+import { reconcile } from '../../../pkg/reconcile/reconcile.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { useBackfillSystem } from '../support/backfill-system.js'
 import { waitUntil } from '../support/backfill-world.js'

@@ -62,7 +62,7 @@ it("admit serves once the copies it decides on are in; the ModelBackfills' and C
   expect(caches).toBeDefined()
   // The deciding copies are synced (an empty namespace: empty lists, not an error).
   expect(caches?.models.list()).toEqual([])
-  // The others could not list: admit finds nothing in them and GETs instead (pkg/admission/reconcile.ts).
+  // The others could not list: admit finds nothing in them and GETs instead (pkg/reconcile/observe.ts).
   await expect(caches?.copiesSynced).rejects.toThrow()
   expect(caches?.backfills?.get(ns, 'anything')).toBeNull()
   expect(caches?.templates?.get(ns, 'anything')).toBeNull()

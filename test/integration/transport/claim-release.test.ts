@@ -8,9 +8,10 @@
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { BUCKET_CLAIMS } from '../../../events/catalog.js'
 import { readClaimsAhead, takeClaimKeys as takeWithReads } from '../../../pkg/admission/claims.js'
-import { portsOf, readClaim, releaseClaimKeys, takeClaimKeys } from '../../../pkg/admission/reconcile.js'
 import { claimKeys } from '../../../pkg/core/names.js'
 import { createLogger } from '../../../pkg/observability/log.js'
+import { portsOf, releaseClaimKeys, takeClaimKeys } from '../../../pkg/reconcile/deps.js'
+import { readClaim } from '../../../pkg/reconcile/read-kv.js'
 import { openDeps } from '../../../pkg/transport/deps.js'
 import { useTestEnv } from '../../env/fixture.js'
 

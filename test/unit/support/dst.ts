@@ -28,13 +28,15 @@ import { Demand } from '../../../functions/demand/index.js'
 import type { DemandPorts } from '../../../functions/demand/ports.js'
 import { claimKeys } from '../../../pkg/admission/claims.js'
 import type { Entry } from '../../../pkg/admission/ports.js'
-import { type AdmissionDeps, type Role, reconcile } from '../../../pkg/admission/reconcile.js'
 import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../pkg/core/api.js'
 import type { Trigger } from '../../../pkg/core/decide.js'
 import { ANNOTATION_MODEL, backfillKey } from '../../../pkg/core/names.js'
 import { type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
 import { type Bus, isCasConflict } from '../../../pkg/jetstream/bus.js'
 import type { Kube } from '../../../pkg/kube/kube.js'
+import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
+import { reconcile } from '../../../pkg/reconcile/reconcile.js'
+import type { Role } from '../../../pkg/reconcile/roles.js'
 import {
   deepFreeze,
   type Gate,

@@ -2,7 +2,7 @@
 // functions drive them (who is woken by which event), with invariant checks on every single decision.
 //
 // Nothing here acts on a decision itself: every decision is made and applied by the real reconcile()
-// (pkg/admission/reconcile.ts: observe, decide, the admission protocol with its claims, the state's compare-and-set,
+// (pkg/reconcile/: observe, decide, the admission protocol with its claims, the state's compare-and-set,
 // apply) over the in-memory ports (test/unit/support/memory-ports.ts) and a small in-memory apiserver and bus, as in
 // support/dst.ts but without its faults or its scheduler: each delivery runs to its end before the next. A
 // resource change wakes lifecycle, a timer admit; what they publish (admit requests, cancel requests) is delivered
@@ -12,7 +12,6 @@
 import type { V1Job } from '@kubernetes/client-node'
 import { claimKeys } from '../../../pkg/admission/claims.js'
 import type { Entry } from '../../../pkg/admission/ports.js'
-import { type AdmissionDeps, type Role, readState, reconcile } from '../../../pkg/admission/reconcile.js'
 import {
   type CancelReason,
   checkSpec,
@@ -35,6 +34,10 @@ import {
 import type { Bus } from '../../../pkg/jetstream/bus.js'
 import type { Kube } from '../../../pkg/kube/kube.js'
 import { PLURALS } from '../../../pkg/kube/kube-common.js'
+import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
+import { readState } from '../../../pkg/reconcile/read-kv.js'
+import { reconcile } from '../../../pkg/reconcile/reconcile.js'
+import type { Role } from '../../../pkg/reconcile/roles.js'
 import { deepFreeze, MemoryJobs, MemoryKv, MemoryRequests, memoryPorts, type StoredJob } from './memory-ports.js'
 import {
   aBackfill,
