@@ -15,7 +15,7 @@ import { describeError, type Logger } from '../../pkg/observability/log.js'
 
 /** Bookkeeping tasks at once: apiserver writes (an Event POST, a status PUT), fewer than admit's 32 slots. */
 export const BOOKKEEPING_WIDTH = 16
-/** Tasks running or waiting at most; past it an admission waits for a place (its slot held, as before the lane). */
+/** Tasks running or waiting at most; past it an admission waits for a place (its slot held, as if there were no lane). */
 export const BOOKKEEPING_QUEUE = 1024
 /** Longest one task may hold a place (its calls have their own deadlines; this bounds their sum and retries). */
 export const BOOKKEEPING_DEADLINE_MS = 60_000

@@ -1,9 +1,9 @@
 // A cancel can arrive while the admission it is aimed at is still creating the Job: demand cancels what the claims
-// name, and admit takes the claims before its POST (which under load takes seconds). Finding no Job then, the
-// cancel used to be spent — demand remembers it was sent, and the Job that the POST created a moment later ran
-// until some later decision noticed (a failover run: 1.8 s; a decision that ended the attempt in between left it
-// running). So a foreground cancel that finds no Job waits for it while the claim still stands for that Job on a
-// window the request broke, and deletes it the moment it exists.
+// name, and admit takes the claims before its POST (which under load takes seconds). A cancel that found no Job and
+// gave up would be spent — demand remembers it was sent, and the Job the POST creates a moment later would run until
+// some later decision noticed (or for good, when a decision ended the attempt in between). So a foreground cancel
+// that finds no Job waits for it while the claim still stands for that Job on a window the request broke, and
+// deletes it the moment it exists.
 import type { V1Job } from '@kubernetes/client-node'
 import { claimKeys, isObjectName } from '../../pkg/core/names.js'
 import type { ObjectCache } from '../../pkg/kube/kube.js'

@@ -54,8 +54,8 @@ export interface ApplyOptions {
 }
 
 /**
- * Executes the actions of `d`, committed at state `revision`: undefined (`{}`) when done or handed on, or what to
- * decide again with.
+ * Executes the actions of `d`, committed at state `revision`, as `role` does: `{}` when done (or the rest handed to
+ * afterStart), or what to decide again with.
  */
 export async function apply(
   deps: Deps,

@@ -92,7 +92,7 @@ it("an admission's release leaves the claims a later try of the same attempt too
 it('keys given back before are read together and taken with one atomic write: two round trips for both', async () => {
   // The usual case: both keys hold the delete marker of the attempt before. The KV client's create costs three round
   // trips on a marker (a create that fails on it, a read, the update), six for both keys; read first, four (a
-  // compare-and-set each, one after the other); now the two compare-and-sets go as one atomic batch whose first
+  // compare-and-set each, one after the other); the two compare-and-sets go as one atomic batch instead, whose first
   // message waits for no answer (failed before it: 4 requests). Counted on the connection itself.
   const keys = claimKeys(env.namespace, 'm-trips', `node-trips-${env.namespace}`)
   const before = claimOf('b-1-bbbb', '2026-12-02T00:00:01.000Z')
