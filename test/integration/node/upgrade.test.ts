@@ -39,7 +39,7 @@ const NS = 'model-backfill'
 const RELEASE = 'mbf' // 0.1.0's docs/install.md: `helm install mbf charts/model-backfill …`
 const FULLNAME = 'mbf-model-backfill'
 const TEAM = 'team-upgrade'
-/** 0.1.0's deploy/nats/auth.conf identities (the operator came later), and the users its chart runs in mode keda. */
+/** 0.1.0's nats/auth.conf identities (the operator came later), and the users its chart runs in mode keda. */
 const OLD_USERS = ['source', 'demand', 'admit', 'cancel', 'lifecycle', 'ingress', 'gateway', 'bridge', 'provision']
 const CHART_USERS = ['source', 'demand', 'admit', 'cancel', 'lifecycle', 'ingress', 'provision']
 const STREAMS = [
@@ -120,7 +120,7 @@ async function startNats(): Promise<void> {
   await mkdir(data)
   await chown(data, 1000, 1000)
   await kubectlOk(['create', 'namespace', 'nats'])
-  const oldAuth = (await runOk('git', ['-C', repoRoot, 'show', `${PREVIOUS}:deploy/nats/auth.conf`])).stdout
+  const oldAuth = (await runOk('git', ['-C', repoRoot, 'show', `${PREVIOUS}:nats/auth.conf`])).stdout
   await apply([
     {
       apiVersion: 'v1',
