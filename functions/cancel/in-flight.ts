@@ -7,7 +7,7 @@
 import type { V1Job } from '@kubernetes/client-node'
 import { readClaim } from '../../pkg/admission/reconcile.js'
 import { claimKeys, isObjectName } from '../../pkg/core/names.js'
-import type { ObjectCache } from '../../pkg/kube/kube.js'
+import type { ObjectCache } from '../../pkg/kube/cache.js'
 import type { Deps } from '../../pkg/transport/function.js'
 
 /** Longer than the apiserver request deadline (10 s): by then the POST was answered, or it failed. */

@@ -9,7 +9,7 @@
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
 import { type Fresh, readState, reconcile } from '../../pkg/admission/reconcile.js'
 import { backfillKey } from '../../pkg/core/names.js'
-import { PLURALS } from '../../pkg/kube/kube.js'
+import { PLURALS } from '../../pkg/kube/resources.js'
 import type { Deps, EventFunction } from '../../pkg/transport/function.js'
 import { LifecycleCaches } from './caches.js'
 import { PendingResyncs } from './pending.js'

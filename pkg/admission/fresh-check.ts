@@ -5,7 +5,7 @@
 // (pkg/admission/reconcile.ts). The Job is thus built from a spec and template read during this very decision, as before.
 import type { V1CronJob } from '@kubernetes/client-node'
 import type { ModelBackfill } from '../core/api.js'
-import type { Kube } from '../kube/kube.js'
+import type { KubeApi } from '../kube/port.js'
 import { type StepTimings, timed } from '../observability/step-timings.js'
 
 /** The two GETs, in flight while admit decides on its copies; each settles to its object or null (not found). */
@@ -56,14 +56,14 @@ export class NextRead<T> {
 }
 
 /** One per Kube client (a process has one): admissions of backfills sharing a template share its GETs. */
-const templateReads = new WeakMap<Kube, NextRead<V1CronJob | null>>()
+const templateReads = new WeakMap<KubeApi, NextRead<V1CronJob | null>>()
 
 /**
  * The template GET of this decision, shared with the other admissions asking for the same CronJob at the same time
  * (a fleet's backfills mostly share a few templates): when windows end together, one GET per template in flight
  * instead of one per admission, on an apiserver whose queue is what every admission's Job POST waits in.
  */
-function getTemplate(kube: Kube, namespace: string, name: string): Promise<V1CronJob | null> {
+function getTemplate(kube: KubeApi, namespace: string, name: string): Promise<V1CronJob | null> {
   let reads = templateReads.get(kube)
   if (!reads) {
     reads = new NextRead()
@@ -73,7 +73,7 @@ function getTemplate(kube: Kube, namespace: string, name: string): Promise<V1Cro
 }
 
 export function readFresh(
-  kube: Kube,
+  kube: KubeApi,
   namespace: string,
   name: string,
   templateRef: string | null,

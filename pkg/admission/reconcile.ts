@@ -31,7 +31,7 @@ import {
 } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
 import { isCasConflict } from '../jetstream/bus.js'
-import { PLURALS } from '../kube/kube-common.js'
+import { PLURALS } from '../kube/resources.js'
 import type { Logger } from '../observability/log.js'
 import { preemptionLatency } from '../observability/ops-metrics.js'
 import { type StepTimings, timed } from '../observability/step-timings.js'

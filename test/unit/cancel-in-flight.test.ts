@@ -4,7 +4,7 @@
 import type { V1Job } from '@kubernetes/client-node'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { awaitAdmittedJob, JobArrivals } from '../../functions/cancel/in-flight.js'
-import type { ObjectCache } from '../../pkg/kube/kube.js'
+import type { ObjectCache } from '../../pkg/kube/cache.js'
 import type { Deps } from '../../pkg/transport/function.js'
 
 const NS = 'team'

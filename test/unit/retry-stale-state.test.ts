@@ -33,8 +33,8 @@ import type { Trigger } from '../../pkg/core/decide.js'
 import { backfillKey } from '../../pkg/core/names.js'
 import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEntry } from '../../pkg/core/state.js'
 import type { Bus } from '../../pkg/jetstream/bus.js'
-import type { Kube } from '../../pkg/kube/kube.js'
-import { PLURALS } from '../../pkg/kube/kube-common.js'
+import { PLURALS } from '../../pkg/kube/resources.js'
+import { fakeKube } from './support/kube-fake.js'
 import {
   type Gate,
   MemoryJobs,
@@ -90,7 +90,7 @@ function world() {
     backfill = { ...next, metadata: { ...next.metadata, resourceVersion } }
   }
   const published: { type: string; data: Record<string, string> }[] = []
-  const kube = {
+  const kube = fakeKube({
     // A copy, as a GET returns: reconcile's objects are its own.
     getBackfill: async () => structuredClone(backfill),
     getModel: async () => model,
@@ -109,7 +109,7 @@ function world() {
       return true
     },
     deleteJob: (ns: string, name: string, uid?: string) => jobs.delete(ns, name, uid),
-  }
+  })
   const armed = new Map<string, string>()
   const bus = {
     kv: { backfills: states, idle, claims },
@@ -128,7 +128,7 @@ function world() {
     jsm: { streams: { getMessage: () => Promise.reject(new Error('no message found')) } },
   }
   const deps: AdmissionDeps = {
-    kube: kube as unknown as Kube,
+    kube,
     bus: bus as unknown as Bus,
     log: silentLogger,
     now: clock.now,

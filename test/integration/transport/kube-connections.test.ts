@@ -4,7 +4,7 @@
 // (RBAC decides per request), and a different identity gets connections of its own.
 import tls from 'node:tls'
 import { afterAll, expect, it } from 'vitest'
-import { Kube } from '../../../pkg/kube/kube.js'
+import { Kube } from '../../../pkg/kube/client.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()
