@@ -41,7 +41,7 @@ export interface Deleted {
   batch: number
 }
 
-/** The apiserver calls it makes (pkg/kube/kube.ts). */
+/** The apiserver calls it makes (pkg/kube/client.ts). */
 export type CollectionApi = Pick<KubeApi, 'deleteJob' | 'deleteJobPods' | 'deleteAttemptJobs' | 'deleteJobsPods'>
 
 interface Waiting {

@@ -1,8 +1,8 @@
-// lifecycle's watched copies: every reconcile used to LIST sessions, leases and its own
-// Jobs and GET the Model, and every sweep and every model event LISTed the ModelBackfills — at 1,000 backfills the
-// apiserver saw 60 requests/s and lifecycle handled ~12 events/s. With these it reads the same kinds from memory,
-// kept current by one watch each (admit's SharedCaches, shared when admit runs in the same process), plus the
-// ModelBackfills for the sweep and the cluster-wide re-decides.
+// lifecycle's watched copies: without them every reconcile would LIST sessions, leases and its own Jobs and GET the
+// Model, and every sweep and every model event LIST the ModelBackfills, a load on the apiserver that grows with the
+// backfills and bounds lifecycle's event rate. With these it reads the same kinds from memory, kept current by one
+// watch each (admit's SharedCaches, shared when admit runs in the same process), plus the ModelBackfills for the
+// sweep and the cluster-wide re-decides.
 //
 // What stays a fresh read, and why: the ModelBackfill a reconcile decides on (its generation and resourceVersion
 // must be the newest, pkg/admission/reconcile.ts), the attempt's Job (its "gone" is a decision input), the CronJob (not

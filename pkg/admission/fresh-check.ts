@@ -1,5 +1,5 @@
-// admit decides on its watched copies of the ModelBackfill and the CronJob template (pkg/kube/kube.ts
-// AdmissionCaches), so the two apiserver GETs no longer stand serially in front of the claims and the fence. A copy may lag the apiserver, so the same two GETs still run on every such decision — started
+// admit decides on its watched copies of the ModelBackfill and the CronJob template (pkg/kube/shared-caches.ts
+// SharedCaches), so the two apiserver GETs no longer stand serially in front of the claims and the fence. A copy may lag the apiserver, so the same two GETs still run on every such decision — started
 // with it, awaited only before anything is committed (the state, and so the Job's POST) — and the decision stands only
 // if they return what it was decided on. Otherwise it is decided again from the objects just read
 // (pkg/admission/reconcile.ts). The Job is thus built from a spec and template read during this very decision, as before.

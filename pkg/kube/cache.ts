@@ -53,8 +53,8 @@ export class WatchCache<T extends KubernetesObject> {
 
   /**
    * Resolves once the initial list is in; rejects when it could not be read. client-node's informer resolves its
-   * start either way (a failed list is only an `error` event, retried by the handler above), which left a copy
-   * empty — no GamingSession, no GPULease — while its readers took it for the cluster's.
+   * start either way (a failed list is only an `error` event, retried by the handler above): the copy would be
+   * empty — no GamingSession, no GPULease — while its readers take it for the cluster's.
    */
   async start(): Promise<void> {
     let failed: { err: unknown } | undefined

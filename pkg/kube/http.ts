@@ -74,8 +74,8 @@ export const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePa
 
 /**
  * The KubeConfig's authentication with a connection pool. client-node 1.x gives every request a new https.Agent,
- * so every API call paid a TCP and TLS handshake (~10 ms here, and CPU under load): on the preemption path that was
- * most of the time between a cancel request and its DELETE. Credentials are still applied per request from the
+ * so every API call would pay a TCP and TLS handshake, in time and in CPU under load: on the preemption path that
+ * handshake stands between a cancel request and its DELETE. Credentials are still applied per request from the
  * KubeConfig (a rotated ServiceAccount token is picked up); only connections are reused, over one keep-alive agent
  * per TLS identity (replaced, and the old one closed, when the CA or client certificate changes).
  */
@@ -105,7 +105,7 @@ export class PooledAuthentication implements SecurityAuthentication {
     if (identity !== this.identity) {
       this.agent?.destroy()
       // One TLS context per identity: without it every new connection parses the CA, certificate and key again
-      // (tls.connect makes a context per socket), ~10 ms of CPU each under load — and a start or a burst opens several.
+      // (tls.connect makes a context per socket), CPU that a start or a burst, opening several, pays for each.
       const secureContext = tls.createSecureContext({
         ca: o.ca,
         cert: o.cert,

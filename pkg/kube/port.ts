@@ -45,6 +45,3 @@ export interface KubeClients {
   readonly batch: BatchV1Api
   readonly custom: CustomObjectsApi
 }
-
-/** What a handler's Deps carry: the requests, and the clients its watched copies are built on. */
-export type KubePort = KubeApi & KubeClients

@@ -1,4 +1,4 @@
-// The Kubernetes client reuses its TLS connections (pkg/kube/kube.ts PooledAuthentication): client-node alone opens
+// The Kubernetes client reuses its TLS connections (pkg/kube/http.ts PooledAuthentication): client-node alone opens
 // a new TCP + TLS connection for every call, which was most of the time between a cancel request and its DELETE.
 // Against the real apiserver: sequential calls share one connection, each still authenticated from the KubeConfig
 // (RBAC decides per request), and a different identity gets connections of its own.
