@@ -32,7 +32,7 @@ import {
   parseModelIdleState,
 } from '../../pkg/core/state.js'
 import { Bus, isNotFound, lastBySubject, natsServerOptions } from '../../pkg/jetstream/bus.js'
-import { Kube } from '../../pkg/kube/kube.js'
+import { Kube } from '../../pkg/kube/client.js'
 import { observe } from '../../pkg/reconcile/observe.js'
 import type { Deps } from '../../pkg/transport/function.js'
 import type { Args } from './args.js'
@@ -378,7 +378,7 @@ export async function gatherExplain(s: Session, namespace: string, name: string)
   // The attempt's gate sidecar, as the kubelet reports it (only for a backfill that asks for one).
   const gatePods =
     backfill && state?.jobName && backfill.metadata.annotations?.[ANNOTATION_GATE_ENDPOINT_ENV] !== undefined
-      ? await s.deps.kube.core
+      ? await s.kube.core
           .listNamespacedPod({ namespace, labelSelector: `job-name=${state.jobName}`, limit: 20 })
           .then((list) => list.items.map(gatePodSeen))
           .catch(() => undefined)

@@ -104,7 +104,8 @@ if (process.argv.includes('--warm-compile-cache')) {
     import('../../pkg/transport/deps.js'),
     import('../../pkg/transport/auth/token.js'),
     import('../../pkg/transport/auth/kubernetes.js'),
-    import('../../pkg/kube/kube.js'),
+    import('../../pkg/kube/client.js'),
+    import('../../pkg/kube/shared-caches.js'),
     import('../../functions/ingress/index.js'),
     import('../gate/index.js'),
     import('../gate/config.js'),
@@ -250,7 +251,7 @@ if (only === 'gate') {
       config.httpAuth === 'kubernetes'
         ? await (async () => {
             const { TokenReviewAuth } = await import('../../pkg/transport/auth/kubernetes.js')
-            const { loadKubeConfig } = await import('../../pkg/kube/kube.js')
+            const { loadKubeConfig } = await import('../../pkg/kube/http.js')
             try {
               return new TokenReviewAuth(loadKubeConfig(), {
                 audience: config.httpAuthAudience,

@@ -4,7 +4,7 @@
 // makes them (our labels, a controller-made pod each; no kubelet, so the pods stay Pending and go at once when
 // deleted), then deleted all at once, alternating two ways per round:
 //
-//   batcher  cancel's own DELETE machinery (functions/cancel/batch.ts DeleteBatcher over pkg/kube/kube.ts, 32 places),
+//   batcher  cancel's own DELETE machinery (functions/cancel/batch.ts DeleteBatcher over pkg/kube/client.ts, 32 places),
 //            every attempt handed to it at the same instant: what a burst costs once every cancel has arrived;
 //   one      one DELETE of the Job collection and one of the pod collection (a label every Job and pod of the round
 //            carries): the fewest requests Kubernetes allows, each deleted by the apiserver one after another.
@@ -21,7 +21,7 @@ import { join } from 'node:path'
 import { BatchV1Api, CoreV1Api, KubeConfig } from '@kubernetes/client-node'
 import { DeleteBatcher } from '../../functions/cancel/batch.js'
 import { backfillLabelValue, LABEL_ATTEMPT, LABEL_BACKFILL } from '../../pkg/core/names.js'
-import { Kube } from '../../pkg/kube/kube.js'
+import { Kube } from '../../pkg/kube/client.js'
 import { Lane } from '../../pkg/lib/lane.js'
 import { repoRoot } from '../../test/env/binaries.js'
 import { startEnvironment, stopEnvironment } from '../../test/env/environment.js'

@@ -15,8 +15,9 @@
 // foreground request that broke the window coming first (pkg/core/decide.ts failedByCancel). A Job template with retries
 // left gets no replacement pod: the Job controller waits out its back-off (10 s after a first failure) before one,
 // and the Job is deleting long before.
-import type { Kube } from '../../pkg/kube/kube.js'
-import { MAX_COLLECTION_SELECTOR, statusCode } from '../../pkg/kube/kube.js'
+import { MAX_COLLECTION_SELECTOR } from '../../pkg/kube/client.js'
+import { statusCode } from '../../pkg/kube/errors.js'
+import type { KubeApi } from '../../pkg/kube/port.js'
 import type { Lane } from '../../pkg/lib/lane.js'
 
 /** One Job to delete, as the refusal check saw it in the watched copy. */
@@ -40,8 +41,8 @@ export interface Deleted {
   batch: number
 }
 
-/** The apiserver calls it makes (pkg/kube/kube.ts). */
-export type CollectionApi = Pick<Kube, 'deleteJob' | 'deleteJobPods' | 'deleteAttemptJobs' | 'deleteJobsPods'>
+/** The apiserver calls it makes (pkg/kube/client.ts). */
+export type CollectionApi = Pick<KubeApi, 'deleteJob' | 'deleteJobPods' | 'deleteAttemptJobs' | 'deleteJobsPods'>
 
 interface Waiting {
   d: Doomed

@@ -28,7 +28,7 @@ import {
   type Visibility,
 } from '../../pkg/core/decide.js'
 import { jobView } from '../../pkg/core/world.js'
-import type { ObjectCache } from '../../pkg/kube/kube.js'
+import type { ObjectCache } from '../../pkg/kube/cache.js'
 import { withDeadline } from '../../pkg/lib/deadline.js'
 import { Lane } from '../../pkg/lib/lane.js'
 import { describeError, type Logger } from '../../pkg/observability/log.js'
@@ -234,7 +234,11 @@ export async function startBeforeNats(
   },
   refusal: FailSafeOptions['refusal'],
 ): Promise<{ stop(): Promise<void> }> {
-  const { Kube, loadKubeConfig, backfillJobsCache } = await import('../../pkg/kube/kube.js')
+  const [{ Kube }, { loadKubeConfig }, { backfillJobsCache }] = await Promise.all([
+    import('../../pkg/kube/client.js'),
+    import('../../pkg/kube/http.js'),
+    import('../../pkg/kube/cache.js'),
+  ])
   const kube = new Kube(opts.kubeconfig ?? loadKubeConfig(), {
     requestTimeoutMs: opts.kubeRequestTimeoutMs,
     reportingInstance: opts.hostname,

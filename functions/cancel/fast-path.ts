@@ -5,7 +5,7 @@
 // through a wide lane that nothing slow ever holds, and the bookkeeping queues behind them in a narrow lane that waits while DELETEs are in flight (the
 // apiserver answers a DELETE slower while the bookkeeping's reads and writes load it). Both lanes are bounded: the transport never
 // has more than cancel's concurrency in flight, and each lane holds at most that many.
-import type { Kube } from '../../pkg/kube/kube.js'
+import type { KubeApi } from '../../pkg/kube/port.js'
 
 /**
  * Deletes the pods of the Job with this UID — the attempt's work — without waiting for the garbage collector to
@@ -14,7 +14,7 @@ import type { Kube } from '../../pkg/kube/kube.js'
  * no pod of another Job (a same-named successor included) is ever matched. No grace period is passed: each pod
  * keeps the one its template sets (terminationGracePeriodSeconds), as a Job deletion would.
  */
-export function deleteAttemptPods(kube: Kube, namespace: string, jobUid: string): Promise<void> {
+export function deleteAttemptPods(kube: KubeApi, namespace: string, jobUid: string): Promise<void> {
   return kube.deleteJobPods(namespace, jobUid)
 }
 

@@ -6,7 +6,7 @@
 // deletes it the moment it exists.
 import type { V1Job } from '@kubernetes/client-node'
 import { claimKeys, isObjectName } from '../../pkg/core/names.js'
-import type { ObjectCache } from '../../pkg/kube/kube.js'
+import type { ObjectCache } from '../../pkg/kube/cache.js'
 import { readClaim } from '../../pkg/reconcile/read-kv.js'
 import type { Deps } from '../../pkg/transport/function.js'
 

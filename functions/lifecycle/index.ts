@@ -8,7 +8,7 @@
 
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
 import { backfillKey } from '../../pkg/core/names.js'
-import { PLURALS } from '../../pkg/kube/kube.js'
+import { PLURALS } from '../../pkg/kube/resources.js'
 import type { Fresh } from '../../pkg/reconcile/observe.js'
 import { readState } from '../../pkg/reconcile/read-kv.js'
 import { reconcile } from '../../pkg/reconcile/reconcile.js'

@@ -1,12 +1,12 @@
-// admit decides on its watched copies of the ModelBackfill and the CronJob template (pkg/kube/kube.ts
-// AdmissionCaches), so the two apiserver GETs do not stand serially in front of the claims and the fence. A copy may
+// admit decides on its watched copies of the ModelBackfill and the CronJob template (pkg/kube/client.ts
+// SharedCaches), so the two apiserver GETs do not stand serially in front of the claims and the fence. A copy may
 // lag the apiserver, so the same two GETs still run on every such decision — started with it, awaited only before
 // anything is committed (the state, and so the Job's POST) — and the decision stands only if they return what it was
 // decided on. Otherwise it is decided again from the objects just read (pkg/reconcile/reconcile.ts). The Job is thus
 // built from a spec and template read during this very decision.
 import type { V1CronJob } from '@kubernetes/client-node'
 import type { ModelBackfill } from '../core/api.js'
-import type { Kube } from '../kube/kube.js'
+import type { KubeApi } from '../kube/port.js'
 import { type StepTimings, timed } from '../observability/step-timings.js'
 
 /** The two GETs, in flight while admit decides on its copies; each settles to its object or null (not found). */
@@ -57,14 +57,14 @@ export class NextRead<T> {
 }
 
 /** One per Kube client (a process has one): admissions of backfills sharing a template share its GETs. */
-const templateReads = new WeakMap<Kube, NextRead<V1CronJob | null>>()
+const templateReads = new WeakMap<KubeApi, NextRead<V1CronJob | null>>()
 
 /**
  * The template GET of this decision, shared with the other admissions asking for the same CronJob at the same time
  * (a fleet's backfills mostly share a few templates): when windows end together, one GET per template in flight
  * instead of one per admission, on an apiserver whose queue is what every admission's Job POST waits in.
  */
-function getTemplate(kube: Kube, namespace: string, name: string): Promise<V1CronJob | null> {
+function getTemplate(kube: KubeApi, namespace: string, name: string): Promise<V1CronJob | null> {
   let reads = templateReads.get(kube)
   if (!reads) {
     reads = new NextRead()
@@ -74,7 +74,7 @@ function getTemplate(kube: Kube, namespace: string, name: string): Promise<V1Cro
 }
 
 export function readFresh(
-  kube: Kube,
+  kube: KubeApi,
   namespace: string,
   name: string,
   templateRef: string | null,

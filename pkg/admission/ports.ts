@@ -75,7 +75,7 @@ export interface RequestLog {
 export type CreateResult = { result: 'created' | 'exists' | 'predecessor'; uid?: string }
 export type DeleteResult = 'deleted' | 'absent' | 'replaced'
 
-/** The Job API: a refusal no retry can fix throws JobRejectedError (pkg/kube/kube-common.ts). */
+/** The Job API: a refusal no retry can fix throws JobRejectedError (pkg/kube/errors.ts). */
 export interface JobApi {
   create(job: V1Job): Promise<CreateResult>
   /** With `uid`, only that Job (a same-named replacement answers 'replaced'). */

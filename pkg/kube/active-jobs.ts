@@ -1,7 +1,6 @@
 // admit's contender gate asks, on every admission, which live backfill Jobs share the model or the node it is about
-// to use (pkg/admission/reconcile.ts observe). Walking the watched copy of every backfill Job for that made a burst of
-// admissions quadratic: 1,000 windows ending together over ~1,000 running attempts was 9 % of admit's CPU (the scale
-// profile in dev/bench/README.md). This index keeps the live ones by model, by node and by backfill label, updated by
+// to use (pkg/reconcile/observe.ts). Walking the watched copy of every backfill Job for that would make a
+// burst of admissions quadratic in the running attempts (the scale profile in dev/bench/README.md). This index keeps the live ones by model, by node and by backfill label, updated by
 // the watch's own events, so the question is three map lookups.
 import { isActiveJob, jobView } from '../core/world.js'
 

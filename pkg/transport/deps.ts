@@ -7,8 +7,9 @@ import type { InboundEvent } from '../../events/codec.js'
 import type { GateDeployment } from '../core/gate.js'
 import { Bus, type NatsCredentialFiles } from '../jetstream/bus.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
-import type { AdmissionCaches, Kube } from '../kube/kube.js'
+import type { KubeApi, KubeClients } from '../kube/port.js'
 import { checkNamespaceCount } from '../kube/scope.js'
+import type { SharedCaches } from '../kube/shared-caches.js'
 import { createLogger, type Logger } from '../observability/log.js'
 import type { Deps, EventFunction, Settings } from './function.js'
 
@@ -101,13 +102,13 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
 /**
  * The Kubernetes client, where a function calls the apiserver (see KUBE_FREE_FUNCTIONS), and, where admit runs,
  * its watched caches: those it decides on synced before this resolves, its copies of the ModelBackfills and CronJobs
- * (AdmissionCaches.startDeciding) after.
+ * (SharedCaches.startDeciding) after. The one place a process builds the caches its functions share.
  */
 async function openKube(
   opts: DepsOptions,
   log: Logger,
-): Promise<{ kube: Kube; caches?: AdmissionCaches; close(): Promise<void> }> {
-  const client = (opts.kube ?? needsKube(opts.functions)) ? await import('../kube/kube.js') : undefined
+): Promise<{ kube: KubeApi & KubeClients; caches?: SharedCaches; close(): Promise<void> }> {
+  const client = (opts.kube ?? needsKube(opts.functions)) ? await loadClient() : undefined
   const kube = client
     ? new client.Kube(opts.kubeconfig ?? client.loadKubeConfig(), {
         requestTimeoutMs: opts.kubeRequestTimeoutMs,
@@ -117,7 +118,7 @@ async function openKube(
   if (!client || !opts.functions?.includes('admit')) return { kube, close: async () => kube.close() }
   // Scoped: Jobs, Models, ModelBackfills and CronJobs watched per managed namespace (a Role each), sessions and
   // leases cluster-wide.
-  const caches = new client.AdmissionCaches(kube, opts.namespaces, { admit: true })
+  const caches = new client.SharedCaches(kube, opts.namespaces, { admit: true })
   const close = async () => {
     await caches.stop()
     kube.close()
@@ -129,6 +130,16 @@ async function openKube(
     throw err
   }
   return { kube, caches, close }
+}
+
+/** The Kubernetes client's modules, loaded only by a process that calls the apiserver (see KUBE_FREE_FUNCTIONS). */
+async function loadClient() {
+  const [{ Kube }, { loadKubeConfig }, { SharedCaches }] = await Promise.all([
+    import('../kube/client.js'),
+    import('../kube/http.js'),
+    import('../kube/shared-caches.js'),
+  ])
+  return { Kube, loadKubeConfig, SharedCaches }
 }
 
 /**
@@ -147,7 +158,7 @@ export const needsKube = (functions?: readonly string[]) =>
  * Deps.kube of a process without a Kubernetes client: it counts no request (the benchmark reads `requests`), and
  * anything else says plainly that the function must be taken out of KUBE_FREE_FUNCTIONS.
  */
-export function noKube(): Kube {
+export function noKube(): KubeApi & KubeClients {
   const requests = Object.freeze({ read: 0, list: 0, write: 0 })
   const fail = (prop: PropertyKey) => {
     throw new Error(
@@ -155,7 +166,7 @@ export function noKube(): Kube {
         'must not be listed in KUBE_FREE_FUNCTIONS (pkg/transport/deps.ts)',
     )
   }
-  return new Proxy({} as Kube, {
+  return new Proxy({} as KubeApi & KubeClients, {
     get(_, prop) {
       if (prop === 'requests') return requests
       if (prop === 'close') return () => {}

@@ -5,7 +5,8 @@ import type { InboundEvent } from '../../events/codec.js'
 import type { GateDeployment } from '../core/gate.js'
 import type { BackfillState } from '../core/state.js'
 import type { Bus } from '../jetstream/bus.js'
-import type { AdmissionCaches, Kube } from '../kube/kube.js'
+import type { KubeApi, KubeClients } from '../kube/port.js'
+import type { SharedCaches } from '../kube/shared-caches.js'
 import type { Logger } from '../observability/log.js'
 
 export interface Subscription {
@@ -17,14 +18,14 @@ export interface Subscription {
 
 /** What every function's handler is given: the process's connections and settings. */
 export interface Deps {
-  kube: Kube
+  kube: KubeApi & KubeClients
   bus: Bus
   log: Logger
   now: () => number
   /** Namespaces this deployment manages; undefined: the whole cluster. */
   namespaces?: string[]
-  /** Watched copies of what admit reads on every admission; without them, admit asks the apiserver. */
-  caches?: AdmissionCaches
+  /** The watched copies this process's functions share (admit's, read by cancel and lifecycle); without them, each asks the apiserver or watches for itself. */
+  caches?: SharedCaches
   /** The runner's instance name (tests): its functions' durable consumers carry it (see pkg/transport/deps.ts). */
   instance?: string
   /**

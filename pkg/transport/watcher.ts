@@ -7,7 +7,7 @@ import { encodeApiServerEvent, type KubeObject } from '../../events/codec.js'
 import { GROUP, VERSION } from '../core/api.js'
 import { LABEL_BACKFILL } from '../core/names.js'
 import type { Bus } from '../jetstream/bus.js'
-import type { Kube } from '../kube/kube.js'
+import type { KubeClients } from '../kube/port.js'
 import { checkNamespaceCount } from '../kube/scope.js'
 import type { Logger } from '../observability/log.js'
 
@@ -24,7 +24,7 @@ interface Watched {
 }
 
 /** The resources ApiServerSource watches in production; per namespace when the deployment is scoped. */
-export function watchedResources(kube: Kube, namespace?: string): Watched[] {
+export function watchedResources(kube: KubeClients, namespace?: string): Watched[] {
   const scope = namespace ? `/namespaces/${namespace}` : ''
   const custom = (plural: string, kind: string): Watched => ({
     resource: plural,
@@ -61,7 +61,7 @@ export interface Watcher {
 
 export async function startWatcher(
   kc: KubeConfig,
-  kube: Kube,
+  kube: KubeClients,
   bus: Bus,
   log: Logger,
   namespaces?: string[],

@@ -4,8 +4,10 @@
 import type { V1Job } from '@kubernetes/client-node'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { awaitAdmittedJob, JobArrivals } from '../../functions/cancel/in-flight.js'
-import type { ObjectCache } from '../../pkg/kube/kube.js'
+import type { ModelBackfill } from '../../pkg/core/api.js'
+import type { ObjectCache } from '../../pkg/kube/cache.js'
 import type { Deps } from '../../pkg/transport/function.js'
+import { fakeKube } from './support/kube-fake.js'
 
 const NS = 'team'
 const JOB = 'bf-a-1-abc'
@@ -40,13 +42,14 @@ function world() {
   let claim: object | null = { namespace: NS, backfill: 'a', attempt: 1, jobName: JOB, claimedAt, idleSince: claimedAt }
   const deps = {
     log: { error() {}, warn() {}, info() {}, debug() {} },
-    kube: {
-      getBackfill: async () => ({ metadata: { namespace: NS, name: 'a' }, spec: { modelRef: 'model-a' } }),
+    kube: fakeKube({
+      getBackfill: async () =>
+        ({ metadata: { namespace: NS, name: 'a' }, spec: { modelRef: 'model-a' } }) as unknown as ModelBackfill,
       getJob: async () => {
         calls.getJob++
         return null
       },
-    },
+    }),
     bus: {
       kv: {
         claims: {

@@ -68,7 +68,7 @@ it('with namespaces: the ClusterRoles grant GamingSessions and GPULeases only; J
       'batch/jobs:watch',
       'ai.flexinfer/models:list',
       'ai.flexinfer/models:watch',
-      // admit's watched copies of the backfills and their templates (pkg/kube/kube.ts AdmissionCaches)
+      // admit's watched copies of the backfills and their templates (pkg/kube/shared-caches.ts SharedCaches)
       'ai.flexinfer/modelbackfills:list',
       'ai.flexinfer/modelbackfills:watch',
       'batch/cronjobs:list',

@@ -32,8 +32,8 @@ import type { Trigger } from '../../pkg/core/decide.js'
 import { backfillKey } from '../../pkg/core/names.js'
 import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEntry } from '../../pkg/core/state.js'
 import type { Bus } from '../../pkg/jetstream/bus.js'
-import type { Kube } from '../../pkg/kube/kube.js'
-import { PLURALS } from '../../pkg/kube/kube-common.js'
+import { PLURALS } from '../../pkg/kube/resources.js'
+import { fakeKube } from './support/kube-fake.js'
 import type { AdmissionDeps } from '../../pkg/reconcile/deps.js'
 import { reconcile } from '../../pkg/reconcile/reconcile.js'
 import type { Role } from '../../pkg/reconcile/roles.js'
@@ -92,7 +92,7 @@ function world() {
     backfill = { ...next, metadata: { ...next.metadata, resourceVersion } }
   }
   const published: { type: string; data: Record<string, string> }[] = []
-  const kube = {
+  const kube = fakeKube({
     // A copy, as a GET returns: reconcile's objects are its own.
     getBackfill: async () => structuredClone(backfill),
     getModel: async () => model,
@@ -111,7 +111,7 @@ function world() {
       return true
     },
     deleteJob: (ns: string, name: string, uid?: string) => jobs.delete(ns, name, uid),
-  }
+  })
   const armed = new Map<string, string>()
   const bus = {
     kv: { backfills: states, idle, claims },
@@ -130,7 +130,7 @@ function world() {
     jsm: { streams: { getMessage: () => Promise.reject(new Error('no message found')) } },
   }
   const deps: AdmissionDeps = {
-    kube: kube as unknown as Kube,
+    kube,
     bus: bus as unknown as Bus,
     log: silentLogger,
     now: clock.now,

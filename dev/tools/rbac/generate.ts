@@ -1,6 +1,6 @@
 // RBAC for the functions, generated. With WATCH_NAMESPACES set, everything namespaced the functions read or write
 // (ModelBackfills and their status, Models, CronJobs, Jobs, pods, Events) is granted by a Role + RoleBinding in each
-// managed namespace only: the functions list and watch those per namespace (pkg/kube/kube.ts, pkg/transport/watcher.ts).
+// managed namespace only: the functions list and watch those per namespace (pkg/kube/cache.ts, pkg/transport/watcher.ts).
 // One read-only ClusterRole per function remains, for what is deliberately read across the cluster: GamingSessions
 // and GPULeases target nodes and GPU groups, not namespaces — a session outside the scope must still cancel a
 // backfill on its node (docs/limits.md). Without namespaces it emits the cluster-wide roles deploy/base/rbac.yaml ships
@@ -34,12 +34,12 @@ const anywhere = (apiGroup: string, resources: string[], verbs: string[]): Grant
 const SESSIONS_AND_LEASES = ['gamingsessions', 'gpuleases']
 
 /**
- * One source of truth for the verbs each function uses (pkg/kube/kube.ts, pkg/reconcile/), in deploy/base/rbac.yaml's
+ * One source of truth for the verbs each function uses (pkg/kube/client.ts, pkg/reconcile/), in deploy/base/rbac.yaml's
  * order. Events: create, and get/patch to aggregate repeats (Kube.recordEvent).
  */
 export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grant[]> = {
   admit: [
-    // admit's watched copies (pkg/kube/kube.ts AdmissionCaches): ModelBackfills, Models, CronJobs (the templates) and
+    // admit's watched copies (pkg/kube/shared-caches.ts SharedCaches): ModelBackfills, Models, CronJobs (the templates) and
     // backfill Jobs per managed namespace; each admission still GETs the backfill and its template.
     ns(FLEX, ['modelbackfills'], ['get', 'list', 'watch', 'patch']),
     ns(FLEX, ['modelbackfills/status'], ['update']),

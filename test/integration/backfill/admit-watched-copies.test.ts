@@ -8,7 +8,7 @@ import type { V1Container } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runner } from '../../../cmd/manager/runner.js'
 import { jobName } from '../../../pkg/core/names.js'
-import type { AdmissionCaches } from '../../../pkg/kube/kube.js'
+import type { SharedCaches } from '../../../pkg/kube/shared-caches.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, handledAll, ms, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
@@ -41,7 +41,7 @@ async function stopLifecycle() {
   await r?.stop()
 }
 
-const caches = () => admit.deps.caches as AdmissionCaches
+const caches = () => admit.deps.caches as SharedCaches
 
 /** Declares `id` (idle window 6 s: time for the test's change before the timer), waits for its window to run, and returns when its timer is due. */
 async function waiting(id: string) {

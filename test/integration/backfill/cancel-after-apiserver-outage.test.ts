@@ -10,7 +10,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { type Runner, startRunner } from '../../../cmd/manager/runner.js'
 import { Bus } from '../../../pkg/jetstream/bus.js'
-import { Kube } from '../../../pkg/kube/kube.js'
+import { Kube } from '../../../pkg/kube/client.js'
 import { type Environment, killServer, restartServer, startEnvironment } from '../../env/environment.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 

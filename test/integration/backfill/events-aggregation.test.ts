@@ -3,7 +3,7 @@
 // replica, a restart), and after the Event expired — while a different message is an Event of its own.
 import { afterAll, beforeAll, describe, it } from 'vitest'
 import type { ModelBackfill } from '../../../pkg/core/api.js'
-import { Kube } from '../../../pkg/kube/kube.js'
+import { Kube } from '../../../pkg/kube/client.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld } from '../support/backfill-world.js'
 

@@ -218,7 +218,7 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
       ),
     ).toBe(true)
     await custom('cancel').getNamespacedCustomObject({ ...crd('modelbackfills'), name: 'lp' })
-    // admit and lifecycle list (and watch) them: their watched copies (pkg/kube/kube.ts AdmissionCaches).
+    // admit and lifecycle list (and watch) them: their watched copies (pkg/kube/shared-caches.ts SharedCaches).
     for (const fn of ['admit', 'lifecycle'] as const) {
       await custom(fn).listClusterCustomObject({ group: GROUP, version: VERSION, plural: 'modelbackfills' })
     }

@@ -1,4 +1,4 @@
-// What admit's start waits for (pkg/transport/deps.ts openDeps, pkg/kube/kube.ts AdmissionCaches.startDeciding): the watched
+// What admit's start waits for (pkg/transport/deps.ts openDeps, pkg/kube/shared-caches.ts SharedCaches.startDeciding): the watched
 // copies it decides on — Jobs, Models, GamingSessions, GPULeases — before it serves; its copies of the ModelBackfills
 // and CronJobs, which only save a GET, after (cold start). Shown with a ServiceAccount that may list and watch only
 // the first four: admit's Kubernetes side still opens, a ModelBackfill or CronJob is then not in a copy (admit GETs

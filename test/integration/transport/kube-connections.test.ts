@@ -1,10 +1,10 @@
-// The Kubernetes client reuses its TLS connections (pkg/kube/kube.ts PooledAuthentication): client-node alone opens
+// The Kubernetes client reuses its TLS connections (pkg/kube/http.ts PooledAuthentication): client-node alone opens
 // a new TCP + TLS connection for every call, which was most of the time between a cancel request and its DELETE.
 // Against the real apiserver: sequential calls share one connection, each still authenticated from the KubeConfig
 // (RBAC decides per request), and a different identity gets connections of its own.
 import tls from 'node:tls'
 import { afterAll, expect, it } from 'vitest'
-import { Kube } from '../../../pkg/kube/kube.js'
+import { Kube } from '../../../pkg/kube/client.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 
 const env = useTestEnv()

@@ -11,7 +11,7 @@ import { STREAM_EVENTS } from '../../../events/catalog.js'
 import type { InboundEvent } from '../../../events/codec.js'
 import { Bus, DEAD_LETTER_REASON, DEAD_LETTER_TRUNCATED } from '../../../pkg/jetstream/bus.js'
 import { consumerName } from '../../../pkg/jetstream/names.js'
-import { Kube } from '../../../pkg/kube/kube.js'
+import { Kube } from '../../../pkg/kube/client.js'
 import { createLogger } from '../../../pkg/observability/log.js'
 import type { Deps, EventFunction } from '../../../pkg/transport/function.js'
 import {

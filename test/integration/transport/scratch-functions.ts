@@ -6,7 +6,7 @@ import { afterAll, beforeAll } from 'vitest'
 import { STREAM_EVENTS } from '../../../events/catalog.js'
 import { Bus } from '../../../pkg/jetstream/bus.js'
 import { consumerName } from '../../../pkg/jetstream/names.js'
-import { Kube } from '../../../pkg/kube/kube.js'
+import { Kube } from '../../../pkg/kube/client.js'
 import { createLogger } from '../../../pkg/observability/log.js'
 import type { Deps, EventFunction } from '../../../pkg/transport/function.js'
 import {

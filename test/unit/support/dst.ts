@@ -27,13 +27,13 @@ import { awaitAdmittedJob } from '../../../functions/cancel/in-flight.js'
 import { Demand } from '../../../functions/demand/index.js'
 import type { DemandPorts } from '../../../functions/demand/ports.js'
 import { claimKeys } from '../../../pkg/admission/claims.js'
-import type { Entry } from '../../../pkg/admission/ports.js'
+import type { AdmissionPorts, Entry } from '../../../pkg/admission/ports.js'
 import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../pkg/core/api.js'
 import type { Trigger } from '../../../pkg/core/decide.js'
 import { ANNOTATION_MODEL, backfillKey } from '../../../pkg/core/names.js'
 import { type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
 import { type Bus, isCasConflict } from '../../../pkg/jetstream/bus.js'
-import type { Kube } from '../../../pkg/kube/kube.js'
+import { fakeKube } from './kube-fake.js'
 import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
 import { reconcile } from '../../../pkg/reconcile/reconcile.js'
 import type { Role } from '../../../pkg/reconcile/roles.js'
@@ -401,7 +401,7 @@ export class Simulation {
     })
     for (const b of BACKFILLS) this.backfills.set(b.name, deepFreeze(this.aBackfill(b)))
     this.deps = {
-      kube: this.kube() as unknown as Kube,
+      kube: this.kube(),
       bus: this.bus() as unknown as Bus,
       log: silentLogger,
       now: () => this.now,
@@ -951,7 +951,7 @@ export class Simulation {
     }
     const ownJobs = (name: string) =>
       this.jobs.list().then((l) => l.filter((j) => j.metadata?.ownerReferences?.[0]?.name === name))
-    return {
+    return fakeKube({
       getBackfill: (_ns: string, name: string) =>
         this.gated('kube.getBackfill', name, () => this.backfills.get(name) ?? null),
       getModel: async (_ns: string, name: string) => models.get(name) ?? null,
@@ -975,9 +975,10 @@ export class Simulation {
           change(b.metadata.name, (c) => ({ ...c, status: structuredClone(status) }))
           return true
         }),
-      createJob: (job: V1Job) => this.deps.admission?.jobs.create(job),
+      // The admission's Job port (set in the constructor) answers as the apiserver would.
+      createJob: (job: V1Job) => (this.deps.admission as AdmissionPorts).jobs.create(job),
       deleteJob: (ns: string, name: string, uid?: string) => this.jobs.delete(ns, name, uid),
-    }
+    })
   }
 
   private gated<T>(op: string, detail: string, effect: () => T): Promise<T> {

@@ -1,4 +1,4 @@
-// admit's and lifecycle's watched copies (pkg/kube/kube.ts AdmissionCaches) as the simulation keeps them, so that the
+// admit's and lifecycle's watched copies (pkg/kube/shared-caches.ts SharedCaches) as the simulation keeps them, so that the
 // simulation decides on the path production runs: admit decides on its copies of the ModelBackfill and the CronJob
 // (checked against fresh GETs before it commits: pkg/admission/fresh-check.ts), takes its contenders from the live-Jobs
 // index, and reads the claims ahead when its copy of the Model names the node; lifecycle reads its own Jobs from the
@@ -7,7 +7,7 @@
 import type { V1CronJob, V1Job } from '@kubernetes/client-node'
 import type { ModelBackfill } from '../../../pkg/core/api.js'
 import { ActiveJobs } from '../../../pkg/kube/active-jobs.js'
-import type { AdmissionCaches } from '../../../pkg/kube/kube.js'
+import type { SharedCaches } from '../../../pkg/kube/shared-caches.js'
 
 type Listener<T> = (object: T, removed: boolean) => void
 type Named = { metadata?: { namespace?: string; name?: string } }
@@ -64,7 +64,7 @@ export class SimCopy<T extends Named> {
 
 const keyOf = (o: Named) => `${o.metadata?.namespace}/${o.metadata?.name}`
 
-/** The copies admit and lifecycle share in one process (functions/lifecycle/caches.ts), as AdmissionCaches. */
+/** The copies admit and lifecycle share in one process (functions/lifecycle/caches.ts), as SharedCaches. */
 export function simCaches(o: {
   backfills: readonly ModelBackfill[]
   templates: readonly V1CronJob[]
@@ -85,5 +85,5 @@ export function simCaches(o: {
     backfills: new SimCopy<ModelBackfill>(o.backfills, o.backfill, o.behind),
     templates: new SimCopy<V1CronJob>(o.templates),
   }
-  return { copies: caches, caches: caches as unknown as AdmissionCaches }
+  return { copies: caches, caches: caches as unknown as SharedCaches }
 }

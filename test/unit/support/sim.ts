@@ -32,8 +32,8 @@ import {
   type ModelView,
 } from '../../../pkg/core/world.js'
 import type { Bus } from '../../../pkg/jetstream/bus.js'
-import type { Kube } from '../../../pkg/kube/kube.js'
-import { PLURALS } from '../../../pkg/kube/kube-common.js'
+import { PLURALS } from '../../../pkg/kube/resources.js'
+import { fakeKube } from './kube-fake.js'
 import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
 import { readState } from '../../../pkg/reconcile/read-kv.js'
 import { reconcile } from '../../../pkg/reconcile/reconcile.js'
@@ -230,7 +230,7 @@ export class Sim {
       log: silentLogger,
     })
     this.deps = {
-      kube: this.kube() as unknown as Kube,
+      kube: this.kube(),
       bus: this.bus() as unknown as Bus,
       log: silentLogger,
       now: () => this.now,
@@ -554,7 +554,7 @@ export class Sim {
       spec: { gpu: { shared: m.group } },
       status: { phase: m.phase, gpu: { node: m.node }, lastActiveTime: m.lastActiveTime },
     })
-    return {
+    return fakeKube({
       // Copies: reconcile's objects are its own, as a GET's are.
       getBackfill: async (_ns: string, name: string) => structuredClone(this.object(name)),
       getModel: async (_ns: string, name: string) => {
@@ -602,7 +602,7 @@ export class Sim {
         return true
       },
       deleteJob: (ns: string, name: string, uid?: string) => this.deleteJob(ns, name, uid),
-    }
+    })
   }
 
   private bus() {
