@@ -7,12 +7,13 @@
 
 import { readFileSync } from 'node:fs'
 // Only what every mode needs is imported here; each mode loads its own modules below (await import), so a function
-// that scales to zero does not pay at start for fastify, the bridge or the provision step (cold start).
-import { FUNCTION_NAMES } from '../../functions/names.js'
+// that scales to zero does not pay at start for fastify, the bridge or the provision step (cold start). The registry
+// is names and loaders only: it imports no function's code.
+import { FUNCTION_NAMES, functionLoaders, loadFunction } from '../../functions/registry.js'
 import { createLogger, setLogLevel } from '../../pkg/observability/log.js'
 import { type Config, loadConfig, processSettings, tracingOptions } from './config.js'
 
-// As cmd/manager/provision.ts names them (not imported from there: it loads every function).
+// As cmd/manager/provision.ts names them (not imported from there: its imports are the provision step's).
 const DEFAULT_CONSUMER_OWNERS = FUNCTION_NAMES
 const CONSUMER_OWNERS = [...FUNCTION_NAMES, 'bridge']
 
@@ -94,7 +95,6 @@ if (process.argv.includes('--help') || process.argv.includes('-h')) {
 // connecting nowhere, so the cache holds V8's code for the whole bundle and a function's start reads it instead of
 // compiling its modules again. Read-only at run time (readOnlyRootFilesystem): what it lacks is compiled as before.
 if (process.argv.includes('--warm-compile-cache')) {
-  const { functionLoaders } = await import('../../functions/load.js')
   await Promise.all([
     ...Object.values(functionLoaders).map((load) => load()),
     import('./runner.js'),
@@ -237,9 +237,8 @@ if (only === 'gate') {
     })
     stop = served.stop
   } else {
-    // Only this function's code (functions/load.ts); the Kubernetes client only with HTTP_AUTH=kubernetes or for
-    // a function that calls the apiserver (pkg/transport/deps.ts).
-    const { loadFunction } = await import('../../functions/load.js')
+    // Only this function's code (functions/registry.ts); the Kubernetes client only with HTTP_AUTH=kubernetes or
+    // for a function that calls the apiserver (pkg/transport/deps.ts).
     const load = only ? await loadFunction(only) : undefined
     const factory = load && (() => load(common.settings))
     if (!factory) {

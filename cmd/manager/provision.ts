@@ -5,8 +5,8 @@
 // resync schedule (functions/lifecycle/resync.ts). Idempotent: run it again after an upgrade and streams and
 // consumers are updated in place.
 import { BUCKET_BACKFILLS, BUCKET_CLAIMS, BUCKET_MODEL_IDLE, STREAM_EVENTS } from '../../events/catalog.js'
-import { functionFactories } from '../../functions/index.js'
 import { ensureResyncSchedule } from '../../functions/lifecycle/resync.js'
+import { FUNCTION_NAMES, loadFunction } from '../../functions/registry.js'
 import { acrossLeaderChange, Bus, isNotFound, PROVISION_DEADLINE_MS, streamConfigs } from '../../pkg/jetstream/bus.js'
 import { consumerName } from '../../pkg/jetstream/names.js'
 import type { Logger } from '../../pkg/observability/log.js'
@@ -19,13 +19,14 @@ import { type Config, loadConfig, processSettings } from './config.js'
 const OBSOLETE_CONSUMERS = [[STREAM_EVENTS, 'demand']] as const
 
 /** Whose durable consumers the provision step can create: the functions and the knative overlay's bridge. */
-export const CONSUMER_OWNERS = [...Object.keys(functionFactories), 'bridge'] as const
+export const CONSUMER_OWNERS = [...FUNCTION_NAMES, 'bridge'] as const
 
 /** The keda overlay's default: every function pulls from its own consumers (the bridge is Knative's). */
-export const DEFAULT_CONSUMER_OWNERS = Object.keys(functionFactories)
+export const DEFAULT_CONSUMER_OWNERS = FUNCTION_NAMES
 
-function consumerOwner(name: string, settings: Settings): EventFunction {
-  const factory = functionFactories[name]
+/** The owner's function, its code loaded (only the owners provisioned). */
+async function consumerOwner(name: string, settings: Settings): Promise<EventFunction> {
+  const factory = await loadFunction(name)
   if (factory) return factory(settings)
   // Only the bridge's name, subscriptions and concurrency are read here; the sink is never called.
   if (name === 'bridge') return createBridge({ sink: 'http://127.0.0.1/' })
@@ -60,7 +61,9 @@ export interface Provisioned {
 export async function provision(opts: ProvisionOptions): Promise<Provisioned> {
   const config = opts.config ?? loadConfig(process.env)
   const { settings, connectWaitMs, natsCredentials } = processSettings(config)
-  const owners = (opts.consumers ?? DEFAULT_CONSUMER_OWNERS).map((name) => consumerOwner(name, settings))
+  const owners = await Promise.all(
+    (opts.consumers ?? DEFAULT_CONSUMER_OWNERS).map((name) => consumerOwner(name, settings)),
+  )
   const replicas = opts.replicas ?? config.natsReplicas
   const bus = await Bus.connect(opts.natsUrl, 'model-backfill:provision', {
     replicas,

@@ -4,8 +4,7 @@
 import { randomUUID } from 'node:crypto'
 import { createServer, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { type FunctionFactory, loadFunction } from '../../functions/load.js'
-import { FUNCTION_NAMES } from '../../functions/names.js'
+import { FUNCTION_NAMES, type FunctionFactory, loadFunction } from '../../functions/registry.js'
 import { consumerName, instanceName } from '../../pkg/jetstream/names.js'
 import { EXPORTER_KEY, ExporterLease } from '../../pkg/observability/exporter-lease.js'
 import { createLogger } from '../../pkg/observability/log.js'
@@ -53,7 +52,7 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
   const tracing = options.config ? undefined : tracingOptions(config)
   if (tracing) await startTracing(tracing)
   const names = opts.functions ?? [...FUNCTION_NAMES]
-  // Only the functions run here are loaded (functions/load.ts): demand's process never loads the Kubernetes client.
+  // Only the functions run here are loaded (functions/registry.ts): demand's process never loads the Kubernetes client.
   const factories = new Map<string, FunctionFactory>()
   for (const name of names) {
     const factory = await loadFunction(name)

@@ -14,7 +14,7 @@ import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node
 import Fastify from 'fastify'
 import { parseAllDocuments, stringify } from 'yaml'
 import { catalog } from '../../events/catalog.js'
-import { admit } from '../../functions/admit/index.js'
+import { admitFunction } from '../../functions/admit/index.js'
 import { createLogger } from '../../pkg/observability/log.js'
 import { startBridge } from '../../pkg/transport/bridge.js'
 import { startHttpFunction } from '../../pkg/transport/http-adapter.js'
@@ -30,7 +30,7 @@ kubeconfig.loadFromFile(kubeconfigPath)
 const logger = createLogger('bench-knative-path')
 const MIME_CE = 'application/cloudevents+json'
 
-const served = await startHttpFunction(admit, { natsUrl, kubeconfig, port: 0, host: '127.0.0.1', logger })
+const served = await startHttpFunction(admitFunction(), { natsUrl, kubeconfig, port: 0, host: '127.0.0.1', logger })
 const cleanup: (() => Promise<unknown>)[] = [() => served.stop()]
 let sink: string
 

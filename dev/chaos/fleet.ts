@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs'
 import { mkdir, rm, symlink, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { JetStreamManager } from '@nats-io/jetstream'
-import { functionFactories } from '../../functions/index.js'
+import { loadFunction } from '../../functions/registry.js'
 import { consumerName } from '../../pkg/jetstream/names.js'
 import { repoRoot } from '../../test/env/binaries.js'
 import { runOk, sleep } from '../../test/env/exec.js'
@@ -204,7 +204,9 @@ export class Fleet {
       }
       return false
     }
-    const subscriptions = (functionFactories[fn] as () => { subscriptions: { stream: string }[] })().subscriptions
+    const factory = await loadFunction(fn)
+    if (!factory) throw new Error(`${fn} is not a function of functions/registry.ts`)
+    const { subscriptions } = factory()
     for (const sub of subscriptions) {
       const info = await this.opts.jsm.consumers.info(sub.stream, consumerName(fn, sub.stream))
       if (!info.num_waiting) return false

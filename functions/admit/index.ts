@@ -115,6 +115,3 @@ export function admitFunction(): EventFunction {
     },
   }
 }
-
-/** An admit instance (single-function entry points); the runner makes one per process (functions/index.ts). */
-export const admit: EventFunction = admitFunction()

@@ -23,7 +23,7 @@ import { describeError } from '../../pkg/observability/log.js'
 import { preemptionLatency } from '../../pkg/observability/ops-metrics.js'
 import { traced } from '../../pkg/observability/tracing.js'
 import { reconcile } from '../../pkg/reconcile/reconcile.js'
-import { type EventFunction, PermanentError } from '../../pkg/transport/function.js'
+import { type EventFunction, PermanentError, type Settings } from '../../pkg/transport/function.js'
 import { DeleteBatcher } from './batch.js'
 import { type FailSafe, startFailSafe } from './fail-safe.js'
 import { RecentlyDeleted } from './fast-path.js'
@@ -68,21 +68,24 @@ export function refusal(job: V1Job, backfill: string): string | undefined {
 }
 
 /**
- * `inFlight` and `bookkeeping` replace IN_FLIGHT and the bookkeeping lane (tests: a lane they hold shut shows that no
- * DELETE waits for a bookkeeping).
+ * Cancel reads its settings from Deps at start. `tuning` replaces IN_FLIGHT and the bookkeeping lane (tests: a lane
+ * they hold shut shows that no DELETE waits for a bookkeeping).
  */
-export function cancelFunction(opts: { inFlight?: number; bookkeeping?: Lane } = {}): EventFunction {
+export function cancelFunction(
+  _settings: Settings = {},
+  tuning: { inFlight?: number; bookkeeping?: Lane } = {},
+): EventFunction {
   let jobs: ObjectCache<V1Job> | undefined
   let own = false
   let arrivals: JobArrivals | undefined
   let failSafe: FailSafe | undefined
   const deletes = new Lane(DELETE_WIDTH)
-  const bookkeeping = opts.bookkeeping ?? new Lane(BOOKKEEPING_WIDTH)
+  const bookkeeping = tuning.bookkeeping ?? new Lane(BOOKKEEPING_WIDTH)
   const deleted = new RecentlyDeleted()
   let batcher!: DeleteBatcher
   return {
     name: 'cancel',
-    concurrency: opts.inFlight ?? IN_FLIGHT,
+    concurrency: tuning.inFlight ?? IN_FLIGHT,
     maxAckPending: MAX_UNACKED,
     subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.cancel'] }],
     async start(deps) {

@@ -16,7 +16,7 @@ import {
   toKv,
 } from '../../pkg/core/state.js'
 import type { Logger } from '../../pkg/observability/log.js'
-import type { Deps, EventFunction } from '../../pkg/transport/function.js'
+import type { Deps, EventFunction, Settings } from '../../pkg/transport/function.js'
 import { NatsDemandPorts } from './nats-ports.js'
 import type { DemandPorts } from './ports.js'
 
@@ -445,7 +445,7 @@ function sentAt(time: string, now: number): number {
 }
 
 /** A demand function with its own caches (one per process, or several in tests racing each other). */
-export function demandFunction(opts: { ackAll?: boolean } = {}): EventFunction {
+export function demandFunction(settings: Settings = {}): EventFunction {
   let instance: Demand | undefined
   return {
     name: 'demand',
@@ -456,7 +456,7 @@ export function demandFunction(opts: { ackAll?: boolean } = {}): EventFunction {
     // request is finished only once its idle write is stored and the claim re-read, but the ack floor is the
     // durable's, so with several demand replicas one replica's ack can cover another's unfinished request
     // (README.md). Per-message acks stay the default, safe at any replica count.
-    ackAll: opts.ackAll ?? false,
+    ackAll: settings.demandAckAll ?? false,
     // The documented subject (the firehose) and the per-model subjects (the newest request per model).
     subscriptions: [
       { stream: STREAM_FOREGROUND, subjects: [REQUEST_SUBJECT], deliverNew: true },

@@ -1,7 +1,7 @@
 // ingress: for gateways that can only POST CloudEvents over HTTP. Served by the HTTP adapter with a bearer token
 // (INGRESS_TOKEN, or INGRESS_TOKEN_FILE naming a mounted Secret); takes `ai.flexinfer.foreground.request` only
 // (binary, structured or a batch), validated by the catalog, and publishes each to its per-model subject as
-// structured JSON (events/README.md), answering 202 once JetStream has stored it. Not in functionFactories: it
+// structured JSON (events/README.md), answering 202 once JetStream has stored it. Not in functions/registry.ts: it
 // consumes nothing from JetStream (a runner consuming foreground requests would re-publish them forever).
 //
 // An ingress that cannot publish makes foreground demand invisible to the preemption path although cancel may see

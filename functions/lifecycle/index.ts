@@ -156,6 +156,3 @@ export function lifecycleFunction(): EventFunction {
     },
   }
 }
-
-/** A lifecycle instance (tests and single-function entry points); the runner makes one per process. */
-export const lifecycle: EventFunction = lifecycleFunction()

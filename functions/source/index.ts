@@ -79,9 +79,11 @@ export async function translate(event: InboundEvent, deps: Deps): Promise<void> 
   }
 }
 
-export const source: EventFunction = {
-  name: 'source',
-  concurrency: 16,
-  subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.k8s.>'] }],
-  handle: translate,
+export function sourceFunction(): EventFunction {
+  return {
+    name: 'source',
+    concurrency: 16,
+    subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.k8s.>'] }],
+    handle: translate,
+  }
 }

@@ -3,7 +3,7 @@
 import { readFile } from 'node:fs/promises'
 import { expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
-import { functionFactories } from '../../functions/index.js'
+import { type FunctionName, loadFunctions } from '../../functions/registry.js'
 import { consumerName } from '../../pkg/jetstream/names.js'
 
 it('deploy/base/crds/modelbackfill.yaml is identical to crds/modelbackfill.yaml (cp crds/modelbackfill.yaml deploy/base/crds/)', async () => {
@@ -47,8 +47,9 @@ it('keda/: each ScaledObject scales on its function’s real consumers; the watc
       },
     ]),
   )
-  const consumers = (fn: string) =>
-    (functionFactories[fn] as () => { subscriptions: { stream: string }[] })()
+  const functions = await loadFunctions()
+  const consumers = (fn: FunctionName) =>
+    functions[fn]()
       .subscriptions.map((s) => `nats-jetstream:${s.stream}/${consumerName(fn, s.stream)}`)
       .sort()
   // Only lag triggers: demand and cancel are held by minReplicaCount, not by a probe of active Jobs.

@@ -1,27 +1,40 @@
-// functions/load.ts (each function's code loaded on demand) against functions/index.ts (the same table with static
-// imports): the same names, the same functions. And what a process without a Kubernetes client gets as Deps.kube
-// (pkg/transport/deps.ts): demand and source need none; anything else does.
+// functions/registry.ts (every function once: its name and the loader of its code): each loader makes the function
+// of its name, a new instance at every call, and nothing else is a function. And what a process without a Kubernetes
+// client gets as Deps.kube (pkg/transport/deps.ts): demand and source need none; anything else does.
 import { describe, expect, it } from 'vitest'
-import { functionFactories } from '../../functions/index.js'
-import { functionLoaders, loadFunction } from '../../functions/load.js'
-import { FUNCTION_NAMES } from '../../functions/names.js'
+import {
+  FUNCTION_NAMES,
+  type FunctionFactory,
+  functionLoaders,
+  loadFunction,
+  loadFunctions,
+} from '../../functions/registry.js'
 import { needsKube, noKube } from '../../pkg/transport/deps.js'
 
-describe('functionLoaders', () => {
-  it('loads every function of functionFactories, and nothing else', async () => {
-    expect(Object.keys(functionLoaders).sort()).toEqual([...FUNCTION_NAMES].sort())
-    expect(Object.keys(functionFactories).sort()).toEqual([...FUNCTION_NAMES].sort())
+describe('the function registry', () => {
+  it('each name loads the function of that name, a new instance at every call', async () => {
+    expect(FUNCTION_NAMES).toEqual(['source', 'demand', 'admit', 'cancel', 'lifecycle'])
+    const all = await loadFunctions()
+    expect(Object.keys(all)).toEqual([...FUNCTION_NAMES])
     for (const name of FUNCTION_NAMES) {
-      const lazy = (await functionLoaders[name]())()
-      const eager = (functionFactories[name] as () => typeof lazy)()
-      expect(lazy.name).toBe(name)
-      expect(lazy.subscriptions).toEqual(eager.subscriptions)
-      expect(lazy.handle.toString()).toBe(eager.handle.toString())
+      const factory = (await loadFunction(name)) as FunctionFactory
+      expect(factory).toBe(all[name])
+      const one = factory()
+      expect(one.name).toBe(name)
+      expect(one.subscriptions.length).toBeGreaterThan(0)
+      expect(factory()).not.toBe(one)
     }
+  })
+
+  it('the process settings reach the function whose consumers depend on them (demand: DEMAND_ACK_POLICY)', async () => {
+    const demand = await functionLoaders.demand()
+    expect(demand().ackAll).toBe(false)
+    expect(demand({ demandAckAll: true }).ackAll).toBe(true)
   })
 
   it('an unknown name loads nothing', () => {
     expect(loadFunction('nobody')).toBeUndefined()
+    expect(loadFunction('ingress')).toBeUndefined()
     expect(loadFunction('toString')).toBeUndefined()
     expect(loadFunction('__proto__')).toBeUndefined()
   })

@@ -33,10 +33,10 @@ import { backfillKey } from '../../pkg/core/names.js'
 import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEntry } from '../../pkg/core/state.js'
 import type { Bus } from '../../pkg/jetstream/bus.js'
 import { PLURALS } from '../../pkg/kube/resources.js'
-import { fakeKube } from './support/kube-fake.js'
 import type { AdmissionDeps } from '../../pkg/reconcile/deps.js'
 import { reconcile } from '../../pkg/reconcile/reconcile.js'
 import type { Role } from '../../pkg/reconcile/roles.js'
+import { fakeKube } from './support/kube-fake.js'
 import {
   type Gate,
   MemoryJobs,

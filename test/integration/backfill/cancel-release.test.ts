@@ -58,7 +58,7 @@ describe('cancel with fewer handlers than cancels', () => {
           open = resolve
         }),
     )
-    const cancel = cancelFunction({ inFlight: HANDLERS, bookkeeping })
+    const cancel = cancelFunction({}, { inFlight: HANDLERS, bookkeeping })
     const cancelling = await runOnJetStream(runner.deps, scoped(cancel, [env.namespace], instance))
     started.push(cancelling)
 

@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import type { Runner } from '../../../cmd/manager/runner.js'
 import { lifecycleFunction } from '../../../functions/lifecycle/index.js'
-import { FUNCTION_NAMES } from '../../../functions/names.js'
+import { FUNCTION_NAMES } from '../../../functions/registry.js'
 import { createLogger } from '../../../pkg/observability/log.js'
 import { openDeps, scoped } from '../../../pkg/transport/deps.js'
 import { type RunningFunction, runOnJetStream } from '../../../pkg/transport/jetstream-adapter.js'

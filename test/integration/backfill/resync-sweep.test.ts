@@ -9,7 +9,7 @@ import { jetstream } from '@nats-io/jetstream'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import type { Runner } from '../../../cmd/manager/runner.js'
 import { STREAM_EVENTS } from '../../../events/catalog.js'
-import { lifecycle } from '../../../functions/lifecycle/index.js'
+import { lifecycleFunction } from '../../../functions/lifecycle/index.js'
 import { RESYNC_MS } from '../../../pkg/core/resync.js'
 import { scoped } from '../../../pkg/transport/deps.js'
 import { runOnJetStream } from '../../../pkg/transport/jetstream-adapter.js'
@@ -62,7 +62,7 @@ it('a running attempt whose gaming-session event is lost is cancelled by the nex
     }
   }
   expect(lost).toBe(true)
-  runner.functions.push(await runOnJetStream(runner.deps, scoped(lifecycle, [env.namespace], instance)))
+  runner.functions.push(await runOnJetStream(runner.deps, scoped(lifecycleFunction(), [env.namespace], instance)))
   // One sweep period, plus the time to list, publish and cancel.
   const bound = RESYNC_MS + 15_000
   await world.waitForStatus(n.backfill, 'a GamingIntent cancel', (s) => s.reason === 'GamingIntent', bound)

@@ -183,14 +183,15 @@ describe('kubectl kustomize keda/', () => {
     // Each ScaledObject scales its own Deployment on the real stream and durable consumer of every subscription.
     const scaled = of(ms, 'ScaledObject')
     expect(scaled).toHaveLength(FUNCTIONS.length)
-    const { functionFactories } = await import('../../../functions/index.js')
+    const functions = await (await import('../../../functions/registry.js')).loadFunctions()
     for (const fn of FUNCTIONS) {
       const so = scaled.find((s) => s.spec.scaleTargetRef.name === build.name(`model-backfill-${fn}`))
       expect(so, fn).toBeDefined()
       const nats = so?.spec.triggers.filter((t: { type: string }) => t.type === 'nats-jetstream')
-      const expected = (functionFactories[fn] as () => { subscriptions: { stream: string }[] })().subscriptions.map(
-        (s) => ({ stream: s.stream, consumer: consumerName(fn, s.stream) }),
-      )
+      const expected = functions[fn]().subscriptions.map((s) => ({
+        stream: s.stream,
+        consumer: consumerName(fn, s.stream),
+      }))
       const named = nats.map((t: { metadata: Record<string, string> }) => `${t.metadata.stream}/${t.metadata.consumer}`)
       expect(named.sort()).toEqual(expected.map((e) => `${e.stream}/${e.consumer}`).sort())
       for (const t of nats) expect(t.metadata.account).toBe(NATS_ACCOUNT)

@@ -16,7 +16,7 @@ import { jetstreamManager } from '@nats-io/jetstream'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runner } from '../../../cmd/manager/runner.js'
 import { deadLetterSubject, STREAM_DEAD_LETTER } from '../../../events/catalog.js'
-import { functionFactories } from '../../../functions/index.js'
+import { loadFunction } from '../../../functions/registry.js'
 import { jobName } from '../../../pkg/core/names.js'
 import { DEAD_LETTER_REASON } from '../../../pkg/jetstream/bus.js'
 import { type RunningBridge, startBridge } from '../../../pkg/transport/bridge.js'
@@ -92,7 +92,7 @@ beforeAll(async () => {
     const fn = functionOf(ksvc)
     const transport = ksvc.spec.template.spec.containers[0].env.find((e: { name: string }) => e.name === 'TRANSPORT')
     if (!fn || transport?.value !== 'http') continue
-    const factory = functionFactories[fn]
+    const factory = await loadFunction(fn)
     if (!factory) throw new Error(`Knative Service ${ksvc.metadata.name} runs unknown FUNCTION=${fn}`)
     served.set(
       fn,

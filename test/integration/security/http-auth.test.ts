@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAllDocuments } from 'yaml'
 import { encode } from '../../../events/codec.js'
 import { INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
-import { lifecycle } from '../../../functions/lifecycle/index.js'
+import { lifecycleFunction } from '../../../functions/lifecycle/index.js'
 import { TokenReviewAuth } from '../../../pkg/transport/auth/kubernetes.js'
 import { type FileToken, tokenFromEnv, tokenProblem } from '../../../pkg/transport/auth/token.js'
 import type { EventFunction } from '../../../pkg/transport/function.js'
@@ -39,8 +39,9 @@ let ing: HttpFunction
 const serve = (f: EventFunction, opts: Partial<HttpFunctionOptions> = {}) =>
   startHttpFunction(f, { natsUrl: env.natsUrl, kubeconfig: env.kc, port: 0, ...opts })
 /** The lifecycle function (in the test's namespace) that records every event its handler is given into `handled`. */
-const serveCountedLifecycle = (auth: Pick<HttpFunctionOptions, 'token' | 'authenticator'>) =>
-  serve(
+const serveCountedLifecycle = (auth: Pick<HttpFunctionOptions, 'token' | 'authenticator'>) => {
+  const lifecycle = lifecycleFunction()
+  return serve(
     {
       ...lifecycle,
       handle(event, deps) {
@@ -50,6 +51,7 @@ const serveCountedLifecycle = (auth: Pick<HttpFunctionOptions, 'token' | 'authen
     },
     { namespaces: [env.namespace], ...auth },
   )
+}
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'http-auth-'))

@@ -33,10 +33,10 @@ import type { Trigger } from '../../../pkg/core/decide.js'
 import { ANNOTATION_MODEL, backfillKey } from '../../../pkg/core/names.js'
 import { type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
 import { type Bus, isCasConflict } from '../../../pkg/jetstream/bus.js'
-import { fakeKube } from './kube-fake.js'
 import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
 import { reconcile } from '../../../pkg/reconcile/reconcile.js'
 import type { Role } from '../../../pkg/reconcile/roles.js'
+import { fakeKube } from './kube-fake.js'
 import {
   deepFreeze,
   type Gate,

@@ -33,11 +33,11 @@ import {
 } from '../../../pkg/core/world.js'
 import type { Bus } from '../../../pkg/jetstream/bus.js'
 import { PLURALS } from '../../../pkg/kube/resources.js'
-import { fakeKube } from './kube-fake.js'
 import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
 import { readState } from '../../../pkg/reconcile/read-kv.js'
 import { reconcile } from '../../../pkg/reconcile/reconcile.js'
 import type { Role } from '../../../pkg/reconcile/roles.js'
+import { fakeKube } from './kube-fake.js'
 import { deepFreeze, MemoryJobs, MemoryKv, MemoryRequests, memoryPorts, type StoredJob } from './memory-ports.js'
 import {
   aBackfill,
