@@ -26,7 +26,7 @@ import {
   FAILSAFE_BLIND_MS,
   failSafe,
   type Visibility,
-} from '../../pkg/core/decide.js'
+} from '../../pkg/core/fail-safe.js'
 import { jobView } from '../../pkg/core/world.js'
 import type { ObjectCache } from '../../pkg/kube/kube.js'
 import { withDeadline } from '../../pkg/lib/deadline.js'

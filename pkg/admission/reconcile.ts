@@ -6,16 +6,9 @@
 import type { V1CronJob } from '@kubernetes/client-node'
 import type { KvEntry } from '@nats-io/kv'
 import type { ModelBackfill } from '../core/api.js'
-import {
-  type Action,
-  type Contender,
-  type Decision,
-  decide,
-  FAILSAFE_REASON,
-  type Observed,
-  sameState,
-  type Trigger,
-} from '../core/decide.js'
+import { decide, sameState } from '../core/decide.js'
+import type { Action, Contender, Decision, Observed, Trigger } from '../core/decision.js'
+import { FAILSAFE_REASON } from '../core/fail-safe.js'
 import { buildJob, gateProblem, gpuViolations } from '../core/job.js'
 import { backfillKey, backfillLabelValue, claimKeys, isObjectName, LABEL_BACKFILL, modelKey } from '../core/names.js'
 import { sameJson } from '../core/same-json.js'
