@@ -1,20 +1,22 @@
-// `kubectl mbf explain`: why a backfill is (not) running, gate by gate, from the same observation admit makes
-// (pkg/reconcile/observe.ts observe()) plus the NATS state around it. Pure: the I/O lives in cmd/kubectl-mbf/read.ts,
-// so the verdicts are unit-tested with made-up worlds. The gates and their verdicts are decide()'s own report (run
-// with everyGate, on the observation, without applying anything), and the closing line is that same decision: what
-// admit would do if woken now. Explain only words the evidence and adds what decide does not read (the claims KV,
-// whether the fence could be read).
+// `kubectl mbf explain`: why a backfill is (not) running, gate by gate (the operator's word for decide()'s checks),
+// from the same observation admit makes (pkg/reconcile/observe.ts observe()) plus the NATS state around it. Pure: the
+// I/O lives in cmd/kubectl-mbf/read.ts, so the verdicts are unit-tested with made-up worlds. The checks and their
+// verdicts are decide()'s own report (everyCheck, on the observation, without applying anything), and the closing line
+// is that same decision: what admit would do if woken now. Explain only words the evidence and adds what decide does
+// not read (the claims KV, whether the fence could be read).
 import { checkSpec } from '../../pkg/core/api.js'
-import { decide, type GateName, type GateReport, type GateVerdict, type Observed } from '../../pkg/core/decide.js'
+import { everyCheck } from '../../pkg/core/decide.js'
+import type { CheckName, CheckReport, CheckVerdict, Observed } from '../../pkg/core/decision.js'
 import { GATE_CONTAINER, GATE_SECRET, gateSettings } from '../../pkg/core/gate.js'
 import type { BackfillState, Claim } from '../../pkg/core/state.js'
 import { human, isoMs, relative } from './format.js'
 
 /** decide()'s verdicts, and unknown: what explain could not read (the fence). */
-export type Verdict = GateVerdict | 'unknown'
+export type Verdict = CheckVerdict | 'unknown'
 
-export interface Gate {
-  gate: GateName | 'exists'
+/** One of decide()'s checks as explain shows it (under the key `gate`: the word operators read). */
+export interface ExplainedCheck {
+  gate: CheckName | 'exists'
   verdict: Verdict
   evidence: string
 }
@@ -94,7 +96,7 @@ export interface Explanation {
   status?: { phase?: string; reason?: string; message?: string; attempts?: number; jobName?: string; node?: string }
   /** The attempt in flight (its Job), when there is one: the gates then say what would cancel it. */
   attempt?: { jobName: string; phase: string; job: string }
-  gates: Gate[]
+  gates: ExplainedCheck[]
   nextTimer?: { at: string; in: string; stored: boolean; schedule?: string }
   lastCancel?: LastCancel
   /** What decide() makes of this observation now (admit woken by its timer), nothing applied. */
@@ -251,9 +253,9 @@ export function explain(input: ExplainInput): Explanation {
 
   const observed: Observed = { ...o }
   if ('ready' in input.fence && !input.fence.ready) observed.preemptionPath = { ready: false, why: input.fence.why }
-  // Every gate evaluated, not only the first that holds; the decision itself is the same as without everyGate.
-  const d = decide(observed, { type: 'timer' }, now, { everyGate: true })
-  out.gates = gates(input, d.gates)
+  // Every check evaluated, not only the first that holds; the decision itself is decide()'s.
+  const d = everyCheck(observed, { type: 'timer' }, now)
+  out.gates = explainChecks(input, d.checks)
   if (d.state) {
     out.decideNow = {
       phase: d.state.phase,
@@ -266,29 +268,29 @@ export function explain(input: ExplainInput): Explanation {
 }
 
 /**
- * decide()'s own gate report (run with everyGate: every gate that holds, not only the first), each told with the
- * evidence an operator can check: decide's message where a gate holds, what was looked at where it passes. Only the
- * claims in flexinfer-claims and the fence's readability are added here: decide does not read them (admit takes the
- * claims, and learns the fence, only as it admits).
+ * decide()'s own check report (everyCheck: every check that holds, not only the first), each told with the evidence
+ * an operator can check: decide's message where a check holds, what was looked at where it passes. Only the claims
+ * in flexinfer-claims and the fence's readability are added here: decide does not read them (admit takes the claims,
+ * and learns the fence, only as it admits).
  */
-export function gates(input: ExplainInput, reports: readonly GateReport[]): Gate[] {
+export function explainChecks(input: ExplainInput, reports: readonly CheckReport[]): ExplainedCheck[] {
   const b = input.observed.backfill
   if (!b) return []
   const inFlight = attemptInFlight(input.observed.state)
   return reports.map((r) => {
-    if (r.gate === 'preemption path') return fenceGate(input, r)
-    if (r.gate === 'idle window') return idleGate(input, r, inFlight)
-    if (r.gate === 'claims') return claimsGate(input, r, inFlight)
+    if (r.check === 'preemption path') return fenceCheck(input, r)
+    if (r.check === 'idle window') return idleCheck(input, r, inFlight)
+    if (r.check === 'claims') return claimsCheck(input, r, inFlight)
     if (r.verdict === 'not-reached') {
       const why = inFlight ? 'not checked while an attempt is in flight' : 'not evaluated'
       // The resolved durations are worth seeing whether or not the spec was checked.
-      const evidence = r.gate === 'spec' ? `${why}; ${passed(input, r.gate)}` : why
-      return { gate: r.gate, verdict: r.verdict, evidence }
+      const evidence = r.check === 'spec' ? `${why}; ${passed(input, r.check)}` : why
+      return { gate: r.check, verdict: r.verdict, evidence }
     }
-    if (r.verdict === 'pass') return { gate: r.gate, verdict: r.verdict, evidence: passed(input, r.gate) }
-    const expires = (r.gate === 'gaming' || r.gate === 'gpu lease') && r.until !== undefined
+    if (r.verdict === 'pass') return { gate: r.check, verdict: r.verdict, evidence: passed(input, r.check) }
+    const expires = (r.check === 'gaming' || r.check === 'gpu lease') && r.until !== undefined
     return {
-      gate: r.gate,
+      gate: r.check,
       verdict: r.verdict,
       evidence: expires ? `${r.evidence}; expires ${relative(r.until as number, input.now)}` : r.evidence,
     }
@@ -298,13 +300,13 @@ export function gates(input: ExplainInput, reports: readonly GateReport[]): Gate
 const attemptInFlight = (s: BackfillState | null) =>
   Boolean(s?.jobName && (s.phase === 'Starting' || s.phase === 'Running'))
 
-/** What a gate that passed looked at. */
-function passed(input: ExplainInput, gate: GateName): string {
+/** What a check that passed looked at. */
+function passed(input: ExplainInput, check: CheckName): string {
   const { observed: o } = input
   const b = o.backfill as NonNullable<Observed['backfill']>
   const m = o.model
   const generation = b.metadata.generation ?? 1
-  switch (gate) {
+  switch (check) {
     case 'generation':
       return o.state && o.state.generation !== generation
         ? `spec generation ${generation} not yet decided (state is for ${o.state.generation}): starting over`
@@ -342,17 +344,17 @@ function passed(input: ExplainInput, gate: GateName): string {
   }
 }
 
-function idleGate(input: ExplainInput, r: GateReport, inFlight: boolean): Gate {
+function idleCheck(input: ExplainInput, r: CheckReport, inFlight: boolean): ExplainedCheck {
   const { observed: o, now } = input
   const s = o.state
   const last = lastForeground(o)
   const lastText = last
     ? `last foreground request ${relative(last.at, now)} (${last.source})`
     : 'no foreground request recorded'
-  const gate = { gate: r.gate, verdict: r.verdict }
+  const shown = { gate: r.check, verdict: r.verdict }
   if (inFlight && r.verdict !== 'not-reached') {
     return {
-      ...gate,
+      ...shown,
       evidence:
         r.verdict === 'cancels'
           ? `${lastText}, after the window the attempt was admitted on`
@@ -361,7 +363,7 @@ function idleGate(input: ExplainInput, r: GateReport, inFlight: boolean): Gate {
   }
   if (r.since === undefined || r.until === undefined) {
     const why = o.model && !o.model.ready ? '; the window starts when the model turns Ready' : ''
-    return { ...gate, evidence: `${lastText}${why}` }
+    return { ...shown, evidence: `${lastText}${why}` }
   }
   // No state yet: the functions have not decided it; their first decision (pkg/core/takeover.ts) starts the window at
   // the last known foreground activity, or now when nothing is known.
@@ -372,7 +374,7 @@ function idleGate(input: ExplainInput, r: GateReport, inFlight: boolean): Gate {
       : `; window started ${relative(r.since, now)} (after creation, a cancel or the model turning Ready)`
   const idleFor = `(idleFor ${human(r.until - r.since)})`
   return {
-    ...gate,
+    ...shown,
     evidence:
       now < r.until
         ? `${lastText}${startText}; window completes in ${human(r.until - now)} ${idleFor}`
@@ -384,7 +386,7 @@ function idleGate(input: ExplainInput, r: GateReport, inFlight: boolean): Gate {
  * decide's contenders, and the claims in flexinfer-claims (which admit meets only as it takes them). The claims are
  * shown while an attempt is in flight too: they are how demand finds the attempt to cancel.
  */
-function claimsGate(input: ExplainInput, r: GateReport, inFlight: boolean): Gate {
+function claimsCheck(input: ExplainInput, r: CheckReport, inFlight: boolean): ExplainedCheck {
   const { now } = input
   const mine = (c: Claim) => c.namespace === input.namespace && c.backfill === input.name
   const foreign = input.claims.filter((c) => !mine(c.claim))
@@ -392,32 +394,36 @@ function claimsGate(input: ExplainInput, r: GateReport, inFlight: boolean): Gate
   const c = foreign[0]
   if (c) {
     return {
-      gate: r.gate,
+      gate: r.check,
       verdict: 'blocked',
       evidence: `claim ${c.key} held by ${c.claim.namespace}/${c.claim.backfill} (Job ${c.claim.jobName}, attempt ${c.claim.attempt}, since ${relative(isoMs(c.claim.claimedAt), now)})`,
     }
   }
   const free = r.verdict === 'pass' || r.verdict === 'not-reached'
   if (free && held.length)
-    return { gate: r.gate, verdict: r.verdict, evidence: `held by this backfill: ${held.map((c) => c.key).join(', ')}` }
-  if (r.verdict === 'pass') return { gate: r.gate, verdict: 'pass', evidence: 'model and node are free' }
+    return {
+      gate: r.check,
+      verdict: r.verdict,
+      evidence: `held by this backfill: ${held.map((c) => c.key).join(', ')}`,
+    }
+  if (r.verdict === 'pass') return { gate: r.check, verdict: 'pass', evidence: 'model and node are free' }
   if (r.verdict === 'not-reached')
     return {
-      gate: r.gate,
+      gate: r.check,
       verdict: r.verdict,
       evidence: inFlight ? 'not checked while an attempt is in flight' : 'not evaluated',
     }
-  return { gate: r.gate, verdict: r.verdict, evidence: r.evidence }
+  return { gate: r.check, verdict: r.verdict, evidence: r.evidence }
 }
 
 /** decide's verdict on the fence explain read (handed to it as admit hands it); unknown when it could not be read. */
-function fenceGate(input: ExplainInput, r: GateReport): Gate {
+function fenceCheck(input: ExplainInput, r: CheckReport): ExplainedCheck {
   const f = input.fence
-  if ('error' in f) return { gate: r.gate, verdict: 'unknown', evidence: `could not read the consumers: ${f.error}` }
-  if (!f.ready) return { gate: r.gate, verdict: r.verdict, evidence: f.why }
+  if ('error' in f) return { gate: r.check, verdict: 'unknown', evidence: `could not read the consumers: ${f.error}` }
+  if (!f.ready) return { gate: r.check, verdict: r.verdict, evidence: f.why }
   if (r.verdict === 'pass')
-    return { gate: r.gate, verdict: 'pass', evidence: 'demand and cancel are pulling; demand has caught up' }
-  return { gate: r.gate, verdict: r.verdict, evidence: 'not checked while an attempt is in flight' }
+    return { gate: r.check, verdict: 'pass', evidence: 'demand and cancel are pulling; demand has caught up' }
+  return { gate: r.check, verdict: r.verdict, evidence: 'not checked while an attempt is in flight' }
 }
 
 /** The newest cancel: the KV history's Cancelling revision, the BackfillCancelled Event, the cancel request. */

@@ -7,7 +7,7 @@
 // (cmd/gate/config.ts), called with this same environment by main.ts; the OpenTelemetry SDK reads its own
 // OTEL_* variables itself (exporter endpoint, headers): only whether tracing is on is decided here.
 
-import { FAILSAFE_BLIND_MS } from '../../pkg/core/decide.js'
+import { FAILSAFE_BLIND_MS } from '../../pkg/core/fail-safe.js'
 import type { GateDeployment } from '../../pkg/core/gate.js'
 import { RESYNC_MS } from '../../pkg/core/resync.js'
 import { DEFAULT_CONNECT_WAIT_MS, type NatsCredentialFiles, natsReplicas } from '../../pkg/jetstream/bus.js'

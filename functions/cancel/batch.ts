@@ -12,7 +12,7 @@
 // the work, and waiting for the Job's answer first cost one apiserver round trip on every preemption. The Job
 // controller counts pods deleted under a Job as its failures (backoffLimit 0: Failed), and with both in flight it may
 // mark the Job Failed before the Job's own deletion shows; decide tells that failure from one of the work's own by the
-// foreground request that broke the window coming first (pkg/core/decide.ts failedByCancel). A Job template with retries
+// foreground request that broke the window coming first (pkg/core/attempt.ts failedByCancel). A Job template with retries
 // left gets no replacement pod: the Job controller waits out its back-off (10 s after a first failure) before one,
 // and the Job is deleting long before.
 import { MAX_COLLECTION_SELECTOR } from '../../pkg/kube/client.js'

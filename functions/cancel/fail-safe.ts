@@ -2,7 +2,7 @@
 // Every cancel process probes, once a second, whether the preemption path can see foreground requests — NATS answers
 // and a demand instance pulls each of demand's two consumers (the admission fence's own test, pkg/admission/fence.ts),
 // and the gateway ingress, where gateways POST their requests, can publish them (its /readyz, INGRESS_READY_URL; pkg/admission/ingress.ts).
-// When it has not seen that for longer than FAILSAFE_BLIND_MS (pkg/core/decide.ts failSafe), it cancels every running
+// When it has not seen that for longer than FAILSAFE_BLIND_MS (pkg/core/fail-safe.ts failSafe), it cancels every running
 // backfill Job in scope through Kubernetes alone: the Cancelling/ForegroundUnobservable status first (decide reads it
 // back once NATS is back and counts the preemption under `other`), then the Job's DELETE and its pods', a Warning
 // Event, a log line and the metrics of observability/ops-metrics.ts. It keeps doing so for any Job that appears while it is
@@ -26,7 +26,7 @@ import {
   FAILSAFE_BLIND_MS,
   failSafe,
   type Visibility,
-} from '../../pkg/core/decide.js'
+} from '../../pkg/core/fail-safe.js'
 import { jobView } from '../../pkg/core/world.js'
 import type { ObjectCache } from '../../pkg/kube/cache.js'
 import { withDeadline } from '../../pkg/lib/deadline.js'

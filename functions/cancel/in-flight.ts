@@ -6,6 +6,7 @@
 // deletes it the moment it exists.
 import type { V1Job } from '@kubernetes/client-node'
 import { claimKeys, isObjectName } from '../../pkg/core/names.js'
+import { breaksWindow } from '../../pkg/core/window.js'
 import type { ObjectCache } from '../../pkg/kube/cache.js'
 import { readClaim } from '../../pkg/reconcile/read-kv.js'
 import type { Deps } from '../../pkg/transport/function.js'
@@ -95,7 +96,7 @@ export async function awaitAdmittedJob(
   const at = Date.parse(c.at)
   const claimStands = async () => {
     const claim = readClaim(deps.log, await deps.bus.kv.claims.get(key))
-    return claim?.jobName === c.jobName && at > Date.parse(claim.idleSince ?? claim.claimedAt)
+    return claim?.jobName === c.jobName && breaksWindow(at, claim.idleSince ?? claim.claimedAt)
   }
   if (!(await claimStands())) return null
   const deadline = time.now() + (opts.waitMs ?? ADMISSION_WAIT_MS)

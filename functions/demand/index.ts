@@ -15,6 +15,7 @@ import {
   parseModelIdleState,
   toKv,
 } from '../../pkg/core/state.js'
+import { breaksWindow } from '../../pkg/core/window.js'
 import type { Logger } from '../../pkg/observability/log.js'
 import type { Deps, EventFunction, Settings } from '../../pkg/transport/function.js'
 import { NatsDemandPorts } from './nats-ports.js'
@@ -217,8 +218,7 @@ export class Demand {
    * claim (on the request itself) or the read after the idle write (the slow way: it waits for that write).
    */
   private async cancelIfClaimed(at: number, claim: Claim, via: 'watch' | 'read', model: string) {
-    const windowStart = Date.parse(claim.idleSince ?? claim.claimedAt)
-    if (!(at > windowStart)) return
+    if (!breaksWindow(at, claim.idleSince ?? claim.claimedAt)) return
     // The attempt's background gate, if it has one, closes on this at once instead of waiting for the Job's deletion.
     // Core NATS, nothing stored, so it is sent for every request that breaks the window, not once: a gate that missed
     // one (NATS away for less than its bound) closes on the next.

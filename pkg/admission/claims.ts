@@ -3,7 +3,7 @@
 // start and when this admission took it; demand finds the attempt to cancel by the model key.
 
 import { randomUUID } from 'node:crypto'
-import type { Contender } from '../core/decide.js'
+import type { Contender } from '../core/decision.js'
 import { backfillKey, claimKeys } from '../core/names.js'
 import { type BackfillState, type Claim, parseBackfillState, parseClaim, parseEntry, toKv } from '../core/state.js'
 import type { Logger } from '../observability/log.js'

@@ -3,7 +3,8 @@
 // raced it, the apiserver refused it), a re-check armed (the name held by a predecessor's Job), or created.
 import type { V1CronJob } from '@kubernetes/client-node'
 import type { ModelBackfill } from '../core/api.js'
-import { type Action, type Decision, FAILSAFE_REASON, type Trigger } from '../core/decide.js'
+import type { Action, Decision, Trigger } from '../core/decision.js'
+import { FAILSAFE_REASON } from '../core/fail-safe.js'
 import { buildJob } from '../core/job.js'
 import { preemptionLatency } from '../observability/ops-metrics.js'
 import type { StepTimings } from '../observability/step-timings.js'

@@ -7,7 +7,7 @@
 // an ingress cut off from NATS can still answer, and it needs neither a Kubernetes token nor a write for it (it has
 // neither). The kubelet keeps an instance that cannot publish out of the Service; with none ready the connection is
 // refused: unobservable as well.
-import type { Visibility } from '../core/decide.js'
+import type { Visibility } from '../core/fail-safe.js'
 import { withDeadline } from '../lib/deadline.js'
 import { describeError } from '../observability/log.js'
 

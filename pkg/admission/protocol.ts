@@ -22,7 +22,8 @@
 // The newest-request reads see every request stored before them, whichever subject it came on: the per-model
 // subject's newest, and the documented subject's requests past the fence's cursor (RequestLog.newest).
 import type { V1Job } from '@kubernetes/client-node'
-import { type Decision, decide, type Observed, racedAdmission, type Trigger } from '../core/decide.js'
+import { decide, racedAdmission } from '../core/decide.js'
+import type { Decision, Observed, Trigger } from '../core/decision.js'
 import type { BackfillState, Claim } from '../core/state.js'
 import { parseEntry, parseModelIdleState } from '../core/state.js'
 import { JobRejectedError } from '../kube/errors.js'

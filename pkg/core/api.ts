@@ -44,7 +44,7 @@ export const REASONS = {
     'NodeChanged',
     'NodeUnresolved',
     // An addition to the contract's vocabulary: the fail-safe cancelled the attempt because foreground demand could
-    // not be observed (NATS unreachable, demand not pulling) for longer than its bound (pkg/core/decide.ts failSafe).
+    // not be observed (NATS unreachable, demand not pulling) for longer than its bound (pkg/core/fail-safe.ts failSafe).
     'ForegroundUnobservable',
   ],
   Succeeded: ['JobComplete', 'RepeatScheduled', 'RepeatCleanup'],

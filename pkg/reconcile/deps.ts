@@ -9,7 +9,7 @@ import {
 } from '../admission/claims.js'
 import { admissionPorts } from '../admission/nats-ports.js'
 import type { AdmissionPorts } from '../admission/ports.js'
-import type { Decision, Observed, Trigger } from '../core/decide.js'
+import type { Decision, Observed, Trigger } from '../core/decision.js'
 import type { Claim } from '../core/state.js'
 import type { Deps } from '../transport/function.js'
 

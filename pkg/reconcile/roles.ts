@@ -7,7 +7,7 @@
 // short), which actions they execute themselves rather than forward, and the admission protocol admit runs.
 
 import { admit } from '../admission/protocol.js'
-import type { Trigger } from '../core/decide.js'
+import type { Trigger } from '../core/decision.js'
 
 export type Role = 'admit' | 'cancel' | 'lifecycle'
 

@@ -75,7 +75,7 @@ export const MUTANTS: Mutant[] = [
     hostile: true,
     edits: [
       {
-        file: 'pkg/core/decide.ts',
+        file: 'pkg/core/attempt.ts',
         find: "const earlierTry = trigger.type === 'cancel' && trigger.reason === 'ForegroundDemand' && !reason",
         replace: 'const earlierTry = false',
       },
@@ -90,7 +90,7 @@ export const MUTANTS: Mutant[] = [
     race: 'another try of admit taking back a Starting attempt for a request while the admission’s POST is in flight',
     edits: [
       {
-        file: 'pkg/core/decide.ts',
+        file: 'pkg/core/attempt.ts',
         find: "!(trigger.type === 'raced' && trigger.jobName === jobName) &&",
         replace: "trigger.type === 'resource' &&",
       },

@@ -5,7 +5,8 @@ import { parseArgs, UsageError } from '../../cmd/kubectl-mbf/args.js'
 import { type ExplainInput, explain, gatePodSeen, renderExplanation } from '../../cmd/kubectl-mbf/explain.js'
 import { human, table } from '../../cmd/kubectl-mbf/format.js'
 import { getRow, idleShare, metricsByModel, renderGet, topRows } from '../../cmd/kubectl-mbf/views.js'
-import { decide, GATES, type Observed } from '../../pkg/core/decide.js'
+import { everyCheck } from '../../pkg/core/decide.js'
+import { CHECKS, type Observed } from '../../pkg/core/decision.js'
 import { ANNOTATION_GATE_ENDPOINT_ENV, ANNOTATION_GATE_MAX_IN_FLIGHT, GATE_CONTAINER } from '../../pkg/core/gate.js'
 import {
   aBackfill,
@@ -230,15 +231,15 @@ describe('explain', () => {
     // itself is found.
     const world = aWorld({ idle: anIdleState(T0), template: { found: true, gpu: [], gate: 'no container sets X' } })
     const e = explain(input(world, T0 + 30 * MINUTE))
-    expect(e.gates.map((g) => g.gate)).toEqual([...GATES])
+    expect(e.gates.map((g) => g.gate)).toEqual([...CHECKS])
     expect(gate(e, 'template')?.verdict).toBe('pass')
     expect(gate(e, 'background gate')).toEqual({
       gate: 'background gate',
       verdict: 'blocked',
       evidence: 'background gate: no container sets X',
     })
-    const d = decide(structuredClone(world), { type: 'timer' }, T0 + 30 * MINUTE, { everyGate: true })
-    expect(e.gates.map((g) => g.verdict)).toEqual(d.gates.map((g) => g.verdict))
+    const d = everyCheck(structuredClone(world), { type: 'timer' }, T0 + 30 * MINUTE)
+    expect(e.gates.map((g) => g.verdict)).toEqual(d.checks.map((g) => g.verdict))
     expect(e.decideNow).toMatchObject({ phase: 'Blocked', reason: 'InvalidEnvironment', wouldCreateJob: false })
     const unreadable = explain(input(world, T0 + 30 * MINUTE, { fence: { error: 'timeout' } }))
     expect(gate(unreadable, 'preemption path')).toMatchObject({ verdict: 'unknown' })

@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import { ConfigError, loadConfig, processSettings, SETTING_NAMES, tracingOptions } from '../../cmd/manager/config.js'
-import { FAILSAFE_BLIND_MS } from '../../pkg/core/decide.js'
+import { FAILSAFE_BLIND_MS } from '../../pkg/core/fail-safe.js'
 import { RESYNC_MS } from '../../pkg/core/resync.js'
 import { HANDOVER_MS } from '../../pkg/observability/exporter-lease.js'
 

@@ -1,7 +1,9 @@
 // decide() and admission's fence (pkg/admission/fence.ts): what the fence reports is just more of the world — the
 // model's newest request read straight from its per-model subject, and whether the preemption path is ready.
 import { describe, expect, it } from 'vitest'
-import { ADMISSION_IN_FLIGHT_MS, PATH_RECHECK_MS, racedAdmission } from '../../pkg/core/decide.js'
+import { ADMISSION_IN_FLIGHT_MS } from '../../pkg/core/attempt.js'
+import { PATH_RECHECK_MS } from '../../pkg/core/checks.js'
+import { racedAdmission } from '../../pkg/core/decide.js'
 import { aJob, aWorld, cancelRequest, iso, J, MINUTE, SECOND, T0, Timeline } from './support/world.js'
 
 const WINDOW = 10 * MINUTE

@@ -4,7 +4,9 @@
 // never starts).
 import { describe, expect, it } from 'vitest'
 import type { ModelBackfillStatus } from '../../pkg/core/api.js'
-import { type Action, decide, NOT_STARTING_MS, type Observed } from '../../pkg/core/decide.js'
+import { NOT_STARTING_MS } from '../../pkg/core/attempt.js'
+import { decide } from '../../pkg/core/decide.js'
+import type { Action, Observed } from '../../pkg/core/decision.js'
 import { firstWindowStart } from '../../pkg/core/takeover.js'
 import { fixture } from './support/phases.js'
 import {

@@ -4,17 +4,10 @@
 // reach the idle state or decide, so decide never sees one (the events and integration tests cover that).
 import { describe, expect, it } from 'vitest'
 import { checkSpec, FINALIZER, type ModelBackfillSpec, PHASES, type Phase, REASONS } from '../../pkg/core/api.js'
-import {
-  type Action,
-  type Decision,
-  decide,
-  GATES,
-  initialState,
-  MAX_REJECTED_RECHECK_MS,
-  type Observed,
-  RECHECK_MS,
-  type Trigger,
-} from '../../pkg/core/decide.js'
+import { MAX_REJECTED_RECHECK_MS } from '../../pkg/core/attempt.js'
+import { RECHECK_MS } from '../../pkg/core/checks.js'
+import { decide, initialState } from '../../pkg/core/decide.js'
+import { type Action, CHECKS, type Decision, type Observed, type Trigger } from '../../pkg/core/decision.js'
 import { deepFreeze } from './support/memory-ports.js'
 import { type Fixture, fixture } from './support/phases.js'
 import {
@@ -903,20 +896,20 @@ describe('decide: focused transitions', () => {
 
   it('the ModelBackfill gone without its finalizer: state, timer and claims are dropped', () => {
     const f = FIXTURES.Running
-    // Nothing left to gate: no gate is evaluated.
-    const unreached = GATES.map((gate) => ({ gate, verdict: 'not-reached', evidence: 'not evaluated' }))
+    // Nothing left to decide: no check is evaluated.
+    const unreached = CHECKS.map((check) => ({ check, verdict: 'not-reached', evidence: 'not evaluated' }))
     const d = decide({ ...f.world, backfill: null }, { type: 'resource' }, f.now)
     expect(d).toEqual({
       state: null,
       status: null,
       actions: [{ type: 'cancelTimer' }, { type: 'deleteState' }, { type: 'releaseClaims', jobName: J1 }],
-      gates: unreached,
+      checks: unreached,
     })
     expect(decide(aWorld({ backfill: null }), { type: 'resource' }, f.now)).toEqual({
       state: null,
       status: null,
       actions: [],
-      gates: unreached,
+      checks: unreached,
     })
   })
 

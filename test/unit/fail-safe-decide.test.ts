@@ -2,17 +2,17 @@
 // writes through Kubernetes, and how decide() reads that status back once NATS is back — a preemption counted under
 // `other`, never a re-created Job.
 import { describe, expect, it } from 'vitest'
+import { decide } from '../../pkg/core/decide.js'
+import type { Observed } from '../../pkg/core/decision.js'
 import {
   type Blindness,
   blindStatus,
   blindTargets,
-  decide,
   FAILSAFE_BLIND_MS,
   FAILSAFE_REASON,
   failSafe,
-  type Observed,
   type Visibility,
-} from '../../pkg/core/decide.js'
+} from '../../pkg/core/fail-safe.js'
 import { fixture } from './support/phases.js'
 import { aJob, iso, J, SECOND, T0 } from './support/world.js'
 

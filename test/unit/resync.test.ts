@@ -2,7 +2,7 @@
 // what decide() leaves behind after handling its events is never picked (a settled cluster costs nothing), and
 // what a lost event leaves behind always is.
 import { describe, expect, it } from 'vitest'
-import type { Observed } from '../../pkg/core/decide.js'
+import type { Observed } from '../../pkg/core/decision.js'
 import { needsResync, type ResyncInput, type ResyncReason, TIMER_GRACE_MS } from '../../pkg/core/resync.js'
 import type { BackfillState } from '../../pkg/core/state.js'
 import {

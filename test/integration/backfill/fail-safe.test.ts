@@ -7,7 +7,7 @@ import { KubeConfig } from '@kubernetes/client-node'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it, vi } from 'vitest'
 import { type Runner, startRunner } from '../../../cmd/manager/runner.js'
-import { FAILSAFE_REASON } from '../../../pkg/core/decide.js'
+import { FAILSAFE_REASON } from '../../../pkg/core/fail-safe.js'
 import { type Environment, killServer, restartServer, startEnvironment } from '../../env/environment.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 

@@ -1,7 +1,7 @@
 // One realistic state per phase, reached by driving decide() through a short story (never hand-written states),
 // with a world left quiet afterwards so a test can add exactly one change. Every fixture uses idleFor 10m.
 import type { ModelBackfillSpec, Phase } from '../../../pkg/core/api.js'
-import type { Observed } from '../../../pkg/core/decide.js'
+import type { Observed } from '../../../pkg/core/decision.js'
 import type { BackfillState } from '../../../pkg/core/state.js'
 import {
   aBackfill,

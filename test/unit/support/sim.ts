@@ -21,7 +21,8 @@ import {
   type ModelBackfillStatus,
   REASONS,
 } from '../../../pkg/core/api.js'
-import { type Decision, decide, type Observed, sameState, type Trigger } from '../../../pkg/core/decide.js'
+import { decide, sameState } from '../../../pkg/core/decide.js'
+import type { Decision, Observed, Trigger } from '../../../pkg/core/decision.js'
 import { backfillKey, backfillLabelValue, LABEL_BACKFILL, modelClaimKey, modelKey } from '../../../pkg/core/names.js'
 import { type BackfillState, type Claim, parseClaim, parseEntry, toKv } from '../../../pkg/core/state.js'
 import {

@@ -9,14 +9,8 @@ import {
   type ModelBackfillSpec,
   type ModelBackfillStatus,
 } from '../../../pkg/core/api.js'
-import {
-  type Contender,
-  type Decision,
-  decide,
-  type Observed,
-  type TemplateObservation,
-  type Trigger,
-} from '../../../pkg/core/decide.js'
+import { decide } from '../../../pkg/core/decide.js'
+import type { Contender, Decision, Observed, TemplateObservation, Trigger } from '../../../pkg/core/decision.js'
 import type { GpuViolation } from '../../../pkg/core/job.js'
 import { backfillLabelValue, jobName } from '../../../pkg/core/names.js'
 import type { ModelIdleState } from '../../../pkg/core/state.js'

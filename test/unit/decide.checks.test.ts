@@ -1,17 +1,17 @@
-// decide()'s gate report: every gate in GATES order, the one that decided named with decide's own message, the rest
-// passed or not reached; everyGate reports the gates past the first hold and never changes the decision.
+// decide()'s check report: every check in CHECKS order, the one that decided named with decide's own message, the
+// rest passed or not reached; everyCheck reports the checks past the first hold and never changes the decision.
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import type { Phase } from '../../pkg/core/api.js'
+import { decide, everyCheck } from '../../pkg/core/decide.js'
 import {
+  CHECKS,
+  type CheckReport,
   type Decision,
-  decide,
-  GATES,
-  type GateReport,
   type Observed,
   type TemplateObservation,
   type Trigger,
-} from '../../pkg/core/decide.js'
+} from '../../pkg/core/decision.js'
 import {
   aBackfill,
   aContender,
@@ -37,8 +37,8 @@ import {
 /** Idle since T0 and no state yet: the first window starts at T0 (takeover), so at ADMIT_AT it is complete. */
 const ADMIT_AT = T0 + 30 * MINUTE
 const admissible = (o: Partial<Observed> = {}) => aWorld({ idle: anIdleState(T0), ...o })
-const holds = (d: Decision) => d.gates.filter((g) => g.verdict !== 'pass' && g.verdict !== 'not-reached')
-const gate = (d: Decision, name: GateReport['gate']) => d.gates.find((g) => g.gate === name) as GateReport
+const holds = (d: Decision) => d.checks.filter((g) => g.verdict !== 'pass' && g.verdict !== 'not-reached')
+const check = (d: Decision, name: CheckReport['check']) => d.checks.find((g) => g.check === name) as CheckReport
 const creates = (d: Decision) => d.actions.some((a) => a.type === 'createJob')
 
 /** The phases a holding verdict stands for. */
@@ -63,17 +63,17 @@ function failedState() {
   return t.change(() => ({ job: null })) // removed by its TTL
 }
 
-describe('decide() reports its gates', () => {
-  it('an admission: every gate passes, in GATES order', () => {
+describe('decide() reports its checks', () => {
+  it('an admission: every check passes, in CHECKS order', () => {
     const d = decide(admissible(), { type: 'timer' }, ADMIT_AT)
     expect(creates(d)).toBe(true)
-    expect(d.gates.map((g) => g.gate)).toEqual([...GATES])
-    expect(d.gates.every((g) => g.verdict === 'pass')).toBe(true)
+    expect(d.checks.map((g) => g.check)).toEqual([...CHECKS])
+    expect(d.checks.every((g) => g.verdict === 'pass')).toBe(true)
   })
 
   const rejected = rejectedState()
   const failed = failedState()
-  it.each<[GateReport['gate'], GateReport['verdict'], Observed, number]>([
+  it.each<[CheckReport['check'], CheckReport['verdict'], Observed, number]>([
     ['spec', 'blocked', admissible({ backfill: aBackfill({ spec: { repeatAfter: 'soon' } }) }), ADMIT_AT],
     ['suspend', 'blocked', admissible({ backfill: aBackfill({ spec: { suspend: true } }) }), ADMIT_AT],
     ['previous run', 'blocked', failed.world, ADMIT_AT + 2 * MINUTE],
@@ -89,63 +89,63 @@ describe('decide() reports its gates', () => {
     ['claims', 'blocked', admissible({ contenders: [aContender()] }), ADMIT_AT],
     ['preemption path', 'wait', admissible({ preemptionPath: { ready: false, why: 'no demand' } }), ADMIT_AT],
     ['rejected recheck', 'blocked', rejected.world, ADMIT_AT + 2 * SECOND],
-  ])('%s holds (%s) with decide’s own message as evidence; no other gate holds', (name, verdict, world, now) => {
+  ])('%s holds (%s) with decide’s own message as evidence; no other check holds', (name, verdict, world, now) => {
     const d = decide(structuredClone(world), { type: 'timer' }, now)
     expect(creates(d)).toBe(false)
-    expect(holds(d)).toEqual([{ ...gate(d, name), gate: name, verdict, evidence: d.state?.message }])
-    // Gates admission evaluates after the one that held are not reached.
-    if (name !== 'rejected recheck') expect(gate(d, 'rejected recheck').verdict).toBe('not-reached')
+    expect(holds(d)).toEqual([{ ...check(d, name), check: name, verdict, evidence: d.state?.message }])
+    // Checks admission evaluates after the one that held are not reached.
+    if (name !== 'rejected recheck') expect(check(d, 'rejected recheck').verdict).toBe('not-reached')
   })
 
   it('the previous run holds while its Job is still there too', () => {
     const t = failedState()
     t.change(() => ({ job: aJob(J(1), { started: true, outcome: 'Failed', outcomeMessage: 'boom' }) }))
     const d = t.peek(ADMIT_AT + 2 * MINUTE)
-    expect(holds(d)).toEqual([{ gate: 'previous run', verdict: 'blocked', evidence: d.state?.message }])
+    expect(holds(d)).toEqual([{ check: 'previous run', verdict: 'blocked', evidence: d.state?.message }])
   })
 
   it('the idle window reports the window it measured and when it completes', () => {
     const d = decide(admissible(), { type: 'timer' }, T0 + MINUTE)
-    expect(gate(d, 'idle window')).toMatchObject({ verdict: 'wait', since: T0, until: T0 + 10 * MINUTE })
+    expect(check(d, 'idle window')).toMatchObject({ verdict: 'wait', since: T0, until: T0 + 10 * MINUTE })
     const session = aGamingSession({ expiresAt: iso(ADMIT_AT + 5 * MINUTE) })
     expect(
-      gate(decide(admissible({ gamingSessions: [session] }), { type: 'timer' }, ADMIT_AT), 'gaming'),
+      check(decide(admissible({ gamingSessions: [session] }), { type: 'timer' }, ADMIT_AT), 'gaming'),
     ).toMatchObject({ verdict: 'blocked', until: ADMIT_AT + 5 * MINUTE })
   })
 
-  it('an attempt in flight: the check that cancels it, the admission gates not reached', () => {
+  it('an attempt in flight: the check that cancels it, the admission checks not reached', () => {
     const t = new Timeline(admissible())
     t.step(ADMIT_AT)
     t.change(() => ({ job: aJob(J(1), { started: true }) }))
     const running = t.step(ADMIT_AT + SECOND)
     expect(running.state?.phase).toBe('Running')
     expect(holds(running)).toEqual([])
-    expect(gate(running, 'idle window').verdict).toBe('pass')
-    expect(gate(running, 'template').verdict).toBe('not-reached')
+    expect(check(running, 'idle window').verdict).toBe('pass')
+    expect(check(running, 'template').verdict).toBe('not-reached')
     t.change(() => ({ model: aModel({ node: OTHER_NODE }) }))
     const moved = t.peek(ADMIT_AT + 2 * SECOND)
     expect(moved.state?.phase).toBe('Cancelling')
-    expect(holds(moved)).toEqual([{ gate: 'node', verdict: 'cancels', evidence: 'the Model moved to another node' }])
+    expect(holds(moved)).toEqual([{ check: 'node', verdict: 'cancels', evidence: 'the Model moved to another node' }])
     expect(moved.state?.message.startsWith('the Model moved to another node')).toBe(true)
   })
 
-  it('everyGate: every gate that holds is reported, the decision is the same', () => {
+  it('everyCheck: every check that holds is reported, the decision is the same', () => {
     const world = admissible({
       gamingSessions: [aGamingSession({ nodeName: NODE })],
       contenders: [aContender()],
       preemptionPath: { ready: false, why: 'no demand' },
     })
     const d = decide(structuredClone(world), { type: 'timer' }, T0 + MINUTE)
-    const every = decide(structuredClone(world), { type: 'timer' }, T0 + MINUTE, { everyGate: true })
-    expect(holds(d).map((g) => g.gate)).toEqual(['idle window'])
-    expect(holds(every).map((g) => g.gate)).toEqual(['idle window', 'gaming', 'claims', 'preemption path'])
+    const every = everyCheck(structuredClone(world), { type: 'timer' }, T0 + MINUTE)
+    expect(holds(d).map((g) => g.check)).toEqual(['idle window'])
+    expect(holds(every).map((g) => g.check)).toEqual(['idle window', 'gaming', 'claims', 'preemption path'])
     expect(every.state).toEqual(d.state)
     expect(every.actions).toEqual(d.actions)
-    // An invalid spec holds first; the gates that do not need it are still shown (the idle window does).
+    // An invalid spec holds first; the checks that do not need it are still shown (the idle window does).
     const bad = admissible({ backfill: aBackfill({ spec: { repeatAfter: 'soon' } }), template: templateMissing })
-    const report = decide(bad, { type: 'timer' }, ADMIT_AT, { everyGate: true })
-    expect(holds(report).map((g) => g.gate)).toEqual(['spec', 'template'])
-    expect(gate(report, 'idle window').verdict).toBe('not-reached')
+    const report = everyCheck(bad, { type: 'timer' }, ADMIT_AT)
+    expect(holds(report).map((g) => g.check)).toEqual(['spec', 'template'])
+    expect(check(report, 'idle window').verdict).toBe('not-reached')
   })
 })
 
@@ -224,23 +224,23 @@ function build(w: WorldSpec): { world: Observed; now: number } {
   return { world, now }
 }
 
-describe('decide() gates: property', () => {
-  it('the gate that holds agrees with the decision; a Job is created iff every gate passed; everyGate decides alike', () => {
+describe('decide() checks: property', () => {
+  it('the check that holds agrees with the decision; a Job is created iff every check passed; everyCheck decides alike', () => {
     fc.assert(
       fc.property(arbWorld, (spec) => {
         const { world, now } = build(spec)
         const trigger = { type: spec.trigger } as Trigger
         const d = decide(structuredClone(world), trigger, now)
-        const every = decide(structuredClone(world), trigger, now, { everyGate: true })
+        const every = everyCheck(structuredClone(world), trigger, now)
         expect(every.state).toEqual(d.state)
         expect(every.actions).toEqual(d.actions)
-        expect(d.gates.map((g) => g.gate)).toEqual([...GATES])
-        expect(every.gates.map((g) => g.gate)).toEqual([...GATES])
+        expect(d.checks.map((g) => g.check)).toEqual([...CHECKS])
+        expect(every.checks.map((g) => g.check)).toEqual([...CHECKS])
         const held = holds(d)
         expect(held.length).toBeLessThanOrEqual(1)
         const first = held[0]
         if (first) {
-          // everyGate reports the same first hold (and maybe more).
+          // everyCheck reports the same first hold (and maybe more).
           expect(holds(every)).toContainEqual(first)
           expect(PHASES_OF[first.verdict]).toContain(d.state?.phase)
           if (first.verdict === 'cancels') {
@@ -249,8 +249,8 @@ describe('decide() gates: property', () => {
             expect(first.evidence).toBe(d.state?.message)
           }
         }
-        const allPass = d.gates.every((g) => g.verdict === 'pass')
-        // The one Job created without the admission gates: an admitted attempt whose Job was not created yet (a
+        const allPass = d.checks.every((g) => g.verdict === 'pass')
+        // The one Job created without the admission checks: an admitted attempt whose Job was not created yet (a
         // crash between the state write and the POST) is re-created while its own checks pass.
         const recreate = world.state?.phase === 'Starting' && Boolean(world.state.jobName) && !world.job
         if (allPass) expect(creates(d)).toBe(true)

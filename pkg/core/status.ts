@@ -1,0 +1,44 @@
+// The status subresource: a projection of the backfill's state (the state in KV is the truth; the status is what
+// `kubectl get` and `kubectl wait` read).
+import type { Condition, ModelBackfill, ModelBackfillStatus } from './api.js'
+import type { BackfillState } from './state.js'
+
+const iso = (ms: number) => new Date(ms).toISOString()
+
+/** The status subresource is a projection of the state; the Ready condition is True only while Running/Succeeded. */
+export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): ModelBackfillStatus {
+  const ready = s.phase === 'Running' || s.phase === 'Succeeded'
+  // The generation this decision read: also while an attempt of the previous spec is being cancelled (SpecChanged),
+  // so `kubectl wait --for=jsonpath='{.status.observedGeneration}'` sees the new spec acknowledged at once.
+  const generation = b.metadata.generation ?? s.generation
+  const terminal = s.phase === 'Succeeded' || s.phase === 'Failed'
+  const previous = b.status?.conditions?.find((c) => c.type === 'Ready')
+  const status = ready ? 'True' : 'False'
+  const condition: Condition = {
+    type: 'Ready',
+    status,
+    reason: s.reason,
+    message: s.message,
+    lastTransitionTime:
+      previous?.status === status && previous.lastTransitionTime ? previous.lastTransitionTime : iso(now),
+    observedGeneration: generation,
+  }
+  const out: ModelBackfillStatus = {
+    phase: s.phase,
+    reason: s.reason,
+    message: s.message,
+    observedGeneration: generation,
+    nodeName: s.nodeName,
+    jobName: s.jobName ?? (terminal ? s.finishedJobName : undefined),
+    idleSince: s.idleSince,
+    startedAt: s.startedAt,
+    completionTime: s.completionTime,
+    nextRunTime: s.nextRunTime,
+    attempts: s.attempts,
+    conditions: [condition],
+  }
+  for (const key of Object.keys(out) as (keyof ModelBackfillStatus)[]) {
+    if (out[key] === undefined) delete out[key]
+  }
+  return out
+}
