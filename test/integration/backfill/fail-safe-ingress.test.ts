@@ -10,6 +10,7 @@ import { jetstreamManager } from '@nats-io/jetstream'
 import { afterAll, beforeAll, expect, it, vi } from 'vitest'
 import type { Runner } from '../../../cmd/manager/runner.js'
 import { foregroundSubject, STREAM_FOREGROUND_LAST } from '../../../events/catalog.js'
+import { PROBE_EVERY_MS } from '../../../functions/cancel/fail-safe.js'
 import { INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
 import { FAILSAFE_REASON } from '../../../pkg/core/fail-safe.js'
 import { type HttpFunction, startHttpFunction } from '../../../pkg/transport/http-adapter.js'
@@ -25,6 +26,10 @@ const SAVED_ENV = vi.hoisted(() => {
   return saved
 })
 const BOUND_MS = 2_000
+/** RESYNC_MS above: the sweep's period. */
+const RESYNC_MS = 2_000
+/** Each backfill's idleFor: its timer's period. */
+const IDLE_FOR_MS = 2_000
 /** The bound, the ingress's probe (1 s), cancel's probe period (1 s) and the DELETEs' round trips. */
 const DEADLINE_MS = BOUND_MS + 3_000
 const TOKEN = `ingress-${randomUUID()}`
@@ -126,7 +131,7 @@ it('ingress cut off from NATS: every running Job deleted within the bound; ingre
   await world.template('tpl')
   for (const name of BACKFILLS) {
     await world.model(`m-${name}`, { node: `node-${name}` })
-    await world.backfill(name, { modelRef: `m-${name}`, templateRef: 'tpl', idleFor: '2s' })
+    await world.backfill(name, { modelRef: `m-${name}`, templateRef: 'tpl', idleFor: `${IDLE_FOR_MS / 1_000}s` })
   }
   for (const name of BACKFILLS) await world.waitFor(name, 'Running', 'JobRunning')
   expect(await running()).toHaveLength(BACKFILLS.length)
@@ -167,7 +172,9 @@ it('ingress cut off from NATS: every running Job deleted within the bound; ingre
   expect(metrics).toMatch(/^flexinfer_model_backfill_failsafe_engaged 1$/m)
   // cancel's own NATS is fine all along: it is the ingress that is blind.
   expect(metrics).toMatch(/^flexinfer_model_backfill_nats_up 1$/m)
-  await new Promise((r) => setTimeout(r, 3_000))
+  // Held blind: nothing starts within one period of each mechanism that could start an attempt (the sweep's
+  // RESYNC_MS, a window's idleFor) and one fail-safe probe: a negative, so bounded by those periods.
+  await new Promise((r) => setTimeout(r, Math.max(RESYNC_MS, IDLE_FOR_MS) + PROBE_EVERY_MS))
   expect(await running()).toEqual([])
 
   await relay.listen()

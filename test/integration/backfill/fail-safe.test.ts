@@ -7,6 +7,7 @@ import { KubeConfig } from '@kubernetes/client-node'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it, vi } from 'vitest'
 import { type Runner, startRunner } from '../../../cmd/manager/runner.js'
+import { PROBE_EVERY_MS } from '../../../functions/cancel/fail-safe.js'
 import { FAILSAFE_REASON } from '../../../pkg/core/fail-safe.js'
 import { type Environment, killServer, restartServer, startEnvironment } from '../../env/environment.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
@@ -19,7 +20,11 @@ const SAVED_ENV = vi.hoisted(() => {
   return saved
 })
 const BOUND_MS = 2_000
-/** The bound, one probe period (1 s) and the DELETEs' round trips. */
+/** RESYNC_MS above: the sweep's period. */
+const RESYNC_MS = 2_000
+/** Each backfill's idleFor: its timer's period. */
+const IDLE_FOR_MS = 2_000
+/** The bound, one probe period and the DELETEs' round trips. */
 const DEADLINE_MS = BOUND_MS + 2_000
 
 const NS = 'failsafe'
@@ -64,7 +69,7 @@ it('NATS down: every running Job deleted within the bound through Kubernetes; NA
   await world.template('tpl')
   for (const name of BACKFILLS) {
     await world.model(`m-${name}`, { node: `node-${name}` })
-    await world.backfill(name, { modelRef: `m-${name}`, templateRef: 'tpl', idleFor: '2s' })
+    await world.backfill(name, { modelRef: `m-${name}`, templateRef: 'tpl', idleFor: `${IDLE_FOR_MS / 1_000}s` })
   }
   for (const name of BACKFILLS) await world.waitFor(name, 'Running', 'JobRunning')
   expect(await running()).toHaveLength(BACKFILLS.length)
@@ -97,8 +102,9 @@ it('NATS down: every running Job deleted within the bound through Kubernetes; NA
   expect(metrics).toMatch(/^flexinfer_model_backfill_failsafe_engaged 1$/m)
   expect(metrics).toMatch(/^flexinfer_model_backfill_failsafe_cancellations_total 3$/m)
   expect(metrics).toMatch(/^flexinfer_model_backfill_nats_up 0$/m)
-  // Held down a while: nothing runs, nothing starts.
-  await new Promise((r) => setTimeout(r, 3_000))
+  // Held down: nothing runs, nothing starts within one period of each mechanism that could start an attempt (the
+  // sweep's RESYNC_MS, a window's idleFor) and one fail-safe probe: a negative, so bounded by those periods.
+  await new Promise((r) => setTimeout(r, Math.max(RESYNC_MS, IDLE_FOR_MS) + PROBE_EVERY_MS))
   expect(await running()).toEqual([])
 
   restartServer(own, 'nats-server')

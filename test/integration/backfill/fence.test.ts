@@ -46,6 +46,9 @@ async function startFunction(fn: EventFunction) {
   runner.functions.push(running)
 }
 
+/** The lagging-clock case's idleFor. */
+const IDLE_FOR_MS = 4_000
+
 describe('the admission fence', () => {
   it('demand down: a request on the documented subject inside the window is never admitted over', async () => {
     const { backfill, model, template, node } = world.names('nodemand')
@@ -91,7 +94,7 @@ describe('the admission fence', () => {
     const { backfill, model, template, node } = world.names('lagging')
     await world.model(model, { node })
     await world.template(template)
-    await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '4s' })
+    await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: `${IDLE_FOR_MS / 1_000}s` })
     const waiting = await world.waitFor(backfill, 'WaitingForIdle', 'IdleWindow')
     // Time is the subject: the request must land well inside the declaration's window, so that the window it opens
     // ends measurably (creationTimestamp has whole seconds) later than the declaration's own.
@@ -105,13 +108,16 @@ describe('the admission fence', () => {
     )
     const stored = await runner.deps.bus.jsm.streams.getMessage(ack.stream, { seq: ack.seq })
     const storedAt = stored?.time.getTime() ?? 0
-    // Past the declaration's own first window (time is the subject: its timer fires then, a scheduler tick early at
-    // most), and admit has handled that timer: no Job for a window the request re-opened.
-    await sleep(ms(waiting.status?.idleSince) + 4000 + SCHEDULER_TICK_MS - Date.now())
+    // Past the declaration's own first window (its timer fires at idleSince + idleFor, a scheduler tick early at
+    // most), and admit has handled that timer (handledAll, the positive signal): no Job for a window the request
+    // re-opened. A negative, so bounded by the timer's own due time, not a fixed wait.
+    await sleep(ms(waiting.status?.idleSince) + IDLE_FOR_MS + SCHEDULER_TICK_MS - Date.now())
     await handledAll(runner, ['admit'])
     expect(await world.jobsOf(backfill)).toEqual([])
     await world.waitFor(backfill, 'Running', undefined, 20_000)
     const [job] = await world.jobsOf(backfill)
-    expect(ms(job?.metadata?.creationTimestamp as unknown as string) + 1000).toBeGreaterThanOrEqual(storedAt + 4000)
+    expect(ms(job?.metadata?.creationTimestamp as unknown as string) + 1000).toBeGreaterThanOrEqual(
+      storedAt + IDLE_FOR_MS,
+    )
   })
 })

@@ -12,7 +12,7 @@ import { FUNCTION_NAMES } from '../../../functions/registry.js'
 import { createLogger } from '../../../pkg/observability/log.js'
 import { openDeps, scoped } from '../../../pkg/transport/deps.js'
 import { type RunningFunction, runOnJetStream } from '../../../pkg/transport/jetstream-adapter.js'
-import { sleep } from '../../env/exec.js'
+import { sleep, waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { BackfillWorld, handledAll } from '../support/backfill-world.js'
 import { CountingProxy } from '../support/counting-proxy.js'
@@ -89,9 +89,13 @@ it('a status write made by a re-arm on a busy model costs lifecycle no reconcile
     await handledAll({ deps: runner.deps, functions: [lifecycle] })
     const settled = echoes.length
 
-    // 12 s: each window's timer fires every ~3 s on the busy model and is re-armed, with a status write each time.
-    // Time is the subject: several windows' worth of re-arms.
-    await sleep(12_000)
+    // Each window's timer fires every ~3 s (its idleFor) on the busy model and is re-armed, with a status write each
+    // time: wait for the events themselves, two re-arm echoes of every window handled by lifecycle, not a clock.
+    await waitFor(
+      'two re-arm echoes of every window',
+      () => names.every((n) => echoes.slice(settled).filter((e) => e.backfill === n).length >= 2),
+      { timeoutMs: 60_000, intervalMs: 250 },
+    )
     for (const name of names) {
       const b = await world.getBackfill(name)
       expect(b?.status?.phase).toBe('WaitingForIdle')
