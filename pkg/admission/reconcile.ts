@@ -30,7 +30,7 @@ import {
   toKv,
 } from '../core/state.js'
 import { gamingSessionView, gpuLeaseView, isActiveJob, type JobView, jobView, modelView } from '../core/world.js'
-import { isCasConflict } from '../jetstream/bus.js'
+import { isCasConflict } from '../jetstream/errors.js'
 import { PLURALS } from '../kube/kube-common.js'
 import type { Logger } from '../observability/log.js'
 import { preemptionLatency } from '../observability/ops-metrics.js'

@@ -23,7 +23,7 @@ import {
   type JetStreamManager,
 } from '@nats-io/jetstream'
 import type { Logger } from '../observability/log.js'
-import { isNotFound } from './bus.js'
+import { isNotFound } from './errors.js'
 
 /** Default wait for the old consumer's in-flight messages: about one ack_wait of a function's consumer. */
 export const MIGRATION_SETTLE_MS = 30_000

@@ -5,15 +5,11 @@
 // KV operations 2 s (nats.js defaults); acks and msg.working() are plain publishes that cannot block.
 import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { decode } from '../../events/codec.js'
-import {
-  acrossLeaderChange,
-  awaitProvisioned,
-  headerSafe,
-  isNotFound,
-  PROVISION_DEADLINE_MS,
-} from '../jetstream/bus.js'
 import { migrateAckPolicy, type Retried } from '../jetstream/consumer-migration.js'
+import { headerSafe } from '../jetstream/dead-letter-headers.js'
+import { acrossLeaderChange, isNotFound, PROVISION_DEADLINE_MS } from '../jetstream/errors.js'
 import { consumerName } from '../jetstream/names.js'
+import { awaitProvisioned } from '../jetstream/topology.js'
 import { AckFloor, type FloorMsg } from './ack-floor.js'
 import type { Deps, EventFunction, HandleContext, Settings } from './function.js'
 import { failedOutcome, handleEvent } from './process-event.js'

@@ -33,7 +33,8 @@ import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../.
 import type { Trigger } from '../../../pkg/core/decide.js'
 import { ANNOTATION_MODEL, backfillKey } from '../../../pkg/core/names.js'
 import { type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
-import { type Bus, isCasConflict } from '../../../pkg/jetstream/bus.js'
+import type { Bus } from '../../../pkg/jetstream/bus.js'
+import { isCasConflict } from '../../../pkg/jetstream/errors.js'
 import type { Kube } from '../../../pkg/kube/kube.js'
 import {
   deepFreeze,
