@@ -262,7 +262,7 @@ export function processSettings(config: Config) {
   } satisfies Partial<ProcessOptions>
 }
 
-/** NATS_CREDS_FILE and NATS_NKEY_SEED_FILE as pkg/jetstream/bus.ts natsServerOptions takes them. */
+/** NATS_CREDS_FILE and NATS_NKEY_SEED_FILE as pkg/jetstream/connect.ts natsServerOptions takes them. */
 export const natsCredentials = (config: Config): NatsCredentialFiles => ({
   NATS_CREDS_FILE: config.natsCredsFile,
   NATS_NKEY_SEED_FILE: config.natsNkeySeedFile,

@@ -20,7 +20,7 @@ export interface Buckets {
 
 /**
  * The buckets functions follow (the metrics exporter: backfills; demand: claims) republish every change to
- * flexinfer.kv.<bucket>.<key>: functions subscribe to that instead of creating watch consumers (pkg/jetstream/kv-mirror.ts).
+ * flexinfer.kv.<bucket>.<key>: functions subscribe to that instead of creating watch consumers (kv-mirror.ts).
  */
 function republishOf(bucket: string) {
   return { src: `$KV.${bucket}.>`, dest: `${republishPrefix(bucket)}>` }

@@ -37,7 +37,7 @@ export interface ProcessOptions {
   settings?: Settings
   /** NATS_CONNECT_WAIT_MS: how long to wait for NATS at start (default 120 s). */
   connectWaitMs?: number
-  /** NATS_CREDS_FILE / NATS_NKEY_SEED_FILE: the credentials of a mounted Secret (pkg/jetstream/bus.ts). */
+  /** NATS_CREDS_FILE / NATS_NKEY_SEED_FILE: the credentials of a mounted Secret (pkg/jetstream/connect.ts). */
   natsCredentials?: NatsCredentialFiles
   /** NATS_REPLICAS: replicas of what provisioning creates (default 1). */
   replicas?: number

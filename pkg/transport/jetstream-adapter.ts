@@ -105,8 +105,9 @@ export async function ensureConsumers(
       filter_subjects: sub.subjects,
     }
     // Each server call rides out a leader change (an election, a server rolling, a consumer moving after its stream
-    // was scaled: pkg/jetstream/bus.ts) and is idempotent, so one whose reply was lost — it may have taken effect all the
-    // same — is simply asked again (an add repeated with the same config answers the consumer it made).
+    // was scaled: pkg/jetstream/streams.ts ensureStreams) and is idempotent, so one whose reply was lost — it may have
+    // taken effect all the same — is simply asked again (an add repeated with the same config answers the consumer it
+    // made).
     const retried: Retried = (call) =>
       acrossLeaderChange(`provisioning consumer ${durable} on ${sub.stream}`, call, PROVISION_DEADLINE_MS)
     const info = () => retried(() => deps.bus.jsm.consumers.info(sub.stream, durable))

@@ -2,7 +2,8 @@
 // a leader: a server crashed or rolling (the JetStream meta leader, through which every consumer is created), a
 // consumer's leader moving (after its stream was scaled to 3 replicas, a stepdown). Meanwhile a request is not
 // answered (nats.js "TimeoutError: timeout") or answered "JetStream system temporarily unavailable", for longer than
-// one request's deadline; each consumer call must ride that out as the stream and bucket steps do (pkg/jetstream/bus.ts).
+// one request's deadline; each consumer call must ride that out as the stream and bucket steps do
+// (pkg/jetstream/streams.ts, buckets.ts).
 // Seen failing with the calls bare (3 runs of 3): each test with nats.js's "TimeoutError: timeout" after 5 s, no
 // frame of ours — the CI's error in provision-replicas.test.ts.
 import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream'
