@@ -15,7 +15,9 @@
 FROM node:24-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-# The gateway client is an npm workspace; the runtime takes its NATS connection options from it.
+# The gateway client (clients/ts, @flexinfer/gateway-emitter) is an npm workspace of package.json: npm ci needs its
+# package.json to install what package-lock.json records. The bundle takes nothing from it: the functions make their
+# NATS connection options themselves (pkg/jetstream/connect.ts).
 COPY clients/ts ./clients/ts
 RUN npm ci --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./

@@ -1,7 +1,7 @@
 // The gate's settings, as admit sets them on the sidecar (pkg/core/gate.ts GATE_ENV) or a person sets them by hand.
 import { GATE_ENGINES, GATE_ENV, GATE_PORT, type GateEngine, MAX_GATE_MAX_IN_FLIGHT } from '../../pkg/core/gate.js'
 import { isObjectName } from '../../pkg/core/names.js'
-import type { NatsCredentialFiles } from '../../pkg/jetstream/bus.js'
+import type { NatsCredentialFiles } from '../../pkg/jetstream/connect.js'
 
 export interface GateConfig {
   natsUrl: string

@@ -5,7 +5,7 @@
 // cancelled, and a preempt missed while NATS was away cannot be told from none.
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { preemptSubject } from '../../events/catalog.js'
-import { natsServerOptions } from '../../pkg/jetstream/bus.js'
+import { natsServerOptions } from '../../pkg/jetstream/connect.js'
 import type { Logger } from '../../pkg/observability/log.js'
 import type { GateConfig } from './config.js'
 import { epochMs, Gate } from './proxy.js'

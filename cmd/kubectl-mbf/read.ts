@@ -31,7 +31,10 @@ import {
   parseEntry,
   parseModelIdleState,
 } from '../../pkg/core/state.js'
-import { Bus, isNotFound, lastBySubject, natsServerOptions } from '../../pkg/jetstream/bus.js'
+import { Bus } from '../../pkg/jetstream/bus.js'
+import { natsServerOptions } from '../../pkg/jetstream/connect.js'
+import { isNotFound } from '../../pkg/jetstream/errors.js'
+import { lastBySubject } from '../../pkg/jetstream/streams.js'
 import { Kube } from '../../pkg/kube/client.js'
 import { observe } from '../../pkg/reconcile/observe.js'
 import type { Deps } from '../../pkg/transport/function.js'

@@ -10,7 +10,8 @@
 import { FAILSAFE_BLIND_MS } from '../../pkg/core/fail-safe.js'
 import type { GateDeployment } from '../../pkg/core/gate.js'
 import { RESYNC_MS } from '../../pkg/core/resync.js'
-import { DEFAULT_CONNECT_WAIT_MS, type NatsCredentialFiles, natsReplicas } from '../../pkg/jetstream/bus.js'
+import { DEFAULT_CONNECT_WAIT_MS, type NatsCredentialFiles } from '../../pkg/jetstream/connect.js'
+import { natsReplicas } from '../../pkg/jetstream/topology.js'
 import { kubeRequestTimeoutMs } from '../../pkg/kube/deadline.js'
 import { parseWatchNamespaces } from '../../pkg/kube/scope.js'
 import { HANDOVER_MS } from '../../pkg/observability/exporter-lease.js'
@@ -261,7 +262,7 @@ export function processSettings(config: Config) {
   } satisfies Partial<ProcessOptions>
 }
 
-/** NATS_CREDS_FILE and NATS_NKEY_SEED_FILE as pkg/jetstream/bus.ts natsServerOptions takes them. */
+/** NATS_CREDS_FILE and NATS_NKEY_SEED_FILE as pkg/jetstream/connect.ts natsServerOptions takes them. */
 export const natsCredentials = (config: Config): NatsCredentialFiles => ({
   NATS_CREDS_FILE: config.natsCredsFile,
   NATS_NKEY_SEED_FILE: config.natsNkeySeedFile,

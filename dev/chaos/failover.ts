@@ -16,8 +16,8 @@ import {
   STREAM_FOREGROUND_LAST,
   STREAM_TIMERS,
 } from '../../events/catalog.js'
-import { awaitReplicas } from '../../pkg/jetstream/bus.js'
 import { consumerName } from '../../pkg/jetstream/names.js'
+import { awaitReplicas } from '../../pkg/jetstream/streams.js'
 import type { RestartableServer } from '../../test/env/environment.js'
 import { sleep } from '../../test/env/exec.js'
 import { streamLeader, waitForStreamLeader } from '../../test/env/nats.js'

@@ -12,8 +12,9 @@
 // before this check, so it cancels whatever this admission creates (see functions/demand).
 import type { JetStreamManager } from '@nats-io/jetstream'
 import { foregroundSubject, STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST } from '../../events/catalog.js'
-import { isNotFound, lastBySubject } from '../jetstream/bus.js'
+import { isNotFound } from '../jetstream/errors.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
+import { lastBySubject } from '../jetstream/streams.js'
 import type { Deps } from '../transport/function.js'
 import { probeIngress } from './ingress.js'
 import type { FenceResult } from './ports.js'

@@ -96,4 +96,4 @@ export interface AdmissionPorts {
 }
 
 /** A compare-and-set that lost: NATS's wrong-last-sequence and key-exists answers (the memory ports throw the same). */
-export { isCasConflict } from '../jetstream/bus.js'
+export { isCasConflict } from '../jetstream/errors.js'

@@ -11,7 +11,8 @@
 
 import { STREAM_TIMERS, subjectFor } from '../../events/catalog.js'
 import { decode } from '../../events/codec.js'
-import { type Bus, lastBySubject } from '../jetstream/bus.js'
+import type { Bus } from '../jetstream/bus.js'
+import { lastBySubject } from '../jetstream/streams.js'
 
 /** The timer event fired for `timerAt` is stored, its handling not yet committed. */
 export async function firedNotHandled(bus: Bus, namespace: string, backfill: string, timerAt: string) {

@@ -1,6 +1,6 @@
-// Migrating a durable consumer to another ack policy (explicit → all for demand's, pkg/transport/ack-floor.ts). JetStream
-// cannot change ack_policy in place, so the consumer is re-created under the same name (KEDA's triggers, the
-// functions' NATS permissions and admit's fence name it), starting where the old one stopped:
+// Migrating a durable consumer to another ack policy (explicit → all for demand's, pkg/transport/ack-floor.ts).
+// JetStream cannot change ack_policy in place, so the consumer is re-created under the same name (KEDA's triggers,
+// the functions' NATS permissions and admit's fence name it), starting where the old one stopped:
 //
 // 1. The old consumer is paused: instances still bound to it keep acking what they hold, but get nothing new.
 // 2. Up to `settleMs` for everything delivered to be acked (num_ack_pending 0).
@@ -23,7 +23,7 @@ import {
   type JetStreamManager,
 } from '@nats-io/jetstream'
 import type { Logger } from '../observability/log.js'
-import { isNotFound } from './bus.js'
+import { isNotFound } from './errors.js'
 
 /** Default wait for the old consumer's in-flight messages: about one ack_wait of a function's consumer. */
 export const MIGRATION_SETTLE_MS = 30_000

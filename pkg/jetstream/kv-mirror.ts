@@ -2,25 +2,25 @@
 // names, so a function allowed to create its watch consumer could have the server deliver a bucket to an event
 // subject. Functions therefore get no consumer right at all: the provision step sets `republish` on the bucket's
 // stream ($KV.<bucket>.> → flexinfer.kv.<bucket>.>, which no user may publish), a mirror subscribes to that with
-// core NATS, and loads the current values with one stream info (the keys) and per-key direct gets. A reconnect may
+// core NATS, and loads the current values with one stream info (the keys) and a get per key. A reconnect may
 // have dropped republished messages: the mirror loads the values again.
 import type { KV, KvEntry } from '@nats-io/kv'
 import type { NatsConnection, Subscription } from '@nats-io/transport-node'
 
-/** Where the provision step republishes a bucket's changes (pkg/jetstream/bus.ts ensureBuckets). */
+/** Where the provision step republishes a bucket's changes (pkg/jetstream/buckets.ts ensureBuckets). */
 export const republishPrefix = (bucket: string) => `flexinfer.kv.${bucket}.`
 
 /** Keys read per snapshot at most: a bound on memory and on the time a (re)load takes. */
 export const SNAPSHOT_MAX_KEYS = 200_000
 /** Between loads that failed (NATS unreachable, the bucket without a leader). */
 const RELOAD_RETRY_MS = 500
-/** Direct gets in flight at once while loading. */
+/** Gets in flight at once while loading. */
 const SNAPSHOT_CONCURRENCY = 32
 
 /**
  * The current entries of the keys under `filters` (KV key filters, e.g. `model.>`), read without a consumer: one
- * stream info per filter lists the keys (with the stream's last sequence then), then one direct get per key.
- * Deleted or purged keys are left out.
+ * stream info per filter lists the keys (with the stream's last sequence then), then one get per key, which the
+ * bucket's leader answers (pkg/jetstream/buckets.ts LEADER_READS). Deleted or purged keys are left out.
  */
 export async function kvSnapshot(kv: KV, filters: string[]): Promise<{ entries: KvEntry[]; lastSeq: number }> {
   const b = kv as unknown as { bucket: string; jsm: import('@nats-io/jetstream').JetStreamManager }
@@ -44,7 +44,7 @@ export async function kvSnapshot(kv: KV, filters: string[]): Promise<{ entries: 
   return { entries, lastSeq }
 }
 
-/** A bucket's current values (or the keys under a filter) in memory, kept current by the bucket's republished changes. */
+/** A bucket's current values (or the keys under a filter) in memory, kept current by its republished changes. */
 export class KvMirror<T> {
   readonly values = new Map<string, T>()
   /** The stream sequence each key was last set or removed at: a stale snapshot read never overwrites a newer change. */
@@ -65,9 +65,9 @@ export class KvMirror<T> {
 
   /**
    * Subscribes to the republished changes first, then loads the current values; resolves once they are loaded. NATS
-   * going away meanwhile (a restart, a server of the cluster killed) is waited out up to `waitMs`: a process that
-   * was starting then used to exit (the flush's PING rejected as "connection disconnected" by the first failed
-   * reconnect), and a crash-loop back-off followed the outage.
+   * going away meanwhile (a restart, a server of the cluster killed) is waited out up to `waitMs`: the flush's PING
+   * is rejected as "connection disconnected" by the first failed reconnect, and a process that exited on it would
+   * sit out a crash-loop back-off after the outage had ended.
    */
   async start(nc: NatsConnection, kv: KV, key = '>', waitMs = 120_000) {
     const bucket = (kv as unknown as { bucket: string }).bucket

@@ -5,7 +5,8 @@ import type { KubeConfig } from '@kubernetes/client-node'
 import { STREAM_EVENTS, STREAM_FOREGROUND, STREAM_FOREGROUND_LAST, STREAM_TIMERS } from '../../events/catalog.js'
 import type { InboundEvent } from '../../events/codec.js'
 import type { GateDeployment } from '../core/gate.js'
-import { Bus, type NatsCredentialFiles } from '../jetstream/bus.js'
+import { Bus } from '../jetstream/bus.js'
+import type { NatsCredentialFiles } from '../jetstream/connect.js'
 import { consumerName, instanceName } from '../jetstream/names.js'
 import type { KubeApi, KubeClients } from '../kube/port.js'
 import { checkNamespaceCount } from '../kube/scope.js'
@@ -37,7 +38,7 @@ export interface ProcessOptions {
   settings?: Settings
   /** NATS_CONNECT_WAIT_MS: how long to wait for NATS at start (default 120 s). */
   connectWaitMs?: number
-  /** NATS_CREDS_FILE / NATS_NKEY_SEED_FILE: the credentials of a mounted Secret (pkg/jetstream/bus.ts). */
+  /** NATS_CREDS_FILE / NATS_NKEY_SEED_FILE: the credentials of a mounted Secret (pkg/jetstream/connect.ts). */
   natsCredentials?: NatsCredentialFiles
   /** NATS_REPLICAS: replicas of what provisioning creates (default 1). */
   replicas?: number

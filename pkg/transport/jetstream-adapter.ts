@@ -5,15 +5,11 @@
 // KV operations 2 s (nats.js defaults); acks and msg.working() are plain publishes that cannot block.
 import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
 import { decode } from '../../events/codec.js'
-import {
-  acrossLeaderChange,
-  awaitProvisioned,
-  headerSafe,
-  isNotFound,
-  PROVISION_DEADLINE_MS,
-} from '../jetstream/bus.js'
 import { migrateAckPolicy, type Retried } from '../jetstream/consumer-migration.js'
+import { headerSafe } from '../jetstream/dead-letter-headers.js'
+import { acrossLeaderChange, isNotFound, PROVISION_DEADLINE_MS } from '../jetstream/errors.js'
 import { consumerName } from '../jetstream/names.js'
+import { awaitProvisioned } from '../jetstream/topology.js'
 import { AckFloor, type FloorMsg } from './ack-floor.js'
 import type { Deps, EventFunction, HandleContext, Settings } from './function.js'
 import { failedOutcome, handleEvent } from './process-event.js'
@@ -109,8 +105,9 @@ export async function ensureConsumers(
       filter_subjects: sub.subjects,
     }
     // Each server call rides out a leader change (an election, a server rolling, a consumer moving after its stream
-    // was scaled: pkg/jetstream/bus.ts) and is idempotent, so one whose reply was lost — it may have taken effect all the
-    // same — is simply asked again (an add repeated with the same config answers the consumer it made).
+    // was scaled: pkg/jetstream/streams.ts ensureStreams) and is idempotent, so one whose reply was lost — it may have
+    // taken effect all the same — is simply asked again (an add repeated with the same config answers the consumer it
+    // made).
     const retried: Retried = (call) =>
       acrossLeaderChange(`provisioning consumer ${durable} on ${sub.stream}`, call, PROVISION_DEADLINE_MS)
     const info = () => retried(() => deps.bus.jsm.consumers.info(sub.stream, durable))

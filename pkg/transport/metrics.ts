@@ -16,7 +16,8 @@
 import { Counter, collectDefaultMetrics, Registry } from 'prom-client'
 import { STREAM_DEAD_LETTER } from '../../events/catalog.js'
 import { type BackfillState, PREEMPTION_REASONS, parseBackfillState } from '../core/state.js'
-import { type Bus, KvMirror } from '../jetstream/bus.js'
+import type { Bus } from '../jetstream/bus.js'
+import { KvMirror } from '../jetstream/kv-mirror.js'
 import { registerOpsMetrics } from '../observability/ops-metrics.js'
 
 export class BackfillMetrics {

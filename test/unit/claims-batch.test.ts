@@ -4,7 +4,7 @@
 // test/integration/transport/claim-release.test.ts.
 import { describe, expect, it, vi } from 'vitest'
 import { claimStore } from '../../pkg/admission/nats-ports.js'
-import { isCasConflict } from '../../pkg/jetstream/bus.js'
+import { isCasConflict } from '../../pkg/jetstream/errors.js'
 import type { Deps } from '../../pkg/transport/function.js'
 
 type Answer = { seq: number } | { error: { code: number; err_code: number; description: string } } | 'silent'

@@ -2,7 +2,7 @@
 // each, never a throw; and a reason that quotes the input always fits a NATS header.
 import { describe, expect, it } from 'vitest'
 import { decode } from '../../events/codec.js'
-import { headerSafe } from '../../pkg/jetstream/bus.js'
+import { headerSafe } from '../../pkg/jetstream/dead-letter-headers.js'
 import { HEADER_SAFE, hostileInputs } from '../integration/transport/hostile.js'
 
 describe('decode of hostile input', () => {

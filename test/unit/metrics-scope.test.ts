@@ -2,7 +2,7 @@
 // labels (pkg/transport/metrics.ts): nothing of another tenant's backfills or models.
 import { expect, it } from 'vitest'
 import { type BackfillState, emptyCounters } from '../../pkg/core/state.js'
-import type { KvMirror } from '../../pkg/jetstream/bus.js'
+import type { KvMirror } from '../../pkg/jetstream/kv-mirror.js'
 import { BackfillMetrics } from '../../pkg/transport/metrics.js'
 
 const state = (namespace: string, name: string, model: string): BackfillState => ({

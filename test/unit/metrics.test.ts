@@ -2,7 +2,7 @@
 // is filled directly, as its KV watch would fill it).
 import { describe, expect, it } from 'vitest'
 import { type BackfillState, emptyCounters } from '../../pkg/core/state.js'
-import type { KvMirror } from '../../pkg/jetstream/bus.js'
+import type { KvMirror } from '../../pkg/jetstream/kv-mirror.js'
 import { BackfillMetrics } from '../../pkg/transport/metrics.js'
 
 const state = (counters: Partial<BackfillState['counters']>): BackfillState => ({

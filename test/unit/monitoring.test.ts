@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest'
 import { parse, parseAllDocuments } from 'yaml'
 import { PHASES } from '../../pkg/core/api.js'
 import { type BackfillState, emptyCounters } from '../../pkg/core/state.js'
-import type { KvMirror } from '../../pkg/jetstream/bus.js'
+import type { KvMirror } from '../../pkg/jetstream/kv-mirror.js'
 import { preemptionLatency, registerConsumerLag } from '../../pkg/observability/ops-metrics.js'
 import { BackfillMetrics } from '../../pkg/transport/metrics.js'
 

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createUser } from '@nats-io/nkeys'
 import { expect, it } from 'vitest'
-import { natsServerOptions } from '../../pkg/jetstream/bus.js'
+import { natsServerOptions } from '../../pkg/jetstream/connect.js'
 
 it('NATS_NKEY_SEED_FILE, NATS_CREDS_FILE or ?nkey_seed_file= give an authenticator and no password', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'nats-cred-unit-'))

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { awaitProvisioned, natsServerOptions } from '../../pkg/jetstream/bus.js'
+import { natsServerOptions } from '../../pkg/jetstream/connect.js'
+import { awaitProvisioned } from '../../pkg/jetstream/topology.js'
 
 describe('natsServerOptions', () => {
   it('takes the user and password out of the URL and gives the user its own inbox prefix', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { MAX_REPLICAS, natsReplicas } from '../../pkg/jetstream/bus.js'
+import { MAX_REPLICAS, natsReplicas } from '../../pkg/jetstream/topology.js'
 
 describe('natsReplicas (NATS_REPLICAS)', () => {
   it('is 1 when unset or empty: one nats-server', () => {

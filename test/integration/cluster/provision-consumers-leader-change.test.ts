@@ -2,13 +2,15 @@
 // a leader: a server crashed or rolling (the JetStream meta leader, through which every consumer is created), a
 // consumer's leader moving (after its stream was scaled to 3 replicas, a stepdown). Meanwhile a request is not
 // answered (nats.js "TimeoutError: timeout") or answered "JetStream system temporarily unavailable", for longer than
-// one request's deadline; each consumer call must ride that out as the stream and bucket steps do (pkg/jetstream/bus.ts).
+// one request's deadline; each consumer call must ride that out as the stream and bucket steps do
+// (pkg/jetstream/streams.ts, buckets.ts).
 // Seen failing with the calls bare (3 runs of 3): each test with nats.js's "TimeoutError: timeout" after 5 s, no
 // frame of ours — the CI's error in provision-replicas.test.ts.
 import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../../events/catalog.js'
-import { acrossLeaderChange, Bus } from '../../../pkg/jetstream/bus.js'
+import { Bus } from '../../../pkg/jetstream/bus.js'
+import { acrossLeaderChange } from '../../../pkg/jetstream/errors.js'
 import { consumerName } from '../../../pkg/jetstream/names.js'
 import type { EventFunction } from '../../../pkg/transport/function.js'
 import { ACK_WAIT_MS, CONSUMER_MAX_DELIVER, ensureConsumers } from '../../../pkg/transport/jetstream-adapter.js'

@@ -1,6 +1,6 @@
 // Replicas are a deployment setting: the provision step gives every stream, KV bucket and durable consumer the
 // configured replicas, and changes an existing topology in place (1 → 3 here, as when a single server grows into a
-// cluster), idempotently. Also: buckets made by an older release with direct gets lose them (pkg/jetstream/bus.ts).
+// cluster), idempotently. Also: buckets made with direct gets lose them (pkg/jetstream/buckets.ts).
 import { jetstreamManager } from '@nats-io/jetstream'
 import { Kvm } from '@nats-io/kv'
 import { connect, type NatsConnection } from '@nats-io/transport-node'

@@ -7,7 +7,7 @@ import { connect } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { provision } from '../../../cmd/manager/provision.js'
 import { BUCKET_BACKFILLS, BUCKET_CLAIMS, BUCKET_MODEL_IDLE } from '../../../events/catalog.js'
-import { natsServerOptions } from '../../../pkg/jetstream/bus.js'
+import { natsServerOptions } from '../../../pkg/jetstream/connect.js'
 import { ensureBinaries } from '../../env/binaries.js'
 import { type AuthNats, startAuthNats } from '../support/deploy.js'
 

@@ -26,7 +26,7 @@ import { INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index
 import { sweep } from '../../../functions/lifecycle/resync.js'
 import { GROUP, VERSION } from '../../../pkg/core/api.js'
 import { jobName } from '../../../pkg/core/names.js'
-import { natsServerOptions } from '../../../pkg/jetstream/bus.js'
+import { natsServerOptions } from '../../../pkg/jetstream/connect.js'
 import { startBridge } from '../../../pkg/transport/bridge.js'
 import { startHttpFunction } from '../../../pkg/transport/http-adapter.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'

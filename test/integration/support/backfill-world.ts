@@ -38,7 +38,7 @@ import {
 } from '../../../pkg/core/api.js'
 import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey, LABEL_BACKFILL, modelKey } from '../../../pkg/core/names.js'
 import type { BackfillState, ModelIdleState } from '../../../pkg/core/state.js'
-import { isNotFound } from '../../../pkg/jetstream/bus.js'
+import { isNotFound } from '../../../pkg/jetstream/errors.js'
 import { consumerName } from '../../../pkg/jetstream/names.js'
 import { sleep } from '../../env/exec.js'
 

@@ -193,7 +193,7 @@ export type NatsUser = (typeof NATS_USERS)[number]
 export interface AuthNats {
   /**
    * The URL a user of deploy/nats/auth.conf connects with: `nats://<user>@host:port?nkey_seed_file=<its seed>` (the user
-   * names the inbox prefix, the seed file authenticates; pkg/jetstream/bus.ts natsServerOptions).
+   * names the inbox prefix, the seed file authenticates; pkg/jetstream/connect.ts natsServerOptions).
    */
   url(user: NatsUser): string
   /** Path of a user's NKey seed file (what its mounted Secret holds when deployed). */

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import { provision } from '../../../cmd/manager/provision.js'
 import { catalog, STREAM_FOREGROUND } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { natsServerOptions } from '../../../pkg/jetstream/bus.js'
+import { natsServerOptions } from '../../../pkg/jetstream/connect.js'
 import { ensureBinaries } from '../../env/binaries.js'
 import { type AuthNats, startAuthNats } from '../support/deploy.js'
 

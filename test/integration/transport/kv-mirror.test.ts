@@ -3,7 +3,8 @@
 // while the mirror is reconnecting (a put and a delete it cannot hear) are picked up by the reload after reconnect.
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import { Bus, KvMirror } from '../../../pkg/jetstream/bus.js'
+import { Bus } from '../../../pkg/jetstream/bus.js'
+import { KvMirror } from '../../../pkg/jetstream/kv-mirror.js'
 import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'
