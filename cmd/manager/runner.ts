@@ -122,8 +122,8 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
     watcher = await startWatcher(kube.kc, kube, bus, log, opts.namespaces)
   }
 
-  // Three GET routes on node:http, not fastify: loading fastify cost a scaled-to-zero function ~0.3 s and ~10 MB
-  // at every cold start.
+  // Three GET routes on node:http, not fastify: a function that scales to zero would load fastify at every cold start
+  // for routes that need none of it.
   let httpUrl: string | undefined
   let ready = true
   const send = (res: ServerResponse, code: number, type: string, body: string) => {

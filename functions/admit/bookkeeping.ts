@@ -1,7 +1,7 @@
 // What an admission does after its attempt is committed and its Job exists — the BackfillStarted Event and the
-// status write (pkg/reconcile/apply.ts hands them over) — runs in a lane of its own, off the admission slot (with
-// 1,000 windows ending together, ~1.5 s of each slot's ~3.7 s came after `startedAt` and the timers queued
-// ~45 s for a slot). Foreground safety does not depend on it: the claims, the fence and the newest-request reads
+// status write (pkg/reconcile/apply.ts hands them over) — runs in a lane of its own, off the admission slot: when many
+// windows end together, the timers queue for admission slots, and a slot held for this work after `startedAt` is a
+// slot another window waits for. Foreground safety does not depend on it: the claims, the fence and the newest-request reads
 // around the POST stay on the admission path.
 //
 // Nothing here is needed for the Job to be cancelled, and nothing is lost if it never runs: the state in KV already

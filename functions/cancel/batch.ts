@@ -68,7 +68,7 @@ export interface BatchOptions {
 /**
  * The apiserver deletes a collection's items one after another (kube-apiserver --delete-collection-workers, default
  * 1), and the pods wait for the whole Job collection: a big request makes its first Job's pods wait for every other
- * Job (one request for a burst of 90 at load 17 ran past the 10 s deadline). So cancels go alone while the
+ * Job, and a large one can run past the request deadline. So cancels go alone while the
  * namespace has DELETE places free, and only what would wait for a place anyway rides together, a few at a time.
  */
 const PER_NAMESPACE = 32

@@ -34,7 +34,7 @@ import { Lane } from '../../pkg/lib/lane.js'
 import { describeError, type Logger } from '../../pkg/observability/log.js'
 import { failSafeCancellations, failSafeEngaged, foregroundUnobservable } from '../../pkg/observability/ops-metrics.js'
 import type { Deps, Settings } from '../../pkg/transport/function.js'
-import { deleteAttemptPods } from './fast-path.js'
+import { deleteAttemptPods } from './deletes.js'
 
 /** How often the path is probed. */
 export const PROBE_EVERY_MS = 1_000

@@ -9,8 +9,8 @@
 // carries (batch.ts), so a same-named replacement is never the one deleted. The attempt's pods are deleted right
 // after, by the Job's UID: the garbage collector would get to them later, and the pods are where the work runs.
 //
-// The DELETEs and the bookkeeping run in lanes of their own (fast-path.ts): a burst of cancels never queues a
-// DELETE behind earlier cancels' reconciles. The event is acked only after both, so a crash in between redelivers
+// The DELETEs and the bookkeeping run in lanes of their own (DELETE_WIDTH, BOOKKEEPING_WIDTH below): a burst of
+// cancels never queues a DELETE behind earlier cancels' reconciles. The event is acked only after both, so a crash in between redelivers
 // it (the DELETEs are idempotent: 'absent').
 import type { V1Job } from '@kubernetes/client-node'
 import { STREAM_EVENTS } from '../../events/catalog.js'
@@ -25,8 +25,8 @@ import { traced } from '../../pkg/observability/tracing.js'
 import { reconcile } from '../../pkg/reconcile/reconcile.js'
 import { type EventFunction, PermanentError, type Settings } from '../../pkg/transport/function.js'
 import { DeleteBatcher } from './batch.js'
+import { RecentlyDeleted } from './deletes.js'
 import { type FailSafe, startFailSafe } from './fail-safe.js'
-import { RecentlyDeleted } from './fast-path.js'
 import { awaitAdmittedJob, JobArrivals } from './in-flight.js'
 
 /**
@@ -43,7 +43,7 @@ const IN_FLIGHT = 1024
 const MAX_UNACKED = 10_000
 /** DELETEs (Job + pods) at once: enough for a burst, few enough to reuse the pooled keep-alive connections. */
 const DELETE_WIDTH = 32
-/** Reconciles at once (the old slot count: what the apiserver and KV took well under load). */
+/** Reconciles at once: narrow, since its reads and writes slow the DELETEs' answers while they load the apiserver. */
 const BOOKKEEPING_WIDTH = 16
 /** Longest a reconcile waits for the DELETE lane to drain (a steady trickle of cancels must not starve it). */
 const BOOKKEEPING_YIELD_MAX_MS = 10_000

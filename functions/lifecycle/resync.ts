@@ -228,8 +228,8 @@ const sweepsSinceFullRead = new WeakMap<object, number>()
 
 /**
  * The backfill states in scope. From the process's mirror of the bucket when it has one (cmd/manager/runner.ts lends
- * the metrics exporter's: at 10,000 backfills the direct gets below made each sweep 1.2–4.6 s of lifecycle's CPU,
- * 3.6–10% of a core at rest); otherwise, and every FULL_STATE_READ_EVERY sweeps, read without a consumer
+ * the metrics exporter's: with many backfills, the direct gets below would make every sweep cost CPU in proportion to
+ * them, at rest); otherwise, and every FULL_STATE_READ_EVERY sweeps, read without a consumer
  * (functions may create none: deploy/nats/README.md): one stream info per scope lists the keys, then bounded direct gets
  * (pkg/jetstream/kv-mirror.ts kvSnapshot).
  */

@@ -4,7 +4,7 @@
 // recorded timer's schedule must still be stored allows for one that has already fired (FIRED_EARLY_WITHIN_MS;
 // pkg/admission/timer-held.ts then finds its fired event instead).
 
-/** nats-server (2.12–2.14) evaluates message schedules on a ~250 ms tick; measured, see bench/README.md. */
+/** nats-server (2.12–2.14) evaluates message schedules on a 250 ms tick (dev/bench/README.md has the measurement). */
 export const SCHEDULER_TICK_MS = 250
 
 /** When to store the schedule of a timer due at `due` (ms): one tick early, never in the past. */

@@ -255,8 +255,8 @@ export async function runOnJetStream(
   let starting = false
   // Delivered but not yet handled, one queue per subscription (a slow sweep's timer is not stuck behind the event
   // backlog). nats.js refills a consume's pull as messages *arrive*, not as they are iterated, so a function behind
-  // its stream holds up to max_ack_pending delivered messages here: lifecycle (8 handlers, ~22 events/s) held
-  // 1,000, waited ~45 s for a handler, longer than ack_wait, and handled ~500 of them twice. They are
+  // its stream holds up to max_ack_pending delivered messages here, and one that waits for a handler longer than
+  // ack_wait is redelivered and handled twice. They are
   // taken off the iterator at once and kept alive below like the in-flight ones, so a delivered message is never
   // redelivered while this process is healthy; the pull itself (ingest's thousands ahead) is unchanged.
   const queues: WaitQueue<Delivery>[] = []

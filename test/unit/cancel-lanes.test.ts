@@ -1,4 +1,4 @@
-// The cancel fast path's lanes (functions/cancel/fast-path.ts): never more than `width` tasks at once, the rest in
+// The cancel fast path's lanes (functions/cancel/index.ts, functions/cancel/deletes.ts): never more than `width` tasks at once, the rest in
 // arrival order, and idle() lets the bookkeeping wait for a burst of DELETEs without ever being starved.
 import { describe, expect, it } from 'vitest'
 import { Lane } from '../../pkg/lib/lane.js'

@@ -1,10 +1,7 @@
-// The preemption's fast path. A burst of cancel requests (a traffic ramp, a gateway failover: one per model at once)
-// used to take one handler slot each for the whole cancel — DELETE, then the reconcile's reads, KV and status
-// writes — so the 100th DELETE waited for ~6 full reconciles per slot (500 Jobs: p99 15.7 s). Now the two halves
-// have lanes of their own: the DELETEs (the Job, then its pods; a burst's in collections, batch.ts) go out at once
-// through a wide lane that nothing slow ever holds, and the bookkeeping queues behind them in a narrow lane that waits while DELETEs are in flight (the
-// apiserver answers a DELETE slower while the bookkeeping's reads and writes load it). Both lanes are bounded: the transport never
-// has more than cancel's concurrency in flight, and each lane holds at most that many.
+// What cancel deletes besides the Job — the attempt's pods — and the Jobs it remembers having deleted, so that the
+// DELETE lane (index.ts) sends each attempt's DELETEs once. The lanes keep the DELETEs apart from the bookkeeping: a
+// burst's DELETEs go out through a wide lane that nothing slow holds, and the bookkeeping waits behind them in a
+// narrow one, since its reads and writes slow the apiserver's answers to the DELETEs still in flight.
 import type { KubeApi } from '../../pkg/kube/port.js'
 
 /**
