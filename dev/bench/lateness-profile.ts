@@ -1,4 +1,4 @@
-// Admission lateness profile (issue 11): reads admit's 'admission timings' log lines (functions/admit) from a
+// Admission lateness profile: reads admit's 'admission timings' log lines (functions/admit) from a
 // benchmark log and gives p50 / p99 of each step. `npx tsx dev/bench/lateness-profile.ts [dev/bench/results/bench.log]`.
 import { readFileSync } from 'node:fs'
 import { percentileOfSorted } from './percentile.js'

@@ -1,4 +1,4 @@
-// Preemption, hop by hop (issue 11): joins, per preempted Job, the benchmark's own line (foreground request published,
+// Preemption, hop by hop: joins, per preempted Job, the benchmark's own line (foreground request published,
 // its PubAck, the Job's and the pods' deletion seen on its watches), demand's debug line (request stored, handled,
 // cancel published and acked) and cancel's line (cancel stored, handled, the apiserver's answers to the Job's DELETE
 // and the pods' deletecollection), and gives p50 / p99 of each hop. All epoch ms on one machine's clock (the stored

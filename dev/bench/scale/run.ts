@@ -1,5 +1,5 @@
 // `npm run bench:scale` (`--quick`: 100 backfills over 100 models, a smoke run whose numbers are not comparable):
-// the scale curve of issue 11. For each size (SCALE_SIZES, default 100,1000,10000 ModelBackfills over 1,000 Models
+// the fleet's scale curve. For each size (SCALE_SIZES, default 100,1000,10000 ModelBackfills over 1,000 Models
 // on 1,000 Nodes — objects in the apiserver only, no kubelet) it grows the population (idleFor 24h: settled, each
 // waiting on its timer), lets it settle and measures at rest: CPU and RSS of each function in a process of its
 // own (compiled, as deployed: dev/chaos/fleet.ts), the apiserver's request rate (its own apiserver_request_total),
@@ -55,8 +55,8 @@ const POPULATION_IDLE_FOR = '24h'
 /**
  * Long enough for the last foreground burst (WINDOWS events) to be handled before the windows end — and long, as
  * every window whose timer fires on a busy model re-arms and writes its status (a new idleSince), and each status
- * write is a `backfill.changed` event for lifecycle: 1,000 windows of 45 s made ~20 events/s, which lifecycle (~5/s
- * at load 20) never caught up with (2026-12-01 20:40: 7,211 events queued, 122 windows without a state after 8 min).
+ * write is a `backfill.changed` event for lifecycle: with short windows and many backfills those events come faster
+ * than lifecycle handles them, and the windows would end before their states are written (dev/bench/README.md).
  */
 const WINDOW_IDLE_FOR = process.env.SCALE_WINDOW_IDLE_FOR ?? (QUICK ? '30s' : '2m')
 /**
