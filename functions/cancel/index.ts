@@ -69,11 +69,12 @@ export function refusal(job: V1Job, backfill: string): string | undefined {
 
 /**
  * Cancel reads its settings from Deps at start. `tuning` replaces IN_FLIGHT and the bookkeeping lane (tests: a lane
- * they hold shut shows that no DELETE waits for a bookkeeping).
+ * they hold shut shows that no DELETE waits for a bookkeeping); `failSafe: false` starts no fail-safe (the
+ * deterministic simulation, whose bus has no consumers for its probe to ask about).
  */
 export function cancelFunction(
   _settings: Settings = {},
-  tuning: { inFlight?: number; bookkeeping?: Lane } = {},
+  tuning: { inFlight?: number; bookkeeping?: Lane; failSafe?: false } = {},
 ): EventFunction {
   let jobs: ObjectCache<V1Job> | undefined
   let own = false
@@ -98,12 +99,13 @@ export function cancelFunction(
       }
       // Subscribed once per start (the copy has no unsubscribe): a stopped cancel's arrivals see the changes, and
       // nobody waits on them.
-      arrivals = new JobArrivals()
+      arrivals = new JobArrivals(deps.timers)
       jobs.onChange?.(arrivals.change)
       // The attempt's pods are deleted right after the Job (what stops the work is their deletion, not the Job's);
       // CANCEL_DELETE_PODS=false leaves them to the garbage collector, which is slower.
       batcher = new DeleteBatcher(deps.kube, deletes, {
         capacity: IN_FLIGHT,
+        now: deps.now,
         deletePods: deps.settings?.cancelDeletePods ?? true,
         onPodsError: (ns, err) =>
           deps.log.warn({ namespace: ns, error: describeError(err) }, 'cancel: deleting the pods failed; the GC will'),
@@ -114,7 +116,7 @@ export function cancelFunction(
           ),
       })
       // Background does not run while foreground demand cannot be observed (fail-safe.ts): Kubernetes alone.
-      failSafe = startFailSafe(deps, jobs, { refusal })
+      if (tuning.failSafe !== false) failSafe = startFailSafe(deps, jobs, { refusal })
     },
     async stop() {
       await failSafe?.stop()
@@ -198,7 +200,7 @@ export function cancelFunction(
       ctx?.release()
       await bookkeeping.run(async () => {
         // DELETEs first: the bookkeeping's apiserver reads and writes wait while a burst of them is in flight.
-        await deletes.idle(BOOKKEEPING_YIELD_MAX_MS)
+        await deletes.idle(BOOKKEEPING_YIELD_MAX_MS, deps.timers)
         await reconcile(deps, 'cancel', namespace, backfill, { type: 'cancel', reason, at })
       })
     },

@@ -42,6 +42,8 @@ function world() {
   let claim: object | null = { namespace: NS, backfill: 'a', attempt: 1, jobName: JOB, claimedAt, idleSince: claimedAt }
   const deps = {
     log: { error() {}, warn() {}, info() {}, debug() {} },
+    // The wait's clock and timers are Deps' (the fake timers replace both).
+    now: () => Date.now(),
     kube: fakeKube({
       getBackfill: async () =>
         ({ metadata: { namespace: NS, name: 'a' }, spec: { modelRef: 'model-a' } }) as unknown as ModelBackfill,
