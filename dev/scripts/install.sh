@@ -153,7 +153,7 @@ secret_prefix() {
 # An installation this MBF_DIR did not make (one from before this script: the 0.1.0 chart or overlays) already has
 # its identities in the cluster, and nats-server knows their public keys. New ones would lock every running pod and
 # every gateway out as soon as nats-server reloads, foreground demand unobservable until all of them have rolled:
-# they are kept (rotation is its own step: docs/operations.md). Prints the --keep lines (dev/tools/secrets/generate.ts).
+# they are kept (rotation is its own step: docs/upgrade.md). Prints the --keep lines (dev/tools/secrets/generate.ts).
 existing_identities() {
 	prefix=$(secret_prefix)
 	found=false
@@ -175,7 +175,7 @@ existing_identities() {
 	case "$gateway_nkey" in
 	new) say "MBF_GATEWAY_NKEY=new: the gateways get a new identity; give them $secrets/gateway/secret.yaml before nats-server reloads" ;;
 	U*) printf 'FLEXINFER_GATEWAY_NKEY=%s\n' "$gateway_nkey" ;;
-	*) die "an installation already runs in $ns: set MBF_GATEWAY_NKEY to the gateways' public key nats-server knows (its FLEXINFER_GATEWAY_NKEY), or to new to give them a new identity (docs/operations.md, Upgrade)" ;;
+	*) die "an installation already runs in $ns: set MBF_GATEWAY_NKEY to the gateways' public key nats-server knows (its FLEXINFER_GATEWAY_NKEY), or to new to give them a new identity (docs/upgrade.md)" ;;
 	esac
 }
 
