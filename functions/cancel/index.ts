@@ -139,6 +139,9 @@ export function cancelFunction(
       // When the apiserver answered the Job's DELETE and the pods' (epoch ms; dev/bench/preemption-profile.ts).
       let jobAnswered: number | undefined
       let podsAnswered: number | undefined
+      // The Job this cancel had a DELETE accepted for (its own, or this instance's a moment ago): the bookkeeping's
+      // decision records the cancel without ordering that DELETE again.
+      let deletedUid: string | undefined
       const remove = async (job: V1Job) => {
         const why = refusal(job, backfill)
         if (why) {
@@ -149,7 +152,10 @@ export function cancelFunction(
         const uid = meta.uid
         // DELETEd by this instance a moment ago, pods included: nothing to send again. (Not skipped for a Job that
         // merely shows a deletionTimestamp: someone may have deleted it orphaning its pods.)
-        if (deleted.has(uid)) return 'deleting' as const
+        if (deleted.has(uid)) {
+          deletedUid = uid
+          return 'deleting' as const
+        }
         if (!uid) return deps.kube.deleteJob(namespace, jobName)
         const out = await traced('DELETE Job', { 'k8s.namespace.name': namespace, 'k8s.job.name': jobName }, () =>
           batcher.delete({
@@ -164,7 +170,10 @@ export function cancelFunction(
         jobAnswered = out.jobAt
         podsAnswered = out.podsAt
         batchSize = out.batch
-        if (out.result === 'deleted') deleted.add(uid)
+        if (out.result === 'deleted') {
+          deleted.add(uid)
+          deletedUid = uid
+        }
         return out.result
       }
       // An apiserver that does not answer (an outage): tried again the moment it does, not at the next redelivery.
@@ -201,7 +210,7 @@ export function cancelFunction(
       await bookkeeping.run(async () => {
         // DELETEs first: the bookkeeping's apiserver reads and writes wait while a burst of them is in flight.
         await deletes.idle(BOOKKEEPING_YIELD_MAX_MS, deps.timers)
-        await reconcile(deps, 'cancel', namespace, backfill, { type: 'cancel', reason, at })
+        await reconcile(deps, 'cancel', namespace, backfill, { type: 'cancel', reason, at, deletedUid })
       })
     },
   }

@@ -1695,3 +1695,46 @@ describe('an admitted attempt whose Job is missing is re-created only by the try
     )
   })
 })
+
+describe("cancel's bookkeeping decides on a Job whose DELETE it had accepted", () => {
+  const fg = T0 + 14 * MINUTE
+  const deletingJob = (o: Observed): Partial<Observed> => ({
+    idle: anIdleState(fg),
+    job: o.job && { ...o.job, uid: 'uid-1', deleting: true },
+  })
+  const deletes = (d: Decision) => d.actions.filter((a) => a.type === 'deleteJob')
+  const deletedBefore = (uid: string): Trigger => ({
+    type: 'cancel',
+    reason: 'ForegroundDemand',
+    at: iso(fg),
+    deletedUid: uid,
+  })
+
+  it('records the cancel (Cancelling, one preemption, the Event) without ordering that DELETE again', () => {
+    const t = new Timeline(FIXTURES.Running.world)
+    const d = t.change(deletingJob).step(fg, deletedBefore('uid-1'))
+    expect(d.state).toMatchObject({ phase: 'Cancelling', reason: 'ForegroundDemand' })
+    expect(d.state?.counters.preemptions).toEqual({ foreground: 1 })
+    expect(d.actions).toContainEqual(expect.objectContaining(CANCELLED_EVENT))
+    expect(deletes(d)).toEqual([])
+  })
+
+  it('still deletes a Job of another UID under the attempt name, and one no caller says it deleted', () => {
+    for (const trigger of [deletedBefore('uid-0'), cancelRequest(fg)]) {
+      const t = new Timeline(FIXTURES.Running.world)
+      const d = t.change(deletingJob).step(fg, trigger)
+      expect(deletes(d)).toEqual([{ type: 'deleteJob', jobName: J1, why: 'ForegroundDemand' }])
+    }
+  })
+
+  it('a live Job the caller says it deleted (a stale read) is not deleted twice either', () => {
+    const t = new Timeline(FIXTURES.Running.world)
+    const live = (o: Observed): Partial<Observed> => ({
+      idle: anIdleState(fg),
+      job: o.job && { ...o.job, uid: 'uid-1' },
+    })
+    const d = t.change(live).step(fg, deletedBefore('uid-1'))
+    expect(d.state).toMatchObject({ phase: 'Cancelling' })
+    expect(deletes(d)).toEqual([])
+  })
+})
