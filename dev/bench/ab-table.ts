@@ -180,3 +180,13 @@ export function lastJsonLine(stdout: string): Record<string, unknown> | undefine
   }
   return undefined
 }
+
+/**
+ * `path` as this tree lays it out (`dev/bench/run.ts`), or where a tree from before the `dev/` folder keeps it
+ * (`bench/run.ts`) when only that exists there.
+ */
+export function toolPath(path: string, exists: (path: string) => boolean): string {
+  if (exists(path) || !path.startsWith('dev/')) return path
+  const old = path.slice('dev/'.length)
+  return exists(old) ? old : path
+}
