@@ -16,7 +16,13 @@ export const PHASE_FIGURES: Record<Exclude<AbPhase, 'cold'>, string[]> = {
     'admission_step_ms_slotMs_p50',
     'admission_step_ms_slotMs_p99',
   ],
-  preemption: ['preemption_job_ms_p50', 'preemption_job_ms_p99', 'preemption_pod_ms_p50', 'preemption_pod_ms_p99'],
+  preemption: [
+    'preemption_job_ms_p50',
+    'preemption_job_ms_p99',
+    'preemption_pod_ms_p50',
+    'preemption_pod_ms_p99',
+    'apiserver_writes_per_fg_request_nats_path',
+  ],
   burst: ['burst_preemption_job_ms_p99', 'burst_preemption_pod_ms_p50', 'burst_preemption_pod_ms_p99'],
   ingest: ['ingest_events_per_s'],
 }
