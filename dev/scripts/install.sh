@@ -21,7 +21,7 @@
 #   MBF_IMAGE         the image, repository:tag                    [ghcr.io/flexinfer/model-backfill:0.2.0]
 #   MBF_NAMESPACE     where the functions run                                      [model-backfill]
 #   MBF_NATS_HOST     host:port of nats-server                     [nats.nats.svc.cluster.local:4222]
-#   MBF_NATS_MONITOR  host:port of its monitoring endpoint (KEDA reads /jsz)       [<MBF_NATS_HOST's host>:8222]
+#   MBF_NATS_MONITOR  host:port of its monitoring endpoint (KEDA reads /jsz)  [<MBF_NATS_HOST's first host>:8222]
 #   MBF_NATS_REPLICAS JetStream replicas: 1 for one server, 3 for a 3-server cluster [1]
 #   MBF_NATS_NAMESPACE where the generated nats-server auth Secret goes; empty: not applied [nats]
 #   MBF_DIR           keeps the generated secrets and what was applied: keep it, back it up  [./model-backfill-install]
@@ -45,7 +45,9 @@ mode=${MBF_MODE:-keda}
 image=${MBF_IMAGE:-ghcr.io/flexinfer/model-backfill:0.2.0}
 ns=${MBF_NAMESPACE:-model-backfill}
 nats_host=${MBF_NATS_HOST:-nats.nats.svc.cluster.local:4222}
-nats_monitor=${MBF_NATS_MONITOR:-${nats_host%:*}:8222}
+# With a server list (a:4222,b:4222) KEDA reads one server's /jsz: the first's.
+nats_first=${nats_host%%,*}
+nats_monitor=${MBF_NATS_MONITOR:-${nats_first%:*}:8222}
 nats_replicas=${MBF_NATS_REPLICAS:-1}
 nats_ns=${MBF_NATS_NAMESPACE-nats}
 dir=${MBF_DIR:-./model-backfill-install}

@@ -102,6 +102,14 @@ describe('install.sh render', () => {
     const config = ms.find((m) => m.kind === 'ConfigMap' && m.metadata.name.endsWith('-config')) as Manifest
     // The script's setting where the file says nothing; the file's where it does.
     expect(config.data).toMatchObject({ NATS_HOST: 'nats.edge:4222', NATS_REPLICAS: '3' })
+    // A server list: KEDA reads the first server's monitoring endpoint.
+    const list = install(dir, { MBF_MODE: 'helm-keda', MBF_NATS_HOST: 'nats-a.nats:4222,nats-b.nats:4222' })
+    expect(list.code, list.stderr).toBe(0)
+    const scaled = list.rendered().filter((m) => m.kind === 'ScaledObject')
+    expect(scaled.length).toBeGreaterThan(0)
+    for (const s of scaled) {
+      for (const t of s.spec.triggers) expect(t.metadata.natsServerMonitoringEndpoint).toBe('nats-a.nats:8222')
+    }
     const again = install(dir, { MBF_MODE: 'helm-keda' })
     expect(again.code, again.stderr).toBe(0)
     expect(again.rendered().filter((m) => m.metadata.name.includes('-ingress'))).toEqual([])
