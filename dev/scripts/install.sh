@@ -127,7 +127,7 @@ check_prerequisites() {
 	done
 	[ -z "$missing" ] || die "FlexInfer's CRDs are missing:$missing. ModelBackfill reads FlexInfer's Models, GamingSessions and GPULeases: install FlexInfer first (docs/install.md)."
 	if [ "$overlay" = keda ]; then
-		has_crd scaledobjects.keda.sh || die "KEDA is not installed (no scaledobjects.keda.sh CRD); install KEDA ≥ 2.13 first"
+		has_crd scaledobjects.keda.sh || die "KEDA is not installed (no scaledobjects.keda.sh CRD); install KEDA ≥ 2.21 first"
 	else
 		for c in services.serving.knative.dev brokers.eventing.knative.dev apiserversources.sources.knative.dev; do
 			has_crd "$c" || die "Knative is not installed (no $c CRD); install Knative Serving and Eventing first"
