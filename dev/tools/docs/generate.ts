@@ -34,7 +34,7 @@ export function renderSettings(): string {
     'Every setting of the functions is an environment variable. Each is checked when a process starts. A bad value',
     'stops the process there, and its log names every bad variable at once. A blank value means the default.',
     '`node dist/bundle/main.js --help` prints the same list. The chart and the overlays set them for you; add your',
-    "own with the chart's `extraEnv` ([custom install](../custom-install.md)). <!-- release: check -->",
+    "own with the chart's `extraEnv` ([custom install](../custom-install.md)).",
     '',
     '| variable | default | read by | what |',
     '|---|---|---|---|',
