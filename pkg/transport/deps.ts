@@ -119,7 +119,7 @@ async function openKube(
   if (!client || !opts.functions?.includes('admit')) return { kube, close: async () => kube.close() }
   // Scoped: Jobs, Models, ModelBackfills and CronJobs watched per managed namespace (a Role each), sessions and
   // leases cluster-wide.
-  const caches = new client.SharedCaches(kube, opts.namespaces, { admit: true })
+  const caches = new client.SharedCaches(kube, opts.namespaces, { backfillsAndTemplates: true })
   const close = async () => {
     await caches.stop()
     kube.close()

@@ -75,7 +75,7 @@ export class BackfillMetrics {
       collect() {
         this.reset()
         each((s, l, mono) => {
-          // `failure`, the reference's value, which contract.md pins; the stored counter keeps its old name so a
+          // `failure`, the FlexInfer reference controller's value, which contract.md pins; the stored counter keeps its old name so a
           // count written by an earlier release carries on under the new label rather than restarting at 0.
           this.inc({ ...l, result: 'success' }, mono('success', s.counters.success))
           this.inc({ ...l, result: 'failure' }, mono('failure', s.counters.failed))

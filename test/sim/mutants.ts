@@ -97,8 +97,8 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
-    name: 'post-reads-blind-to-documented-subject',
-    race: 'a request on the documented subject stored after the fence',
+    name: 'post-reads-blind-to-foreground-subject',
+    race: 'a request on the foreground subject stored after the fence',
     edits: [
       {
         file: 'pkg/admission/protocol.ts',
@@ -114,7 +114,7 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'idle-read-after-fence-unchecked',
-    race: 'a request on the documented subject demand acknowledged before the fence, in the idle state alone',
+    race: 'a request on the foreground subject demand acknowledged before the fence, in the idle state alone',
     edits: [
       {
         file: 'pkg/admission/protocol.ts',
@@ -269,7 +269,7 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'cancel-in-flight-no-wait+documented-blind',
-    race: 'a cancel arriving while the POST was in flight (a documented-subject request during the POST)',
+    race: 'a cancel arriving while the POST was in flight (a foreground-subject request during the POST)',
     revert: 'cancelNoWait,documentedSubjectBlind',
   },
 ]

@@ -1,6 +1,6 @@
 // admit's and lifecycle's watched copies (pkg/kube/shared-caches.ts SharedCaches) as the simulation keeps them, so that the
 // simulation decides on the path production runs: admit decides on its copies of the ModelBackfill and the CronJob
-// (checked against fresh GETs before it commits: pkg/admission/fresh-check.ts), takes its contenders from the live-Jobs
+// (checked against fresh GETs before it commits: pkg/admission/copies-unchanged.ts), takes its contenders from the live-Jobs
 // index, and reads the claims ahead when its copy of the Model names the node; lifecycle reads its own Jobs from the
 // copy. A copy is told of each change by a watch event a moment after the apiserver made it, and misses it when that
 // event is lost (a watch restarting) until the watch's relist, seconds later.
