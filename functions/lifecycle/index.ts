@@ -99,7 +99,7 @@ export function lifecycleFunction(): EventFunction {
       }
     },
     async stop() {
-      await caches?.stop()
+      // The copies are the process's (closed with its Deps): only this instance lets go of them.
       caches = undefined
     },
     async handle(event, outer) {
