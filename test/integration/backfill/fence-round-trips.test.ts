@@ -8,8 +8,8 @@ import type { Runner } from '../../../cmd/manager/runner.js'
 import { STREAM_FOREGROUND } from '../../../events/catalog.js'
 import { checkFence, LIVENESS_MS } from '../../../pkg/admission/fence.js'
 import { foregroundSince } from '../../../pkg/admission/nats-ports.js'
-import type { Deps } from '../../../pkg/transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { fakeDeps } from '../../unit/support/deps.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
 
@@ -50,7 +50,7 @@ function counted(jsm: JetStreamManager) {
 describe('the fence in round trips', () => {
   it('demand caught up: one consumer info per fence, the other consumers once per interval, no stream info', async () => {
     const c = counted(runner.deps.bus.jsm)
-    const deps = { ...runner.deps, instance, bus: { jsm: c.jsm } } as unknown as Deps
+    const deps = fakeDeps({ ...runner.deps, instance, bus: { jsm: c.jsm } })
     // Every function of this system pulling (the runner has just started them).
     await waitUntil('demand and cancel pulling', async () => ((await checkFence(deps)).ready ? true : undefined))
     await new Promise((r) => setTimeout(r, LIVENESS_MS + 50))
