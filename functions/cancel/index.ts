@@ -90,7 +90,7 @@ export function cancelFunction(
     maxAckPending: MAX_UNACKED,
     subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.cancel'] }],
     async start(deps) {
-      // Shares admit's watched Jobs when both run in one process.
+      // The process's shared watched Jobs (deps.caches) when another of its functions watches them too.
       jobs = deps.caches?.jobs
       if (!jobs) {
         jobs = backfillJobsCache(deps.kube, deps.namespaces)

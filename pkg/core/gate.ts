@@ -25,8 +25,8 @@ export type GateEngine = (typeof GATE_ENGINES)[number]
 export const ENGINE_PRIORITY: Record<GateEngine, number | undefined> = { vllm: 10, sglang: -10, none: undefined }
 
 /**
- * The cap on background requests in flight: measured as the strongest single lever on foreground tail latency
- * (a batch that holds few background sequences leaves the engine's slots and step time to foreground).
+ * The cap on background requests in flight, the gate's main lever on foreground tail latency: a batch that holds few
+ * background sequences leaves the engine's slots and step time to foreground.
  */
 export const DEFAULT_GATE_MAX_IN_FLIGHT = 2
 export const MAX_GATE_MAX_IN_FLIGHT = 64

@@ -95,8 +95,8 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
-    name: 'post-reads-blind-to-documented-subject',
-    race: 'a request on the documented subject stored after the fence',
+    name: 'post-reads-blind-to-foreground-subject',
+    race: 'a request on the foreground subject stored after the fence',
     edits: [
       {
         file: 'pkg/admission/protocol.ts',
@@ -112,7 +112,7 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'idle-read-after-fence-unchecked',
-    race: 'a request on the documented subject demand acknowledged before the fence, in the idle state alone',
+    race: 'a request on the foreground subject demand acknowledged before the fence, in the idle state alone',
     edits: [
       {
         file: 'pkg/admission/protocol.ts',
@@ -267,7 +267,7 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'cancel-in-flight-no-wait+documented-blind',
-    race: 'a cancel arriving while the POST was in flight (a documented-subject request during the POST)',
+    race: 'a cancel arriving while the POST was in flight (a foreground-subject request during the POST)',
     edits: [
       // cancel gives up on a Job it does not find, instead of waiting for the one being admitted (in-flight.ts).
       {
@@ -275,7 +275,7 @@ export const MUTANTS: Mutant[] = [
         find: "if (result === 'absent' && reason === 'ForegroundDemand') {",
         replace: 'if (false) {',
       },
-      // The reads around the POST blind to the documented subject past the fence's cursor.
+      // The reads around the POST blind to the foreground subject past the fence's cursor.
       {
         file: 'pkg/admission/protocol.ts',
         find: 'ports.requests.newest(namespace, model, where.cursor)',

@@ -175,7 +175,7 @@ it('a seed replays exactly, traced or not', async () => {
 })
 
 it('a failing seed replays with the same violation and schedule (a reverted fix)', { timeout: 60_000 }, async () => {
-  // The documented subject unread around the POST (the port's half of that fix): found within a few dozen seeds.
+  // The foreground subject unread around the POST (the port's half of that fix): found within a few dozen seeds.
   const reverts = { documentedSubjectBlind: true }
   const r = await searchSeeds(1, 60, { reverts })
   expect(r.failed?.violation).toMatch(/created at .* over a request|raced by a request/)

@@ -1280,7 +1280,7 @@ describe('counters', () => {
       usefulSeconds: 0,
     })
     expect(FIXTURES.Starting.state.counters).toMatchObject({ starts: 1, usefulSeconds: 0 })
-    // From status.startedAt (the Job created at T0+10m, as the reference counts) to its completion at T0+20m;
+    // From status.startedAt (the Job created at T0+10m, as the FlexInfer reference controller counts) to its completion at T0+20m;
     // the idle window before it is excluded.
     expect(FIXTURES.Succeeded.state.counters).toEqual({
       starts: 1,
@@ -1356,7 +1356,7 @@ describe('counters', () => {
       (f) => ({ world: { ...f.world, backfill: withSpec(aBackfill(), { idleFor: '5m' }) } }),
     ],
     ['model_unavailable', 'ModelNotFound', (f) => ({ world: { ...f.world, model: null } })],
-    // The contract maps these as the reference does: only a missing Model is model_unavailable.
+    // The contract maps these as the FlexInfer reference controller does: only a missing Model is model_unavailable.
     ['other', 'ModelNotReady', (f) => ({ world: { ...f.world, model: aModel({ ready: false }) } })],
     ['other', 'NodeChanged', (f) => ({ world: { ...f.world, model: aModel({ node: OTHER_NODE }) } })],
     ['other', 'NodeUnresolved', (f) => ({ world: { ...f.world, model: aModel({ node: undefined }) } })],
@@ -1432,7 +1432,7 @@ describe('status projection', () => {
     expect(FIXTURES.Suspended.world.backfill?.status?.observedGeneration).toBe(2)
     const f = FIXTURES.Running
     const d = decide({ ...f.world, backfill: withSpec(aBackfill(), { idleFor: '5m' }) }, { type: 'timer' }, f.now)
-    // Cancelling the generation-1 attempt, having seen generation 2 (the reference reports the new one too).
+    // Cancelling the generation-1 attempt, having seen generation 2 (the FlexInfer reference controller reports the new one too).
     expect(d.status).toMatchObject({ phase: 'Cancelling', reason: 'SpecChanged', observedGeneration: 2 })
     expect(d.state?.generation).toBe(1)
     const t = new Timeline({ ...f.world, backfill: withSpec(aBackfill(), { idleFor: '5m' }) })
