@@ -37,6 +37,20 @@ interface Mutant {
   unreached?: string
 }
 
+/** The reads around the POST blind to the foreground subject past the fence's cursor (two races undo it). */
+const POST_READS_BLIND: Mutant['edits'] = [
+  {
+    file: 'pkg/admission/protocol.ts',
+    find: 'ports.requests.newest(namespace, model, where.cursor)',
+    replace: 'ports.requests.newest(namespace, model)',
+  },
+  {
+    file: 'pkg/admission/protocol.ts',
+    find: 'ports.requests.newest(namespace, model, before.cursor ?? where.cursor)',
+    replace: 'ports.requests.newest(namespace, model)',
+  },
+]
+
 export const MUTANTS: Mutant[] = [
   {
     name: 'release-by-job-name',
@@ -276,16 +290,7 @@ export const MUTANTS: Mutant[] = [
         replace: 'if (false) {',
       },
       // The reads around the POST blind to the foreground subject past the fence's cursor.
-      {
-        file: 'pkg/admission/protocol.ts',
-        find: 'ports.requests.newest(namespace, model, where.cursor)',
-        replace: 'ports.requests.newest(namespace, model)',
-      },
-      {
-        file: 'pkg/admission/protocol.ts',
-        find: 'ports.requests.newest(namespace, model, before.cursor ?? where.cursor)',
-        replace: 'ports.requests.newest(namespace, model)',
-      },
+      ...POST_READS_BLIND,
     ],
   },
 ]
