@@ -101,8 +101,10 @@ export async function runAttempt(d: AttemptDeps): Promise<AttemptResult> {
   if (result.stopped) return result
   const run = assemble(d.runId, d.plan, [...done.values()], latest.attempts)
   if (!run) {
-    if (begun.published) Object.assign(result, { complete: true, done: result.total })
-    return result
+    if (!begun.published) return result
+    // A late attempt of a finished run: whatever its begin left for resumption goes again.
+    await d.progress.finish(d.runId)
+    return Object.assign(result, { complete: true, done: result.total })
   }
   for (const sink of d.sinks) if (await sink.publish(run)) result.published.push(sink.name)
   await d.progress.finish(d.runId)
