@@ -66,7 +66,11 @@ async function openStores(): Promise<{ progress: ProgressStore; sinks: ArtifactS
     const { PostgresStores } = await import('./store-postgres.js')
     const pg = new PostgresStores(settings.databaseUrl, settings)
     closers.push(() => pg.close())
-    const applied = await pg.migrate()
+    const applied = await pg.migrate().catch((err) => {
+      // The connection string holds a password: only its host is named.
+      const host = new URL(settings.databaseUrl as string).host
+      throw new Error(`PostgreSQL at ${host} (DATABASE_URL): ${(err as Error).message}`)
+    })
     if (applied.length) log('info', `PostgreSQL schema migrated to version ${applied.at(-1)}`)
     progress = pg
     sinks.push(pg.runSink())
