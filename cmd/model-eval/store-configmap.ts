@@ -52,6 +52,7 @@ export class ConfigMapStores implements ProgressStore {
     private readonly namespace: string,
     private readonly settings: Settings,
     private readonly log: (line: string) => void,
+    private readonly maxProgressBytes = MAX_PROGRESS_BYTES,
   ) {}
 
   private async read(name: string): Promise<V1ConfigMap | null> {
@@ -120,7 +121,7 @@ export class ConfigMapStores implements ProgressStore {
     let full = false
     const added = await this.update(progressName(runId), (data) => {
       if (key in data) return false
-      if (sizeOf(data) + key.length + Buffer.byteLength(value) > MAX_PROGRESS_BYTES) {
+      if (sizeOf(data) + key.length + Buffer.byteLength(value) > this.maxProgressBytes) {
         full = true
         return undefined
       }
@@ -131,7 +132,7 @@ export class ConfigMapStores implements ProgressStore {
     if (!this.warned) {
       this.warned = true
       this.log(
-        `the progress ConfigMap ${progressName(runId)} reached ${MAX_PROGRESS_BYTES} bytes: further items are kept in this attempt only and are done again after a preemption (configure DATABASE_URL to keep them all)`,
+        `the progress ConfigMap ${progressName(runId)} reached ${this.maxProgressBytes} bytes: further items are kept in this attempt only and are done again after a preemption (configure DATABASE_URL to keep them all)`,
       )
     }
     if (this.overflow.some((r) => r.id === record.id)) return false
