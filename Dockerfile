@@ -6,6 +6,8 @@
 #   FUNCTION=provision                              create the NATS topology, then exit (the provision Job)
 #   NATS_PROVISION=false                            bind to the provisioned topology (deployed functions)
 #   FUNCTION=all (default)                          everything in one process, as `npm start`
+# and a second entry point, the reference backfill workload (cmd/model-eval), as a CronJob template's command:
+#   node dist/bundle/model-eval.js                  deploy/examples/model-eval-gauntlet.yaml
 # Build: docker build -t model-backfill .
 # The entry point is an esbuild bundle (dev/scripts/bundle.mjs, run by `npm run build`): a function loads a few minified
 # files instead of ~2,000 modules from node_modules, and only its mode's and its function's code: demand and source

@@ -1,6 +1,7 @@
 // `npm run bundle` (part of `npm run build`): the container's entry point, cmd/manager/main.ts, as an esbuild bundle in
 // dist/bundle/ (main.js and the chunks it loads), split at main's dynamic imports so a process loads only its
-// mode's code. Loading ~2,000 module files from node_modules took most of a function's start; a few minified files
+// mode's code; beside it the evaluation workload's, cmd/model-eval/main.ts (model-eval.js). Loading ~2,000 module
+// files from node_modules took most of a function's start; a few minified files
 // do not. The image runs it and needs no node_modules.
 import { rm, writeFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
@@ -52,7 +53,8 @@ const zodEnglishOnly = {
 }
 const result = await build({
   absWorkingDir: root,
-  entryPoints: { main: 'cmd/manager/main.ts' },
+  // model-eval: the reference backfill workload, its own entry point in the same image (a CronJob's command).
+  entryPoints: { main: 'cmd/manager/main.ts', 'model-eval': 'cmd/model-eval/main.ts' },
   outdir,
   bundle: true,
   splitting: true,

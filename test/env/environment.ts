@@ -12,6 +12,7 @@ import { type NatsServerInfo, natsClusterFromEnv, natsServerReady, natsUrlOf, wr
 import { freePorts, httpGet, LOOPBACK } from './net.js'
 import { type NodeInfo, nodeApiserverPki, planNodeNetwork, startNode } from './node.js'
 import { createPki, type Pki, writeKubeconfig } from './pki.js'
+import { type PostgresInfo, startPostgres } from './postgres.js'
 import {
   DEFAULT_STOP_GRACE_SECONDS,
   Reaper,
@@ -79,6 +80,8 @@ export interface EnvironmentInfo {
   node?: NodeInfo
   /** The apiserver's audit log of Job creates and deletes (StartOptions.auditJobs). */
   auditLogPath?: string
+  /** The PostgreSQL server (StartOptions.postgres). */
+  postgres?: PostgresInfo
 }
 
 /**
@@ -124,6 +127,11 @@ export interface StartOptions {
    * creationTimestamp has 1 s resolution and a watch delivers late under load). Default false.
    */
   auditJobs?: boolean
+  /**
+   * A PostgreSQL server on loopback, its data in the environment's directory (./postgres.ts): the evaluation
+   * workload's durable store. Needs Debian's postgresql package. Default false.
+   */
+  postgres?: boolean
 }
 
 /**
@@ -240,6 +248,14 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       ),
     )
     natsReady.catch(() => {})
+    // PostgreSQL beside the others (initdb is a second or two of its own).
+    const postgresReady = opts.postgres
+      ? startPostgres({ dir, reaper, start }).then(({ info }) => {
+          log(`${info.version} ready at ${info.host}:${info.port} (${elapsed()})`)
+          return info
+        })
+      : Promise.resolve(undefined)
+    postgresReady.catch(() => {})
 
     const etcdUrl = `http://${LOOPBACK}:${etcdPort}`
     const peerUrl = `http://${LOOPBACK}:${etcdPeerPort}`
@@ -383,6 +399,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
         })
       : undefined
     await natsReady
+    const postgres = await postgresReady
 
     // A bin/ with just kubectl and nats, so env.sh can put exactly those first on PATH.
     const bin = join(dir, 'bin')
@@ -428,6 +445,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       startupMs: Date.now() - started,
       node,
       auditLogPath,
+      postgres,
     }
     await writeFile(join(dir, 'env.json'), `${JSON.stringify(info, null, 2)}\n`)
     const current = (name: string) => processes.findLast((p) => p.name === name)

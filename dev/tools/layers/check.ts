@@ -49,6 +49,8 @@ const BELOW: Record<string, readonly string[]> = {
   functions: [...LIBRARIES],
   'cmd/gate': [core, lib, observability, events, jetstream, transport],
   'cmd/kubectl-mbf': [...LIBRARIES],
+  // The reference backfill workload (its own entry point): the apiserver's error reading, HTTP and deadlines only.
+  'cmd/model-eval': [lib, kube],
   'cmd/manager': [...LIBRARIES, 'functions', 'cmd/gate'],
 }
 /** This repository's packages as other rooms import them: by name, not by path. */
@@ -57,9 +59,10 @@ const OWN_PACKAGES: Record<string, string> = { '@flexinfer/gateway-emitter': 'cl
 const TOLERATED = new Set<string>()
 /**
  * Rooms that may read the environment: the composition root, the kubectl plugin (an entry point of its own, which
- * reads the NATS context and credentials as the nats CLI does) and the standalone gateway client package.
+ * reads the NATS context and credentials as the nats CLI does), the evaluation workload (an entry point of its own,
+ * configured by its Job template) and the standalone gateway client package.
  */
-const READS_ENV = new Set(['cmd/manager', 'cmd/kubectl-mbf', 'clients'])
+const READS_ENV = new Set(['cmd/manager', 'cmd/kubectl-mbf', 'cmd/model-eval', 'clients'])
 /** Files below the composition root allowed to read `process.env`, each with the reason. */
 const ENV_TOLERATED: Record<string, string> = {}
 /** Files in a room that are build tools, not product code (they run at development time only). */

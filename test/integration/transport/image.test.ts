@@ -57,6 +57,14 @@ it('node dist/bundle/main.js --warm-compile-cache loads every module, connects n
   expect(warm.stdout).toContain('compile cache:')
 })
 
+it('node dist/bundle/model-eval.js (the evaluation workload) names each missing setting and exits 2', async () => {
+  const bare = { PATH: process.env.PATH ?? '' }
+  const r = await run(process.execPath, [join(out, 'bundle', 'model-eval.js')], { env: bare, timeoutMs: 30_000 })
+  expect(r.code, `${r.stdout}${r.stderr}`).toBe(2)
+  expect(r.stderr).toContain('OPENAI_BASE_URL is not set')
+  expect(r.stderr).toContain('MODELS is not set')
+})
+
 it('node dist/bundle/main.js --help', async () => {
   const help = await run(process.execPath, [main, '--help'])
   expect(help.code).toBe(0)
