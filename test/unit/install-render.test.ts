@@ -42,7 +42,8 @@ const file = (name: string, content: object | string) => {
 const workload = (ms: Manifest[], suffix: string) =>
   ms.find((m) => m.kind === 'Deployment' && m.metadata.name.endsWith(suffix)) as Manifest
 
-describe('install.sh render', () => {
+// Each test runs install.sh three or four times (kustomize or helm each time): seconds on a loaded machine.
+describe('install.sh render', { timeout: 60_000 }, () => {
   it('kustomize: MBF_PATCH files apply on every later run, and the copy in MBF_DIR/patches/ is the user’s', () => {
     const dir = join(tmp, 'kustomize')
     const smp = file('demand-pool.yaml', {
