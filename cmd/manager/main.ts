@@ -58,7 +58,7 @@ environment:
                       ai.flexinfer/gate-endpoint-env annotation): this release's image, and NATS as pods in the users'
                       namespaces reach it (docs/gate.md)
   FUNCTION=gate       the gate sidecar itself (admit sets these): GATE_UPSTREAM, GATE_NAMESPACE, GATE_MODEL, GATE_JOB,
-                      GATE_ENGINE (vllm | sglang | none), GATE_MAX_IN_FLIGHT, GATE_PORT, GATE_PRIORITY (overrides the
+                      GATE_ENGINE (vllm | sglang | llamacpp | none), GATE_MAX_IN_FLIGHT, GATE_PORT, GATE_PRIORITY (overrides the
                       engine's value), GATE_NATS_BOUND_MS (NATS unanswered this long closes the gate; default 2000)
   FAILSAFE_BLIND_MS   cancel: foreground demand unobservable (NATS unreachable, no demand instance pulling) for
                       longer than this and every running backfill Job is deleted through Kubernetes alone (default

@@ -115,6 +115,8 @@ export function engineArgs(server: EngineServerInfo, opts: EngineOptions = {}): 
     '--slots',
     '--metrics',
     '--no-webui',
+    // Never fetch anything: the models are local files.
+    '--offline',
     // Gemma's GGUF has no chat template: never guess one; the chat model's own template is Jinja.
     ...(server.api === 'chat' ? ['--jinja'] : []),
   ]
