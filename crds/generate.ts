@@ -13,7 +13,7 @@ import { GROUP, ModelBackfillSpec, ModelBackfillStatus, VERSION } from '../pkg/c
 export const KIND = 'ModelBackfill'
 export const PLURAL = 'modelbackfills'
 export const SINGULAR = 'modelbackfill'
-// Both of the reference controller's short names, so scripts written against it keep working.
+// Both of the FlexInfer reference controller's short names, so scripts written against it keep working.
 export const SHORT_NAMES = ['mbf', 'modelbackfill']
 export const CATEGORIES = ['flexinfer']
 export const CRD_FILE = join(dirname(fileURLToPath(import.meta.url)), 'modelbackfill.yaml')

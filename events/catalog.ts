@@ -18,7 +18,7 @@ const namespace = z
 const time = z.iso.datetime({ offset: true })
 
 export const STREAM_EVENTS = 'FLEXINFER_EVENTS'
-/** Foreground requests on the documented subject (the firehose): kept apart from the control events. */
+/** Foreground requests on the subject contract.md documents for them (the firehose): kept apart from the control events. */
 export const STREAM_FOREGROUND = 'FLEXINFER_FOREGROUND'
 /** Foreground requests on per-model subjects: the newest per model, read by admission without demand. */
 export const STREAM_FOREGROUND_LAST = 'FLEXINFER_FOREGROUND_LAST'
@@ -187,7 +187,7 @@ export function subjectFor<T extends EventType>(type: T, data: EventData<T>): st
   const entry = catalog[type]
   if (type === 'ai.flexinfer.foreground.request') {
     const d = data as EventData<'ai.flexinfer.foreground.request'>
-    // Background requests stay on the documented subject: they must never look like a model's last request.
+    // Background requests stay on the foreground subject: they must never look like a model's last request.
     return d.workloadClass === 'background' ? entry.subject : foregroundSubject(d.namespace, d.model)
   }
   if ('subjectIsPrefix' in entry) {

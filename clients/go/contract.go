@@ -15,7 +15,7 @@ import (
 
 const (
 	EventType = "ai.flexinfer.foreground.request"
-	// Subject is the documented subject; foreground requests go on Subject.<namespace>.<model>.
+	// Subject is the foreground subject; foreground requests go on Subject.<namespace>.<model>.
 	Subject             = "flexinfer.events.foreground.request"
 	WorkloadClassHeader = "X-FlexInfer-Workload-Class"
 	WorkloadClassEnv    = "FLEXINFER_WORKLOAD_CLASS"

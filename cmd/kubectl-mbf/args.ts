@@ -16,7 +16,7 @@ Flags:
       --kubeconfig PATH  kubeconfig (default: $KUBECONFIG, else ~/.kube/config)
       --context NAME     kubeconfig context
       --nats-url URL     NATS servers (default: $NATS_URL, else the NATS context, else nats://127.0.0.1:4222)
-      --nats-context N   a \`nats\` CLI context (~/.config/nats/context/N.json; default: $NATS_CONTEXT)
+      --nats-context N   a \`nats\` CLI context: a name (~/.config/nats/context/N.json) or a .json file (default: $NATS_CONTEXT)
       --metrics-url URL  top: read useful seconds and preemptions from this /metrics endpoint
       --interval DUR     top: sample the foreground traffic this long (default 5s; 0 skips the sample)
       --timeout DUR      deadline of every request (default 5s)

@@ -126,10 +126,17 @@ export async function main(argv: string[]): Promise<Output> {
   }
 }
 
-// Run directly (`tsx cmd/kubectl-mbf/kubectl-mbf.ts`); the bin shim (cmd/kubectl-mbf/kubectl-mbf.mjs) imports main() instead.
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const out = await main(process.argv.slice(2))
-  process.stdout.write(out.stdout)
-  process.stderr.write(out.stderr)
-  process.exit(out.code)
+// Run directly (`tsx cmd/kubectl-mbf/kubectl-mbf.ts`); the bin shim (cmd/kubectl-mbf/kubectl-mbf.mjs) and the release's
+// single-file bundle (dev/scripts/release.ts, which defines MBF_RELEASE_BUNDLE) import main() instead.
+declare const MBF_RELEASE_BUNDLE: boolean | undefined
+if (
+  typeof MBF_RELEASE_BUNDLE === 'undefined' &&
+  process.argv[1] &&
+  import.meta.url === pathToFileURL(process.argv[1]).href
+) {
+  void main(process.argv.slice(2)).then((out) => {
+    process.stdout.write(out.stdout)
+    process.stderr.write(out.stderr)
+    process.exit(out.code)
+  })
 }

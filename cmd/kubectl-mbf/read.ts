@@ -67,27 +67,37 @@ export function defaultNamespace(kc: KubeConfig): string {
   return kc.getContextObject(kc.getCurrentContext())?.namespace || 'default'
 }
 
-/** NATS servers: --nats-url, $NATS_URL, a `nats` CLI context (url, user, password), else the local default. */
+/**
+ * NATS servers: --nats-url, $NATS_URL, a `nats` CLI context, else the local default. A context's `nkey` (the seed
+ * file gen:secrets writes into operator/nats-context.json) rides on the URL as `?nkey_seed_file=`, and its
+ * `inbox_prefix` `_INBOX_<user>` as the URL's user, because natsServerOptions reads both from there: without them the
+ * server refuses the connection or the replies.
+ */
 export function natsUrlFrom(args: Pick<Args, 'natsUrl' | 'natsContext'>, env = process.env, home = homedir()): string {
   if (args.natsUrl) return args.natsUrl
   if (env.NATS_URL) return env.NATS_URL
   const name = args.natsContext ?? env.NATS_CONTEXT
   if (name) {
     const dir = join(env.XDG_CONFIG_HOME || join(home, '.config'), 'nats', 'context')
-    const file = join(dir, `${name}.json`)
+    const file = name.endsWith('.json') ? name : join(dir, `${name}.json`)
     if (!existsSync(file)) throw new ReachError(`NATS context "${name}" not found (${file})`)
-    let ctx: { url?: string; user?: string; password?: string }
+    let ctx: { url?: string; user?: string; password?: string; nkey?: string; inbox_prefix?: string }
     try {
       ctx = JSON.parse(readFileSync(file, 'utf8'))
     } catch (err) {
       throw new ReachError(`NATS context ${file} is not valid JSON: ${(err as Error).message}`)
     }
     const url = ctx.url || 'nats://127.0.0.1:4222'
-    if (!ctx.user) return url
-    const cred = `${encodeURIComponent(ctx.user)}${ctx.password ? `:${encodeURIComponent(ctx.password)}` : ''}@`
+    const inboxUser = /^_INBOX_([^.*>\s]+)$/.exec(ctx.inbox_prefix ?? '')?.[1]
+    const user = ctx.user || inboxUser
+    const cred = user
+      ? `${encodeURIComponent(user)}${!ctx.nkey && ctx.password ? `:${encodeURIComponent(ctx.password)}` : ''}@`
+      : ''
+    const seed = ctx.nkey ? `?nkey_seed_file=${encodeURIComponent(ctx.nkey)}` : ''
     return url
       .split(',')
       .map((u) => u.trim().replace(/^([a-z]+:\/\/)?/i, (p) => `${p}${cred}`))
+      .map((u, i) => (i === 0 ? `${u}${seed}` : u))
       .join(',')
   }
   return 'nats://127.0.0.1:4222'

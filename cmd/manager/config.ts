@@ -92,22 +92,72 @@ const thrown =
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
+/** One setting: its variable, what it is for, the functions that read it, its default as shown, and its parse. */
+interface Setting {
+  env: string
+  doc: string
+  /** The functions (or transports) that read it: `all`, or names such as `cancel`, `http`. */
+  who: string
+  /** The default as people read it; test/unit/settings-doc.test.ts checks it against what the parse gives. */
+  shown?: string
+  parse: Parse<unknown>
+}
+
 /**
- * Every setting: its variable, what it means, and how it is parsed (with its default). The usage text of `--help`
- * (main.ts) and docs/operating.md describe them; test/unit/config.test.ts checks that the documented names are these.
+ * Every setting: its variable, what it means, who reads it, and how it is parsed (with its default). `--help`
+ * (main.ts, renderUsage) and docs/reference/settings.md (dev/tools/docs/generate.ts) are rendered from this table.
  */
 export const SETTINGS = {
-  natsUrl: { env: 'NATS_URL', parse: nonEmpty },
-  function: { env: 'FUNCTION', parse: text },
-  natsProvision: { env: 'NATS_PROVISION', parse: unlessFalse },
-  natsReplicas: { env: 'NATS_REPLICAS', parse: thrown((raw) => natsReplicas({ NATS_REPLICAS: raw })) },
+  natsUrl: {
+    doc: 'NATS servers, comma-separated. Required. The user in the URL only names the reply inbox prefix, `_INBOX_<user>`.',
+    who: 'all',
+    env: 'NATS_URL',
+    parse: nonEmpty,
+  },
+  function: {
+    doc: 'Which function this process runs: `all`, one of `source`, `demand`, `admit`, `cancel`, `lifecycle`, or `ingress`, `bridge`, `provision`, `gate`. Comma-separated runs several in one process.',
+    who: 'all',
+    shown: 'all',
+    env: 'FUNCTION',
+    parse: text,
+  },
+  natsProvision: {
+    doc: '`true` creates the streams, buckets and consumers at start. `false` only binds to what `FUNCTION=provision` made. Deployed functions run with `false`: their NATS users may not create them.',
+    who: 'all',
+    shown: 'true',
+    env: 'NATS_PROVISION',
+    parse: unlessFalse,
+  },
+  natsReplicas: {
+    doc: 'Replicas of the streams, KV buckets and consumers that provisioning creates or updates: 1 for one nats-server, 3 for a JetStream cluster.',
+    who: 'provision',
+    shown: '1',
+    env: 'NATS_REPLICAS',
+    parse: thrown((raw) => natsReplicas({ NATS_REPLICAS: raw })),
+  },
   natsConnectWaitMs: {
+    doc: 'How long a process started while NATS is unreachable waits for it, in milliseconds.',
+    who: 'all',
+    shown: '120000',
     env: 'NATS_CONNECT_WAIT_MS',
     parse: int(DEFAULT_CONNECT_WAIT_MS, 1, undefined, 'a positive integer')('NATS_CONNECT_WAIT_MS'),
   },
-  natsCredsFile: { env: 'NATS_CREDS_FILE', parse: nonEmpty },
-  natsNkeySeedFile: { env: 'NATS_NKEY_SEED_FILE', parse: nonEmpty },
+  natsCredsFile: {
+    doc: "The process's NATS identity as a JWT `.creds` file. Re-read at every reconnect.",
+    who: 'all',
+    env: 'NATS_CREDS_FILE',
+    parse: nonEmpty,
+  },
+  natsNkeySeedFile: {
+    doc: "The process's NATS identity as an NKey seed file, a mounted Secret. Re-read at every reconnect.",
+    who: 'all',
+    env: 'NATS_NKEY_SEED_FILE',
+    parse: nonEmpty,
+  },
   provisionConsumers: {
+    doc: 'Whose durable consumers provisioning creates, comma-separated: the five functions by default, `bridge` under Knative.',
+    who: 'provision',
+    shown: 'source,demand,admit,cancel,lifecycle',
     env: 'PROVISION_CONSUMERS',
     parse: (raw: string | undefined) =>
       raw
@@ -116,41 +166,149 @@ export const SETTINGS = {
         .filter(Boolean),
   },
   demandAckAll: {
+    doc: "`explicit` or `all`. `all` makes demand's consumers ack in batches. Only for demand as one replica. Set it on provision, which migrates the consumers, and on demand alike.",
+    who: 'demand, provision',
+    shown: 'explicit',
     env: 'DEMAND_ACK_POLICY',
     parse: (raw: string | undefined, env: Env) => {
       const v = oneOf(['explicit', 'all'] as const, 'explicit')('DEMAND_ACK_POLICY')(raw, env)
       return isProblem(v) ? v : v === 'all'
     },
   },
-  kSink: { env: 'K_SINK', parse: nonEmpty },
-  bridgeSinkTokenFile: { env: 'BRIDGE_SINK_TOKEN_FILE', parse: nonEmpty },
-  transport: { env: 'TRANSPORT', parse: oneOf(['jetstream', 'http'] as const, 'jetstream')('TRANSPORT') },
+  kSink: {
+    doc: "Where the bridge POSTs JetStream's events: the Broker. Knative's SinkBinding sets it.",
+    who: 'bridge',
+    env: 'K_SINK',
+    parse: nonEmpty,
+  },
+  bridgeSinkTokenFile: {
+    doc: "The Broker's OIDC token for the bridge, sent as a bearer token and re-read when it changes. The knative overlay points it at the token Knative mounts.",
+    who: 'bridge',
+    env: 'BRIDGE_SINK_TOKEN_FILE',
+    parse: nonEmpty,
+  },
+  transport: {
+    doc: '`jetstream`: pull consumers, as under KEDA. `http`: one function served as a Knative Service.',
+    who: 'all',
+    shown: 'jetstream',
+    env: 'TRANSPORT',
+    parse: oneOf(['jetstream', 'http'] as const, 'jetstream')('TRANSPORT'),
+  },
   port: {
+    doc: 'HTTP port for metrics and health, and for CloudEvents on `POST /` with `TRANSPORT=http`, the ingress and the bridge. Default 9464 for pull consumers, 8080 over HTTP.',
+    who: 'all',
     env: 'PORT',
     parse: (raw: string | undefined, env: Env) =>
       blank(raw) ? undefined : int(0, 0, 65_535, 'a port number 0..65535')('PORT')(raw, env),
   },
-  host: { env: 'HOST', parse: text },
-  watch: { env: 'WATCH', parse: (raw: string | undefined) => (raw ? raw !== 'false' : undefined) },
-  watchNamespaces: { env: 'WATCH_NAMESPACES', parse: thrown(parseWatchNamespaces) },
-  ingressToken: { env: 'INGRESS_TOKEN', parse: text },
-  ingressTokenFile: { env: 'INGRESS_TOKEN_FILE', parse: nonEmpty },
-  httpAuthToken: { env: 'HTTP_AUTH_TOKEN', parse: text },
-  httpAuthTokenFile: { env: 'HTTP_AUTH_TOKEN_FILE', parse: nonEmpty },
-  httpToken: { env: 'HTTP_TOKEN', parse: text },
-  httpTokenFile: { env: 'HTTP_TOKEN_FILE', parse: nonEmpty },
-  httpAuth: { env: 'HTTP_AUTH', parse: oneOf(['token', 'kubernetes', 'none'] as const, 'token')('HTTP_AUTH') },
-  httpAuthAudience: { env: 'HTTP_AUTH_AUDIENCE', parse: (raw: string | undefined) => raw ?? '' },
-  httpAuthAllowed: { env: 'HTTP_AUTH_ALLOWED', parse: text },
-  httpBodyLimitBytes: { env: 'HTTP_BODY_LIMIT_BYTES', parse: optionalPositive('HTTP_BODY_LIMIT_BYTES') },
-  httpRequestTimeoutMs: { env: 'HTTP_REQUEST_TIMEOUT_MS', parse: optionalPositive('HTTP_REQUEST_TIMEOUT_MS') },
+  host: {
+    doc: 'HTTP listen address. Default 127.0.0.1 for pull consumers, 0.0.0.0 over HTTP.',
+    who: 'all',
+    env: 'HOST',
+    parse: text,
+  },
+  watch: {
+    doc: "Run the local stand-in for Knative's ApiServerSource. On by default only when running all functions.",
+    who: 'all',
+    env: 'WATCH',
+    parse: (raw: string | undefined) => (raw ? raw !== 'false' : undefined),
+  },
+  watchNamespaces: {
+    doc: 'Namespaces to manage, comma-separated, at most 64. Unset: the whole cluster.',
+    who: 'all',
+    env: 'WATCH_NAMESPACES',
+    parse: thrown(parseWatchNamespaces),
+  },
+  ingressToken: {
+    doc: "The ingress's bearer token. Empty, short or placeholder values stop the process.",
+    who: 'ingress',
+    env: 'INGRESS_TOKEN',
+    parse: text,
+  },
+  ingressTokenFile: {
+    doc: "The ingress's bearer token as a mounted Secret, re-read when it changes. The ingress needs this or `INGRESS_TOKEN`.",
+    who: 'ingress',
+    env: 'INGRESS_TOKEN_FILE',
+    parse: nonEmpty,
+  },
+  httpAuthToken: {
+    doc: 'The bearer token `TRANSPORT=http` requires on `POST /`.',
+    who: 'http',
+    env: 'HTTP_AUTH_TOKEN',
+    parse: text,
+  },
+  httpAuthTokenFile: {
+    doc: 'The same token as a mounted Secret.',
+    who: 'http',
+    env: 'HTTP_AUTH_TOKEN_FILE',
+    parse: nonEmpty,
+  },
+  httpToken: {
+    doc: 'An older name of `HTTP_AUTH_TOKEN`.',
+    who: 'http',
+    env: 'HTTP_TOKEN',
+    parse: text,
+  },
+  httpTokenFile: {
+    doc: 'An older name of `HTTP_AUTH_TOKEN_FILE`.',
+    who: 'http',
+    env: 'HTTP_TOKEN_FILE',
+    parse: nonEmpty,
+  },
+  httpAuth: {
+    doc: "`token`, `kubernetes` or `none`. `kubernetes` verifies Knative's OIDC sender tokens by TokenReview. `none` is for development only.",
+    who: 'http',
+    shown: 'token',
+    env: 'HTTP_AUTH',
+    parse: oneOf(['token', 'kubernetes', 'none'] as const, 'token')('HTTP_AUTH'),
+  },
+  httpAuthAudience: {
+    doc: 'With `HTTP_AUTH=kubernetes`: the audience the tokens must carry.',
+    who: 'http',
+    env: 'HTTP_AUTH_AUDIENCE',
+    parse: (raw: string | undefined) => raw ?? '',
+  },
+  httpAuthAllowed: {
+    doc: "With `HTTP_AUTH=kubernetes`: the identities allowed, comma-separated usernames or prefixes ending in `*`. Default: this namespace's ServiceAccounts.",
+    who: 'http',
+    env: 'HTTP_AUTH_ALLOWED',
+    parse: text,
+  },
+  httpBodyLimitBytes: {
+    doc: 'Largest request body; 413 above it. Default 1 MiB, 256 KiB on the ingress.',
+    who: 'http, ingress',
+    env: 'HTTP_BODY_LIMIT_BYTES',
+    parse: optionalPositive('HTTP_BODY_LIMIT_BYTES'),
+  },
+  httpRequestTimeoutMs: {
+    doc: 'Time to receive a whole request; 408 after it. Default 10000.',
+    who: 'http, ingress',
+    env: 'HTTP_REQUEST_TIMEOUT_MS',
+    parse: optionalPositive('HTTP_REQUEST_TIMEOUT_MS'),
+  },
   kubeRequestTimeoutMs: {
+    doc: 'Deadline of every Kubernetes API request, answer included. One that runs out fails as a transient error and its event is retried. Watches are exempt.',
+    who: 'all',
+    shown: '10000',
     env: 'KUBE_REQUEST_TIMEOUT_MS',
     parse: thrown((raw) => kubeRequestTimeoutMs({ KUBE_REQUEST_TIMEOUT_MS: raw })),
   },
-  gateImage: { env: 'GATE_IMAGE', parse: (raw: string | undefined) => raw?.trim() || undefined },
-  gateNatsUrl: { env: 'GATE_NATS_URL', parse: (raw: string | undefined) => raw?.trim() || undefined },
+  gateImage: {
+    doc: "The background gate's image, which admit injects into the Jobs of backfills that opt in. Set with `GATE_NATS_URL`.",
+    who: 'admit',
+    env: 'GATE_IMAGE',
+    parse: (raw: string | undefined) => raw?.trim() || undefined,
+  },
+  gateNatsUrl: {
+    doc: "NATS as the gate sidecars reach it from the users' namespaces.",
+    who: 'admit',
+    env: 'GATE_NATS_URL',
+    parse: (raw: string | undefined) => raw?.trim() || undefined,
+  },
   failSafeBlindMs: {
+    doc: 'Foreground demand unobservable for longer than this and cancel deletes every running backfill Job through Kubernetes alone. At least 1000.',
+    who: 'cancel',
+    shown: '5000',
     env: 'FAILSAFE_BLIND_MS',
     parse: int(
       FAILSAFE_BLIND_MS,
@@ -160,14 +318,22 @@ export const SETTINGS = {
     )('FAILSAFE_BLIND_MS'),
   },
   ingressReadyUrl: {
+    doc: "The gateway ingress's `/readyz` through its Service. An ingress that cannot publish counts as unobservable foreground demand. Unset: no ingress is watched.",
+    who: 'admit, cancel',
     env: 'INGRESS_READY_URL',
     parse: httpUrl('INGRESS_READY_URL', "the gateway ingress's http(s) /readyz URL"),
   },
   metricsHandoverMs: {
+    doc: 'How long a cancel instance taking over the exporter lease waits before it exports the cluster-wide series. Keep it longer than the scrape interval.',
+    who: 'cancel',
+    shown: '45000',
     env: 'METRICS_HANDOVER_MS',
     parse: int(HANDOVER_MS, 0, undefined, 'whole milliseconds ≥ 0')('METRICS_HANDOVER_MS'),
   },
   resyncMs: {
+    doc: "The resync sweep's period. At least 1000; 0 turns it off.",
+    who: 'lifecycle',
+    shown: '30000',
     env: 'RESYNC_MS',
     parse: (raw: string | undefined) => {
       if (raw === undefined || raw === '') return RESYNC_MS
@@ -177,24 +343,56 @@ export const SETTINGS = {
       return ms === 0 ? 0 : Math.max(1000, Math.round(ms))
     },
   },
-  cancelDeletePods: { env: 'CANCEL_DELETE_PODS', parse: unlessFalse },
+  cancelDeletePods: {
+    doc: "`false` leaves a cancelled attempt's pods to the garbage collector instead of deleting them at once.",
+    who: 'cancel',
+    shown: 'true',
+    env: 'CANCEL_DELETE_PODS',
+    parse: unlessFalse,
+  },
   maxDeliver: {
+    doc: 'Deliveries of a failing event before it is dead-lettered.',
+    who: 'all',
+    shown: '8',
     env: 'MAX_DELIVER',
     parse: int(DEFAULT_MAX_DELIVER, 1, undefined, 'a positive integer')('MAX_DELIVER'),
   },
   retryBackoffMs: {
+    doc: 'First delay between deliveries of a failing event, doubled each time.',
+    who: 'all',
+    shown: '250',
     env: 'RETRY_BACKOFF_MS',
     parse: int(DEFAULT_BACKOFF_MS, 1, undefined, 'a positive integer')('RETRY_BACKOFF_MS'),
   },
   retryBackoffMaxMs: {
+    doc: 'Longest delay between deliveries of a failing event.',
+    who: 'all',
+    shown: '30000',
     env: 'RETRY_BACKOFF_MAX_MS',
     parse: int(DEFAULT_BACKOFF_MAX_MS, 1, undefined, 'a positive integer')('RETRY_BACKOFF_MAX_MS'),
   },
-  logLevel: { env: 'LOG_LEVEL', parse: oneOf(LOG_LEVELS, 'info')('LOG_LEVEL') },
+  logLevel: {
+    doc: 'Log level: `fatal`, `error`, `warn`, `info`, `debug`, `trace` or `silent`.',
+    who: 'all',
+    shown: 'info',
+    env: 'LOG_LEVEL',
+    parse: oneOf(LOG_LEVELS, 'info')('LOG_LEVEL'),
+  },
   /** The pod's name (Kubernetes sets it): who holds the exporter lease, who reported an Event. */
-  hostname: { env: 'HOSTNAME', parse: (raw: string | undefined) => raw ?? 'local' },
-  otelServiceName: { env: 'OTEL_SERVICE_NAME', parse: text },
-} as const satisfies Record<string, { env: string; parse: Parse<unknown> }>
+  hostname: {
+    doc: "This pod's name; Kubernetes sets it. Names the exporter lease's holder and the reporter of Events.",
+    who: 'all',
+    shown: 'local',
+    env: 'HOSTNAME',
+    parse: (raw: string | undefined) => raw ?? 'local',
+  },
+  otelServiceName: {
+    doc: 'With tracing on: the `service.name`. Default `model-backfill-<FUNCTION>`.',
+    who: 'all',
+    env: 'OTEL_SERVICE_NAME',
+    parse: text,
+  },
+} as const satisfies Record<string, Setting>
 
 type Parsed<P> = P extends (...args: never[]) => infer R ? Exclude<R, { problem: string }> : never
 export type Config = { -readonly [K in keyof typeof SETTINGS]: Parsed<(typeof SETTINGS)[K]['parse']> } & {
@@ -203,6 +401,26 @@ export type Config = { -readonly [K in keyof typeof SETTINGS]: Parsed<(typeof SE
   /** GATE_IMAGE and GATE_NATS_URL together: the background gate admit injects. */
   gate?: GateDeployment
 }
+
+/** Variables named in `--help` and the reference that other code reads: the Kubernetes client, the SDK, the gate. */
+export const OTHER_SETTINGS: readonly { env: string; doc: string; who: string }[] = [
+  { env: 'KUBECONFIG', doc: 'The kubeconfig. In a pod: its ServiceAccount.', who: 'all' },
+  {
+    env: 'OTEL_EXPORTER_OTLP_ENDPOINT',
+    doc: 'Turns tracing on and names the collector. The OpenTelemetry SDK reads its other `OTEL_*` variables itself.',
+    who: 'all',
+  },
+  {
+    env: 'GATE_UPSTREAM, GATE_NAMESPACE, GATE_MODEL, GATE_JOB, GATE_ENGINE',
+    doc: 'The background gate sidecar, `FUNCTION=gate`. admit sets them from the ModelBackfill and its annotations; see docs/gate.md.',
+    who: 'gate',
+  },
+  {
+    env: 'GATE_MAX_IN_FLIGHT, GATE_PORT, GATE_PRIORITY, GATE_NATS_BOUND_MS',
+    doc: "The gate sidecar's limits, port, engine priority and how long NATS may go unanswered before it closes; see docs/gate.md.",
+    who: 'gate',
+  },
+]
 
 /** The variables read, as the deployment manifests and the docs spell them. */
 export const SETTING_NAMES: readonly string[] = Object.values(SETTINGS).map((s) => s.env)
@@ -276,4 +494,26 @@ export function tracingOptions(config: Config): TracingOptions | undefined {
   if (!config.tracing) return undefined
   const fn = config.function
   return { serviceName: config.otelServiceName ?? (fn ? `model-backfill-${fn}` : 'model-backfill') }
+}
+
+/** The `--help` text of the settings: one entry per variable, wrapped, without Markdown. */
+export function renderUsage(width = 118): string {
+  const plain = (t: string) => t.replaceAll('`', '')
+  const entry = (env: string, doc: string, who: string, shown?: string) => {
+    const words = `${plain(doc)}${shown === undefined ? '' : ` Default ${shown}.`} Read by: ${who}.`.split(' ')
+    const lines: string[] = []
+    let line = ''
+    for (const word of words) {
+      if (line && 6 + line.length + word.length + 1 > width) {
+        lines.push(line)
+        line = word
+      } else line = line ? `${line} ${word}` : word
+    }
+    lines.push(line)
+    return [`  ${env}`, ...lines.map((l) => `      ${l}`)].join('\n')
+  }
+  return [
+    ...Object.values(SETTINGS).map((s) => entry(s.env, s.doc, s.who, 'shown' in s ? s.shown : undefined)),
+    ...OTHER_SETTINGS.map((s) => entry(s.env, s.doc, s.who)),
+  ].join('\n')
 }

@@ -11,82 +11,20 @@ import { readFileSync } from 'node:fs'
 // is names and loaders only: it imports no function's code.
 import { FUNCTION_NAMES, functionLoaders, loadFunction } from '../../functions/registry.js'
 import { createLogger, setLogLevel } from '../../pkg/observability/log.js'
-import { type Config, loadConfig, processSettings, tracingOptions } from './config.js'
+import { type Config, loadConfig, processSettings, renderUsage, tracingOptions } from './config.js'
 
-// As cmd/manager/provision.ts names them (not imported from there: its imports are the provision step's).
-const DEFAULT_CONSUMER_OWNERS = FUNCTION_NAMES
-const CONSUMER_OWNERS = [...FUNCTION_NAMES, 'bridge']
-
-const usage = (DEFAULT_REQUEST_TIMEOUT_MS: number) => `model-backfill: event functions for opportunistic model backfill
+const usage = () => `model-backfill: event functions for opportunistic model backfill
 
 usage: node dist/bundle/main.js [function]         (or: npm start)
 
-environment:
-  NATS_URL            NATS server (required)
-  KUBECONFIG          kubeconfig (in a pod: its ServiceAccount)
-  FUNCTION            all (default) | ${FUNCTION_NAMES.join(' | ')} | ingress | bridge | provision | gate
-                      (comma-separated: several functions in one process)
-  NATS_PROVISION      true (default): create the streams, buckets and consumers at start; false: only bind to what
-                      FUNCTION=provision made (deployed: the functions' NATS users may not create them)
-  NATS_REPLICAS       replicas of the streams, KV buckets and consumers that provisioning creates or updates
-                      (default 1: one nats-server; 3 on a JetStream cluster)
-  PROVISION_CONSUMERS FUNCTION=provision: whose durable consumers to create (default ${DEFAULT_CONSUMER_OWNERS.join(',')};
-                      known: ${CONSUMER_OWNERS.join(',')})
-  DEMAND_ACK_POLICY   explicit (default) | all: demand's consumers ack in batches (AckAll), for demand as one
-                      replica only; set it on provision (which migrates the consumers) and demand alike
-  K_SINK              FUNCTION=bridge: where JetStream's events are POSTed (the Broker; Knative's SinkBinding sets it)
-  BRIDGE_SINK_TOKEN_FILE  FUNCTION=bridge: a projected ServiceAccount token for the Broker's audience, sent as a
-                      bearer token and re-read when rotated (the Broker's authentication-oidc; docs/operations.md)
-  TRANSPORT           jetstream (default: pull consumers, KEDA) | http (one function as a Knative Service)
-  PORT, HOST          HTTP port and address (metrics/health; with TRANSPORT=http or ingress: CloudEvents on POST /)
-  WATCH               run the local ApiServerSource stand-in (default: only when running all functions)
-  WATCH_NAMESPACES    comma-separated namespaces to manage, at most 64, each read per namespace (default: the
-                      whole cluster)
-  INGRESS_TOKEN[_FILE]  bearer token of the ingress (required for FUNCTION=ingress; _FILE: a mounted Secret,
-                      re-read when it changes). Empty, short (< 16) or placeholder values stop the process.
-  HTTP_AUTH_TOKEN[_FILE]  bearer token TRANSPORT=http requires on POST / (required; HTTP_TOKEN[_FILE] is the old
-                      name). HTTP_AUTH=none serves without one: development only, never deployed.
-  HTTP_AUTH           token (default) | kubernetes: verify Knative's OIDC sender tokens (feature authentication-oidc)
-                      by TokenReview, for HTTP_AUTH_AUDIENCE, from the identities in HTTP_AUTH_ALLOWED (comma-
-                      separated usernames, or prefixes ending in *; default: this namespace's ServiceAccounts)
-                      | none (development only)
-  HTTP_BODY_LIMIT_BYTES   largest request body (413 above; default 1 MiB, ingress 256 KiB)
-  HTTP_REQUEST_TIMEOUT_MS time to receive a whole request (408 after; default ${DEFAULT_REQUEST_TIMEOUT_MS})
-  KUBE_REQUEST_TIMEOUT_MS  deadline of every Kubernetes API request, answer included (default 10000); one that
-                      runs out fails as a transient error and its event is retried (watches are exempt)
-  GATE_IMAGE, GATE_NATS_URL  admit: the background gate it injects into the Jobs of backfills that opt in (the
-                      ai.flexinfer/gate-endpoint-env annotation): this release's image, and NATS as pods in the users'
-                      namespaces reach it (docs/gate.md)
-  FUNCTION=gate       the gate sidecar itself (admit sets these): GATE_UPSTREAM, GATE_NAMESPACE, GATE_MODEL, GATE_JOB,
-                      GATE_ENGINE (vllm | sglang | llamacpp | none), GATE_MAX_IN_FLIGHT, GATE_PORT, GATE_PRIORITY (overrides the
-                      engine's value), GATE_NATS_BOUND_MS (NATS unanswered this long closes the gate; default 2000)
-  FAILSAFE_BLIND_MS   cancel: foreground demand unobservable (NATS unreachable, no demand instance pulling) for
-                      longer than this and every running backfill Job is deleted through Kubernetes alone (default
-                      5000, at least 1000; docs/operations.md)
-  INGRESS_READY_URL   admit, cancel: the gateway ingress's /readyz through its Service (deployed:
-                      http://model-backfill-ingress/readyz). An ingress that cannot publish is unobservable foreground
-                      demand: nothing is admitted, and past FAILSAFE_BLIND_MS cancel's fail-safe deletes the running
-                      Jobs. Unset: no ingress is watched (gateways publish to NATS themselves)
-  METRICS_HANDOVER_MS a cancel instance taking over the exporter lease waits this long before it exports the
-                      cluster-wide series (default 45000: longer than the PodMonitor's 30 s scrape interval)
-  LOG_LEVEL           pino level (default info)
-  NATS_CREDS_FILE, NATS_NKEY_SEED_FILE  the process's NATS identity: a JWT .creds file or an NKey seed (a mounted
-                      Secret, re-read at every reconnect; deploy/nats/README.md)
-  NATS_CONNECT_WAIT_MS  how long a process started while NATS is unreachable waits for it (default 120000)
-  RESYNC_MS           lifecycle: the resync sweep's period (default 30000, at least 1000; 0 turns it off)
-  CANCEL_DELETE_PODS  cancel: false leaves the attempt's pods to the garbage collector (default true: deleted at once)
-  MAX_DELIVER, RETRY_BACKOFF_MS, RETRY_BACKOFF_MAX_MS  deliveries of a failing event before it is dead-lettered
-                      (default 8), with a doubling delay between them (default 250, at most 30000)
-  HOSTNAME            this pod (Kubernetes sets it): the exporter lease's holder, the reporter of its Events
-  OTEL_SERVICE_NAME   with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT, ...): service.name (default
-                      model-backfill-<FUNCTION>)
+environment (docs/reference/settings.md):
+${renderUsage()}
 
 Every value is checked at start: a bad one stops the process with every bad variable named.
 `
 
 if (process.argv.includes('--help') || process.argv.includes('-h')) {
-  const { DEFAULT_REQUEST_TIMEOUT_MS } = await import('../../pkg/transport/http-adapter.js')
-  process.stdout.write(usage(DEFAULT_REQUEST_TIMEOUT_MS))
+  process.stdout.write(usage())
   process.exit(0)
 }
 

@@ -16,7 +16,13 @@ export const PHASE_FIGURES: Record<Exclude<AbPhase, 'cold'>, string[]> = {
     'admission_step_ms_slotMs_p50',
     'admission_step_ms_slotMs_p99',
   ],
-  preemption: ['preemption_job_ms_p50', 'preemption_job_ms_p99', 'preemption_pod_ms_p50', 'preemption_pod_ms_p99'],
+  preemption: [
+    'preemption_job_ms_p50',
+    'preemption_job_ms_p99',
+    'preemption_pod_ms_p50',
+    'preemption_pod_ms_p99',
+    'apiserver_writes_per_fg_request_nats_path',
+  ],
   burst: ['burst_preemption_job_ms_p99', 'burst_preemption_pod_ms_p50', 'burst_preemption_pod_ms_p99'],
   ingest: ['ingest_events_per_s'],
 }
@@ -179,4 +185,14 @@ export function lastJsonLine(stdout: string): Record<string, unknown> | undefine
     }
   }
   return undefined
+}
+
+/**
+ * `path` as this tree lays it out (`dev/bench/run.ts`), or where a tree from before the `dev/` folder keeps it
+ * (`bench/run.ts`) when only that exists there.
+ */
+export function toolPath(path: string, exists: (path: string) => boolean): string {
+  if (exists(path) || !path.startsWith('dev/')) return path
+  const old = path.slice('dev/'.length)
+  return exists(old) ? old : path
 }

@@ -12,7 +12,16 @@ import { loadavg, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { repoRoot } from '../../test/env/binaries.js'
 import { startEnvironment } from '../../test/env/environment.js'
-import { AbUsageError, abRows, benchOnlyFor, figuresOf, formatAbTable, lastJsonLine, parseAbArgs } from './ab-table.js'
+import {
+  AbUsageError,
+  abRows,
+  benchOnlyFor,
+  figuresOf,
+  formatAbTable,
+  lastJsonLine,
+  parseAbArgs,
+  toolPath,
+} from './ab-table.js'
 
 const fail = (message: string): never => {
   process.stderr.write(`bench:ab: ${message}\n`)
@@ -125,6 +134,8 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 }
 
 const tsxOf = (tree: string) => join(tree, 'node_modules/.bin/tsx')
+/** Where `path` (as this tree lays it out) is in `tree`: a ref from before `dev/` keeps its tooling at the root. */
+const inTree = (tree: string, path: string) => toolPath(path, (p) => existsSync(join(tree, p)))
 const runs: Record<string, unknown>[] = []
 const results: { a: Record<string, unknown>[]; b: Record<string, unknown>[] } = { a: [], b: [] }
 try {
@@ -147,18 +158,19 @@ try {
       ['A', repoRoot],
       ['B', treeB],
     ] as const) {
-      if (!existsSync(join(tree, 'dev/scripts/bundle.mjs'))) {
-        say(`${side}: no dev/scripts/bundle.mjs, its cold start is not measured`)
+      const bundle = inTree(tree, 'dev/scripts/bundle.mjs')
+      if (!existsSync(join(tree, bundle))) {
+        say(`${side}: no ${bundle}, its cold start is not measured`)
         continue
       }
-      const b = await runLogged(process.execPath, ['dev/scripts/bundle.mjs'], { cwd: tree, timeoutMs: 5 * 60_000 })
+      const b = await runLogged(process.execPath, [bundle], { cwd: tree, timeoutMs: 5 * 60_000 })
       if (b.code !== 0) throw new Error(`bundling ${side} failed (exit ${b.code}); see ${LOG_PATH}`)
     }
   }
   const only = benchOnlyFor(phases)
   if (
     only?.BENCH_ONLY === 'hot' &&
-    !(await readFile(join(treeB, 'dev/bench/run.ts'), 'utf8').catch(() => '')).includes("'hot'")
+    !(await readFile(join(treeB, inTree(treeB, 'dev/bench/run.ts')), 'utf8').catch(() => '')).includes("'hot'")
   ) {
     say(
       "B's dev/bench/run.ts knows no BENCH_ONLY=hot: it runs every step (longer; the extra figures are not in the table)",
@@ -175,10 +187,12 @@ try {
     // against 14 ms (whether from the order or the tree was not settled: a run alternating it showed no order effect).
     for (const [side, tree] of round % 2 === 1 ? sides : [...sides].reverse()) {
       const result: Record<string, unknown> = {}
+      const benchRun = inTree(tree, 'dev/bench/run.ts')
+      const coldRun = inTree(tree, 'dev/bench/cold-start-run.ts')
       if (only) {
         const before = load()
         const t0 = Date.now()
-        const r = await runLogged(tsxOf(tree), ['dev/bench/run.ts'], {
+        const r = await runLogged(tsxOf(tree), [benchRun], {
           cwd: tree,
           env: { ...only, BENCH_QUICK: quick ? '1' : '0' },
           timeoutMs: benchTimeoutMs,
@@ -189,7 +203,7 @@ try {
         runs.push({
           round,
           side,
-          run: 'dev/bench/run.ts',
+          run: benchRun,
           ...only,
           load_before: before,
           load_after: after,
@@ -197,18 +211,18 @@ try {
           exit: r.code,
         })
         say(
-          `round ${round} ${side.toUpperCase()} dev/bench/run.ts (BENCH_ONLY=${only.BENCH_ONLY}): ${seconds} s, exit ${r.code}${out ? '' : ', no results'}; load ${before.join(' ')} → ${after.join(' ')}`,
+          `round ${round} ${side.toUpperCase()} ${benchRun} (BENCH_ONLY=${only.BENCH_ONLY}): ${seconds} s, exit ${r.code}${out ? '' : ', no results'}; load ${before.join(' ')} → ${after.join(' ')}`,
         )
         Object.assign(result, out)
       }
-      if (phases.includes('cold') && existsSync(join(tree, 'dev/bench/cold-start-run.ts'))) {
+      if (phases.includes('cold') && existsSync(join(tree, coldRun))) {
         // Fresh servers for it too (dev/bench/cold-start-run.ts measures against an environment it is given).
         const before = load()
         const t0 = Date.now()
         const environment = await startEnvironment({ log: (l) => writeSync(logFd, `[env] ${l}\n`) })
         let r: Awaited<ReturnType<typeof runLogged>>
         try {
-          r = await runLogged(tsxOf(tree), ['dev/bench/cold-start-run.ts'], {
+          r = await runLogged(tsxOf(tree), [coldRun], {
             cwd: tree,
             env: { NATS_URL: environment.natsUrl, KUBECONFIG: environment.kubeconfigPath, BENCH_COLD_RUNS: '1' },
             timeoutMs: 10 * 60_000,
@@ -222,7 +236,7 @@ try {
         runs.push({
           round,
           side,
-          run: 'dev/bench/cold-start-run.ts',
+          run: coldRun,
           load_before: before,
           load_after: after,
           seconds,

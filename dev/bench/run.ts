@@ -5,7 +5,7 @@
 // pods deleted p99 ≤ 1 s, admission lateness p99 ≤ 50 ms, ≥ 100,000 events/s ingested by one demand instance, 0
 // API-server requests per non-cancelling foreground request, ≤ 4 KV writes per model per second, cold start ≤ 500 ms
 // and RSS ≤ 80 MB per function. Also measured, with no goal: admission on the knative overlay's path, and
-// preemption through the reference's signal (Model.status.lastActiveTime PATCH) side by side with the NATS path.
+// preemption through the FlexInfer reference controller's signal (Model.status.lastActiveTime PATCH) side by side with the NATS path.
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, openSync, writeSync } from 'node:fs'
 import { mkdir, writeFile } from 'node:fs/promises'
@@ -466,7 +466,7 @@ run: try {
     )
 
     // 2c. The reference's signal, side by side under the same load: each second attempt preempted by a PATCH of its
-    // Model's status.lastActiveTime (what the reference's gateway writes), through the watch → source → lifecycle →
+    // Model's status.lastActiveTime (what the FlexInfer reference controller's gateway writes), through the watch → source → lifecycle →
     // cancel. The apiserver writes counted include the PATCH itself: one per foreground request, cancelling or not.
     log(`status path: ${MODELS} preemptions by Model.status.lastActiveTime under ${LOAD_RATE} events/s`)
     const statusLoad = startLoad(LOAD_RATE, loadSeconds)

@@ -118,7 +118,7 @@ export async function withRig<R extends { ok: boolean; logs?: string }>(
 
 /**
  * The oracle's verdict now, each request judged by its JetStream store time, read back by its seq from
- * FLEXINFER_FOREGROUND — the stream the documented subject is stored in (a seq of another stream is another message).
+ * FLEXINFER_FOREGROUND — the stream the foreground subject is stored in (a seq of another stream is another message).
  */
 export async function verdictOf(
   oracle: Oracle,

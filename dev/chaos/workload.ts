@@ -1,6 +1,6 @@
 // The workload: Ready models on nodes, one CronJob template per namespace, several ModelBackfills per model with
 // short windows, and bursty foreground traffic per model published as a gateway does (CloudEvents on the
-// documented subject). Every accepted request is logged with its PubAck: that log, not the functions' KV state,
+// foreground subject). Every accepted request is logged with its PubAck: that log, not the functions' KV state,
 // is what the oracle judges the idle windows by.
 import type { KubeConfig } from '@kubernetes/client-node'
 import { jetstream } from '@nats-io/jetstream'

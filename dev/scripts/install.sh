@@ -8,14 +8,21 @@
 #   dev/scripts/install.sh uninstall          the workloads only: the CRD and every ModelBackfill stay
 #   dev/scripts/install.sh remove-finalizers  strips ModelBackfill's finalizer from every object (controller gone)
 #   dev/scripts/install.sh delete-crd         removes the finalizers, then the CRD: deletes EVERY ModelBackfill
+#   dev/scripts/install.sh render             secrets (once) and what install would apply, into MBF_DIR/rendered.yaml;
+#                                         touches no cluster object
+#
+# Customisation lives in MBF_DIR and is never rewritten: every *.yaml in MBF_DIR/values.d/ is a Helm values file
+# (helm-* modes, in name order, over the script's own settings), every *.yaml in MBF_DIR/patches/ a kustomize patch
+# (kustomize modes: a strategic-merge patch naming its object, or a JSON 6902 one with a `# target: Kind/name` line).
+# MBF_VALUES / MBF_PATCH copy files there (comma-separated); a different file of the same name there is refused.
 #
 # Settings (environment; defaults in brackets):
 #   MBF_MODE          keda | knative | helm-keda | helm-knative                    [keda]
 #   MBF_IMAGE         the image, repository:tag                    [ghcr.io/flexinfer/model-backfill:0.2.0]
 #   MBF_NAMESPACE     where the functions run                                      [model-backfill]
 #   MBF_NATS_HOST     host:port of nats-server                     [nats.nats.svc.cluster.local:4222]
-#   MBF_NATS_MONITOR  host:port of its monitoring endpoint (KEDA reads /jsz)       [<MBF_NATS_HOST's host>:8222]
-#   MBF_NATS_REPLICAS JetStream replicas: 1 for one server, 3 for a 3-server cluster [3]
+#   MBF_NATS_MONITOR  host:port of its monitoring endpoint (KEDA reads /jsz)  [<MBF_NATS_HOST's first host>:8222]
+#   MBF_NATS_REPLICAS JetStream replicas: 1 for one server, 3 for a 3-server cluster [1]
 #   MBF_NATS_NAMESPACE where the generated nats-server auth Secret goes; empty: not applied [nats]
 #   MBF_DIR           keeps the generated secrets and what was applied: keep it, back it up  [./model-backfill-install]
 #   MBF_RELEASE       the Helm release (helm-* modes)                              [model-backfill]
@@ -26,6 +33,8 @@
 #   MBF_GATEWAY_NKEY  the gateways' public key (U…) nats-server knows today, kept when MBF_DIR is new but the
 #                     cluster already runs an installation (one made before this script, e.g. by the 0.1.0 chart);
 #                     `new`: the gateways get a new identity instead (their Secret must reach them first)    [none]
+#   MBF_VALUES        Helm values files to add to MBF_DIR/values.d/ (helm-* modes)  [none]
+#   MBF_PATCH         kustomize patch files to add to MBF_DIR/patches/ (keda, knative) [none]
 #   MBF_WAIT          wait for the provision Job and every always-on function: true | false [true]
 #   MBF_TIMEOUT       how long each wait may take                                  [300s]
 #   KUBECTL, HELM     the commands                                                 [kubectl, helm]
@@ -36,8 +45,10 @@ mode=${MBF_MODE:-keda}
 image=${MBF_IMAGE:-ghcr.io/flexinfer/model-backfill:0.2.0}
 ns=${MBF_NAMESPACE:-model-backfill}
 nats_host=${MBF_NATS_HOST:-nats.nats.svc.cluster.local:4222}
-nats_monitor=${MBF_NATS_MONITOR:-${nats_host%:*}:8222}
-nats_replicas=${MBF_NATS_REPLICAS:-3}
+# With a server list (a:4222,b:4222) KEDA reads one server's /jsz: the first's.
+nats_first=${nats_host%%,*}
+nats_monitor=${MBF_NATS_MONITOR:-${nats_first%:*}:8222}
+nats_replicas=${MBF_NATS_REPLICAS:-1}
 nats_ns=${MBF_NATS_NAMESPACE-nats}
 dir=${MBF_DIR:-./model-backfill-install}
 release=${MBF_RELEASE:-model-backfill}
@@ -45,6 +56,8 @@ crd=${MBF_CRD:-true}
 gate_namespaces=$(printf '%s' "${MBF_GATE_NAMESPACES:-}" | tr -d ' ')
 gate_nats_url=${MBF_GATE_NATS_URL:-nats://gate@$nats_host}
 gateway_nkey=${MBF_GATEWAY_NKEY:-}
+add_values=${MBF_VALUES:-}
+add_patches=${MBF_PATCH:-}
 wait=${MBF_WAIT:-true}
 timeout=${MBF_TIMEOUT:-300s}
 kubectl=${KUBECTL:-kubectl}
@@ -75,9 +88,29 @@ case "$crd$wait" in
 truetrue | truefalse | falsetrue | falsefalse) ;;
 *) die "MBF_CRD and MBF_WAIT must be true or false" ;;
 esac
+if [ "$format" = helm ] && [ -n "$add_patches" ]; then die "MBF_PATCH is for the kustomize modes; MBF_MODE=$mode takes MBF_VALUES"; fi
+if [ "$format" = kustomize ] && [ -n "$add_values" ]; then die "MBF_VALUES is for the helm-* modes; MBF_MODE=$mode takes MBF_PATCH"; fi
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 secrets=$dir/secrets
+
+# Copies the user's files (comma-separated) into a folder of MBF_DIR that only the user edits: once there they apply
+# on every later run, and nothing of this script ever rewrites them.
+adopt_files() { # <folder> <files> <setting>
+	mkdir -p "$1"
+	for f in $(printf '%s' "$2" | tr ',' ' '); do
+		[ -f "$f" ] || die "$3 names $f, which is not a file"
+		case "$f" in *.yaml | *.yml) ;; *) die "$3: $f must be a .yaml file" ;; esac
+		name=$(basename "$f")
+		case "$name" in *.yml) name=${name%.yml}.yaml ;; esac
+		if [ -e "$1/$name" ]; then
+			cmp -s "$f" "$1/$name" || die "$1/$name exists and differs from $f: edit it there, or give the file another name"
+		else
+			cp "$f" "$1/$name"
+			say "added $f as $1/$name (applied on every run from now on)"
+		fi
+	done
+}
 
 has_crd() { "$kubectl" get crd "$1" -o name >/dev/null 2>&1; }
 
@@ -94,7 +127,7 @@ check_prerequisites() {
 	done
 	[ -z "$missing" ] || die "FlexInfer's CRDs are missing:$missing. ModelBackfill reads FlexInfer's Models, GamingSessions and GPULeases: install FlexInfer first (docs/install.md)."
 	if [ "$overlay" = keda ]; then
-		has_crd scaledobjects.keda.sh || die "KEDA is not installed (no scaledobjects.keda.sh CRD); install KEDA ≥ 2.13 first"
+		has_crd scaledobjects.keda.sh || die "KEDA is not installed (no scaledobjects.keda.sh CRD); install KEDA ≥ 2.21 first"
 	else
 		for c in services.serving.knative.dev brokers.eventing.knative.dev apiserversources.sources.knative.dev; do
 			has_crd "$c" || die "Knative is not installed (no $c CRD); install Knative Serving and Eventing first"
@@ -153,7 +186,7 @@ secret_prefix() {
 # An installation this MBF_DIR did not make (one from before this script: the 0.1.0 chart or overlays) already has
 # its identities in the cluster, and nats-server knows their public keys. New ones would lock every running pod and
 # every gateway out as soon as nats-server reloads, foreground demand unobservable until all of them have rolled:
-# they are kept (rotation is its own step: docs/operations.md). Prints the --keep lines (dev/tools/secrets/generate.ts).
+# they are kept (rotation is its own step: docs/upgrade.md). Prints the --keep lines (dev/tools/secrets/generate.ts).
 existing_identities() {
 	prefix=$(secret_prefix)
 	found=false
@@ -175,7 +208,7 @@ existing_identities() {
 	case "$gateway_nkey" in
 	new) say "MBF_GATEWAY_NKEY=new: the gateways get a new identity; give them $secrets/gateway/secret.yaml before nats-server reloads" ;;
 	U*) printf 'FLEXINFER_GATEWAY_NKEY=%s\n' "$gateway_nkey" ;;
-	*) die "an installation already runs in $ns: set MBF_GATEWAY_NKEY to the gateways' public key nats-server knows (its FLEXINFER_GATEWAY_NKEY), or to new to give them a new identity (docs/operations.md, Upgrade)" ;;
+	*) die "an installation already runs in $ns: set MBF_GATEWAY_NKEY to the gateways' public key nats-server knows (its FLEXINFER_GATEWAY_NKEY), or to new to give them a new identity (docs/upgrade.md)" ;;
 	esac
 }
 
@@ -196,9 +229,12 @@ apply_nats_auth() {
 	say "nats-server must mount Secret model-backfill-nats-auth in $nats_ns and include its auth.conf (deploy/nats/README.md)"
 }
 
-# The kustomize modes: an overlay of this installation's own, composed from the shipped one and the Secrets.
+# The kustomize modes: an overlay of this installation's own, composed from the shipped one, the Secrets and the
+# user's patches (MBF_DIR/patches/, copied in: kustomize reads patch files below the overlay only).
 write_overlay() {
-	mkdir -p "$dir/overlay"
+	adopt_files "$dir/patches" "$add_patches" MBF_PATCH
+	rm -rf "$dir/overlay"
+	mkdir -p "$dir/overlay/patches"
 	# kustomize takes a relative path to a base only.
 	base=$(node -e 'process.stdout.write(require("path").relative(process.argv[1], process.argv[2]))' "$dir/overlay" "$here/$overlay")
 	# The shipped overlay has already renamed the image: it is matched under that name here.
@@ -228,9 +264,23 @@ EOF
       - {op: add, path: /data/GATE_NATS_URL, value: "$gate_nats_url"}
 EOF
 	fi
-	"$kubectl" kustomize "$dir/overlay" |
-		sed "s|natsServerMonitoringEndpoint: nats.nats.svc.cluster.local:8222|natsServerMonitoringEndpoint: $nats_monitor|" \
-			>"$dir/rendered.yaml.new"
+	for p in "$dir"/patches/*.yaml; do
+		[ -e "$p" ] || continue
+		name=$(basename "$p")
+		cp "$p" "$dir/overlay/patches/$name"
+		target=$(sed -n 's|^# *target: *\([A-Za-z]*\)/\([a-z0-9.-]*\) *$|\1 \2|p' "$p" | head -n 1)
+		if [ -n "$target" ]; then
+			printf '  - path: patches/%s\n    target: {kind: %s, name: %s}\n' "$name" "${target% *}" "${target#* }" \
+				>>"$dir/overlay/kustomization.yaml"
+		else
+			printf '  - path: patches/%s\n' "$name" >>"$dir/overlay/kustomization.yaml"
+		fi
+	done
+	"$kubectl" kustomize "$dir/overlay" >"$dir/rendered.yaml.raw" ||
+		die "kustomize refused $dir/overlay (a patch in $dir/patches/?)"
+	sed "s|natsServerMonitoringEndpoint: nats.nats.svc.cluster.local:8222|natsServerMonitoringEndpoint: $nats_monitor|" \
+		"$dir/rendered.yaml.raw" >"$dir/rendered.yaml.new"
+	rm -f "$dir/rendered.yaml.raw"
 	mv "$dir/rendered.yaml.new" "$dir/rendered.yaml"
 }
 
@@ -247,9 +297,48 @@ install_kustomize() {
 	job=model-backfill-provision
 }
 
+# The chart's values from this script's settings, rewritten on every run; the user's own are in values.d/.
+write_values() {
+	adopt_files "$dir/values.d" "$add_values" MBF_VALUES
+	cat >"$dir/install-values.yaml" <<EOF
+# Written by dev/scripts/install.sh from its MBF_* settings on every run: put yours in values.d/ (they win).
+mode: $overlay
+crd: {install: $crd}
+image: {repository: "$repository", tag: "$tag"}
+nats: {host: "$nats_host", monitoringEndpoint: "$nats_monitor", replicas: $nats_replicas}
+EOF
+	if [ -n "$gate_namespaces" ]; then
+		printf 'gate: {enabled: true, natsUrl: "%s"}\n' "$gate_nats_url" >>"$dir/install-values.yaml"
+	fi
+}
+
+# The -f arguments of helm, one per line: the secrets, the script's settings, then values.d/ in name order.
+values_files() {
+	printf -- '-f\n%s\n-f\n%s\n' "$secrets/values.yaml" "$dir/install-values.yaml"
+	for v in "$dir"/values.d/*.yaml; do
+		[ -e "$v" ] && printf -- '-f\n%s\n' "$v"
+	done
+	return 0
+}
+
+render_helm() {
+	write_values
+	files=$(values_files)
+	# The cluster's version when it answers, else kubectl's own (the chart states the minimum it accepts).
+	kube_version=$("$kubectl" version -o json 2>/dev/null | sed -n 's/.*"gitVersion": *"\(v[0-9.]*\).*/\1/p' | tail -n 1)
+	# shellcheck disable=SC2086 # one argument per line (IFS), none with a newline
+	(IFS='
+' && "$helm" template "$release" "$here/deploy/charts/model-backfill" -n "$ns" ${kube_version:+--kube-version} \
+		${kube_version:+$kube_version} $files) >"$dir/rendered.yaml.new" || {
+		rm -f "$dir/rendered.yaml.new"
+		die "helm template refused the values (a file in $dir/values.d/?)"
+	}
+	mv "$dir/rendered.yaml.new" "$dir/rendered.yaml"
+}
+
 install_helm() {
-	set -- --set crd.install="$crd"
-	if [ -n "$gate_namespaces" ]; then set -- "$@" --set gate.enabled=true --set-string gate.natsUrl="$gate_nats_url"; fi
+	write_values
+	set --
 	# A CRD that Helm did not create (deploy/base/crds/, FlexInfer's, or a 0.1.0 chart's crds/) is adopted into this
 	# release, unless another release owns it: then it stays that release's and this one installs none.
 	if [ "$crd" = true ] && has_crd "$CRD"; then
@@ -265,10 +354,11 @@ install_helm() {
 			set -- --set crd.install=false
 		fi
 	fi
-	"$helm" upgrade --install "$release" "$here/deploy/charts/model-backfill" -n "$ns" --create-namespace \
-		-f "$secrets/values.yaml" --set mode="$overlay" --set image.repository="$repository" \
-		--set-string image.tag="$tag" --set nats.host="$nats_host" --set nats.monitoringEndpoint="$nats_monitor" \
-		--set nats.replicas="$nats_replicas" "$@" >&2
+	files=$(values_files)
+	# shellcheck disable=SC2086 # one argument per line (IFS), none with a newline
+	(IFS='
+' && "$helm" upgrade --install "$release" "$here/deploy/charts/model-backfill" -n "$ns" --create-namespace \
+		$files "$@" >&2)
 	job=$("$kubectl" -n "$ns" get job -l "app.kubernetes.io/instance=$release,app.kubernetes.io/component=provision" \
 		--sort-by=.metadata.creationTimestamp -o jsonpath='{.items[-1:].metadata.name}')
 }
@@ -329,6 +419,11 @@ install)
 	if [ "$format" = helm ]; then install_helm; else install_kustomize; fi
 	wait_ready
 	;;
+render)
+	make_secrets
+	if [ "$format" = helm ]; then render_helm; else write_overlay; fi
+	say "rendered into $dir/rendered.yaml"
+	;;
 nats-auth)
 	make_secrets
 	apply_nats_auth
@@ -339,5 +434,5 @@ delete-crd)
 	remove_finalizers
 	"$kubectl" delete crd "$CRD" --ignore-not-found >&2
 	;;
-*) die "usage: dev/scripts/install.sh install | nats-auth | uninstall | remove-finalizers | delete-crd (settings: see the script's header)" ;;
+*) die "usage: dev/scripts/install.sh install | render | nats-auth | uninstall | remove-finalizers | delete-crd (settings: see the script's header)" ;;
 esac

@@ -11,6 +11,7 @@
 // between the POST and the Event.
 
 import { Lane } from '../../pkg/lib/lane.js'
+import { realTimers, type Timers } from '../../pkg/lib/timers.js'
 import { describeError, type Logger } from '../../pkg/observability/log.js'
 
 /** Bookkeeping tasks at once: apiserver writes (an Event POST, a status PUT), fewer than admit's 32 slots. */
@@ -47,14 +48,20 @@ export class BookkeepingLane {
 
   /**
    * Queues `work`; resolves once it has a place (at once unless `bound` tasks are pending) with `done`, its end,
-   * which never rejects: a failure or an overrun deadline is logged with `where` and left to the next decision.
+   * which never rejects: a failure or an overrun deadline (on `timers`) is logged with `where` and left to the next
+   * decision.
    */
-  async submit(work: () => Promise<void>, where: Where, log: Logger): Promise<{ done: Promise<void> }> {
+  async submit(
+    work: () => Promise<void>,
+    where: Where,
+    log: Logger,
+    timers: Timers = realTimers,
+  ): Promise<{ done: Promise<void> }> {
     while (this.pending >= this.bound) await new Promise<void>((resolve) => this.waiting.push(resolve))
     this.pending++
     const queuedAt = performance.now()
     const done = this.lane
-      .run(() => withDeadline(work(), this.deadlineMs))
+      .run(() => withDeadline(work(), this.deadlineMs, timers))
       .catch((err) =>
         log.error(
           { ...where, error: describeError(err), ms: Math.round(performance.now() - queuedAt) },
@@ -86,14 +93,14 @@ export class BookkeepingLane {
 }
 
 /** `op`, or a rejection after `ms` (the operation itself is left to its own deadlines). */
-async function withDeadline<T>(op: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
+async function withDeadline<T>(op: Promise<T>, ms: number, timers: Timers): Promise<T> {
+  let timer: unknown
   const overrun = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`still running after its ${ms} ms deadline`)), ms)
+    timer = timers.set(() => reject(new Error(`still running after its ${ms} ms deadline`)), ms)
   })
   try {
     return await Promise.race([op, overrun])
   } finally {
-    clearTimeout(timer)
+    timers.clear(timer)
   }
 }

@@ -5,6 +5,7 @@
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
 import { earlyBy } from '../../pkg/core/timer-tick.js'
 import { Lane } from '../../pkg/lib/lane.js'
+import { realTimers, sleepOn, type Timers } from '../../pkg/lib/timers.js'
 import { StepTimings } from '../../pkg/observability/step-timings.js'
 import type { AfterStart } from '../../pkg/reconcile/apply.js'
 import { reconcile } from '../../pkg/reconcile/reconcile.js'
@@ -23,15 +24,16 @@ export const ADMISSION_SLOTS = 32
 export const ADMIT_CONCURRENCY = 4 * ADMISSION_SLOTS
 
 /**
- * Waits `waitMs` (a timer's early remainder) without a slot, then runs `admission` in one of `slots`. Returns the
- * admission's result and how long it held its slot.
+ * Waits `waitMs` (a timer's early remainder, on `timers`) without a slot, then runs `admission` in one of `slots`.
+ * Returns the admission's result and how long it held its slot.
  */
 export async function afterEarlyTick<T>(
   slots: Lane,
   waitMs: number,
   admission: () => Promise<T>,
+  timers: Timers = realTimers,
 ): Promise<{ result: T; slotMs: number }> {
-  if (waitMs > 0) await new Promise((r) => setTimeout(r, waitMs))
+  if (waitMs > 0) await sleepOn(timers, waitMs)
   return slots.run(async () => {
     const heldFrom = performance.now()
     const result = await admission()
@@ -47,7 +49,7 @@ export function admitFunction(): EventFunction {
   const handOff =
     (deps: Deps, queued: { done?: Promise<void> }): AfterStart =>
     async (work, where) => {
-      queued.done = (await lane.submit(work, where, deps.log)).done
+      queued.done = (await lane.submit(work, where, deps.log, deps.timers)).done
     }
   return {
     name: 'admit',
@@ -74,18 +76,23 @@ export function admitFunction(): EventFunction {
         const early = Date.parse(due) - deps.now()
         const queued: { done?: Promise<void> } = {}
         // slotMs: how long this admission held its slot (the steps after it, in the lane, do not).
-        const { result: d, slotMs } = await afterEarlyTick(slots, earlyBy(Date.parse(due), deps.now()), () => {
-          // 'wait': the early tick and the wait for a slot.
-          timings.mark('wait')
-          return reconcile(
-            deps,
-            'admit',
-            namespace,
-            backfill,
-            { type: 'timer' },
-            { timings, afterStart: handOff(deps, queued) },
-          )
-        })
+        const { result: d, slotMs } = await afterEarlyTick(
+          slots,
+          earlyBy(Date.parse(due), deps.now()),
+          () => {
+            // 'wait': the early tick and the wait for a slot.
+            timings.mark('wait')
+            return reconcile(
+              deps,
+              'admit',
+              namespace,
+              backfill,
+              { type: 'timer' },
+              { timings, afterStart: handOff(deps, queued) },
+            )
+          },
+          deps.timers,
+        )
         const startedAt = d?.actions.some((a) => a.type === 'createJob') ? d.state?.startedAt : undefined
         if (startedAt) {
           // The lateness profile (dev/bench/README.md): lateMs is what the benchmark measures, startedAt − due. Logged

@@ -8,6 +8,7 @@ import type { V1Job } from '@kubernetes/client-node'
 import { claimKeys, isObjectName } from '../../pkg/core/names.js'
 import { breaksWindow } from '../../pkg/core/window.js'
 import type { ObjectCache } from '../../pkg/kube/cache.js'
+import { realTimers, sleepOn, type Timers } from '../../pkg/lib/timers.js'
 import { readClaim } from '../../pkg/reconcile/read-kv.js'
 import type { Deps } from '../../pkg/transport/function.js'
 
@@ -16,12 +17,11 @@ export const ADMISSION_WAIT_MS = 15_000
 /** The claim and a GET once a second; the watched copy wakes the wait the moment the Job is in it. */
 const RECHECK_MS = 1_000
 
-/** The wait's clock and sleep (the deterministic simulation runs it on virtual time). */
+/** The wait's clock and sleep; unset, Deps' (`now`, `timers`), so that the simulation runs it on virtual time. */
 export interface WaitTime {
   now(): number
   sleep(ms: number): Promise<void>
 }
-const realTime: WaitTime = { now: () => Date.now(), sleep: (ms) => new Promise((r) => setTimeout(r, ms)) }
 
 /**
  * Wakes a waiting cancel the moment the watched copy of Jobs sees its Job. Looking at the copy every 25 ms instead
@@ -30,6 +30,9 @@ const realTime: WaitTime = { now: () => Date.now(), sleep: (ms) => new Promise((
  */
 export class JobArrivals {
   private readonly waiters = new Map<string, Set<() => void>>()
+
+  /** `timers`: what a wait's bound runs on (Deps' timers). */
+  constructor(private readonly timers: Timers = realTimers) {}
 
   /** For the copy's onChange. */
   readonly change = (job: V1Job, removed: boolean) => {
@@ -52,12 +55,12 @@ export class JobArrivals {
       }
       const woken = set
       const wake = () => {
-        clearTimeout(timer)
+        this.timers.clear(timer)
         woken.delete(wake)
         if (woken.size === 0 && this.waiters.get(key) === woken) this.waiters.delete(key)
         resolve()
       }
-      const timer = setTimeout(wake, ms)
+      const timer = this.timers.set(wake, ms)
       woken.add(wake)
     })
   }
@@ -88,7 +91,8 @@ export async function awaitAdmittedJob(
   c: AimedCancel,
   opts: { arrivals?: JobArrivals; waitMs?: number; time?: WaitTime } = {},
 ): Promise<V1Job | null> {
-  const time = opts.time ?? realTime
+  const timers = deps.timers ?? realTimers
+  const time = opts.time ?? { now: deps.now, sleep: (ms: number) => sleepOn(timers, ms) }
   const backfill = await deps.kube.getBackfill(c.namespace, c.backfill)
   const model = backfill?.spec.modelRef
   if (!model || !isObjectName(model)) return null

@@ -69,11 +69,12 @@ export function refusal(job: V1Job, backfill: string): string | undefined {
 
 /**
  * Cancel reads its settings from Deps at start. `tuning` replaces IN_FLIGHT and the bookkeeping lane (tests: a lane
- * they hold shut shows that no DELETE waits for a bookkeeping).
+ * they hold shut shows that no DELETE waits for a bookkeeping); `failSafe: false` starts no fail-safe (the
+ * deterministic simulation, whose bus has no consumers for its probe to ask about).
  */
 export function cancelFunction(
   _settings: Settings = {},
-  tuning: { inFlight?: number; bookkeeping?: Lane } = {},
+  tuning: { inFlight?: number; bookkeeping?: Lane; failSafe?: false } = {},
 ): EventFunction {
   let jobs: ObjectCache<V1Job> | undefined
   let own = false
@@ -89,7 +90,7 @@ export function cancelFunction(
     maxAckPending: MAX_UNACKED,
     subscriptions: [{ stream: STREAM_EVENTS, subjects: ['flexinfer.events.backfill.cancel'] }],
     async start(deps) {
-      // Shares admit's watched Jobs when both run in one process.
+      // The process's shared watched Jobs (deps.caches) when another of its functions watches them too.
       jobs = deps.caches?.jobs
       if (!jobs) {
         jobs = backfillJobsCache(deps.kube, deps.namespaces)
@@ -98,12 +99,13 @@ export function cancelFunction(
       }
       // Subscribed once per start (the copy has no unsubscribe): a stopped cancel's arrivals see the changes, and
       // nobody waits on them.
-      arrivals = new JobArrivals()
+      arrivals = new JobArrivals(deps.timers)
       jobs.onChange?.(arrivals.change)
       // The attempt's pods are deleted right after the Job (what stops the work is their deletion, not the Job's);
       // CANCEL_DELETE_PODS=false leaves them to the garbage collector, which is slower.
       batcher = new DeleteBatcher(deps.kube, deletes, {
         capacity: IN_FLIGHT,
+        now: deps.now,
         deletePods: deps.settings?.cancelDeletePods ?? true,
         onPodsError: (ns, err) =>
           deps.log.warn({ namespace: ns, error: describeError(err) }, 'cancel: deleting the pods failed; the GC will'),
@@ -114,7 +116,7 @@ export function cancelFunction(
           ),
       })
       // Background does not run while foreground demand cannot be observed (fail-safe.ts): Kubernetes alone.
-      failSafe = startFailSafe(deps, jobs, { refusal })
+      if (tuning.failSafe !== false) failSafe = startFailSafe(deps, jobs, { refusal })
     },
     async stop() {
       await failSafe?.stop()
@@ -137,6 +139,9 @@ export function cancelFunction(
       // When the apiserver answered the Job's DELETE and the pods' (epoch ms; dev/bench/preemption-profile.ts).
       let jobAnswered: number | undefined
       let podsAnswered: number | undefined
+      // The Job this cancel had a DELETE accepted for (its own, or this instance's a moment ago): the bookkeeping's
+      // decision records the cancel without ordering that DELETE again.
+      let deletedUid: string | undefined
       const remove = async (job: V1Job) => {
         const why = refusal(job, backfill)
         if (why) {
@@ -147,7 +152,10 @@ export function cancelFunction(
         const uid = meta.uid
         // DELETEd by this instance a moment ago, pods included: nothing to send again. (Not skipped for a Job that
         // merely shows a deletionTimestamp: someone may have deleted it orphaning its pods.)
-        if (deleted.has(uid)) return 'deleting' as const
+        if (deleted.has(uid)) {
+          deletedUid = uid
+          return 'deleting' as const
+        }
         if (!uid) return deps.kube.deleteJob(namespace, jobName)
         const out = await traced('DELETE Job', { 'k8s.namespace.name': namespace, 'k8s.job.name': jobName }, () =>
           batcher.delete({
@@ -162,7 +170,10 @@ export function cancelFunction(
         jobAnswered = out.jobAt
         podsAnswered = out.podsAt
         batchSize = out.batch
-        if (out.result === 'deleted') deleted.add(uid)
+        if (out.result === 'deleted') {
+          deleted.add(uid)
+          deletedUid = uid
+        }
         return out.result
       }
       // An apiserver that does not answer (an outage): tried again the moment it does, not at the next redelivery.
@@ -198,8 +209,8 @@ export function cancelFunction(
       ctx?.release()
       await bookkeeping.run(async () => {
         // DELETEs first: the bookkeeping's apiserver reads and writes wait while a burst of them is in flight.
-        await deletes.idle(BOOKKEEPING_YIELD_MAX_MS)
-        await reconcile(deps, 'cancel', namespace, backfill, { type: 'cancel', reason, at })
+        await deletes.idle(BOOKKEEPING_YIELD_MAX_MS, deps.timers)
+        await reconcile(deps, 'cancel', namespace, backfill, { type: 'cancel', reason, at, deletedUid })
       })
     },
   }

@@ -457,7 +457,7 @@ export function demandFunction(settings: Settings = {}): EventFunction {
     // durable's, so with several demand replicas one replica's ack can cover another's unfinished request
     // (README.md). Per-message acks stay the default, safe at any replica count.
     ackAll: settings.demandAckAll ?? false,
-    // The documented subject (the firehose) and the per-model subjects (the newest request per model).
+    // The foreground subject (the firehose) and the per-model subjects (the newest request per model).
     subscriptions: [
       { stream: STREAM_FOREGROUND, subjects: [REQUEST_SUBJECT], deliverNew: true },
       { stream: STREAM_FOREGROUND_LAST, subjects: [`${REQUEST_SUBJECT}.>`], deliverNew: true },

@@ -1,8 +1,8 @@
 // lifecycle's watched copies: without them every reconcile would LIST sessions, leases and its own Jobs and GET the
 // Model, and every sweep and every model event LIST the ModelBackfills — apiserver load that grows with the number of
 // backfills and bounds how many events lifecycle handles. With these it reads the same kinds from memory, kept
-// current by one watch each (admit's SharedCaches, shared when admit runs in the same process), plus the
-// ModelBackfills for the sweep and the cluster-wide re-decides.
+// current by one watch each (the process's SharedCaches, built where its Deps are opened: pkg/transport/deps.ts), with
+// the ModelBackfills for the sweep and the cluster-wide re-decides.
 //
 // What stays a fresh read, and why: the ModelBackfill a reconcile decides on (its generation and resourceVersion
 // must be the newest, pkg/reconcile/reconcile.ts), the attempt's Job (its "gone" is a decision input), the CronJob (not
@@ -12,54 +12,29 @@
 // creates a Job: admission is admit's, behind its fence.
 import type { KubernetesObject } from '@kubernetes/client-node'
 import type { ModelBackfill } from '../../pkg/core/api.js'
-import { customObjectsCache, type ObjectCache } from '../../pkg/kube/cache.js'
-import type { KubeClients } from '../../pkg/kube/port.js'
-import { PLURALS } from '../../pkg/kube/resources.js'
-import { SharedCaches } from '../../pkg/kube/shared-caches.js'
+import type { ObjectCache } from '../../pkg/kube/cache.js'
+import type { SharedCaches } from '../../pkg/kube/shared-caches.js'
 import type { Deps } from '../../pkg/transport/function.js'
 
 export class LifecycleCaches {
-  readonly backfills: ObjectCache<ModelBackfill & KubernetesObject>
-  private readonly ownBackfills: boolean
   private constructor(
     readonly admission: SharedCaches,
-    private readonly ownAdmission: boolean,
-    kube: KubeClients,
-    namespaces?: readonly string[],
-  ) {
-    // admit's copy when shared (one watch per process), else one of lifecycle's own.
-    this.ownBackfills = !admission.backfills
-    this.backfills =
-      admission.backfills ?? customObjectsCache<ModelBackfill & KubernetesObject>(kube, PLURALS.backfills, namespaces)
-  }
+    readonly backfills: ObjectCache<ModelBackfill & KubernetesObject>,
+  ) {}
 
-  /** Shares admit's copies when the process has them; resolves once every initial list is in. */
-  static async start(deps: Deps): Promise<LifecycleCaches> {
-    const own = !deps.caches
-    const c = new LifecycleCaches(
-      deps.caches ?? new SharedCaches(deps.kube, deps.namespaces),
-      own,
-      deps.kube,
-      deps.namespaces,
-    )
-    try {
-      await Promise.all([
-        own ? c.admission.start() : undefined,
-        // Shared: admit's copy may still be syncing (SharedCaches.startDeciding); the sweep lists it whole.
-        c.ownBackfills ? c.backfills.start() : c.admission.copiesSynced,
-      ])
-    } catch (err) {
-      await c.stop()
-      throw err
+  /**
+   * The process's copies, once the ModelBackfills' holds its initial list (the sweep lists it whole: an empty list
+   * there would be a lost cancel). Undefined when the Deps were opened without them (functions not naming
+   * lifecycle): lifecycle then reads the apiserver.
+   */
+  static async start(deps: Deps): Promise<LifecycleCaches | undefined> {
+    const caches = deps.caches
+    if (!caches?.backfills) {
+      deps.log.warn({}, "lifecycle's Deps hold no watched copies (opened without 'lifecycle'): it reads the apiserver")
+      return undefined
     }
-    return c
-  }
-
-  async stop() {
-    await Promise.all([
-      this.ownAdmission ? this.admission.stop() : undefined,
-      this.ownBackfills ? this.backfills.stop() : undefined,
-    ])
+    await caches.copiesSynced
+    return new LifecycleCaches(caches, caches.backfills)
   }
 
   /** The deps a lifecycle reconcile runs with: these copies in place of admit's (the same ones when shared). */

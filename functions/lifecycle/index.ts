@@ -9,7 +9,7 @@
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
 import { backfillKey } from '../../pkg/core/names.js'
 import { PLURALS } from '../../pkg/kube/resources.js'
-import type { Fresh } from '../../pkg/reconcile/observe.js'
+import type { EventReads } from '../../pkg/reconcile/observe.js'
 import { readState } from '../../pkg/reconcile/read-kv.js'
 import { reconcile } from '../../pkg/reconcile/reconcile.js'
 import type { Deps, EventFunction } from '../../pkg/transport/function.js'
@@ -36,7 +36,7 @@ async function reconcileAll(
   deps: Deps,
   caches: LifecycleCaches | undefined,
   filter: (b: BackfillRef) => boolean,
-  fresh: Fresh,
+  fresh: EventReads,
   ns?: string,
 ) {
   const scopes = ns ? [ns] : (deps.namespaces ?? [undefined])
@@ -99,7 +99,7 @@ export function lifecycleFunction(): EventFunction {
       }
     },
     async stop() {
-      await caches?.stop()
+      // The copies are the process's (closed with its Deps): only this instance lets go of them.
       caches = undefined
     },
     async handle(event, outer) {

@@ -26,7 +26,7 @@ export type JobCreated =
 export interface CreateOptions {
   /** When the fence answered (Admitted.fencedAt). */
   fencedAt?: number
-  /** Up to where the documented subject is in the idle state read after the fence (Admitted.cursor). */
+  /** Up to where the foreground subject is in the idle state read after the fence (Admitted.cursor). */
   cursor?: Cursor
   /** The newest-request read sent with the state write (readBeforePost). */
   early?: EarlyRead

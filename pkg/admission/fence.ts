@@ -5,7 +5,7 @@
 //     none once its pulls expire), and the gateway ingress, where one is watched, can publish (pkg/admission/ingress.ts),
 //     and
 //   - no foreground request it cannot see is waiting: the model's newest request on its per-model subject is read
-//     straight from the stream (with the server's store time), and every request on the documented subject that
+//     straight from the stream (with the server's store time), and every request on the foreground subject that
 //     the stream held when the check began has been acknowledged by demand, which acks only once its idle-state
 //     write is stored. The caller reads the idle state after this returns.
 // Requests stored after the check are demand's: it writes idleness and then reads the claims, which were taken
@@ -19,7 +19,7 @@ import type { Deps } from '../transport/function.js'
 import { probeIngress } from './ingress.js'
 import type { FenceResult } from './ports.js'
 
-/** How long admission waits for demand to work through the documented subject's backlog before it re-checks. */
+/** How long admission waits for demand to work through the foreground subject's backlog before it re-checks. */
 export const FENCE_WAIT_MS = 2_000
 const POLL_MS = 25
 
@@ -80,7 +80,7 @@ export async function pullingInfo(jsm: JetStreamManager, stream: string, name: s
  * much at most: the server counts a pull as waiting until it expires (pkg/transport/jetstream-adapter.ts
  * PULL_EXPIRES_MS, 4 s), so waiting pulls already say only "pulled within the last 4 s"; an answer reused for this
  * long says "within 4.5 s". A negative answer is never reused (it is read again at the next admission). Demand's
- * documented-subject consumer is read on every admission (its acknowledgement floor), and its liveness with it.
+ * foreground-subject consumer is read on every admission (its acknowledgement floor), and its liveness with it.
  */
 export const LIVENESS_MS = 500
 
@@ -132,10 +132,10 @@ function pullingElsewhere(jsm: JetStreamManager, bus: object, names: ReturnType<
 
 /**
  * Round trips, in the common case (demand caught up, liveness answered within LIVENESS_MS): one, the consumer info of
- * demand's documented-subject consumer. It is needed on every admission: its acknowledgement floor is what the idle
+ * demand's foreground-subject consumer. It is needed on every admission: its acknowledgement floor is what the idle
  * state read after the fence is known to hold, and its waiting pulls say demand is consuming that subject now.
  * When that consumer has nothing pending or unacknowledged, demand has acknowledged every request the stream held when
- * the server answered, and its floor is where the stream ended (the stream holds the documented subject only): no
+ * the server answered, and its floor is where the stream ended (the stream holds the foreground subject only): no
  * stream info is needed for the target. Only a demand behind costs the stream info and the polling below.
  */
 export async function checkFence(deps: Deps): Promise<FenceResult> {
@@ -149,7 +149,7 @@ export async function checkFence(deps: Deps): Promise<FenceResult> {
     ingressUrl ? probeIngress(ingressUrl) : undefined,
   ])
   // What demand has acknowledged is in the idle state read after this: the reads around the POST look at the
-  // documented subject only past it (all of it when there is no demand consumer at all).
+  // foreground subject only past it (all of it when there is no demand consumer at all).
   const floor = demandForeground?.ack_floor.stream_seq ?? 0
   if (!demandForeground?.num_waiting) {
     return { ready: false, why: 'no demand instance is pulling foreground requests', cursor: floor }

@@ -15,7 +15,7 @@ import type { AdmissionPorts, CasStore, ClaimStore, Cursor, Entry, RequestLog } 
 import { POST_READ_DEADLINE_MS } from './protocol.js'
 
 /**
- * Most documented-subject requests one newest-request read looks at (one leader-answered read each, in parallel).
+ * Most foreground-subject requests one newest-request read looks at (one leader-answered read each, in parallel).
  * Past it the read answers with its own time: the admission waits for a quieter moment (the fence re-check).
  */
 export const MAX_UNSEEN_REQUESTS = 256
@@ -73,12 +73,12 @@ export function claimStore(deps: Deps): ClaimStore {
 }
 
 /**
- * The foreground requests stored on the documented subject after `since`, up to the stream's end when the read
+ * The foreground requests stored on the foreground subject (contract.md) after `since`, up to the stream's end when the read
  * began: the newest store time among those for `namespace`/`model` (foreground class only), and where the read
  * ended. Requests there carry their model only in the payload, so each is read (STREAM.MSG.GET: the stream leader
  * answers, and has every request that got a PubAck).
  */
-export async function documentedSince(
+export async function foregroundSince(
   jsm: JetStreamManager,
   namespace: string,
   model: string,
@@ -132,7 +132,7 @@ export function natsRequestLog(deps: Deps): RequestLog {
       const [perModel, documented] = await withDeadline(
         Promise.all([
           lastRequestAt(bus.jsm, namespace, model),
-          documentedSince(bus.jsm, namespace, model, since, deps.now),
+          foregroundSince(bus.jsm, namespace, model, since, deps.now),
         ]),
         POST_READ_DEADLINE_MS,
         'newest foreground request read',

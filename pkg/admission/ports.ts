@@ -42,13 +42,13 @@ export interface StateReader {
 }
 
 /**
- * Where the documented subject's stream stood when a read of it ended: every request stored at or before it has
+ * Where the foreground subject's stream stood when a read of it ended: every request stored at or before it has
  * been looked at (stream sequence). The next read only looks past it.
  */
 export type Cursor = number
 
 /**
- * `cursor`: every request on the documented subject at or before it is in the idle state read after the fence
+ * `cursor`: every request on the foreground subject at or before it is in the idle state read after the fence
  * (demand acknowledged it); ready, it is where the stream ended when the fence began. Not ready, demand's
  * acknowledgement floor (0 when no demand consumer exists).
  */
@@ -58,14 +58,14 @@ export type FenceResult = { ready: true; cursor: Cursor } | { ready: false; why:
 export interface RequestLog {
   /**
    * The preemption path's readiness (pkg/admission/fence.ts): demand and cancel consuming, and demand caught up with every
-   * request the documented subject held when the check began.
+   * request the foreground subject held when the check began.
    */
   fence(): Promise<FenceResult>
   /** The model's idle state as demand stored it (everything demand acknowledged is in it). */
   idle(namespace: string, model: string): Promise<Entry | null>
   /**
    * The store time of the model's newest request: its per-model subject's newest, and, given a cursor, every
-   * foreground request stored on the documented subject after it. `cursor` in the answer is where this read ended.
+   * foreground request stored on the foreground subject after it. `cursor` in the answer is where this read ended.
    * More requests past the cursor than one read may look at answer with the read's own time: demand that cannot be
    * observed holds the admission back.
    */

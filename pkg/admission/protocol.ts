@@ -5,7 +5,7 @@
 //      admission looks at the requests after taking its claims (Dekker): a request racing the admission is seen by
 //      one side or the other.
 //   2. The fence (RequestLog.fence), issued together with the claims: demand and cancel consuming, demand caught up
-//      with the documented subject up to the fence's cursor.
+//      with the foreground subject up to the fence's cursor.
 //   3. Decide again on what the claims and the fence found (a contender, a preemption path not ready). Not admitted:
 //      the claims this admission took (by their claimedAt and tryId, never another try's) are given back. Admitted:
 //      the idle state is read again (after the fence: it holds every request demand acknowledged), in flight while the
@@ -20,7 +20,7 @@
 //      on: no POST, and the attempt is taken back (the caller decides again with it).
 //
 // The newest-request reads see every request stored before them, whichever subject it came on: the per-model
-// subject's newest, and the documented subject's requests past the fence's cursor (RequestLog.newest).
+// subject's newest, and the foreground subject's requests past the fence's cursor (RequestLog.newest).
 import type { V1Job } from '@kubernetes/client-node'
 import { decide, racedAdmission } from '../core/decide.js'
 import type { Decision, Observed, Trigger } from '../core/decision.js'
@@ -92,7 +92,7 @@ export interface Admitted {
   held?: Held
   /** When the fence answered: the start of the gap the POST must close quickly. */
   fencedAt?: number
-  /** Up to where the documented subject is in the idle state read after the fence: the reads around the POST look
+  /** Up to where the foreground subject is in the idle state read after the fence: the reads around the POST look
    * past it. */
   cursor?: Cursor
   /** The idle state read after the fence, awaited before the POST (post()): sent, not yet answered. */
@@ -103,7 +103,7 @@ export interface Admitted {
  * Steps 1–3 for a decision that creates a Job; any other decision is returned as it is. `observed` is updated with
  * what the checks read (a contender, the preemption path).
  */
-export async function admit(
+export async function runAdmission(
   ports: AdmissionPorts,
   observed: Observed,
   trigger: Trigger,
@@ -129,7 +129,7 @@ export async function admit(
   )
   // The fence alongside the claims, not after them: what it proves is about requests up to its cursor only (demand
   // acknowledged them, so the idle state read after both holds them); every request past the cursor is read after
-  // the claims (the per-model newest below, the documented subject's around the POST). Dekker holds on those reads.
+  // the claims (the per-model newest below, the foreground subject's around the POST). Dekker holds on those reads.
   const fencing = ports.requests.fence()
   // Awaited only when the claims are taken: a contended admission drops it.
   fencing.catch(() => {})

@@ -168,7 +168,7 @@ function jobDeleting(w: Work, trigger: Trigger, jobName: string): boolean {
   // a cancel.
   const reason =
     cancelReason(w, trigger) ?? (trigger.type === 'cancel' ? trigger.reason : undefined) ?? cancelledBlind(w)
-  if (reason) cancel(w, reason)
+  if (reason) cancel(w, reason, trigger)
   else s.message = `Job ${jobName} is being deleted`
   return true
 }
@@ -178,7 +178,7 @@ function jobLive(w: Work, job: JobView, trigger: Trigger, jobName: string): bool
   s.rejections = undefined // the apiserver took this attempt's Job: the rejection back-off starts over
   const reason = cancelReason(w, trigger, true)
   if (reason) {
-    cancel(w, reason)
+    cancel(w, reason, trigger)
     return true
   }
   if (job.started) {
@@ -293,13 +293,16 @@ function preempted(w: Work, jobName: string, reason: CancelReason | undefined, w
   endAttempt(w, jobName)
 }
 
-function cancel(w: Work, reason: CancelReason) {
+function cancel(w: Work, reason: CancelReason, trigger: Trigger) {
   const s = w.s
   const jobName = s.jobName as string
   if (s.phase !== 'Cancelling') {
     countPreemption(w, jobName, reason, reason)
     set(w, 'Cancelling', reason, `${cancelMessage(reason)}; deleting Job ${jobName}`)
   }
+  // The caller's DELETE of this very Job was accepted: sending it again would only load the apiserver.
+  const uid = w.o.job?.uid
+  if (trigger.type === 'cancel' && uid !== undefined && trigger.deletedUid === uid) return
   // Re-issued while Cancelling too: a delete is idempotent and a lost one must not wedge the attempt.
   w.actions.push({ type: 'deleteJob', jobName, why: s.reason as CancelReason })
 }

@@ -146,7 +146,7 @@ interface Hold {
   message: string
   /** Arm the timer at this time (epoch ms). */
   timer?: number
-  /** Not warm: there is no idle window to speak of (the reference clears idleSince too). */
+  /** Not warm: there is no idle window to speak of (the FlexInfer reference controller clears idleSince too). */
   clearIdle?: true
   /** idle window: when the window decide measured began (reported). */
   since?: number

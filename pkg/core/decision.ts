@@ -50,8 +50,12 @@ export type Trigger =
   | { type: 'resource' }
   | { type: 'timer' }
   | { type: 'admit' }
-  /** A cancel request (the cancel function has already deleted the Job), with the time of the winning signal. */
-  | { type: 'cancel'; reason: CancelReason; at: string }
+  /**
+   * A cancel request (the cancel function has already deleted the Job), with the time of the winning signal.
+   * `deletedUid`: the Job whose DELETE the caller had accepted — the decision records the cancel without ordering
+   * that DELETE again (a Job of another UID under the name is still deleted).
+   */
+  | { type: 'cancel'; reason: CancelReason; at: string; deletedUid?: string }
   /**
    * The apiserver refused to create the attempt's Job for good (403: quota or webhook; 400/422: invalid). Retrying
    * at once would not help; holding the attempt would wedge its model and node (the claims never go stale).

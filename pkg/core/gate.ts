@@ -31,8 +31,8 @@ export const ENGINE_PRIORITY: Record<GateEngine, number | undefined> = {
 }
 
 /**
- * The cap on background requests in flight: measured as the strongest single lever on foreground tail latency
- * (a batch that holds few background sequences leaves the engine's slots and step time to foreground).
+ * The cap on background requests in flight, the gate's main lever on foreground tail latency: a batch that holds few
+ * background sequences leaves the engine's slots and step time to foreground.
  */
 export const DEFAULT_GATE_MAX_IN_FLIGHT = 2
 export const MAX_GATE_MAX_IN_FLIGHT = 64

@@ -1,7 +1,7 @@
 // Takeover: the first decision for an object with no (readable) KV state. That is a declaration made a moment
 // ago, one FlexInfer's controller ran until this project replaced it, or one whose `flexinfer-backfills` /
 // `flexinfer-claims` entries were lost (purged bucket, disaster recovery). Whichever it is, Kubernetes still says
-// what happened: the object's status (written by the reference or by us) and the Jobs it owns. Pure, like decide.
+// what happened: the object's status (written by the FlexInfer reference controller or by us) and the Jobs it owns. Pure, like decide.
 //
 // What is carried over (same generation, i.e. status.observedGeneration = metadata.generation, or unset):
 //   a live Job the backfill owns (status.jobName, else its newest active Job) → adopted: Starting/Running with its
@@ -45,7 +45,7 @@ const ms = (t: string | undefined) => (t ? Date.parse(t) : Number.NaN)
 
 /**
  * Start of a new declaration's first idle window: the last known foreground activity on its model (the idle KV
- * entry, the newest stored request, Model.status.lastActiveTime, a status.idleSince left by the reference), so a
+ * entry, the newest stored request, Model.status.lastActiveTime, a status.idleSince left by the FlexInfer reference controller), so a
  * declaration on a model idle for an hour is admissible at once. Only when nothing is known: now (a full window).
  */
 export function firstWindowStart(times: (string | undefined)[], now: number): number {

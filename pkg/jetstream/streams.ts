@@ -23,7 +23,7 @@ const FOREGROUND_SUBJECT = catalog['ai.flexinfer.foreground.request'].subject
 /**
  * Retention, bounded whatever the gateway's rate, and the foreground firehose apart from the control events (a
  * burst of requests must never push a job.completed or backfill.admit out of a drop-oldest stream):
- * - FLEXINFER_FOREGROUND (the documented subject) keeps at most 15 minutes and 512 MiB (oldest dropped). Requests
+ * - FLEXINFER_FOREGROUND (the foreground subject contract.md documents) keeps at most 15 minutes and 512 MiB (oldest dropped). Requests
  *   carry their time and demand is level-triggered, so nothing older is ever needed.
  * - FLEXINFER_FOREGROUND_LAST (per-model subjects) keeps the newest request per model (max_msgs_per_subject 1),
  *   for FOREGROUND_LAST_MAX_AGE_MS and at most FOREGROUND_LAST_MAX_MODELS models (least recently active dropped
@@ -63,7 +63,7 @@ export const streamConfigs: (Partial<StreamConfig> & { name: string })[] = [
   },
   {
     name: STREAM_FOREGROUND,
-    description: 'Gateway foreground requests on the documented subject (consumed by demand)',
+    description: 'Gateway foreground requests on the foreground subject (consumed by demand)',
     subjects: [FOREGROUND_SUBJECT],
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,

@@ -1,5 +1,5 @@
-// The watched copies admit, cancel and lifecycle share in one process. Built where the process is composed
-// (pkg/transport/deps.ts openKube, for admit), or by lifecycle for itself where no admit runs beside it.
+// The watched copies admit, cancel and lifecycle share in one process. Built once, where the process is composed
+// (pkg/transport/deps.ts openKube, for admit and lifecycle); the functions take them from their Deps.
 import type { KubernetesObject, V1CronJob, V1Job } from '@kubernetes/client-node'
 import type { ModelBackfill } from '../core/api.js'
 import { ActiveJobs } from './active-jobs.js'
@@ -18,13 +18,13 @@ import { PLURALS } from './resources.js'
  * cluster always: they target nodes, and a session outside the scope must still block (and cancel) a backfill on
  * its node.
  *
- * With `admit` (the process serves admit): the ModelBackfills and the CronJobs too, in scope, so an admission
- * decides without the two apiserver GETs in front of it. admit still GETs both on
+ * With `backfills` and `templates` (the process serves admit): the ModelBackfills and the CronJobs too, in scope, so
+ * an admission decides without the two apiserver GETs in front of it. admit still GETs both on
  * every decision, alongside its NATS steps, and commits nothing — creates no Job — unless they are what it decided
- * on (pkg/admission/fresh-check.ts): a copy only saves the wait, never decides on its own. The CronJob watch holds
+ * on (pkg/admission/copies-unchanged.ts): a copy only saves the wait, never decides on its own. The CronJob watch holds
  * every CronJob in scope (most are no template of ours): a scoped deployment bounds that to its namespaces.
- * Lifecycle's own copies (functions/lifecycle/caches.ts) have neither kind unless shared with admit's: its Role
- * has no watch on CronJobs.
+ * A process serving lifecycle without admit watches the ModelBackfills (its sweep lists them) but not the CronJobs:
+ * lifecycle's Role has no watch on CronJobs.
  */
 export class SharedCaches {
   readonly jobs: ObjectCache<V1Job>
@@ -37,7 +37,11 @@ export class SharedCaches {
   readonly backfills?: ObjectCache<ModelBackfill & KubernetesObject>
   readonly templates?: ObjectCache<V1CronJob>
 
-  constructor(kube: KubeClients, namespaces?: readonly string[], opts: { admit?: boolean } = {}) {
+  constructor(
+    kube: KubeClients,
+    namespaces?: readonly string[],
+    opts: { backfills?: boolean; templates?: boolean } = {},
+  ) {
     const custom = <T extends KubernetesObject>(plural: string, scope: readonly string[] | undefined) =>
       customObjectsCache<T>(kube, plural, scope)
     this.jobs = backfillJobsCache(kube, namespaces)
@@ -45,8 +49,8 @@ export class SharedCaches {
     this.models = custom(PLURALS.models, namespaces)
     this.gamingSessions = custom(PLURALS.gamingSessions, undefined)
     this.gpuLeases = custom(PLURALS.gpuLeases, undefined)
-    if (opts.admit) {
-      this.backfills = custom<ModelBackfill & KubernetesObject>(PLURALS.backfills, namespaces)
+    if (opts.backfills) this.backfills = custom<ModelBackfill & KubernetesObject>(PLURALS.backfills, namespaces)
+    if (opts.templates) {
       this.templates = new ScopedWatchCache<V1CronJob>(
         kube.kc,
         namespaces,

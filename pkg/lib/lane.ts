@@ -1,5 +1,7 @@
 // A concurrency limit with a FIFO queue, shared by cancel's DELETE and bookkeeping lanes, admit's admission slots
 // and its bookkeeping lane.
+import { realTimers, type Timers } from './timers.js'
+
 /** Bounded by whoever calls it (the transport's in-flight limit). */
 export class Lane {
   private free: number
@@ -18,15 +20,15 @@ export class Lane {
 
   /**
    * Resolves when nothing runs or waits in this lane, or after `maxWaitMs` (so the lane that waits on it is
-   * never starved by a steady trickle).
+   * never starved by a steady trickle); `maxWaitMs` runs on `timers`.
    */
-  idle(maxWaitMs: number): Promise<void> {
+  idle(maxWaitMs: number, timers: Timers = realTimers): Promise<void> {
     if (this.busy === 0) return Promise.resolve()
     return new Promise((resolve) => {
-      const timer = setTimeout(done, maxWaitMs)
+      const timer = timers.set(done, maxWaitMs)
       const waiters = this.idleWaiters
       function done() {
-        clearTimeout(timer)
+        timers.clear(timer)
         const i = waiters.indexOf(done)
         if (i >= 0) waiters.splice(i, 1)
         resolve()

@@ -43,7 +43,7 @@ const HOUSEKEEPING = new Set<string>(['Deleted', 'Cleanup', 'RepeatCleanup'])
 export interface ApplyOptions {
   /** When the admission's fence answered (pkg/admission/protocol.ts Admitted). */
   fencedAt?: number
-  /** Up to where the documented subject is in the idle state read after the fence. */
+  /** Up to where the foreground subject is in the idle state read after the fence. */
   cursor?: Cursor
   /** The newest-request read sent with the state write, for the POST (pkg/admission/protocol.ts). */
   early?: EarlyRead

@@ -23,7 +23,7 @@ import { ROLES, type Role } from './roles.js'
  * watched copies, and one that has not yet seen the change the event reports would lose the cancel it carries
  * (functions/lifecycle/caches.ts).
  */
-export interface Fresh {
+export interface EventReads {
   gamingSessions?: unknown[]
   gpuLeases?: unknown[]
   /** `<namespace>/<name>` → the Model as just read (null: it does not exist). */
@@ -48,7 +48,7 @@ export async function observe(
   state: BackfillState | null,
   backfill: ModelBackfill | null,
   role: Role = 'admit',
-  fresh: Fresh = {},
+  fresh: EventReads = {},
   timings?: StepTimings,
   /**
    * Reads already in flight: `template` (admit on its watched copies; undefined: GET it here), `signals` (admit's

@@ -2,7 +2,7 @@
 // KV by compare-and-set (a conflict decides again on the newer state), apply the decision (pkg/reconcile/apply.ts).
 // Each function runs it in its role (pkg/reconcile/roles.ts).
 import type { V1CronJob } from '@kubernetes/client-node'
-import { type FreshReads, readFresh, sameBackfill, sameTemplate } from '../admission/fresh-check.js'
+import { type ConfirmingReads, confirmCopies, sameBackfill, sameTemplate } from '../admission/copies-unchanged.js'
 import { type Admitted, giveBack, readBeforePost } from '../admission/protocol.js'
 import type { ModelBackfill } from '../core/api.js'
 import { decide, sameState } from '../core/decide.js'
@@ -14,7 +14,7 @@ import type { StepTimings } from '../observability/step-timings.js'
 import type { Deps } from '../transport/function.js'
 import { type AfterStart, apply } from './apply.js'
 import { type AdmissionDeps, portsOf } from './deps.js'
-import { type Fresh, observe, readClaimsOfCachedModel, readModelSignals } from './observe.js'
+import { type EventReads, observe, readClaimsOfCachedModel, readModelSignals } from './observe.js'
 import { readState } from './read-kv.js'
 import { ROLES, type Role } from './roles.js'
 
@@ -31,7 +31,7 @@ export async function reconcile(
    * What lifecycle's event is about, read fresh; admit's profile of this admission (a log line per Job created);
    * admit's lane for what follows a created Job.
    */
-  extra: { fresh?: Fresh; timings?: StepTimings; afterStart?: AfterStart } = {},
+  extra: { fresh?: EventReads; timings?: StepTimings; afterStart?: AfterStart } = {},
 ): Promise<Decision | null> {
   const { fresh, timings, afterStart } = extra
   const role = ROLES[roleName]
@@ -39,7 +39,7 @@ export async function reconcile(
   const kv = deps.bus.kv.backfills
   const key = backfillKey(namespace, name)
   // A role that decides on watched copies does so when it has them, checked against fresh GETs before it commits
-  // anything (pkg/admission/fresh-check.ts); after a copy proved behind, this reconcile reads the apiserver first again.
+  // anything (pkg/admission/copies-unchanged.ts); after a copy proved behind, this reconcile reads the apiserver first again.
   let onCopies = role.observes.decidesOnCopies && Boolean(deps.caches?.backfills && deps.caches.templates)
   const ports = portsOf(deps)
   for (let round = 0; round < MAX_CAS_RETRIES; round++) {
@@ -49,13 +49,13 @@ export async function reconcile(
     const copy = onCopies ? (deps.caches?.backfills?.get(namespace, name) ?? null) : null
     const backfill = copy ? structuredClone(copy) : await deps.kube.getBackfill(namespace, name)
     timings?.mark('backfill')
-    let freshReads: FreshReads | undefined
+    let confirming: ConfirmingReads | undefined
     let templateRead: V1CronJob | null | Promise<V1CronJob | null> | undefined
     if (copy) {
       const templateRef = isObjectName(copy.spec?.templateRef) ? copy.spec.templateRef : null
-      freshReads = readFresh(deps.kube, namespace, name, templateRef, timings)
+      confirming = confirmCopies(deps.kube, namespace, name, templateRef, timings)
       // No copy of the template (not synced yet, or a new CronJob): decide on the fresh GET.
-      if (templateRef) templateRead = deps.caches?.templates?.get(namespace, templateRef) ?? freshReads.template
+      if (templateRef) templateRead = deps.caches?.templates?.get(namespace, templateRef) ?? confirming.template
     }
     // A role that reads ahead issues the model's idle-state and newest-request reads with the state read: neither
     // depends on the state, and the admission reads both again after its claims (pkg/admission/protocol.ts), so their
@@ -88,25 +88,25 @@ export async function reconcile(
       return decision
     }
     // A decision to create: the claims, the fence and the re-reads, decided again on what they read
-    // (pkg/admission/protocol.ts). `held`: the claims it took, given back if the fresh check sends it round again.
+    // (pkg/admission/protocol.ts). `held`: the claims it took, given back if a watched copy proves behind and it goes round again.
     const admission = role.hooks.admission
     const admitted: Admitted = admission
       ? await admission(ports, observed, trigger, decision, timings, claimReads)
       : { decision }
     decision = admitted.decision
     const { held } = admitted
-    if (copy && freshReads) {
+    if (copy && confirming) {
       // Decided on watched copies: commit nothing (no state, no Job) unless the apiserver still has those.
       let current: [ModelBackfill | null, V1CronJob | null]
       try {
-        current = await Promise.all([freshReads.backfill, freshReads.template])
+        current = await Promise.all([confirming.backfill, confirming.template])
       } catch (err) {
         await giveBack(ports, held)
         throw err
       }
       timings?.mark('freshCheck')
       const [freshBackfill, freshTemplate] = current
-      if (!sameBackfill(copy, freshBackfill) || (freshReads.template && !sameTemplate(template, freshTemplate))) {
+      if (!sameBackfill(copy, freshBackfill) || (confirming.template && !sameTemplate(template, freshTemplate))) {
         await giveBack(ports, held)
         deps.log.info(
           { namespace, backfill: name, resourceVersion: copy.metadata.resourceVersion },
@@ -117,7 +117,7 @@ export async function reconcile(
       }
       // The same objects: apply what the apiserver returned (the Job is built from the template just read).
       observed.backfill = freshBackfill
-      if (freshReads.template) template = freshTemplate
+      if (confirming.template) template = freshTemplate
     }
     decided?.(observed, trigger, decision)
     // The state revision this decision stands on: its status may only be shown while no newer one exists.

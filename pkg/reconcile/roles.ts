@@ -6,7 +6,7 @@
 // What differs between them is what they observe (admit needs every contender and reads ahead to keep its admission
 // short), which actions they execute themselves rather than forward, and the admission protocol admit runs.
 
-import { admit } from '../admission/protocol.js'
+import { runAdmission } from '../admission/protocol.js'
 import type { Trigger } from '../core/decision.js'
 
 export type Role = 'admit' | 'cancel' | 'lifecycle'
@@ -20,12 +20,12 @@ export interface Observes {
   watchedCopies: boolean
   /**
    * Every live backfill Job that may contend for the model or its node. Without, only this declaration's own Jobs are
-   * listed: a role that never admits hands a decision to admit to admit, which looks again.
+   * listed: a role that never admits hands a decision to create over to the admit function, which looks again.
    */
   contenders: boolean
   /**
    * The ModelBackfill and its CronJob from the watched copies too, decided on only after fresh GETs return them
-   * unchanged (pkg/admission/fresh-check.ts).
+   * unchanged (pkg/admission/copies-unchanged.ts).
    */
   decidesOnCopies: boolean
   /**
@@ -53,7 +53,7 @@ export interface RoleConfig {
      * Between a decision to create a Job and its commit: the claims, the fence and the re-reads, decided again on what
      * they read (pkg/admission/protocol.ts).
      */
-    admission?: typeof admit
+    admission?: typeof runAdmission
   }
 }
 
@@ -65,7 +65,7 @@ export const ROLES: Record<Role, RoleConfig> = {
       // Deciding with a cancel trigger: it has just deleted itself the Job a request raced (its POST outcome).
       deleteJob: (trigger) => trigger.type === 'cancel',
     },
-    hooks: { admission: admit },
+    hooks: { admission: runAdmission },
   },
   cancel: {
     observes: { watchedCopies: false, contenders: false, decidesOnCopies: false, readsAhead: false },

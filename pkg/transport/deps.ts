@@ -51,7 +51,7 @@ export interface ProcessOptions {
 export interface DepsOptions extends ProcessOptions {
   /** NATS connection name (shows in the server's monitoring). */
   name: string
-  /** Names of the functions served: admit gets its watched caches. */
+  /** Names of the functions served: admit and lifecycle get the watched caches (Deps.caches). */
   functions?: readonly string[]
   /** A Kubernetes client whatever the functions (the runner's watcher); default: needsKube(functions). */
   kube?: boolean
@@ -101,9 +101,10 @@ export async function openDeps(opts: DepsOptions): Promise<Deps & { close(): Pro
 }
 
 /**
- * The Kubernetes client, where a function calls the apiserver (see KUBE_FREE_FUNCTIONS), and, where admit runs,
- * its watched caches: those it decides on synced before this resolves, its copies of the ModelBackfills and CronJobs
- * (SharedCaches.startDeciding) after. The one place a process builds the caches its functions share.
+ * The Kubernetes client, where a function calls the apiserver (see KUBE_FREE_FUNCTIONS), and, where admit or
+ * lifecycle runs, the watched caches: those admit decides on synced before this resolves, the copies of the
+ * ModelBackfills and CronJobs (SharedCaches.startDeciding) after. The one place a process builds the caches its
+ * functions share.
  */
 async function openKube(
   opts: DepsOptions,
@@ -116,10 +117,11 @@ async function openKube(
         reportingInstance: opts.hostname,
       })
     : noKube()
-  if (!client || !opts.functions?.includes('admit')) return { kube, close: async () => kube.close() }
+  const admit = opts.functions?.includes('admit') ?? false
+  if (!client || !(admit || opts.functions?.includes('lifecycle'))) return { kube, close: async () => kube.close() }
   // Scoped: Jobs, Models, ModelBackfills and CronJobs watched per managed namespace (a Role each), sessions and
-  // leases cluster-wide.
-  const caches = new client.SharedCaches(kube, opts.namespaces, { admit: true })
+  // leases cluster-wide. The CronJobs only for admit (lifecycle's Role cannot watch them).
+  const caches = new client.SharedCaches(kube, opts.namespaces, { backfills: true, templates: admit })
   const close = async () => {
     await caches.stop()
     kube.close()

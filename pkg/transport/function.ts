@@ -7,6 +7,7 @@ import type { BackfillState } from '../core/state.js'
 import type { Bus } from '../jetstream/bus.js'
 import type { KubeApi, KubeClients } from '../kube/port.js'
 import type { SharedCaches } from '../kube/shared-caches.js'
+import type { Timers } from '../lib/timers.js'
 import type { Logger } from '../observability/log.js'
 
 export interface Subscription {
@@ -22,6 +23,8 @@ export interface Deps {
   bus: Bus
   log: Logger
   now: () => number
+  /** The timers handlers wait on (in step with `now`); unset: setTimeout. The simulation's run in virtual time. */
+  timers?: Timers
   /** Namespaces this deployment manages; undefined: the whole cluster. */
   namespaces?: string[]
   /** The watched copies this process's functions share (admit's, read by cancel and lifecycle); without them, each asks the apiserver or watches for itself. */

@@ -187,9 +187,9 @@ const REPLY: ReplyFields = { streamSeq: 0, storedAtMs: 0 }
 
 /**
  * One delivered message from its arrival to its end: waiting for a handler, then handled. One object per message and
- * no closures: at tens of thousands of events a second, what demand allocated per foreground request (and its
- * collection) was most of its CPU. It is what an AckAll floor tracks, the keep-alive's entry, and the handler's
- * context (its place among the function's `concurrency`, given back once).
+ * no closures: demand takes tens of thousands of foreground requests a second, where allocations per message and
+ * their collection would cost more CPU than the handling itself. It is what an AckAll floor tracks, the keep-alive's
+ * entry, and the handler's context (its place among the function's `concurrency`, given back once).
  */
 class Delivery implements HandleContext, FloorMsg {
   /** The keep-alive tick it arrived in, then the one its handler started in. */

@@ -75,8 +75,8 @@ export class BackfillMetrics {
       collect() {
         this.reset()
         each((s, l, mono) => {
-          // `failure`, the reference's value, which contract.md pins; the stored counter keeps its old name so a
-          // count written by an earlier release carries on under the new label rather than restarting at 0.
+          // The label is `failure`, the FlexInfer reference controller's value, which contract.md pins. The state's
+          // counter is `failed`: renaming a stored field would restart every existing count at 0.
           this.inc({ ...l, result: 'success' }, mono('success', s.counters.success))
           this.inc({ ...l, result: 'failure' }, mono('failure', s.counters.failed))
         })

@@ -1,6 +1,6 @@
 // npm run sim:mutants [-- --seeds N --max-seconds T --steps K --jobs J --only name]: the race-finding check. Each
-// admission race fixed so far is put back — a fix in product code undone on a copy of the tree (the working tree is
-// never touched), a fix of the simulated drivers undone by its --revert flag — and the simulation must find it again
+// admission race fixed so far is put back — its fix in product code undone on a copy of the tree (the working tree is
+// never touched; the simulation runs the real handlers, so every fix is in the code it runs) — and the simulation must find it again
 // within a bounded number of seeds and seconds. Prints, per race, the first failing seed, how many schedules and how
 // long it took, where in its schedule it failed, and the violation; exits 1 if a race was not found (or a mutation no
 // longer applies: its anchor text changed). --jobs goes to npm run sim (default: one worker thread per CPU).
@@ -19,8 +19,6 @@ interface Mutant {
   race: string
   /** Text replacements on a copy of the tree: each `find` must occur exactly once in its file. */
   edits?: { file: string; find: string; replace: string }[]
-  /** Fixes of the simulated drivers undone (test/sim/run.ts --revert). */
-  revert?: string
   /** Searched with the hostile faults (more duplicates and slow calls): the race needs two tries interleaved. */
   hostile?: boolean
   /** Seeds searched at least (a race first found past the default). */
@@ -38,6 +36,20 @@ interface Mutant {
    */
   unreached?: string
 }
+
+/** The reads around the POST blind to the foreground subject past the fence's cursor (two races undo it). */
+const POST_READS_BLIND: Mutant['edits'] = [
+  {
+    file: 'pkg/admission/protocol.ts',
+    find: 'ports.requests.newest(namespace, model, where.cursor)',
+    replace: 'ports.requests.newest(namespace, model)',
+  },
+  {
+    file: 'pkg/admission/protocol.ts',
+    find: 'ports.requests.newest(namespace, model, before.cursor ?? where.cursor)',
+    replace: 'ports.requests.newest(namespace, model)',
+  },
+]
 
 export const MUTANTS: Mutant[] = [
   {
@@ -97,8 +109,8 @@ export const MUTANTS: Mutant[] = [
     ],
   },
   {
-    name: 'post-reads-blind-to-documented-subject',
-    race: 'a request on the documented subject stored after the fence',
+    name: 'post-reads-blind-to-foreground-subject',
+    race: 'a request on the foreground subject stored after the fence',
     edits: [
       {
         file: 'pkg/admission/protocol.ts',
@@ -114,7 +126,7 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'idle-read-after-fence-unchecked',
-    race: 'a request on the documented subject demand acknowledged before the fence, in the idle state alone',
+    race: 'a request on the foreground subject demand acknowledged before the fence, in the idle state alone',
     edits: [
       {
         file: 'pkg/admission/protocol.ts',
@@ -269,8 +281,17 @@ export const MUTANTS: Mutant[] = [
   },
   {
     name: 'cancel-in-flight-no-wait+documented-blind',
-    race: 'a cancel arriving while the POST was in flight (a documented-subject request during the POST)',
-    revert: 'cancelNoWait,documentedSubjectBlind',
+    race: 'a cancel arriving while the POST was in flight (a foreground-subject request during the POST)',
+    edits: [
+      // cancel gives up on a Job it does not find, instead of waiting for the one being admitted (in-flight.ts).
+      {
+        file: 'functions/cancel/index.ts',
+        find: "if (result === 'absent' && reason === 'ForegroundDemand') {",
+        replace: 'if (false) {',
+      },
+      // The reads around the POST blind to the foreground subject past the fence's cursor.
+      ...POST_READS_BLIND,
+    ],
   },
 ]
 
@@ -287,15 +308,10 @@ export function mutatedCopy(m: Mutant): string {
   const stale = staleAnchors(m)
   if (stale.length) throw new Error(stale.join('\n'))
   const dir = mkdtempSync(join(tmpdir(), `mbf-mutant-${m.name}-`))
+  // What the simulation imports: the product libraries, the events, the functions, and the simulation itself.
   for (const entry of [
-    'core',
-    'lib',
-    'observability',
+    'pkg',
     'events',
-    'jetstream',
-    'kube',
-    'transport',
-    'admission',
     'functions',
     'test/unit/support',
     'test/sim',
@@ -332,7 +348,7 @@ export interface MutantResult {
   output: string
 }
 
-/** Whether the code as it is (no mutation, no revert) fails this seed too. */
+/** Whether the code as it is (no mutation) fails this seed too. */
 function failsUnmutated(seed: number, o: { steps: number; hostile?: boolean; caches?: false }): boolean {
   const args = ['--import', 'tsx', join(root, 'test/sim/run.ts'), '--seed', String(seed), '--steps', String(o.steps)]
   if (o.hostile) args.push('--hostile')
@@ -364,7 +380,6 @@ export function runMutant(
       if (left < 1) break
       const args = ['--import', 'tsx', join(dir, 'test/sim/run.ts'), '--from', String(from)]
       args.push('--seeds', String(o.seeds - from + 1), '--steps', String(o.steps), '--max-seconds', String(left))
-      if (m.revert) args.push('--revert', m.revert)
       if (hostile) args.push('--hostile')
       if (m.caches === false) args.push('--no-caches')
       if (o.jobs !== undefined) args.push('--jobs', String(o.jobs))

@@ -23,7 +23,7 @@ const { values } = parseArgs({
     'no-caches': { type: 'boolean', default: false },
   },
 })
-const KNOWN: (keyof Reverts)[] = ['cancelNoWait', 'documentedSubjectBlind']
+const KNOWN: (keyof Reverts)[] = ['documentedSubjectBlind']
 const reverts: Reverts = {}
 for (const r of values.revert.split(',').filter(Boolean)) {
   if (!KNOWN.includes(r as keyof Reverts)) {

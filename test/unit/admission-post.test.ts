@@ -89,7 +89,7 @@ describe('post', () => {
     expect(w.live()).toHaveLength(1)
   })
 
-  it('deletes the Job it created when a request on the documented subject was stored during the POST', async () => {
+  it('deletes the Job it created when a request on the foreground subject was stored during the POST', async () => {
     const w = world({
       during: (requests) =>
         requests.store({ namespace: 'ns', model: 'llm', at: T + 20, subject: 'documented' } as never),
@@ -150,7 +150,7 @@ describe('post', () => {
   })
 
   // The idle state is read after the fence and awaited only here, not on the admission's path before its state write
-  // (one round trip fewer): it holds the documented subject's requests demand acknowledged up to the fence's cursor,
+  // (one round trip fewer): it holds the foreground subject's requests demand acknowledged up to the fence's cursor,
   // which the reads around the POST look past. A request in it newer than the window keeps the POST from going.
   describe('with the idle state read after the fence', () => {
     it('creates no Job over a request demand acknowledged before the fence', async () => {

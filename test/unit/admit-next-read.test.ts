@@ -1,7 +1,7 @@
-// Shared template GETs (pkg/admission/fresh-check.ts NextRead): every caller gets an answer that was asked for after it
+// Shared template GETs (pkg/admission/copies-unchanged.ts NextRead): every caller gets an answer that was asked for after it
 // asked, and callers arriving while a read is in flight share one read queued behind it.
 import { describe, expect, it } from 'vitest'
-import { NextRead } from '../../pkg/admission/fresh-check.js'
+import { NextRead } from '../../pkg/admission/copies-unchanged.js'
 
 function deferred<T>() {
   let resolve: (v: T) => void = () => {}

@@ -13,6 +13,7 @@ import {
   lastJsonLine,
   median,
   parseAbArgs,
+  toolPath,
 } from '../../dev/bench/ab-table.js'
 import { repoRoot } from '../env/binaries.js'
 
@@ -136,4 +137,24 @@ describe('dev/bench/ab.ts', () => {
     expect(run.stderr).toContain('bench:ab: "no-such-ref-for-bench-ab" is not a commit in')
     expect(run.stdout).toBe('')
   }, 60_000)
+})
+
+describe("a ref's own bench, whichever layout it has", () => {
+  it('runs dev/bench/run.ts where it exists, bench/run.ts in a tree from before dev/, and says the new path otherwise', () => {
+    const tree =
+      (...files: string[]) =>
+      (p: string) =>
+        files.includes(p)
+    expect(toolPath('dev/bench/run.ts', tree('dev/bench/run.ts', 'bench/run.ts'))).toBe('dev/bench/run.ts')
+    expect(toolPath('dev/bench/run.ts', tree('bench/run.ts'))).toBe('bench/run.ts')
+    expect(toolPath('dev/scripts/bundle.mjs', tree('scripts/bundle.mjs'))).toBe('scripts/bundle.mjs')
+    expect(toolPath('dev/bench/run.ts', tree())).toBe('dev/bench/run.ts')
+  })
+
+  it('the commit before the moves keeps its bench at the root (the A/B against it runs that one)', () => {
+    const show = (path: string) =>
+      spawnSync('git', ['cat-file', '-e', `42a6712:${path}`], { cwd: repoRoot }).status === 0
+    expect(toolPath('dev/bench/run.ts', show)).toBe('bench/run.ts')
+    expect(toolPath('dev/scripts/bundle.mjs', show)).toBe('scripts/bundle.mjs')
+  })
 })

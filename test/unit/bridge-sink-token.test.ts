@@ -9,9 +9,9 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import type { InboundEvent } from '../../events/codec.js'
 import { SinkToken } from '../../pkg/transport/auth/sink-token.js'
 import { createBridge } from '../../pkg/transport/bridge.js'
-import type { Deps } from '../../pkg/transport/function.js'
 import { PermanentError } from '../../pkg/transport/function.js'
 import { waitUntil } from '../integration/support/backfill-world.js'
+import { fakeDeps } from './support/deps.js'
 
 const event: InboundEvent = {
   type: 'ai.flexinfer.backfill.admit',
@@ -61,7 +61,7 @@ it('sends the token as a bearer, follows a kubelet-style rotation, and re-reads 
   try {
     const bridge = createBridge({ sink: url, token })
     accepted.add('jwt-one')
-    await bridge.handle(event, {} as Deps)
+    await bridge.handle(event, fakeDeps())
     expect(presented.at(-1)).toBe('Bearer jwt-one')
 
     // Rotated, and the old token no longer accepted, before the poll saw it: the 401 re-reads the file and the
@@ -69,12 +69,12 @@ it('sends the token as a bearer, follows a kubelet-style rotation, and re-reads 
     await project(volume, 'jwt-two', 2)
     accepted.clear()
     accepted.add('jwt-two')
-    const err = await bridge.handle(event, {} as Deps).catch((e: unknown) => e)
+    const err = await bridge.handle(event, fakeDeps()).catch((e: unknown) => e)
     expect(err).toBeInstanceOf(Error)
     expect(err).not.toBeInstanceOf(PermanentError)
     expect(String(err)).toContain('sink token re-read')
     expect(token.current()).toBe('jwt-two')
-    await bridge.handle(event, {} as Deps)
+    await bridge.handle(event, fakeDeps())
     expect(presented.at(-1)).toBe('Bearer jwt-two')
   } finally {
     token.close()
@@ -101,7 +101,7 @@ it('polls the file for a rotation; an empty rotation keeps the previous token; a
 
 it('without a token: no Authorization header, and a 401 stays permanent (dead-lettered, as before)', async () => {
   const err = await createBridge({ sink: url })
-    .handle(event, {} as Deps)
+    .handle(event, fakeDeps())
     .catch((e: unknown) => e)
   expect(presented.at(-1)).toBeUndefined()
   expect(err).toBeInstanceOf(PermanentError)

@@ -5,10 +5,10 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { decode, type InboundEvent } from '../../events/codec.js'
 import { BRIDGE_EVENT_SUBJECTS, createBridge, toStructured } from '../../pkg/transport/bridge.js'
-import type { Deps } from '../../pkg/transport/function.js'
 import { PermanentError } from '../../pkg/transport/function.js'
+import { fakeDeps } from './support/deps.js'
 
-const deps = {} as Deps
+const deps = fakeDeps()
 const event: InboundEvent = {
   type: 'ai.flexinfer.backfill.admit',
   id: 'evt-1',

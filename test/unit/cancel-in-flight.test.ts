@@ -6,7 +6,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { awaitAdmittedJob, JobArrivals } from '../../functions/cancel/in-flight.js'
 import type { ModelBackfill } from '../../pkg/core/api.js'
 import type { ObjectCache } from '../../pkg/kube/cache.js'
-import type { Deps } from '../../pkg/transport/function.js'
+import { fakeDeps } from './support/deps.js'
 import { fakeKube } from './support/kube-fake.js'
 
 const NS = 'team'
@@ -40,8 +40,10 @@ class Copy implements ObjectCache<V1Job> {
 function world() {
   const calls = { getJob: 0, claims: 0 }
   let claim: object | null = { namespace: NS, backfill: 'a', attempt: 1, jobName: JOB, claimedAt, idleSince: claimedAt }
-  const deps = {
+  const deps = fakeDeps({
     log: { error() {}, warn() {}, info() {}, debug() {} },
+    // The wait's clock and timers are Deps' (the fake timers replace both).
+    now: () => Date.now(),
     kube: fakeKube({
       getBackfill: async () =>
         ({ metadata: { namespace: NS, name: 'a' }, spec: { modelRef: 'model-a' } }) as unknown as ModelBackfill,
@@ -63,7 +65,7 @@ function world() {
         },
       },
     },
-  } as unknown as Deps
+  })
   return { deps, calls, dropClaim: () => (claim = null) }
 }
 

@@ -2,41 +2,42 @@
 // (pkg/jetstream/js-requests.ts kvWriteTogether), and what the server answers decides what happens next. Over a stand-in
 // connection that answers each batch's commit as told; the batch on the real server is in
 // test/integration/transport/claim-release.test.ts.
+import type { Msg, SubscriptionOptions } from '@nats-io/transport-node'
 import { describe, expect, it, vi } from 'vitest'
 import { claimStore } from '../../pkg/admission/nats-ports.js'
 import { isCasConflict } from '../../pkg/jetstream/errors.js'
-import type { Deps } from '../../pkg/transport/function.js'
+import { fake, fakeDeps } from './support/deps.js'
 
 type Answer = { seq: number } | { error: { code: number; err_code: number; description: string } } | 'silent'
 
 function world(answers: Answer[]) {
   const sent: { subject: string; headers: Record<string, string>; reply?: string }[] = []
   const warned: string[] = []
-  let inbox: ((err: Error | null, msg: unknown) => void) | undefined
+  let inbox: SubscriptionOptions['callback']
   let now = 1_000_000
   const nc = {
     options: {},
-    subscribe: (_subject: string, opts: { callback: (err: Error | null, msg: unknown) => void }) => {
-      inbox = opts.callback
+    subscribe: (_subject: string, opts?: SubscriptionOptions) => {
+      inbox = opts?.callback
       return { unsubscribe() {} }
     },
-    publish: (subject: string, _body: unknown, opts: { reply?: string; headers?: Iterable<[string, string[]]> }) => {
+    publish: (subject: string, _body: unknown, opts?: { reply?: string; headers?: Iterable<[string, string[]]> }) => {
       const headers: Record<string, string> = {}
-      for (const [k, v] of opts.headers ?? []) headers[k] = v[0] ?? ''
-      sent.push({ subject, headers, reply: opts.reply })
-      const reply = opts.reply
+      for (const [k, v] of opts?.headers ?? []) headers[k] = v[0] ?? ''
+      sent.push({ subject, headers, reply: opts?.reply })
+      const reply = opts?.reply
       if (!reply) return
       const answer = answers.shift() ?? { seq: 1 }
       if (answer === 'silent') return
-      queueMicrotask(() => inbox?.(null, { subject: reply, data: new Uint8Array(1), json: () => answer }))
+      queueMicrotask(() => inbox?.(null, fake<Msg>({ subject: reply, data: new Uint8Array(1), json: () => answer })))
     },
   }
   const kv = {}
-  const deps = {
+  const deps = fakeDeps({
     bus: { nc, kv: { claims: kv } },
     now: () => now,
-    log: { warn: (_o: unknown, msg: string) => void warned.push(msg) },
-  } as unknown as Deps
+    log: { warn: (_o: unknown, msg?: string) => void warned.push(msg ?? '') },
+  })
   const writes = [
     { key: 'model.ns.m', value: '{}', revision: 7 },
     { key: 'node.n', value: '{}', revision: 0 },

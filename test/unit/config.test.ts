@@ -2,7 +2,14 @@
 // named by its variable, all of them at once; and the settings `--help` (cmd/manager/main.ts) documents are the ones read.
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { ConfigError, loadConfig, processSettings, SETTING_NAMES, tracingOptions } from '../../cmd/manager/config.js'
+import {
+  ConfigError,
+  loadConfig,
+  processSettings,
+  renderUsage,
+  SETTING_NAMES,
+  tracingOptions,
+} from '../../cmd/manager/config.js'
 import { FAILSAFE_BLIND_MS } from '../../pkg/core/fail-safe.js'
 import { RESYNC_MS } from '../../pkg/core/resync.js'
 import { HANDOVER_MS } from '../../pkg/observability/exporter-lease.js'
@@ -184,32 +191,30 @@ describe('loadConfig', () => {
 
 describe('the settings `--help` lists', () => {
   const main = readFileSync(new URL('../../cmd/manager/main.ts', import.meta.url), 'utf8')
-  const usage = main.slice(main.indexOf('environment:'), main.indexOf('`', main.indexOf('environment:')))
-  // `INGRESS_TOKEN[_FILE]` is both INGRESS_TOKEN and INGRESS_TOKEN_FILE.
-  const documented = new Set(
-    [...usage.matchAll(/\b([A-Z][A-Z0-9_]{2,})(\[_FILE\])?/g)].flatMap((m) =>
-      m[2] ? [m[1] as string, `${m[1]}_FILE`] : [m[1] as string],
-    ),
+  const usage = renderUsage()
+  // Each entry starts two spaces in with its variables; its description follows, six spaces in.
+  const headings = [...usage.matchAll(/^ {2}([A-Z][A-Z0-9_]*(?:, [A-Z][A-Z0-9_]*)*)$/gm)].flatMap((m) =>
+    (m[1] as string).split(', '),
   )
-  /** Named in the usage but read by others: the Kubernetes client, the gate sidecar (cmd/gate/config.ts). */
+  /** Named in the usage but read by others: the Kubernetes client, the SDK, the gate sidecar (cmd/gate/config.ts). */
   const elsewhere =
-    /^(KUBECONFIG|GATE_(UPSTREAM|NAMESPACE|MODEL|JOB|ENGINE|MAX_IN_FLIGHT|PORT|PRIORITY|NATS_BOUND_MS))$/
+    /^(KUBECONFIG|OTEL_EXPORTER_OTLP_ENDPOINT|GATE_(UPSTREAM|NAMESPACE|MODEL|JOB|ENGINE|MAX_IN_FLIGHT|PORT|PRIORITY|NATS_BOUND_MS))$/
+
+  it('is what main.ts prints', () => {
+    expect(main).toMatch(/\$\{renderUsage\(\)\}/)
+  })
 
   it('documents every setting that is read', () => {
-    expect(SETTING_NAMES.filter((n) => !documented.has(n))).toEqual([])
+    expect(SETTING_NAMES.filter((n) => !headings.includes(n))).toEqual([])
   })
 
   it('documents nothing that is not read', () => {
-    // The variables each entry starts with (two spaces in; its description follows, and continues further in).
-    const headings = [
-      ...usage.matchAll(/^ {2}([A-Z][A-Z0-9_]*(?:\[_FILE\])?(?:, [A-Z][A-Z0-9_]*(?:\[_FILE\])?)*)(?=[ =]|$)/gm),
-    ].flatMap((m) =>
-      (m[1] as string)
-        .split(', ')
-        .flatMap((n) => (n.endsWith('[_FILE]') ? [n.slice(0, -7), `${n.slice(0, -7)}_FILE`] : [n])),
-    )
     expect(headings).toContain('NATS_URL')
     expect(headings).toContain('INGRESS_TOKEN_FILE')
     expect(headings.filter((n) => !SETTING_NAMES.includes(n) && !elsewhere.test(n))).toEqual([])
+  })
+
+  it('keeps every line within 120 columns', () => {
+    expect(usage.split('\n').filter((l) => l.length > 120)).toEqual([])
   })
 })

@@ -60,7 +60,7 @@ describe('ModelBackfill CRD', () => {
       kind: 'ModelBackfill',
       plural: 'modelbackfills',
       singular: 'modelbackfill',
-      // Both short names the reference controller's CRD registers, so scripts written for it keep working.
+      // Both short names the FlexInfer reference controller's CRD registers, so scripts written for it keep working.
       shortNames: ['mbf', 'modelbackfill'],
     })
     expect(crd.spec.versions).toHaveLength(1)

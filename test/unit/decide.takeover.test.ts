@@ -1,6 +1,6 @@
 // decide() with no stored state (pkg/core/takeover.ts): a new declaration, an object FlexInfer's controller left
 // (its status, its Jobs), or one whose KV state was lost. One row per case: what Kubernetes shows → the first
-// decision. Then the status fields the reference reports (nodeName, nextRunTime, idleSince, jobName, a Job that
+// decision. Then the status fields the FlexInfer reference controller reports (nodeName, nextRunTime, idleSince, jobName, a Job that
 // never starts).
 import { describe, expect, it } from 'vitest'
 import type { ModelBackfillStatus } from '../../pkg/core/api.js'
@@ -33,7 +33,7 @@ const admitted = (attempt: number): ActionLike[] => [
   { type: 'recordEvent', reason: 'BackfillStarted' },
 ]
 
-/** What the reference (or this project, before its KV state was lost) left in the status. */
+/** What the FlexInfer reference controller (or this project, before its KV state was lost) left in the status. */
 const refStatus = (s: Partial<ModelBackfillStatus>): ModelBackfillStatus => ({ observedGeneration: 1, ...s })
 const running = (attempt: number, o: Partial<ModelBackfillStatus> = {}) =>
   refStatus({
@@ -242,7 +242,7 @@ describe('takeover: the first decision without a stored state', () => {
     const d = t.step(fg, { type: 'cancel', reason: 'ForegroundDemand', at: iso(fg) })
     expect(d.state).toMatchObject({ phase: 'Cancelling', reason: 'ForegroundDemand' })
     expect(d.state?.counters.preemptions).toEqual({ foreground: 1 })
-    // Useful time runs from the reference's startedAt.
+    // Useful time runs from the FlexInfer reference controller's startedAt.
     expect(d.state?.counters.usefulSeconds).toBe(31 * 60)
   })
 
@@ -252,7 +252,7 @@ describe('takeover: the first decision without a stored state', () => {
   })
 })
 
-describe('status fields as the reference reports them', () => {
+describe('status fields as the FlexInfer reference controller reports them', () => {
   it('nodeName is the model node while waiting and while blocked, cleared when it cannot be resolved', () => {
     const t = new Timeline(aWorld())
     expect(t.step(T0).status).toMatchObject({ phase: 'WaitingForIdle', nodeName: NODE })

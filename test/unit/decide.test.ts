@@ -1280,7 +1280,7 @@ describe('counters', () => {
       usefulSeconds: 0,
     })
     expect(FIXTURES.Starting.state.counters).toMatchObject({ starts: 1, usefulSeconds: 0 })
-    // From status.startedAt (the Job created at T0+10m, as the reference counts) to its completion at T0+20m;
+    // From status.startedAt (the Job created at T0+10m, as the FlexInfer reference controller counts) to its completion at T0+20m;
     // the idle window before it is excluded.
     expect(FIXTURES.Succeeded.state.counters).toEqual({
       starts: 1,
@@ -1356,7 +1356,7 @@ describe('counters', () => {
       (f) => ({ world: { ...f.world, backfill: withSpec(aBackfill(), { idleFor: '5m' }) } }),
     ],
     ['model_unavailable', 'ModelNotFound', (f) => ({ world: { ...f.world, model: null } })],
-    // The contract maps these as the reference does: only a missing Model is model_unavailable.
+    // The contract maps these as the FlexInfer reference controller does: only a missing Model is model_unavailable.
     ['other', 'ModelNotReady', (f) => ({ world: { ...f.world, model: aModel({ ready: false }) } })],
     ['other', 'NodeChanged', (f) => ({ world: { ...f.world, model: aModel({ node: OTHER_NODE }) } })],
     ['other', 'NodeUnresolved', (f) => ({ world: { ...f.world, model: aModel({ node: undefined }) } })],
@@ -1432,7 +1432,7 @@ describe('status projection', () => {
     expect(FIXTURES.Suspended.world.backfill?.status?.observedGeneration).toBe(2)
     const f = FIXTURES.Running
     const d = decide({ ...f.world, backfill: withSpec(aBackfill(), { idleFor: '5m' }) }, { type: 'timer' }, f.now)
-    // Cancelling the generation-1 attempt, having seen generation 2 (the reference reports the new one too).
+    // Cancelling the generation-1 attempt, having seen generation 2 (the FlexInfer reference controller reports the new one too).
     expect(d.status).toMatchObject({ phase: 'Cancelling', reason: 'SpecChanged', observedGeneration: 2 })
     expect(d.state?.generation).toBe(1)
     const t = new Timeline({ ...f.world, backfill: withSpec(aBackfill(), { idleFor: '5m' }) })
@@ -1693,5 +1693,48 @@ describe('an admitted attempt whose Job is missing is re-created only by the try
     expect(decide(o, { type: 'timer' }, f.now).actions).toContainEqual(
       expect.objectContaining({ type: 'createJob', jobName: J1 }),
     )
+  })
+})
+
+describe("cancel's bookkeeping decides on a Job whose DELETE it had accepted", () => {
+  const fg = T0 + 14 * MINUTE
+  const deletingJob = (o: Observed): Partial<Observed> => ({
+    idle: anIdleState(fg),
+    job: o.job && { ...o.job, uid: 'uid-1', deleting: true },
+  })
+  const deletes = (d: Decision) => d.actions.filter((a) => a.type === 'deleteJob')
+  const deletedBefore = (uid: string): Trigger => ({
+    type: 'cancel',
+    reason: 'ForegroundDemand',
+    at: iso(fg),
+    deletedUid: uid,
+  })
+
+  it('records the cancel (Cancelling, one preemption, the Event) without ordering that DELETE again', () => {
+    const t = new Timeline(FIXTURES.Running.world)
+    const d = t.change(deletingJob).step(fg, deletedBefore('uid-1'))
+    expect(d.state).toMatchObject({ phase: 'Cancelling', reason: 'ForegroundDemand' })
+    expect(d.state?.counters.preemptions).toEqual({ foreground: 1 })
+    expect(d.actions).toContainEqual(expect.objectContaining(CANCELLED_EVENT))
+    expect(deletes(d)).toEqual([])
+  })
+
+  it('still deletes a Job of another UID under the attempt name, and one no caller says it deleted', () => {
+    for (const trigger of [deletedBefore('uid-0'), cancelRequest(fg)]) {
+      const t = new Timeline(FIXTURES.Running.world)
+      const d = t.change(deletingJob).step(fg, trigger)
+      expect(deletes(d)).toEqual([{ type: 'deleteJob', jobName: J1, why: 'ForegroundDemand' }])
+    }
+  })
+
+  it('a live Job the caller says it deleted (a stale read) is not deleted twice either', () => {
+    const t = new Timeline(FIXTURES.Running.world)
+    const live = (o: Observed): Partial<Observed> => ({
+      idle: anIdleState(fg),
+      job: o.job && { ...o.job, uid: 'uid-1' },
+    })
+    const d = t.change(live).step(fg, deletedBefore('uid-1'))
+    expect(d.state).toMatchObject({ phase: 'Cancelling' })
+    expect(deletes(d)).toEqual([])
   })
 })

@@ -114,7 +114,7 @@ describe('event codec', () => {
     )
   })
 
-  it('publishes foreground requests on their per-model subject, background ones on the documented subject', () => {
+  it('publishes foreground requests on their per-model subject, background ones on the foreground subject', () => {
     const documented = catalog['ai.flexinfer.foreground.request'].subject
     expect(subjectFor('ai.flexinfer.foreground.request', { namespace: 'ns', model: 'm.v1' })).toBe(
       `${documented}.ns.m.v1`,

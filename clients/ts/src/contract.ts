@@ -3,7 +3,7 @@
 // clients/conformance/ is what keeps the three in step.
 
 export const EVENT_TYPE = 'ai.flexinfer.foreground.request'
-/** The documented subject; foreground requests go on `<it>.<namespace>.<model>` (the model's newest request). */
+/** The foreground subject: the one contract.md documents for foreground requests, with no model in it; foreground requests go on `<it>.<namespace>.<model>` (the model's newest request). */
 export const SUBJECT = 'flexinfer.events.foreground.request'
 export const WORKLOAD_CLASS_HEADER = 'x-flexinfer-workload-class'
 export const WORKLOAD_CLASS_ENV = 'FLEXINFER_WORKLOAD_CLASS'

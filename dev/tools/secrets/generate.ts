@@ -394,10 +394,13 @@ export function parseArgs(
   return opts
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+/**
+ * The command: `npm run gen:secrets -- …` here, or the release's bundled model-backfill-secrets.mjs, which has
+ * auth.conf built in (there is no repository beside it to read it from).
+ */
+export function main(argv: string[], authConf: string): void {
   try {
-    const opts = parseArgs(process.argv.slice(2))
-    const authConf = readFileSync(AUTH_CONF, 'utf8')
+    const opts = parseArgs(argv)
     const out = resolve(opts.out)
     if (opts.updateGates) {
       const { files, removed } = updateGates(out, authConf, opts.gateNamespaces)
@@ -426,4 +429,10 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     process.stderr.write(`gen:secrets: ${(err as Error).message}\n`)
     process.exit(2)
   }
+}
+
+// The release bundle (dev/scripts/release.ts) defines MBF_RELEASE_BUNDLE and calls main() itself.
+declare const MBF_RELEASE_BUNDLE: boolean | undefined
+if (typeof MBF_RELEASE_BUNDLE === 'undefined' && import.meta.url === `file://${process.argv[1]}`) {
+  main(process.argv.slice(2), readFileSync(AUTH_CONF, 'utf8'))
 }

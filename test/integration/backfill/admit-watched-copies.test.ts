@@ -1,6 +1,6 @@
 // admit decides on watched copies of the ModelBackfill and its CronJob template (issue 11, admission lateness), and
 // the Job must still come from the spec and template the user has when it is created: a copy that lags the apiserver
-// must never put a Job from the old spec into the cluster (pkg/admission/fresh-check.ts). Each test makes admit's
+// must never put a Job from the old spec into the cluster (pkg/admission/copies-unchanged.ts). Each test makes admit's
 // copy lag for good — the real watch stopped, its last objects kept, as a slow or stalled watch leaves them — then
 // changes the object in the apiserver and lets the idle window's timer admit. Everything runs against the real
 // servers; admit runs in a runner of its own (as deployed), lifecycle, demand and cancel beside it.

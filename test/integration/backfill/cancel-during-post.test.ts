@@ -1,4 +1,4 @@
-// A foreground request on the documented subject (what a plain NATS client of the contract publishes) stored while
+// A foreground request on the foreground subject (what a plain NATS client of the contract publishes) stored while
 // admit's Job POST is in flight: admit's own re-check after the POST reads only the per-model subject, so deleting
 // the Job is demand → cancel's — and demand's cancel (the claims were taken before the POST) reaches cancel before the
 // Job exists. Cancel found no Job, that cancel was spent (demand sends one per admission), and the Job the POST
@@ -33,7 +33,7 @@ afterAll(async () => {
   await system?.stop()
 })
 
-it('a request on the documented subject during the Job POST: the Job is deleted as soon as it exists', async () => {
+it('a request on the foreground subject during the Job POST: the Job is deleted as soon as it exists', async () => {
   const { backfill, model, template, node } = world.names('post-race')
   await world.model(model, { node })
   await world.template(template)

@@ -326,7 +326,7 @@ describe.concurrent('deleting the ModelBackfill', () => {
     expect(waiting.metadata.deletionTimestamp).toBeTruthy()
     expect(waiting.metadata.finalizers).toContain('ai.flexinfer/modelbackfill')
     expect(waiting.status?.message).toBe(`ModelBackfill is being deleted; waiting for Job ${r.job} to be removed`)
-    // A deletion counts no preemption (as the reference); the time run until then is still useful time.
+    // A deletion counts no preemption (as the FlexInfer reference controller); the time run until then is still useful time.
     const deleting = await sys.world.state(r.backfill)
     expect(deleting?.counters.preemptions).toEqual({})
     expect(deleting?.counters.usefulSeconds).toBeGreaterThan(0)

@@ -15,8 +15,8 @@ import type { Claim } from '../../../pkg/core/state.js'
 import { toKv } from '../../../pkg/core/state.js'
 import { Bus } from '../../../pkg/jetstream/bus.js'
 import { createLogger } from '../../../pkg/observability/log.js'
-import type { Deps } from '../../../pkg/transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { fakeDeps } from '../../unit/support/deps.js'
 import { storedRequest } from '../support/demand.js'
 
 const env = useTestEnv()
@@ -50,7 +50,7 @@ async function world() {
       now += ms
     },
   }
-  const demand = Demand.overNats({ bus, now: clock.now, log } as unknown as Deps)
+  const demand = Demand.overNats(fakeDeps({ bus, now: clock.now, log }))
   const claim = async (model: string, jobName: string, idleSince: number) => {
     const c: Claim = {
       namespace: env.namespace,

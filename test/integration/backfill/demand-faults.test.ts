@@ -11,8 +11,8 @@ import { toKv } from '../../../pkg/core/state.js'
 import { Bus } from '../../../pkg/jetstream/bus.js'
 import { lastBySubject } from '../../../pkg/jetstream/streams.js'
 import { createLogger } from '../../../pkg/observability/log.js'
-import type { Deps } from '../../../pkg/transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { fakeDeps } from '../../unit/support/deps.js'
 import { storedRequest } from '../support/demand.js'
 
 const env = useTestEnv()
@@ -31,7 +31,7 @@ describe('demand under faults', () => {
     const shared = await Bus.open(env.nc)
     const claims = await new Kvm(env.nc).create(bucket, { history: 1 })
     const bus = new Bus(env.nc, shared.jsm, { ...shared.kv, claims })
-    const demand = Demand.overNats({ bus, now: Date.now, log } as unknown as Deps)
+    const demand = Demand.overNats(fakeDeps({ bus, now: Date.now, log }))
     // The claims bucket goes away between two requests (a lost stream, a permission change, a server fault).
     await expect(demand.handle(request('m-ok'))).resolves.toBeUndefined()
     await shared.jsm.streams.delete(`KV_${bucket}`)
@@ -52,7 +52,7 @@ describe('demand under faults', () => {
     const info = await jsm.streams.info(`KV_${idleBucket}`)
     await jsm.streams.update(`KV_${idleBucket}`, { ...info.config, max_msgs: 1 })
     const bus = new Bus(env.nc, jsm, { ...shared.kv, idle })
-    const demand = Demand.overNats({ bus, now: Date.now, log } as unknown as Deps)
+    const demand = Demand.overNats(fakeDeps({ bus, now: Date.now, log }))
     const jobName = `full-1-${Date.now()}`
     const now = Date.now()
     await shared.kv.claims.put(
@@ -78,8 +78,8 @@ describe('demand under faults', () => {
     // that was not the last (the simulation: a Job created 15.8 s after a request, inside a 16 s window). Failed
     // without the fix: the stored time went back to the middle request's.
     const bus = await Bus.open(env.nc)
-    const a = Demand.overNats({ bus, now: Date.now, log } as unknown as Deps)
-    const b = Demand.overNats({ bus, now: Date.now, log } as unknown as Deps)
+    const a = Demand.overNats(fakeDeps({ bus, now: Date.now, log }))
+    const b = Demand.overNats(fakeDeps({ bus, now: Date.now, log }))
     const now = Date.now()
     const model = `m-replicas-${now}`
     await a.handle(storedRequest(env.namespace, model, now - 1_000))
@@ -91,7 +91,7 @@ describe('demand under faults', () => {
 
   it('a gateway sending ever-new model names cannot grow demand without bound', async () => {
     const shared = await Bus.open(env.nc)
-    const demand = Demand.overNats({ bus: shared, now: Date.now, log } as unknown as Deps, 100)
+    const demand = Demand.overNats(fakeDeps({ bus: shared, now: Date.now, log }), 100)
     for (let round = 0; round < 5; round++) {
       // 200 fresh names a round, each written once; the previous rounds' are quiet by now.
       await Promise.all(Array.from({ length: 200 }, (_, i) => demand.handle(request(`random-${round}-${i}`))))

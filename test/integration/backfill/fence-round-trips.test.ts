@@ -1,15 +1,15 @@
-// The fence's and the documented-subject read's round trips on the real server, counted at the JetStream manager:
-// when demand is caught up, a fence is one consumer info (demand's documented-subject consumer), the liveness of
+// The fence's and the foreground-subject read's round trips on the real server, counted at the JetStream manager:
+// when demand is caught up, a fence is one consumer info (demand's foreground-subject consumer), the liveness of
 // demand's per-model consumer and of cancel's is read once per LIVENESS_MS for all admissions, and a read of the
-// documented subject with nothing past its cursor is one leader read (no stream info).
+// foreground subject with nothing past its cursor is one leader read (no stream info).
 import type { JetStreamManager } from '@nats-io/jetstream'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runner } from '../../../cmd/manager/runner.js'
 import { STREAM_FOREGROUND } from '../../../events/catalog.js'
 import { checkFence, LIVENESS_MS } from '../../../pkg/admission/fence.js'
-import { documentedSince } from '../../../pkg/admission/nats-ports.js'
-import type { Deps } from '../../../pkg/transport/function.js'
+import { foregroundSince } from '../../../pkg/admission/nats-ports.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { fakeDeps } from '../../unit/support/deps.js'
 import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
 import { startTestRunner, testInstance } from '../support/runner.js'
 
@@ -50,14 +50,14 @@ function counted(jsm: JetStreamManager) {
 describe('the fence in round trips', () => {
   it('demand caught up: one consumer info per fence, the other consumers once per interval, no stream info', async () => {
     const c = counted(runner.deps.bus.jsm)
-    const deps = { ...runner.deps, instance, bus: { jsm: c.jsm } } as unknown as Deps
+    const deps = fakeDeps({ ...runner.deps, instance, bus: { jsm: c.jsm } })
     // Every function of this system pulling (the runner has just started them).
     await waitUntil('demand and cancel pulling', async () => ((await checkFence(deps)).ready ? true : undefined))
     await new Promise((r) => setTimeout(r, LIVENESS_MS + 50))
     c.calls.length = 0
     const fences = await Promise.all(Array.from({ length: 8 }, () => checkFence(deps)))
     expect(fences.map((f) => f.ready)).toEqual(Array(8).fill(true))
-    // Eight of demand's documented-subject consumer, one each of demand's per-model and cancel's consumer.
+    // Eight of demand's foreground-subject consumer, one each of demand's per-model and cancel's consumer.
     expect(c.count('consumers.info')).toBe(10)
     expect(c.count('streams.info')).toBe(0)
     // Past the interval: read again.
@@ -72,11 +72,11 @@ describe('the fence in round trips', () => {
     const { model } = world.names('fence-rt')
     const end = (await runner.deps.bus.jsm.streams.info(STREAM_FOREGROUND)).state.last_seq
     c.calls.length = 0
-    const nothing = await documentedSince(c.jsm, env.namespace, model, end, Date.now)
+    const nothing = await foregroundSince(c.jsm, env.namespace, model, end, Date.now)
     expect(nothing).toEqual({ at: null, cursor: end })
     expect(c.calls).toEqual(['streams.getMessage'])
     const storedAt = await world.foregroundOnDocumentedSubject(model)
-    const found = await documentedSince(c.jsm, env.namespace, model, end, Date.now)
+    const found = await foregroundSince(c.jsm, env.namespace, model, end, Date.now)
     expect(found.at).toBe(new Date(storedAt).toISOString())
     expect(found.cursor).toBeGreaterThan(end)
   })

@@ -50,7 +50,7 @@ async function startFunction(fn: EventFunction) {
 const IDLE_FOR_MS = 4_000
 
 describe('the admission fence', () => {
-  it('demand down: a request on the documented subject inside the window is never admitted over', async () => {
+  it('demand down: a request on the foreground subject inside the window is never admitted over', async () => {
     const { backfill, model, template, node } = world.names('nodemand')
     await world.model(model, { node })
     await world.template(template)
@@ -101,7 +101,7 @@ describe('the admission fence', () => {
     await sleep(2000)
     // The gateway's clock is an hour behind: its `time` says the request is old news.
     const lagging = new Date(Date.now() - 3_600_000).toISOString()
-    // On the documented subject: only demand sees it, and demand must not take the gateway's word for the time.
+    // On the foreground subject: only demand sees it, and demand must not take the gateway's word for the time.
     const ack = await runner.deps.bus.js.publish(
       catalog['ai.flexinfer.foreground.request'].subject,
       encode('ai.flexinfer.foreground.request', { namespace: env.namespace, model }, { time: lagging }),

@@ -60,6 +60,7 @@ beforeAll(async () => {
   for (let i = 0; i < N; i++) await world.backfill(`b-${i}`, { modelRef: 'm', templateRef: 'tpl', idleFor: '24h' })
   opened = await openDeps({
     natsUrl: env.natsUrl,
+    functions: ['lifecycle'],
     kubeconfig: env.kc,
     namespaces: [env.namespace],
     name: 'lifecycle-pending-floor-test',

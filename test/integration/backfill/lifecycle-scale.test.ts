@@ -72,6 +72,7 @@ beforeAll(async () => {
   proxy = await CountingProxy.start(env.kc)
   deps = await openDeps({
     natsUrl: env.natsUrl,
+    functions: ['lifecycle'],
     kubeconfig: proxy.kc,
     namespaces: [env.namespace],
     name: 'lifecycle-scale-test',

@@ -34,6 +34,7 @@ beforeAll(async () => {
   proxy = await CountingProxy.start(env.kc)
   deps = await openDeps({
     natsUrl: env.natsUrl,
+    functions: ['lifecycle'],
     kubeconfig: proxy.kc,
     namespaces: [env.namespace],
     name: 'lifecycle-echo-test',

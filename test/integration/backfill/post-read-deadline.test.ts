@@ -1,4 +1,4 @@
-// NATS slow to answer admit's read after its Job POST, with a foreground request on the documented subject stored
+// NATS slow to answer admit's read after its Job POST, with a foreground request on the foreground subject stored
 // while the POST was in flight, and demand → cancel slow too (a NATS restarting, a backlog, an apiserver behind: what a
 // chaos run has at once). The read after the POST is what lets admit delete the Job a request raced; without an answer
 // it proves nothing. Admit gives that read POST_READ_DEADLINE_MS and, with no answer, deletes the Job it has just

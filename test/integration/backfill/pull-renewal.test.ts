@@ -18,6 +18,7 @@ import { checkFence, consumers } from '../../../pkg/admission/fence.js'
 import { ensureStreams } from '../../../pkg/jetstream/streams.js'
 import type { Deps } from '../../../pkg/transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { fakeDeps } from '../../unit/support/deps.js'
 import { BackfillWorld } from '../support/backfill-world.js'
 import { testInstance } from '../support/runner.js'
 
@@ -77,7 +78,7 @@ let deps: Deps
 beforeAll(async () => {
   const jsm = await jetstreamManager(env.nc)
   await ensureStreams(jsm)
-  deps = { instance, bus: { jsm }, settings: {} } as unknown as Deps
+  deps = fakeDeps({ instance, bus: { jsm }, settings: {} })
   const names = consumers(deps)
   const of = [
     [STREAM_FOREGROUND, names.demandForeground],

@@ -1,6 +1,6 @@
 // Takeover of objects FlexInfer's controller left behind, on the real servers: the ModelBackfills, their statuses
-// and the Job of a running attempt exist BEFORE the functions start (the reference wrote them; the Job is built
-// with the contract's name, labels, annotations and controller ownerReference, as the reference builds it).
+// and the Job of a running attempt exist BEFORE the functions start (the FlexInfer reference controller wrote them; the Job is built
+// with the contract's name, labels, annotations and controller ownerReference, as the FlexInfer reference controller builds it).
 // Started, the functions must rerun nothing that finished, adopt the running Job (claims taken, not deleted as a
 // stray) and still preempt it on a foreground request; a new declaration on a model idle for an hour starts at once.
 import type { V1CronJob } from '@kubernetes/client-node'
@@ -23,7 +23,7 @@ let world: BackfillWorld
 const HOUR = 3_600_000
 const ago = (ms: number) => new Date(Date.now() - ms).toISOString()
 
-/** A declaration as the reference left it: object, then its status (status subresource). */
+/** A declaration as the FlexInfer reference controller left it: object, then its status (status subresource). */
 async function leftByReference(id: string, status: ModelBackfillStatus | null, modelOpts = {}) {
   const n = world.names(id)
   await world.model(n.model, { node: n.node, ...modelOpts })
@@ -42,7 +42,7 @@ async function leftByReference(id: string, status: ModelBackfillStatus | null, m
   return { n, b }
 }
 
-/** The running attempt's Job, built as the reference builds it (contract naming, labels, owner). */
+/** The running attempt's Job, built as the FlexInfer reference controller builds it (contract naming, labels, owner). */
 async function referenceJob(b: ModelBackfill, attempt: number, node: string) {
   const template = (await world.batch.readNamespacedCronJob({
     namespace: env.namespace,
@@ -103,7 +103,7 @@ afterAll(async () => {
   await runner?.stop()
 })
 
-describe('takeover from the reference controller', () => {
+describe('takeover from the FlexInfer reference controller', () => {
   it('finished declarations stay finished: no Job, no rerun, attempts kept', async ({ expect }) => {
     await waitUntil('state of done and failed', async () =>
       (await world.state('done')) && (await world.state('failed')) ? true : undefined,

@@ -46,6 +46,7 @@ beforeAll(async () => {
   await world.model('m', { node: `node-${env.namespace}` })
   deps = await openDeps({
     natsUrl: env.natsUrl,
+    functions: ['lifecycle'],
     kubeconfig: env.kc,
     namespaces: [env.namespace],
     name: 'timer-held-test',

@@ -270,7 +270,7 @@ describe(`the keda/ overlay under the real KEDA operator ${KEDA_VERSION}`, () =>
     const emitter = createForegroundEmitter(gateway)
     for (let i = 0; i < 3; i++) await emitter.emit({ namespace: env.namespace, model: `keda-${i}` })
     await emitter.close()
-    // …and the documented subject (a gateway that follows the contract: FLEXINFER_FOREGROUND / demand-foreground).
+    // …and the foreground subject (a gateway that follows the contract: FLEXINFER_FOREGROUND / demand-foreground).
     const js = jetstream(gateway)
     for (let i = 0; i < 2; i++) {
       await js.publish(

@@ -1,7 +1,7 @@
 // The upgrade from the previous release (0.1.0) onto the real node, as a platform team runs it: 0.1.0 installed as
 // its own docs said (its chart in helm mode keda, release `mbf`, its image built from its own Dockerfile FROM
 // node:20-slim by deploy/images/build.sh --app-from, NKey seeds made here as `nk` made them then, their public keys in
-// nats-server's environment), a backfill Job's container running, then the procedure of docs/operations.md
+// nats-server's environment), a backfill Job's container running, then the procedure of docs/upgrade.md
 // ("Upgrade"): `dev/scripts/install.sh nats-auth`, nats-server reloads in place, `dev/scripts/install.sh install` with the new
 // image, same release. NATS is one nats-server pod whose JetStream store is a hostPath directory and whose auth
 // Secret is mounted as a directory the kubelet updates (nats-server-reloadable.yaml). Proven:
@@ -311,7 +311,7 @@ describe.skipIf(unavailable)('the upgrade from 0.1.0 on the real node', () => {
       `[upgrade] 0.1.0 running Job ${jobName} (uid ${job.metadata.uid}); status attempts ${status.attempts}; KV keys: ${keys('KV_flexinfer-backfills').length} backfills, ${keys('KV_flexinfer-claims').length} claims`,
     )
 
-    // The upgrade, as docs/operations.md says. 1: the NATS identities (kept: read back from the release's Secrets).
+    // The upgrade, as docs/upgrade.md says. 1: the NATS identities (kept: read back from the release's Secrets).
     const upgradeStarted = Date.now()
     const auth = await script('nats-auth')
     expect(auth.code, auth.stderr).toBe(0)

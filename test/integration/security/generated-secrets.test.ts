@@ -172,7 +172,7 @@ describe('the generated secrets on a real nats-server', () => {
     const keys = await natsCli(['kv', 'ls', 'flexinfer-backfills'])
     expect(keys.code, keys.stderr).toBe(0)
     expect(keys.stdout).toContain('ops.seen')
-    // The dead letters, as docs/operations.md reads them.
+    // The dead letters, as docs/troubleshooting.md reads them.
     await (await as('demand')).request('flexinfer.deadletter.demand', 'refused-event', { timeout: 5_000 })
     const dead = await natsCli(['stream', 'get', 'FLEXINFER_DEADLETTER', '--last-for', 'flexinfer.deadletter.demand'])
     expect(dead.code, dead.stderr).toBe(0)

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { provision } from '../../../cmd/manager/provision.js'
 import { catalog } from '../../../events/catalog.js'
 import { encode } from '../../../events/codec.js'
-import { documentedSince } from '../../../pkg/admission/nats-ports.js'
+import { foregroundSince } from '../../../pkg/admission/nats-ports.js'
 import { Bus } from '../../../pkg/jetstream/bus.js'
 import { natsServerOptions } from '../../../pkg/jetstream/connect.js'
 import { KvMirror } from '../../../pkg/jetstream/kv-mirror.js'
@@ -221,8 +221,8 @@ describe('least privilege on JetStream', () => {
     await expect(kv.destroy()).rejects.toThrow(/permissions violation/i)
   })
 
-  it('admit reads what the admission protocol reads: requests on the documented subject past its cursor', async () => {
-    // Stored by the gateway as a gateway publishes it, on the documented subject (FLEXINFER_FOREGROUND).
+  it('admit reads what the admission protocol reads: requests on the foreground subject past its cursor', async () => {
+    // Stored by the gateway as a gateway publishes it, on the foreground subject (FLEXINFER_FOREGROUND).
     const js = jetstream(await as('gateway'))
     const data = { namespace: 'team-a', model: 'gemma', at: new Date().toISOString() }
     const stored = await js.publish(
@@ -230,11 +230,11 @@ describe('least privilege on JetStream', () => {
       encode('ai.flexinfer.foreground.request', data),
     )
     const admit = await jetstreamManager(await as('admit'))
-    const seen = await documentedSince(admit, 'team-a', 'gemma', stored.seq - 1, Date.now)
+    const seen = await foregroundSince(admit, 'team-a', 'gemma', stored.seq - 1, Date.now)
     expect(seen.at).not.toBeNull()
     expect(seen.cursor).toBeGreaterThanOrEqual(stored.seq)
     // And past the newest: nothing, in the one read of the common case.
-    expect((await documentedSince(admit, 'team-a', 'gemma', seen.cursor, Date.now)).at).toBeNull()
+    expect((await foregroundSince(admit, 'team-a', 'gemma', seen.cursor, Date.now)).at).toBeNull()
   })
 
   it('each user publishes only the events it owns; the gateway only foreground requests', async () => {

@@ -535,7 +535,7 @@ export class BackfillWorld {
   }
 
   /**
-   * One foreground request on the documented subject (what a plain NATS client of the contract publishes, with no
+   * One foreground request on the foreground subject (what a plain NATS client of the contract publishes, with no
    * per-model token); returns the time NATS stored it.
    */
   async foregroundOnDocumentedSubject(model: string): Promise<number> {

@@ -98,7 +98,9 @@ async function readStream(last: number) {
       } catch {
         model = undefined // malformed
       }
-      out.set(m.seq, { model, at: Math.floor(m.info.timestampNanos / 1e6) })
+      // Whole milliseconds from the exact nanoseconds (a bigint): info.timestampNanos is a float, which past 2^53
+      // rounds some store times up to the next millisecond, a time no idle write could cover.
+      out.set(m.seq, { model, at: Number(m.timestampNanos / 1_000_000n) })
     }
   }
   return out

@@ -4,8 +4,8 @@ import { describe, expect, it } from 'vitest'
 import { COALESCE_MS, Demand } from '../../../functions/demand/index.js'
 import { Bus } from '../../../pkg/jetstream/bus.js'
 import { createLogger } from '../../../pkg/observability/log.js'
-import type { Deps } from '../../../pkg/transport/function.js'
 import { useTestEnv } from '../../env/fixture.js'
+import { fakeDeps } from '../../unit/support/deps.js'
 import { storedRequest } from '../support/demand.js'
 
 const env = useTestEnv()
@@ -16,7 +16,7 @@ const request = (model: string, storedAt: number) => storedRequest(env.namespace
 describe('demand at its tracked-models bound', () => {
   it('a new model past the bound is tracked: its next request joins the same write', async () => {
     const bus = await Bus.open(env.nc)
-    const demand = Demand.overNats({ bus, now: Date.now, log } as unknown as Deps, 10)
+    const demand = Demand.overNats(fakeDeps({ bus, now: Date.now, log }), 10)
     const t = Date.now()
     await Promise.all(Array.from({ length: 10 }, (_, i) => demand.handle(request(`quiet-${i}`, t))))
     // All ten are quiet now (written, no timer, past the coalescing window): forgettable.

@@ -43,7 +43,7 @@ beforeAll(async () => {
     acceptTypes: INGRESS_TYPES,
     logger,
   })
-  // What the demand function's consumers get: the documented subject and the per-model subjects.
+  // What the demand function's consumers get: the foreground subject and the per-model subjects.
   for (const [stream, subject] of [
     [STREAM_FOREGROUND, INGRESS_SUBJECT],
     [STREAM_FOREGROUND_LAST, `${INGRESS_SUBJECT}.>`],

@@ -1,11 +1,16 @@
-// Deterministic simulation of admission against preemption. A seeded scheduler runs the real reconcile() — its
-// admission protocol (pkg/admission/), decide(), apply() — for admit, lifecycle and cancel, and the real Demand
-// (functions/demand: idle writes, claim reads, cancels) as one process that can crash, over the in-memory ports
-// (test/unit/support/memory-ports.ts, functions/demand/ports.ts) and an in-memory apiserver and bus; cancel's event handling
-// is a thin driver around the same real parts (awaitAdmittedJob, reconcile). Every call to a port waits at a gate, where the
-// scheduler picks which waiting call runs next, how much virtual time it takes, whether it fails (before or after
-// taking effect) and whether its caller crashes there (it never answers; the event is redelivered). Foreground
-// requests, on either subject, come at any step; events are redelivered and duplicated (two tries of one attempt).
+// Deterministic simulation of admission against preemption. A seeded scheduler runs the real handlers of admit
+// (functions/admit: its admission slots, its bookkeeping lane) and cancel (functions/cancel: the refusal checks, the
+// DeleteBatcher and its lanes, whenReachable, the wait for a Job still being admitted), each as one process, the real
+// reconcile() — its admission protocol (pkg/admission/), decide(), apply() — for lifecycle, and the real Demand
+// (functions/demand: idle writes, claim reads, cancels) as one process, over the in-memory ports
+// (test/unit/support/memory-ports.ts, functions/demand/ports.ts), an in-memory apiserver behind the typed Kubernetes
+// port (support/kube-fake.ts) and an in-memory bus. Every timer a handler waits on runs on the virtual clock (Deps'
+// `timers`). Every call to a port waits at a gate, where the scheduler picks which waiting call runs next, how much
+// virtual time it takes, whether it fails (before or after taking effect) and whether its caller crashes there (it
+// never answers; the event is redelivered; a crash in admit, cancel or demand ends that process and everything it was
+// handling, and a fresh one takes its place). Foreground requests, on either subject, come at any step; events are
+// redelivered and duplicated (two tries of one attempt). Which actor (one delivery of one event) makes a call is the
+// async context it runs in (AsyncLocalStorage): the handlers' own lanes and waits hand work on between promises.
 //
 // The oracle does not trust the functions' state: it reads the world (the Jobs, the requests as stored, the claims
 // bucket) and checks
@@ -21,9 +26,11 @@
 // without it and replays a failing seed with it), the ports hand out immutable objects instead of copies, and the
 // oracle looks again only when the world moved. Every fault it injects is counted (SimStats), so a test can show each
 // kind is really generated.
+import { AsyncLocalStorage } from 'node:async_hooks'
 import type { V1Job } from '@kubernetes/client-node'
 import type { InboundEvent } from '../../../events/codec.js'
-import { awaitAdmittedJob } from '../../../functions/cancel/in-flight.js'
+import { admitFunction } from '../../../functions/admit/index.js'
+import { cancelFunction } from '../../../functions/cancel/index.js'
 import { Demand } from '../../../functions/demand/index.js'
 import type { DemandPorts } from '../../../functions/demand/ports.js'
 import { claimKeys } from '../../../pkg/admission/claims.js'
@@ -34,9 +41,11 @@ import { ANNOTATION_MODEL, backfillKey } from '../../../pkg/core/names.js'
 import { type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
 import type { Bus } from '../../../pkg/jetstream/bus.js'
 import { isCasConflict } from '../../../pkg/jetstream/errors.js'
+import type { Timers } from '../../../pkg/lib/timers.js'
 import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
 import { reconcile } from '../../../pkg/reconcile/reconcile.js'
 import type { Role } from '../../../pkg/reconcile/roles.js'
+import type { EventFunction } from '../../../pkg/transport/function.js'
 import { fakeKube } from './kube-fake.js'
 import {
   deepFreeze,
@@ -105,12 +114,10 @@ export const DEFAULT_FAULTS: Faults = {
 export const HOSTILE_FAULTS: Faults = { ...DEFAULT_FAULTS, duplicate: 0.35, slow: 0.15 }
 
 /**
- * Fixes of the simulated drivers' own, undone (the race-finding check: each must be found again). Fixes in product
- * code are undone on a copy of it instead (test/sim/mutants.ts).
+ * Fixes of the in-memory ports' own, undone (a failing seed to replay). Fixes in product code are undone on a copy of
+ * it instead (test/sim/mutants.ts).
  */
 export interface Reverts {
-  /** A cancel that finds no Job does not wait for the one being admitted (functions/cancel/in-flight.ts). */
-  cancelNoWait?: boolean
   /** The request log's reads ignore the documented subject past the fence's cursor (the port's half of that fix). */
   documentedSubjectBlind?: boolean
 }
@@ -157,7 +164,7 @@ export interface SimStats {
   requestsDuringPost: number
   /** A try taking an attempt's claims while another live try of the same attempt held them. */
   interleavedTries: number
-  /** Cancels that found no Job and waited for the one being admitted. */
+  /** Foreground cancels that found no Job and waited for the one being admitted. */
   cancelWaits: number
   jobsCreated: number
   /** Jobs deleted within RACED_MS of their creation (a request raced the admission). */
@@ -257,6 +264,12 @@ function rng(seed: number) {
 
 class Violation extends Error {}
 
+/**
+ * One for every simulation in the process: each AsyncLocalStorage enabled stays in a list Node walks at every promise
+ * made (Node 20), so one per simulation would slow every later one down.
+ */
+const actorContext = new AsyncLocalStorage<Actor>()
+
 interface Waiting {
   op: string
   detail?: () => string
@@ -294,6 +307,26 @@ interface Actor {
   faultedAt?: number
   /** The delivery to repeat when this one crashes or fails (at-least-once). */
   redeliver?: () => void
+  /** The function process handling it (admit, cancel): a crash of this actor ends that process. */
+  process?: FnProcess
+  /** A foreground cancel, and whether it found no Job (and so waits for the one being admitted). */
+  foregroundCancel?: boolean
+  waited?: boolean
+}
+
+/**
+ * One process of a function (admit, cancel): its real handler, one instance until an actor of it crashes — its lanes,
+ * batches and memory go with it, every delivery it was handling is redelivered, and a fresh instance takes over.
+ */
+interface FnProcess {
+  name: 'admit' | 'cancel'
+  make: () => EventFunction
+  fn: EventFunction
+  deps: AdmissionDeps
+  started: Promise<void>
+  /** Its deliveries not done yet. */
+  actors: Set<Actor>
+  dead: boolean
 }
 
 /** A backfill of the simulated world: its model, and so its node (both models share one node). */
@@ -351,8 +384,13 @@ export class Simulation {
   private readonly claimless = new Map<string, { since: number; bound: number }>()
   private actors = 0
   readonly deps: AdmissionDeps
-  /** admit's and lifecycle's watched copies, when deciding on them (SimOptions.caches). */
-  private readonly copies?: { jobs: SimCopy<V1Job>; backfills: SimCopy<ModelBackfill> }
+  /**
+   * The watched copies: admit's and lifecycle's when they decide on them (SimOptions.caches); cancel's Jobs always
+   * (cancel finds the Job it deletes in its copy in production, whether its own or the one it shares with admit).
+   */
+  private readonly copies: { jobs: SimCopy<V1Job>; backfills: SimCopy<ModelBackfill> }
+  /** The admit and cancel processes. */
+  private readonly processes: Record<'admit' | 'cancel', FnProcess>
   private readonly template = deepFreeze(aCronJob('eval', 'uid-eval'))
 
   private readonly models = new Map(
@@ -401,31 +439,66 @@ export class Simulation {
       log: silentLogger,
     })
     for (const b of BACKFILLS) this.backfills.set(b.name, deepFreeze(this.aBackfill(b)))
+    // The handlers' timers: virtual time, fired by the scheduler in order with every other timer.
+    const timers: Timers = {
+      set: (fire, ms) => this.at(ms, `wait ${this.current?.name ?? ''}`, fire),
+      clear: (timer) => {
+        if (timer) this.cancelTimer(timer as Timer)
+      },
+    }
     this.deps = {
       kube: this.kube(),
       bus: this.bus() as unknown as Bus,
       log: silentLogger,
       now: () => this.now,
+      timers,
       admission: ports,
     }
-    if (options.caches !== false) {
-      const { copies, caches } = simCaches({
-        backfills: [...this.backfills.values()],
-        templates: [this.template],
-        models: [...this.models.values()],
-        backfill: (key) => this.backfills.get(key.slice(NS.length + 1)) ?? null,
-        behind: () => this.stats.staleCopyReads++,
-      })
-      this.copies = copies
-      this.deps.caches = caches
+    const { copies, caches } = simCaches({
+      backfills: [...this.backfills.values()],
+      templates: [this.template],
+      models: [...this.models.values()],
+      backfill: (key) => this.backfills.get(key.slice(NS.length + 1)) ?? null,
+      behind: () => this.stats.staleCopyReads++,
+    })
+    this.copies = copies
+    if (options.caches !== false) this.deps.caches = caches
+    this.processes = {
+      admit: this.startProcess('admit', () => admitFunction(), this.deps),
+      // No fail-safe: it probes demand's consumers, which this bus does not have (its own tests run it).
+      cancel: this.startProcess('cancel', () => cancelFunction({}, { failSafe: false }), { ...this.deps, caches }),
     }
     this.startDemand()
   }
 
+  /** A fresh process of a function: its handler's instance, started on `deps`. */
+  private startProcess(name: FnProcess['name'], make: () => EventFunction, deps: AdmissionDeps): FnProcess {
+    const fn = make()
+    return { name, make, fn, deps, started: fn.start?.(deps) ?? Promise.resolve(), actors: new Set(), dead: false }
+  }
+
+  /** `actor`'s process ends (it crashed): every delivery it was handling with it, each redelivered to the next one. */
+  private crashProcess(actor: Actor) {
+    const proc = actor.process
+    if (!proc || proc.dead) return
+    proc.dead = true
+    this.log(() => `crash ${proc.name} process (${proc.actors.size} deliveries in flight)`)
+    for (const a of proc.actors) {
+      if (a.crashed || a.done) continue
+      a.crashed = true
+      a.faultedAt = this.now
+      a.redeliver?.()
+    }
+    this.processes[proc.name] = this.startProcess(proc.name, proc.make, proc.deps)
+  }
+
   // ---- the scheduler -----------------------------------------------------------------------------------------
 
-  /** The actor whose code is running: set around each synchronous slice of it (see `run`). */
-  private current: Actor | undefined
+  /** The actor whose code is running: the async context its delivery runs in (see `spawn`). */
+  private readonly actorContext = actorContext
+  private get current(): Actor | undefined {
+    return this.actorContext.getStore()
+  }
 
   private wait(op: string, detail?: () => string): Promise<Verdict> {
     const actor = this.current
@@ -438,11 +511,7 @@ export class Simulation {
       this.noteClaimWrite(actor, detail)
     return new Promise<Verdict>((resolve) =>
       this.waiting.push({ op, detail, actor, index: actor.calls, resolve, issuedAt: this.now, due, seq }),
-    ).then((v) => {
-      // The continuation runs as this actor again.
-      this.current = actor
-      return v
-    })
+    )
   }
 
   private at(delayMs: number, label: string, fire: () => void) {
@@ -479,8 +548,9 @@ export class Simulation {
   }
 
   /** Runs `body` as a new actor (one delivery of one event); a failure redelivers it after the ack wait. */
-  private spawn(name: string, body: () => Promise<void>, redeliver: boolean) {
+  private spawn(name: string, body: () => Promise<void>, redeliver: boolean, init?: (a: Actor) => void) {
     const actor: Actor = { name: `${name}#${++this.actors}`, crashed: false, calls: 0 }
+    init?.(actor)
     this.stats.actors++
     const again = () => this.spawn(name, body, redeliver)
     if (redeliver)
@@ -488,10 +558,8 @@ export class Simulation {
         this.stats.redeliveries++
         this.at(ACK_WAIT_MS, `redeliver ${name}`, again)
       }
-    const prev = this.current
-    this.current = actor
     this.log(() => `start ${actor.name}`)
-    body().then(
+    this.actorContext.run(actor, body).then(
       () => {
         actor.done = true
         this.log(() => `done  ${actor.name}`)
@@ -508,7 +576,6 @@ export class Simulation {
         actor.redeliver?.()
       },
     )
-    this.current = prev
   }
 
   /** The first error no fault explains (reported as a violation at the next check). */
@@ -609,7 +676,9 @@ export class Simulation {
       w.actor.faultedAt = this.now
       bump(this.stats.crash, w.op)
       this.log(() => `crash ${w.actor.name} at ${w.op}${w.detail ? ` ${w.detail()}` : ''}`)
-      w.actor.redeliver?.()
+      // Done already (admit's bookkeeping after its event was acked): nothing to redeliver.
+      if (!w.actor.done) w.actor.redeliver?.()
+      this.crashProcess(w.actor)
       return
     }
     const failure = w.op === 'jobs.create' ? f.postFail : undefined
@@ -716,13 +785,13 @@ export class Simulation {
       this.stats.lostWatch++
       this.log(() => `lost  watch ${j.job.metadata?.name}`)
       // admit's copy misses it too, until its watch restarts and lists again.
-      const copy = this.copies?.jobs
+      const copy = this.copies.jobs
       if (copy) this.at(RELIST_MS + this.random.int(RELIST_MS), 'relist jobs', () => this.relist(copy, this.allJobs()))
       return
     }
     this.at(delay, `watch ${j.job.metadata?.name}`, () => {
       // The copy first: the lifecycle this event wakes reads it (one watch feeds both here).
-      this.copies?.jobs.apply(key, this.jobs.jobs.get(key)?.job ?? null)
+      this.copies.jobs.apply(key, this.jobs.jobs.get(key)?.job ?? null)
       this.deliver('lifecycle', backfill, { type: 'resource' })
     })
   }
@@ -738,7 +807,7 @@ export class Simulation {
 
   /** admit's copy of a ModelBackfill hears of its change a moment later, or — the event lost — at the next relist. */
   private watchBackfill(name: string) {
-    const copy = this.copies?.backfills
+    const copy = this.copies.backfills
     if (!copy) return
     if (this.faultsOn && this.random.chance(this.faults.lostWatch)) {
       this.stats.lostWatch++
@@ -768,33 +837,38 @@ export class Simulation {
     await reconcile(this.deps, role, NS, backfill, trigger)
   }
 
-  /** The cancel function: the Job's DELETE first (waiting for one still being admitted), then its decision. */
-  private deliverCancel(data: { backfill: string; jobName: string; reason: string; at: string }) {
+  /** An event's envelope as the transport decodes it (its id and store time are nothing the handlers here read). */
+  private envelope() {
+    return { id: `sim-${this.timerSeq}`, source: 'sim', time: new Date(this.now).toISOString(), storedAt: this.now }
+  }
+
+  /**
+   * An event for admit or cancel, handed to that function's process as its consumer delivers it (now and then twice):
+   * the real handler, on the process's instance; acknowledged when handle() resolves, redelivered after the ack wait
+   * when it fails or its process crashes.
+   */
+  private deliverTo(which: 'admit' | 'cancel', name: string, event: InboundEvent) {
+    const foregroundCancel =
+      event.type === 'ai.flexinfer.backfill.cancel' && event.data.reason === 'ForegroundDemand' ? true : undefined
     const once = () =>
       this.spawn(
-        `cancel(${data.jobName})`,
+        name,
         async () => {
-          const job = await this.jobs.get(NS, data.jobName)
-          let result = job ? await this.jobs.delete(NS, data.jobName, job.metadata?.uid) : 'absent'
-          if (result === 'absent' && data.reason === 'ForegroundDemand' && !this.reverts.cancelNoWait) {
-            this.stats.cancelWaits++
-            const late = await awaitAdmittedJob(
-              this.deps,
-              undefined,
-              { namespace: NS, ...data },
-              {
-                time: { now: () => this.now, sleep: (ms) => this.sleep(ms) },
-              },
-            )
-            if (late) result = await this.jobs.delete(NS, data.jobName, late.metadata?.uid)
+          const actor = this.current as Actor
+          const proc = this.processes[which]
+          actor.process = proc
+          proc.actors.add(actor)
+          try {
+            await proc.started
+            await proc.fn.handle(event, proc.deps)
+          } finally {
+            proc.actors.delete(actor)
           }
-          await reconcile(this.deps, 'cancel', NS, data.backfill, {
-            type: 'cancel',
-            reason: data.reason as 'ForegroundDemand',
-            at: data.at,
-          })
         },
         true,
+        (a) => {
+          a.foregroundCancel = foregroundCancel
+        },
       )
     once()
     if (this.faultsOn && this.random.chance(this.faults.duplicate)) {
@@ -810,10 +884,7 @@ export class Simulation {
    */
   private startDemand() {
     const actor: Actor = { name: `demand(process)#${++this.actors}`, crashed: false, calls: 0 }
-    const as = <T>(body: () => T): T => {
-      this.current = actor
-      return body()
-    }
+    const as = <T>(body: () => T): T => this.actorContext.run(actor, body)
     const ports: DemandPorts = {
       now: () => this.now,
       idle: {
@@ -885,9 +956,8 @@ export class Simulation {
     } as unknown as InboundEvent
     const once = () => {
       proc.pending.add(r)
-      this.current = proc.actor
       this.log(() => `${proc.actor.name} handles ${r.model}${r.seq ? ` seq ${r.seq}` : ''}`)
-      const handled = proc.demand.handle(event)
+      const handled = this.actorContext.run(proc.actor, () => proc.demand.handle(event))
       const acked = () => {
         if (proc.actor.crashed) return
         proc.pending.delete(r)
@@ -912,13 +982,6 @@ export class Simulation {
       this.stats.duplicates++
       once()
     }
-  }
-
-  private sleep(ms: number): Promise<void> {
-    const actor = this.current
-    return new Promise<void>((resolve) => this.at(ms, `sleep ${actor?.name}`, resolve)).then(() => {
-      this.current = actor
-    })
   }
 
   // ---- the in-memory apiserver and bus that reconcile() reads and writes through Deps ---------------------------
@@ -957,7 +1020,7 @@ export class Simulation {
         this.gated('kube.getBackfill', name, () => this.backfills.get(name) ?? null),
       getModel: async (_ns: string, name: string) => models.get(name) ?? null,
       getCronJob: async () => template,
-      getJob: (ns: string, name: string) => this.jobs.get(ns, name),
+      getJob: (ns: string, name: string) => this.jobs.get(ns, name).then((j) => this.noteAbsent(j === null, j)),
       listAll: async () => [],
       listOwnJobs: (_ns: string, name: string) => ownJobs(name),
       listBackfillJobs: () => this.jobs.list(),
@@ -978,8 +1041,28 @@ export class Simulation {
         }),
       // The admission's Job port (set in the constructor) answers as the apiserver would.
       createJob: (job: V1Job) => (this.deps.admission as AdmissionPorts).jobs.create(job),
-      deleteJob: (ns: string, name: string, uid?: string) => this.jobs.delete(ns, name, uid),
+      deleteJob: (ns: string, name: string, uid?: string) =>
+        this.jobs.delete(ns, name, uid).then((r) => this.noteAbsent(r === 'absent', r)),
+      // The pods are not modelled (a Job's deletion is what the oracle watches): the DELETE is a call that can be slow,
+      // fail or crash its caller. One DELETE of several Jobs' pods only follows a collection DELETE of their Jobs, which
+      // takes more cancels of a namespace in flight at once than the DELETE lane's per-namespace places: never here,
+      // so deleteAttemptJobs stays unmodelled and fails loudly if ever reached.
+      deleteJobPods: (_ns: string, uid: string) => this.gated('kube.deleteJobPods', uid, () => {}),
+      deleteJobsPods: (_ns: string, uids: string[]) => this.gated('kube.deleteJobsPods', uids.join(','), () => {}),
+      // Every call is answered or failed here (a failure is the scheduler's fault, redelivered): none waits for an
+      // apiserver to come back.
+      whenReachable: <T>(call: () => Promise<T>) => call(),
     })
+  }
+
+  /** A foreground cancel that found no Job (the GET's answer, or the DELETE's) waits for the one being admitted. */
+  private noteAbsent<T>(absent: boolean, answer: T): T {
+    const actor = this.current
+    if (absent && actor?.foregroundCancel && !actor.waited) {
+      actor.waited = true
+      this.stats.cancelWaits++
+    }
+    return answer
   }
 
   private gated<T>(op: string, detail: string, effect: () => T): Promise<T> {
@@ -1000,9 +1083,21 @@ export class Simulation {
       }
       // Stored: delivered a moment later (at least once).
       this.at(this.random.int(20), `deliver ${type}`, () => {
-        if (type === 'ai.flexinfer.backfill.admit') this.deliver('admit', data.backfill as string, { type: 'admit' })
-        else if (type === 'ai.flexinfer.backfill.cancel')
-          this.deliverCancel(data as { backfill: string; jobName: string; reason: string; at: string })
+        const backfill = data.backfill as string
+        if (type === 'ai.flexinfer.backfill.admit') {
+          this.deliverTo('admit', `admit(${backfill} admit)`, {
+            ...this.envelope(),
+            type: 'ai.flexinfer.backfill.admit',
+            data: { namespace: NS, backfill },
+          })
+        } else if (type === 'ai.flexinfer.backfill.cancel') {
+          const { jobName, reason, at } = data as { jobName: string; reason: string; at: string }
+          this.deliverTo('cancel', `cancel(${jobName})`, {
+            ...this.envelope(),
+            type: 'ai.flexinfer.backfill.cancel',
+            data: { namespace: NS, backfill, jobName, reason, at },
+          })
+        }
       })
       return { seq: 0 }
     })
@@ -1020,7 +1115,11 @@ export class Simulation {
           // A message schedule fires up to a tick early; admit waits that out (functions/admit), modelled as on time.
           const timer = this.at(Math.max(0, Date.parse(at) - this.now), `fire ${name}`, () => {
             this.armed.delete(name)
-            this.deliver('admit', name, { type: 'timer' })
+            this.deliverTo('admit', `admit(${name} timer)`, {
+              ...this.envelope(),
+              type: 'ai.flexinfer.timer.fired',
+              data: { namespace: NS, backfill: name, due: at },
+            })
           })
           this.armed.set(name, { at, timer })
         }),

@@ -195,7 +195,7 @@ export interface StoredRequest {
 
 /**
  * The two foreground streams and the idle bucket. `store` is a request's publish; demand's progress is `ackFloor`
- * (the documented subject's requests it acknowledged), whether demand and cancel consume is `consuming`.
+ * (the foreground subject's requests it acknowledged), whether demand and cancel consume is `consuming`.
  */
 export class MemoryRequests implements RequestLog {
   readonly stored: StoredRequest[] = []
@@ -203,7 +203,7 @@ export class MemoryRequests implements RequestLog {
   lastSeq = 0
   ackFloor = 0
   consuming = { demand: true, cancel: true }
-  /** The documented subject's requests one read may look at (pkg/admission/nats-ports.ts MAX_UNSEEN_REQUESTS). */
+  /** The foreground subject's requests one read may look at (pkg/admission/nats-ports.ts MAX_UNSEEN_REQUESTS). */
   maxUnseen = 256
 
   constructor(

@@ -1,14 +1,15 @@
 // admit's and lifecycle's watched copies (pkg/kube/shared-caches.ts SharedCaches) as the simulation keeps them, so that the
 // simulation decides on the path production runs: admit decides on its copies of the ModelBackfill and the CronJob
-// (checked against fresh GETs before it commits: pkg/admission/fresh-check.ts), takes its contenders from the live-Jobs
+// (checked against fresh GETs before it commits: pkg/admission/copies-unchanged.ts), takes its contenders from the live-Jobs
 // index, and reads the claims ahead when its copy of the Model names the node; lifecycle reads its own Jobs from the
 // copy. A copy is told of each change by a watch event a moment after the apiserver made it, and misses it when that
 // event is lost (a watch restarting) until the watch's relist, seconds later.
-import type { V1CronJob, V1Job } from '@kubernetes/client-node'
+import type { KubernetesObject, V1CronJob, V1Job } from '@kubernetes/client-node'
 import type { ModelBackfill } from '../../../pkg/core/api.js'
 import { ActiveJobs } from '../../../pkg/kube/active-jobs.js'
-import type { SharedCaches } from '../../../pkg/kube/shared-caches.js'
+import { fakeCaches } from './deps.js'
 
+type Watched = ModelBackfill & KubernetesObject
 type Listener<T> = (object: T, removed: boolean) => void
 type Named = { metadata?: { namespace?: string; name?: string } }
 
@@ -85,5 +86,8 @@ export function simCaches(o: {
     backfills: new SimCopy<ModelBackfill>(o.backfills, o.backfill, o.behind),
     templates: new SimCopy<V1CronJob>(o.templates),
   }
-  return { copies: caches, caches: caches as unknown as SharedCaches }
+  // Production's copy is typed ModelBackfill & KubernetesObject (the client's metadata, its timestamps Dates); the
+  // simulation's holds the same JSON typed as the API's ModelBackfill (timestamps strings). The one member cast.
+  const backfills = caches.backfills as unknown as SimCopy<Watched>
+  return { copies: caches, caches: fakeCaches({ ...caches, backfills }) }
 }

@@ -25,6 +25,7 @@ import { decide, sameState } from '../../../pkg/core/decide.js'
 import type { Decision, Observed, Trigger } from '../../../pkg/core/decision.js'
 import { backfillKey, backfillLabelValue, LABEL_BACKFILL, modelClaimKey, modelKey } from '../../../pkg/core/names.js'
 import { type BackfillState, type Claim, parseClaim, parseEntry, toKv } from '../../../pkg/core/state.js'
+import { breaksWindow } from '../../../pkg/core/window.js'
 import {
   type GamingSessionView,
   type GPULeaseView,
@@ -380,12 +381,12 @@ export class Sim {
 
   /**
    * The demand function (its part here): the idle state and the stored request, then the model's claim read; a
-   * claimed attempt whose window the request breaks gets a cancel request.
+   * claimed attempt whose window the request breaks (pkg/core/window.ts, demand's own rule) gets a cancel request.
    */
   private async foreground(m: number) {
     await this.signal(m)
     const claim = readClaim(this.claims.peek(modelClaimKey(NS, this.models[m]?.name ?? '')))
-    if (!claim || !(this.now > Date.parse(claim.idleSince ?? claim.claimedAt))) return
+    if (!claim || !breaksWindow(this.now, claim.idleSince ?? claim.claimedAt)) return
     this.publish({
       type: 'ai.flexinfer.backfill.cancel',
       data: {

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Mapping, Optional
 
 EVENT_TYPE = "ai.flexinfer.foreground.request"
-#: The documented subject; foreground requests go on ``<it>.<namespace>.<model>`` (the model's newest request).
+#: The foreground subject; foreground requests go on ``<it>.<namespace>.<model>`` (the model's newest request).
 SUBJECT = "flexinfer.events.foreground.request"
 WORKLOAD_CLASS_HEADER = "x-flexinfer-workload-class"
 WORKLOAD_CLASS_ENV = "FLEXINFER_WORKLOAD_CLASS"

@@ -26,8 +26,13 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* The image by digest when image.digest is set (what a release bundle pins), else by tag. */}}
 {{- define "mbf.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
 {{- end -}}
 
 {{/* The users the chosen mode runs (each needs a NATS credential). */}}
@@ -141,3 +146,103 @@ capabilities:
   drop: [ALL]
 {{- end -}}
 
+
+{{/*
+Pod settings a platform team sets for every pod of the release (top-level values) or for one component (the same keys
+under functions.<name>, ingress, knative.bridge, provision). A component's own nodeSelector, affinity, tolerations,
+topologySpreadConstraints, imagePullSecrets and priorityClassName replace the top-level ones; its podLabels,
+podAnnotations and extraEnv are added to them (same key or name: the component's wins).
+*/}}
+
+{{/* The env names the chart sets itself: an extraEnv entry with one of them would be a duplicate the apiserver refuses. */}}
+{{- define "mbf.ownEnv" -}}
+BRIDGE_SINK_TOKEN_FILE FUNCTION GATE_IMAGE GATE_NATS_URL HOST HTTP_AUTH HTTP_AUTH_AUDIENCE HTTP_AUTH_TOKEN_FILE
+INGRESS_TOKEN_FILE LOG_LEVEL NATS_CREDS_FILE NATS_HOST NATS_NKEY_SEED_FILE NATS_PROVISION NATS_REPLICAS NATS_URL PORT
+PROVISION_CONSUMERS TRANSPORT WATCH WATCH_NAMESPACES
+{{- if .Values.ingress.enabled }} INGRESS_READY_URL{{ end -}}
+{{- end -}}
+
+{{/* extraEnv entries (top-level, then the component's): (dict "root" . "c" <component values> "name" "functions.demand") */}}
+{{- define "mbf.extraEnv" -}}
+{{- $root := .root -}}
+{{- $where := .name -}}
+{{- $own := splitList " " (include "mbf.ownEnv" $root | replace "\n" " ") -}}
+{{- $byName := dict -}}
+{{- $order := list -}}
+{{- range $i, $e := concat ($root.Values.extraEnv | default list) ((.c | default dict).extraEnv | default list) -}}
+{{- if not (kindIs "map" $e) -}}
+{{- fail (printf "extraEnv (%s): each entry is an EnvVar ({name: NAME, value: ...} or valueFrom), not %v" $where $e) -}}
+{{- end -}}
+{{- if not $e.name -}}
+{{- fail (printf "extraEnv (%s): an entry has no name" $where) -}}
+{{- end -}}
+{{- if has $e.name $own -}}
+{{- fail (printf "extraEnv (%s): %s is set by the chart itself; set it through its value in values.yaml" $where $e.name) -}}
+{{- end -}}
+{{- if not (hasKey $byName $e.name) }}{{ $order = append $order $e.name }}{{ end -}}
+{{- $_ := set $byName $e.name $e -}}
+{{- end -}}
+{{- range $order }}
+- {{ toYaml (get $byName .) | nindent 2 | trim }}
+{{- end -}}
+{{- end -}}
+
+{{/* The pod's labels beyond the selector: (dict "root" . "c" <component values>) */}}
+{{- define "mbf.podLabels" -}}
+{{- $labels := merge (deepCopy ((.c | default dict).podLabels | default dict)) (.root.Values.podLabels | default dict) -}}
+{{- range $k := list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" "app.kubernetes.io/part-of" -}}
+{{- if hasKey $labels $k -}}
+{{- fail (printf "podLabels: %s is the chart's own label (the pod selector); choose another key" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- with $labels }}
+{{ toYaml . }}
+{{- end -}}
+{{- end -}}
+
+{{/* The pod's annotations: the chart's own (dict "own" {...}) with podAnnotations over them, or nothing. */}}
+{{- define "mbf.podAnnotations" -}}
+{{- $ann := merge (deepCopy ((.c | default dict).podAnnotations | default dict)) (.root.Values.podAnnotations | default dict) (.own | default dict) -}}
+{{- with $ann }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end -}}
+
+{{/* Scheduling and pull secrets of a pod spec: (dict "root" . "c" <component values> "component" "demand") */}}
+{{- define "mbf.podScheduling" -}}
+{{- $v := .root.Values -}}
+{{- $c := .c | default dict -}}
+{{- with ($c.imagePullSecrets | default $v.imagePullSecrets) }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($c.priorityClassName | default $v.priorityClassName) }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with ($c.nodeSelector | default $v.nodeSelector) }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($c.affinity | default $v.affinity) }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($c.tolerations | default $v.tolerations) }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- /* A constraint without a labelSelector spreads this component's own pods: what "spread over nodes" means. */}}
+{{- $spread := list -}}
+{{- range ($c.topologySpreadConstraints | default $v.topologySpreadConstraints) -}}
+{{- $t := deepCopy . -}}
+{{- if not (hasKey $t "labelSelector") -}}
+{{- $_ := set $t "labelSelector" (dict "matchLabels" (include "mbf.selector" (dict "root" $.root "component" $.component) | fromYaml)) -}}
+{{- end -}}
+{{- $spread = append $spread $t -}}
+{{- end -}}
+{{- with $spread }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}

@@ -1,9 +1,9 @@
-// admit's check of its watched copies against the GETs made during the same decision (pkg/admission/fresh-check.ts):
+// admit's check of its watched copies against the GETs made during the same decision (pkg/admission/copies-unchanged.ts):
 // a decision made on a copy stands only when the apiserver still has that object and a template that gives the same
 // Job. Table rows: what must count as the same, and what must not.
 import type { V1CronJob } from '@kubernetes/client-node'
 import { describe, expect, it } from 'vitest'
-import { canonical, sameBackfill, sameTemplate } from '../../pkg/admission/fresh-check.js'
+import { canonical, sameBackfill, sameTemplate } from '../../pkg/admission/copies-unchanged.js'
 import type { ModelBackfill } from '../../pkg/core/api.js'
 
 const backfill = (rv: string, extra: Partial<ModelBackfill['metadata']> = {}): ModelBackfill =>

@@ -1,9 +1,9 @@
-// A request on the documented subject (flexinfer.events.foreground.request, no model in the subject: any plain NATS
+// A request on the foreground subject (flexinfer.events.foreground.request, no model in the subject: any plain NATS
 // client of the contract) reached admission only through demand: the reads around the Job's POST looked at the
 // per-model subject alone, so one stored after the fence was invisible to them (a trace replay saw a Job created
-// 317 ms after such a request). Now they also read the documented subject's requests past the fence's cursor. Each
+// 317 ms after such a request). Now they also read the foreground subject's requests past the fence's cursor. Each
 // scenario slows one step of the running system (a hook around a real call; the servers are real) and publishes a
-// request on the documented subject in the gap; the oracle is a watch on the Jobs and the request's store time.
+// request on the foreground subject in the gap; the oracle is a watch on the Jobs and the request's store time.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Runner } from '../../../cmd/manager/runner.js'
 import type { BackfillState } from '../../../pkg/core/state.js'
@@ -51,7 +51,7 @@ function dropCancels(backfill: string) {
   )
 }
 
-describe('a request on the documented subject, stored after the fence', () => {
+describe('a request on the foreground subject, stored after the fence', () => {
   it('stored between the fence and the POST: no Job is created over it', async () => {
     const { backfill, model, template, node } = world.names('doc-before')
     await world.model(model, { node })
@@ -116,7 +116,7 @@ describe('a request on the documented subject, stored after the fence', () => {
     })
     const deleted = await waitUntil('the Job deleted', async () => job?.deletingAt, 10_000)
     const liveMs = deleted - (job?.addedAt as number)
-    process.stderr.write(`[documented-subject-gap] raced Job seen live for ${liveMs} ms\n`)
+    process.stderr.write(`[foreground-subject-gap] raced Job seen live for ${liveMs} ms\n`)
     expect(liveMs).toBeLessThan(3000)
     const state = await waitUntil('the attempt ended', async () => {
       const s = await world.state(backfill)

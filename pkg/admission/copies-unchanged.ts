@@ -10,7 +10,7 @@ import type { KubeApi } from '../kube/port.js'
 import { type StepTimings, timed } from '../observability/step-timings.js'
 
 /** The two GETs, in flight while admit decides on its copies; each settles to its object or null (not found). */
-export interface FreshReads {
+export interface ConfirmingReads {
   backfill: Promise<ModelBackfill | null>
   /** null: the spec names no template readable by name (observe() reads none either). */
   template: Promise<V1CronJob | null> | null
@@ -73,14 +73,18 @@ function getTemplate(kube: KubeApi, namespace: string, name: string): Promise<V1
   return reads.read(`${namespace}/${name}`, () => kube.getCronJob(namespace, name))
 }
 
-export function readFresh(
+/**
+ * Starts the GETs that confirm a decision on watched copies: the ModelBackfill, and the template when the spec names
+ * one. The decision commits only if they return the copies unchanged (sameBackfill, sameTemplate).
+ */
+export function confirmCopies(
   kube: KubeApi,
   namespace: string,
   name: string,
   templateRef: string | null,
   timings?: StepTimings,
-): FreshReads {
-  const reads: FreshReads = {
+): ConfirmingReads {
+  const reads: ConfirmingReads = {
     backfill: Promise.resolve(timed(timings, 'fresh.backfill', kube.getBackfill(namespace, name))),
     template: templateRef
       ? Promise.resolve(timed(timings, 'fresh.template', getTemplate(kube, namespace, templateRef)))
