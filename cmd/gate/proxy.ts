@@ -79,6 +79,8 @@ const HOP_BY_HOP = new Set([
   'host',
   'content-length',
 ])
+/** How long the error event of a stream whose engine went away may take to reach the workload before the cut. */
+const LOST_EVENT_DEADLINE_MS = 1_000
 /** Epoch milliseconds with sub-millisecond resolution: abort latencies are a fraction of a millisecond. */
 export const epochMs = () => performance.timeOrigin + performance.now()
 
@@ -395,10 +397,18 @@ export class Gate {
       const lost = () => {
         if (flight.abortedByGate) return void res.destroy()
         if (!res.headersSent) return this.refuse(res, 502, 'the engine connection was lost mid-answer', false)
-        if (eventStream && !res.writableEnded) {
-          res.write(`data: ${JSON.stringify({ error: { message: 'the engine connection was lost', code: 502 } })}\n\n`)
-        }
-        res.destroy()
+        if (!eventStream || res.writableEnded) return void res.destroy()
+        // Cut only once the event is on the wire: the response's writes are corked until the next tick, and a
+        // destroy before then drops them. A workload that stops reading is cut after the deadline all the same.
+        const cut = setTimeout(() => res.destroy(), LOST_EVENT_DEADLINE_MS)
+        cut.unref()
+        res.write(
+          `data: ${JSON.stringify({ error: { message: 'the engine connection was lost', code: 502 } })}\n\n`,
+          () => {
+            clearTimeout(cut)
+            res.destroy()
+          },
+        )
       }
       up.on('error', lost)
       up.on('aborted', lost)

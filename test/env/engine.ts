@@ -149,6 +149,22 @@ export async function busySlots(url: string, timeoutMs = 2_000): Promise<number>
   return (await engineSlots(url, timeoutMs)).filter((s) => s.is_processing).length
 }
 
+/**
+ * The server's `llamacpp:*` Prometheus values (GET /metrics; the server runs with --metrics), by name without the
+ * prefix: counters such as `prompt_tokens_total`, `tokens_predicted_total`, `n_decode_total` (a request's tokens are
+ * counted when its slot is released) and gauges such as `requests_processing`.
+ */
+export async function engineMetrics(url: string, timeoutMs = 2_000): Promise<Record<string, number>> {
+  const r = await httpGet(`${url}/metrics`, {}, timeoutMs)
+  if (r.status !== 200) throw new Error(`GET ${url}/metrics: ${r.status} ${r.body.slice(0, 200)}`)
+  const out: Record<string, number> = {}
+  for (const line of r.body.split('\n')) {
+    const m = /^llamacpp:(\w+) (\S+)$/.exec(line.trim())
+    if (m?.[1] && m[2] !== undefined) out[m[1]] = Number(m[2])
+  }
+  return out
+}
+
 /** Ports and paths of the engine's servers; nothing is started. */
 export async function planEngine(
   binaries: Pick<Binaries, 'engine'>,
