@@ -81,7 +81,7 @@ estimate() { # <name> → seconds
   case $1 in
     kube-apiserver) echo 180 ;; keda-operator) echo 360 ;; kube-controller-manager) echo 50 ;;
     kubelet) echo 120 ;; kube-proxy | kube-scheduler) echo 45 ;; coredns) echo 120 ;;
-    etcd | kubectl) echo 40 ;; nats-server | nats) echo 25 ;; helm) echo 150 ;; knative-eventing) echo 600 ;; llama-server) echo 1080 ;; engine-models) echo 30 ;; *) echo 60 ;;
+    etcd | kubectl) echo 40 ;; nats-server | nats) echo 25 ;; helm) echo 150 ;; knative-eventing) echo 600 ;; llama-server) echo 420 ;; engine-models) echo 30 ;; *) echo 60 ;;
   esac
 }
 human() { [ "$1" -ge 90 ] && echo "$(( ($1 + 30) / 60 )) min" || echo "$1 s"; }
