@@ -1,7 +1,21 @@
-import { defineConfig } from 'vitest/config'
+import { configDefaults, defineConfig } from 'vitest/config'
 
-// Two projects: pure unit tests need no servers; integration tests share one real environment
-// (etcd, kube-apiserver, kube-controller-manager, nats-server) started once by the global setup.
+// Three projects: pure unit tests need no servers; integration tests share one real environment
+// (etcd, kube-apiserver, kube-controller-manager, nats-server) started once by the global setup; the tests on the real
+// engine share it too and run last, alone.
+const ENGINE_TESTS = 'test/integration/engine/**/*.test.ts'
+
+/** What both integration projects share: the one environment (global-setup.ts starts it once for both). */
+const integration = {
+  globalSetup: ['test/env/global-setup.ts'],
+  // The functions log JSON per transition; tests only want warnings and errors.
+  env: { LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' },
+  // ... which the loggers made in-process take from here (the entry point's configuration sets it deployed).
+  setupFiles: ['test/env/log-level.ts'],
+  testTimeout: 60_000,
+  hookTimeout: 120_000,
+}
+
 export default defineConfig({
   test: {
     // The JSON report lets .ci/run print the plain "N passed, N failed" closing line CI looks for. The install test
@@ -21,16 +35,23 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
-          globalSetup: ['test/env/global-setup.ts'],
-          // The functions log JSON per transition; tests only want warnings and errors.
-          env: { LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' },
-          // ... which the loggers made in-process take from here (the entry point's configuration sets it deployed).
-          setupFiles: ['test/env/log-level.ts'],
-          testTimeout: 60_000,
-          hookTimeout: 120_000,
+          exclude: [...configDefaults.exclude, ENGINE_TESTS],
+          ...integration,
           // Two cores: a few files at once keeps the apiserver responsive.
           maxWorkers: 2,
           sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        // The tests on the real engine (llama-server decoding on the CPU): alone, after the other integration files,
+        // so no other file takes the cores the engine's steps (and the bounds the tests hold them to) need.
+        test: {
+          name: 'integration-engine',
+          include: [ENGINE_TESTS],
+          ...integration,
+          testTimeout: 120_000,
+          maxWorkers: 1,
+          sequence: { groupOrder: 2 },
         },
       },
     ],

@@ -3,13 +3,16 @@
 // maxInFlight run upstream at once (the rest wait in a bounded queue). close() — a foreground request for the model,
 // or foreground demand that can no longer be seen — refuses everything after it with 503 + Retry-After and aborts
 // every request in flight by destroying its upstream connection: vLLM and SGLang abort a request whose client
-// disconnects, so the engine frees its batch slot at its next step instead of decoding to the end.
+// disconnects, so the engine frees its batch slot at its next step instead of decoding to the end. llama.cpp notices
+// a disconnect reliably only while it streams, so on it a non-streaming request goes upstream as a stream and is
+// collected back into one answer (collect.ts); docs/gate.md says what each engine guarantees.
 import http, { type IncomingMessage, type ServerResponse } from 'node:http'
 import https from 'node:https'
 import type { AddressInfo } from 'node:net'
 import { ENGINE_PRIORITY, type GateEngine } from '../../pkg/core/gate.js'
 import type { Logger } from '../../pkg/observability/log.js'
 import { WaitQueue } from '../../pkg/transport/jetstream-adapter.js'
+import { collectable, StreamCollector, streamedBody } from './collect.js'
 import { GateMetrics } from './metrics.js'
 
 export const WORKLOAD_CLASS_HEADER = 'x-flexinfer-workload-class'
@@ -76,6 +79,8 @@ const HOP_BY_HOP = new Set([
   'host',
   'content-length',
 ])
+/** How long the error event of a stream whose engine went away may take to reach the workload before the cut. */
+const LOST_EVENT_DEADLINE_MS = 1_000
 /** Epoch milliseconds with sub-millisecond resolution: abort latencies are a fraction of a millisecond. */
 export const epochMs = () => performance.timeOrigin + performance.now()
 
@@ -307,28 +312,54 @@ export class Gate {
     }
   }
 
-  /** The body with the background marks: the engine's priority (always ours: a workload cannot outrank foreground). */
-  private mark(body: Buffer, contentType: string | undefined, id: string): Buffer {
-    if (!body.length || !contentType?.includes('json')) return body
+  /**
+   * The body with the background marks: the engine's priority (always ours: a workload cannot outrank foreground).
+   * On llama.cpp a non-streaming completion is sent as a stream, to be collected (`collect`).
+   */
+  private mark(
+    body: Buffer,
+    contentType: string | undefined,
+    id: string,
+    path: string,
+  ): { body: Buffer; collect?: 'chat' | 'completions' } {
+    if (!body.length || !contentType?.includes('json')) return { body }
     let parsed: unknown
     try {
       parsed = JSON.parse(body.toString('utf8'))
     } catch {
-      return body
+      return { body }
     }
-    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return body
-    const out = parsed as Record<string, unknown>
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return { body }
+    let out = parsed as Record<string, unknown>
     if (this.priority === undefined) delete out.priority
     else out.priority = this.priority
     if (this.opts.engine === 'vllm') out.request_id = id
     if (this.opts.engine === 'sglang') out.rid = id
-    return Buffer.from(JSON.stringify(out))
+    const kind = this.opts.engine === 'llamacpp' ? collectable(path) : undefined
+    const streamed = kind ? streamedBody(out) : undefined
+    if (streamed) out = streamed
+    return { body: Buffer.from(JSON.stringify(out)), collect: streamed ? kind : undefined }
+  }
+
+  /** The engine's event stream collected into the one JSON answer the workload asked for. */
+  private collectInto(up: IncomingMessage, res: ServerResponse, kind: 'chat' | 'completions', cut: () => void) {
+    const collector = new StreamCollector(kind)
+    up.on('data', (chunk: Buffer) => {
+      if (collector.push(chunk)) return
+      cut()
+      this.refuse(res, 502, 'the engine answer grew past the gate limit for a collected answer', false)
+    })
+    up.on('end', () => {
+      if (collector.error) return this.json(res, 500, { error: collector.error })
+      if (!collector.done) return this.refuse(res, 502, 'the engine ended its answer early', false)
+      this.json(res, 200, collector.result())
+    })
   }
 
   private forward(req: IncomingMessage, res: ServerResponse, raw: Buffer) {
     if (this.state !== 'open') return this.refuse(res, 503, this.closedMessage())
     const id = `bg-${this.opts.job}-${++this.seq}`
-    const body = this.mark(raw, req.headers['content-type'], id)
+    const { body, collect } = this.mark(raw, req.headers['content-type'], id, req.url ?? '/')
     const headers: Record<string, string | string[]> = {}
     for (const [name, value] of Object.entries(req.headers)) {
       if (value !== undefined && !HOP_BY_HOP.has(name)) headers[name] = value
@@ -359,16 +390,37 @@ export class Gate {
     upstream.on('timeout', () => upstream.destroy(new Error('upstream deadline')))
     upstream.on('close', finish)
     upstream.on('response', (up) => {
+      up.on('end', finish)
+      up.on('close', finish)
+      const eventStream = String(up.headers['content-type']).includes('event-stream')
+      // The engine went away mid-answer: a clear error for the workload, never a stream that just stops.
+      const lost = () => {
+        if (flight.abortedByGate) return void res.destroy()
+        if (!res.headersSent) return this.refuse(res, 502, 'the engine connection was lost mid-answer', false)
+        if (!eventStream || res.writableEnded) return void res.destroy()
+        // Cut only once the event is on the wire: the response's writes are corked until the next tick, and a
+        // destroy before then drops them. A workload that stops reading is cut after the deadline all the same.
+        const cut = setTimeout(() => res.destroy(), LOST_EVENT_DEADLINE_MS)
+        cut.unref()
+        res.write(
+          `data: ${JSON.stringify({ error: { message: 'the engine connection was lost', code: 502 } })}\n\n`,
+          () => {
+            clearTimeout(cut)
+            res.destroy()
+          },
+        )
+      }
+      up.on('error', lost)
+      up.on('aborted', lost)
+      if (collect && up.statusCode === 200 && eventStream) {
+        return this.collectInto(up, res, collect, () => upstream.destroy())
+      }
       const out: Record<string, string | string[]> = {}
       for (const [name, value] of Object.entries(up.headers)) {
         if (value !== undefined && !HOP_BY_HOP.has(name)) out[name] = value
       }
       res.writeHead(up.statusCode ?? 502, out)
       up.pipe(res)
-      up.on('end', finish)
-      up.on('close', finish)
-      up.on('error', () => res.destroy())
-      up.on('aborted', () => res.destroy())
     })
     upstream.on('error', (err) => {
       finish()

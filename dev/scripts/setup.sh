@@ -1,7 +1,7 @@
 #!/bin/sh
 # The first five minutes: `npm run demo` and `npm test` run this first (their pre-scripts), so a fresh clone needs
 # nothing but Node >= 20 and Go. It installs the npm dependencies when node_modules is missing (`npm ci`), then the
-# real test servers when the binary manifest is missing or stale (dev/scripts/install-binaries.sh: about 12 minutes on
+# real test servers when the binary manifest is missing or stale (dev/scripts/install-binaries.sh: about 30 minutes on
 # two cores the first time, with a plan, an estimate and progress lines). Later runs check and return in about a
 # second. Plain sh: it must run before any dependency exists.
 #   --dry-run                   say what would be done, do nothing

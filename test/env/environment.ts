@@ -7,6 +7,14 @@ import { mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { type Binaries, ensureBinaries, repoRoot } from './binaries.js'
+import {
+  type EngineInfo,
+  type EngineOptions,
+  engineShellExports,
+  launchEngine,
+  planEngine,
+  relayEngineToNode,
+} from './engine.js'
 import { cmdline, isAlive, run, runOk, waitFor } from './exec.js'
 import { type NatsServerInfo, natsClusterFromEnv, natsServerReady, natsUrlOf, writeNatsConfigs } from './nats.js'
 import { freePorts, httpGet, LOOPBACK } from './net.js'
@@ -82,6 +90,8 @@ export interface EnvironmentInfo {
   auditLogPath?: string
   /** The PostgreSQL server (StartOptions.postgres). */
   postgres?: PostgresInfo
+  /** The inference engine (StartOptions.engine): its servers' URLs, on loopback and, with a node, for the pods. */
+  engine?: EngineInfo
 }
 
 /**
@@ -132,6 +142,11 @@ export interface StartOptions {
    * workload's durable store. Needs Debian's postgresql package. Default false.
    */
   postgres?: boolean
+   * The real inference engine (test/env/engine.ts): llama-server with SmolLM2 135M on the chat API and Gemma 3 270M
+   * on completions, on loopback and, with a node, on its bridge address. `{ … }` tunes it (threads, slots, …).
+   * Default false.
+   */
+  engine?: boolean | EngineOptions
 }
 
 /**
@@ -167,7 +182,7 @@ const owned = new WeakMap<object, Reaper>()
 /** How each server of an environment started here was launched, so a test can kill and restart one. */
 const restartable = new WeakMap<
   object,
-  { reaper: Reaper; commands: Map<string, { command: string; args: string[] }> }
+  { reaper: Reaper; commands: Map<string, { command: string; args: string[]; env?: NodeJS.ProcessEnv }> }
 >()
 
 function serverOf(env: Environment, name: string) {
@@ -189,7 +204,7 @@ export async function killServer(env: Environment, name: string): Promise<void> 
 export function restartServer(env: Environment, name: string): void {
   const { entry, spec, reaper } = serverOf(env, name)
   if (isAlive(entry.pid)) throw new Error(`${name} is still running`)
-  const p = startServer(reaper, name, spec.command, spec.args, { cwd: env.dir, logPath: entry.logPath })
+  const p = startServer(reaper, name, spec.command, spec.args, { cwd: env.dir, logPath: entry.logPath, env: spec.env })
   entry.pid = p.pid
 }
 
@@ -207,7 +222,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
   const reaper = new Reaper()
   reaper.removeDir(dir)
   const processes: ServerProcess[] = []
-  const commands = new Map<string, { command: string; args: string[] }>()
+  const commands = new Map<string, { command: string; args: string[]; env?: NodeJS.ProcessEnv }>()
   try {
     await mkdir(dir, { recursive: true, mode: 0o700 })
     const logs = join(dir, 'logs')
@@ -222,9 +237,9 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
     const [etcdPort, etcdPeerPort, apiserverPort, kcmPort] = ports as [number, number, number, number]
     // Command lines (`commands`, above) and readiness probes by name, so a run can stop one server and start it again.
     const readiness = new Map<string, (p: ServerProcess) => Promise<unknown>>()
-    const start = (name: string, command: string, args: string[]) => {
-      commands.set(name, { command, args })
-      const p = startServer(reaper, name, command, args, { cwd: dir, logPath: join(logs, `${name}.log`) })
+    const start = (name: string, command: string, args: string[], env?: NodeJS.ProcessEnv) => {
+      commands.set(name, { command, args, env })
+      const p = startServer(reaper, name, command, args, { cwd: dir, logPath: join(logs, `${name}.log`), env })
       processes.push(p)
       return p
     }
@@ -256,6 +271,15 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
         })
       : Promise.resolve(undefined)
     postgresReady.catch(() => {})
+    // The engine loads its models while the rest starts (seconds); the node's relay to it comes once the node is up.
+    const engineOptions = opts.engine === true ? {} : opts.engine || undefined
+    const engine = engineOptions ? await planEngine(binaries, logs, engineOptions) : undefined
+    const engineReady = engine
+      ? launchEngine(engine, start, engineOptions).then(() =>
+          log(`${engine.servers.map((s) => `${s.name} (${s.model})`).join(', ')} ready (${elapsed()})`),
+        )
+      : Promise.resolve()
+    engineReady.catch(() => {})
 
     const etcdUrl = `http://${LOOPBACK}:${etcdPort}`
     const peerUrl = `http://${LOOPBACK}:${etcdPeerPort}`
@@ -400,6 +424,8 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       : undefined
     await natsReady
     const postgres = await postgresReady
+    await engineReady
+    if (engine && node) await relayEngineToNode(engine, node.hostIp, start)
 
     // A bin/ with just kubectl and nats, so env.sh can put exactly those first on PATH.
     const bin = join(dir, 'bin')
@@ -421,6 +447,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
         ...(node
           ? [`export CONTAINERD_ADDRESS=${shellQuote(node.containerdAddress)}`, 'export CONTAINERD_NAMESPACE=k8s.io']
           : []),
+        ...(engine ? engineShellExports(engine, shellQuote) : []),
         '',
       ].join('\n'),
     )
@@ -446,6 +473,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       node,
       auditLogPath,
       postgres,
+      engine,
     }
     await writeFile(join(dir, 'env.json'), `${JSON.stringify(info, null, 2)}\n`)
     const current = (name: string) => processes.findLast((p) => p.name === name)
@@ -481,7 +509,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
         const ready = readiness.get(name)
         if (!spec || !ready || opts.detached) throw new Error(`${name} cannot be restarted here`)
         if (current(name)?.hasExited() === false) throw new Error(`${name} is running`)
-        const p = start(name, spec.command, spec.args)
+        const p = start(name, spec.command, spec.args, spec.env)
         const recorded = env.processes.find((r) => r.name === name)
         if (recorded) recorded.pid = p.pid
         await ready(p)

@@ -4,6 +4,7 @@ import { basename } from 'node:path'
 import { ApiException, CoreV1Api, KubeConfig } from '@kubernetes/client-node'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
 import { afterAll, beforeAll, expect, inject } from 'vitest'
+import type { Binaries } from './binaries.js'
 import { type RunResult, run, waitFor } from './exec.js'
 import type { TestEnvInfo } from './global-setup.js'
 
@@ -20,7 +21,7 @@ export interface TestEnv {
   /** Each nats-server (one, or three in a cluster): find a stream's leader with test/env/nats.ts streamLeader. */
   natsServers: TestEnvInfo['natsServers']
   nc: NatsConnection
-  binaries: { kubectl: string; nats: string; [k: string]: string }
+  binaries: Binaries
   /** kubectl with the admin kubeconfig preset; the namespace is NOT preset. */
   kubectl(args: string[], opts?: { input?: string }): Promise<RunResult>
   /** The NATS CLI with --server preset. */

@@ -20,6 +20,7 @@ import { join } from 'node:path'
 import { stringify } from 'yaml'
 import { type Binaries, cacheDir, repoRoot } from './binaries.js'
 import { run, runOk, waitFor } from './exec.js'
+import { forwarderCommand } from './forwarder.js'
 import { freePorts, httpGet, LOOPBACK } from './net.js'
 import { issue, leaf, type Pki, writeKubeconfig } from './pki.js'
 import type { Reaper, ServerProcess } from './supervisor.js'
@@ -110,25 +111,6 @@ export async function planNodeNetwork(dir: string): Promise<NodeNetwork> {
   const third = await choosePodCidr(id)
   return { id, podCidr: `10.244.${third}.0/24`, hostIp: `10.244.${third}.1` }
 }
-
-/**
- * The kubernetes Service's endpoint (the bridge address, on the apiserver's port) to the apiserver on loopback: a
- * plain TCP relay (TLS stays end to end; the serving certificate names 10.0.0.1). The apiserver itself stays bound
- * to loopback, so nothing of it listens on the machine's other interfaces. Every connection is closed with either
- * side, and at most 256 are relayed at once.
- */
-const APISERVER_FORWARDER = `
-const net = require('node:net')
-const [listenHost, port, target] = process.argv.slice(1)
-const server = net.createServer((client) => {
-  const upstream = net.connect({ host: target, port: Number(port) })
-  const close = () => { client.destroy(); upstream.destroy() }
-  client.on('error', close); upstream.on('error', close); client.on('close', close); upstream.on('close', close)
-  client.pipe(upstream); upstream.pipe(client)
-})
-server.maxConnections = 256
-server.listen(Number(port), listenHost, () => console.log('forwarding ' + listenHost + ':' + port + ' to ' + target))
-`
 
 function ctr(address: string, args: string[]) {
   return runOk(CTR, ['--address', address, '--namespace', K8S_NAMESPACE, ...args], { timeoutMs: 120_000 })
@@ -409,13 +391,9 @@ export async function startNode(ctx: NodeContext): Promise<NodeInfo> {
   const comment = ['-m', 'comment', '--comment', `modelbackfill-node-${id}`]
   await runOk('iptables', ['-I', 'FORWARD', '1', '-i', bridge, '!', '-o', bridge, ...comment, '-j', 'DROP'])
   await runOk('iptables', ['-I', 'FORWARD', '1', '-o', bridge, '!', '-i', bridge, ...comment, '-j', 'DROP'])
-  const forwarder = ctx.start('apiserver-forwarder', process.execPath, [
-    '-e',
-    APISERVER_FORWARDER,
-    hostIp,
-    String(ctx.apiserverPort),
-    LOOPBACK,
-  ])
+  // The kubernetes Service's endpoint (the bridge address, on the apiserver's port) to the apiserver on loopback: TLS
+  // stays end to end (the serving certificate names 10.0.0.1).
+  const forwarder = ctx.start('apiserver-forwarder', ...forwarderCommand(hostIp, ctx.apiserverPort, LOOPBACK))
   await writeFile(
     join(cniConfDir, '10-modelbackfill.conflist'),
     `${JSON.stringify(

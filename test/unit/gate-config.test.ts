@@ -39,7 +39,7 @@ describe('gate settings', () => {
       }),
     ).toThrow(
       'gate: NATS_URL is not set; GATE_UPSTREAM: http or https only; GATE_NAMESPACE="Team A" is not a Kubernetes object name; ' +
-        'GATE_ENGINE="tgi": expected one of vllm, sglang, none; GATE_PRIORITY="high": expected a whole number -1000000..1000000; ' +
+        'GATE_ENGINE="tgi": expected one of vllm, sglang, llamacpp, none; GATE_PRIORITY="high": expected a whole number -1000000..1000000; ' +
         'GATE_MAX_IN_FLIGHT="65": expected a whole number 1..64; GATE_NATS_BOUND_MS="5": expected a whole number 100..60000',
     )
   })

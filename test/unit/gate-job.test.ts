@@ -121,7 +121,7 @@ describe('the background gate in the Job', () => {
 
   it.each([
     [{ [ANNOTATION_GATE_ENDPOINT_ENV]: '1BAD' }, EVAL, 'is not an environment variable name'],
-    [{ [ANNOTATION_GATE_ENGINE]: 'tgi' }, EVAL, 'expected one of vllm, sglang, none'],
+    [{ [ANNOTATION_GATE_ENGINE]: 'tgi' }, EVAL, 'expected one of vllm, sglang, llamacpp, none'],
     [{ [ANNOTATION_GATE_MAX_IN_FLIGHT]: '0' }, EVAL, 'expected a whole number from 1 to 64'],
     [{ [ANNOTATION_GATE_MAX_IN_FLIGHT]: 'lots' }, EVAL, 'expected a whole number'],
     [{ [ANNOTATION_GATE_ENDPOINT_ENV]: 'MISSING' }, EVAL, 'no container sets MISSING'],

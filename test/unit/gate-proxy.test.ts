@@ -1,7 +1,7 @@
 // The gate's HTTP side (cmd/gate/proxy.ts) against the simulated engine (dev/bench/engine-sim) and a recording
 // upstream: background marks, the cap, 503 + Retry-After once closed, in-flight requests aborted at the engine on
 // close, and a workload ignoring 503 getting nothing through. The NATS side is in
-// test/integration/transport/gate.test.ts.
+// test/integration/backfill/gate.test.ts; the real engine in test/integration/engine/engine.test.ts.
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -182,6 +182,54 @@ describe('the gate proxy', () => {
     await expect.poll(() => sim.stats.tokens.background, { timeout: 5_000 }).toBeGreaterThan(2)
     ac.abort()
     await expect.poll(() => sim.aborts.length, { timeout: 2_000 }).toBe(1)
+    await expect.poll(() => gate.inFlight).toBe(0)
+  })
+
+  it('the engine gone mid-stream: the workload reads an error event before the cut, and a 502 when not yet answered', async () => {
+    // An engine that streams one event, then its process dies (the socket reset, no end of the stream).
+    const server = http.createServer((req, res) => {
+      req.resume()
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' })
+        res.write('data: {"choices":[{"index":0,"text":"a"}]}\n\n', () => setTimeout(() => res.socket?.destroy(), 20))
+      })
+    })
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+    cleanups.push(async () => {
+      server.closeAllConnections()
+      await new Promise<void>((r) => server.close(() => r()))
+    })
+    const { gate, url } = await startGate(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, {
+      engine: 'llamacpp',
+    })
+    gate.open()
+    // node:http reads every byte that arrived before the cut (a fetch body errored by the cut drops queued chunks).
+    const read = (stream: boolean) =>
+      new Promise<{ status: number; text: string }>((resolve, reject) => {
+        const req = http.request(`${url}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+        })
+        req.on('error', reject)
+        req.on('response', (res) => {
+          let text = ''
+          res.setEncoding('utf8')
+          res.on('data', (c: string) => {
+            text += c
+          })
+          const done = () => resolve({ status: res.statusCode ?? 0, text })
+          res.on('error', done)
+          res.on('end', done)
+        })
+        req.end(JSON.stringify({ prompt: 'x', stream }))
+      })
+    const streamed = await read(true)
+    expect(streamed.status).toBe(200)
+    expect(streamed.text).toContain('data: {"error":{"message":"the engine connection was lost","code":502}}')
+    // The non-streaming request went upstream as a stream, to be collected: nothing sent yet, so a 502 with a body.
+    const collected = await read(false)
+    expect(collected.status).toBe(502)
+    expect(JSON.parse(collected.text).error.message).toBe('the engine connection was lost mid-answer')
     await expect.poll(() => gate.inFlight).toBe(0)
   })
 })
