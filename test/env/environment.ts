@@ -142,6 +142,7 @@ export interface StartOptions {
    * workload's durable store. Needs Debian's postgresql package. Default false.
    */
   postgres?: boolean
+  /**
    * The real inference engine (test/env/engine.ts): llama-server with SmolLM2 135M on the chat API and Gemma 3 270M
    * on completions, on loopback and, with a node, on its bridge address. `{ … }` tunes it (threads, slots, …).
    * Default false.
