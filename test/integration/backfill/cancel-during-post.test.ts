@@ -41,16 +41,7 @@ it('a request on the foreground subject during the Job POST: the Job is deleted 
     }
     return original(job)
   })
-  const bus = system.lifecycle.deps.bus
-  sys.hook(
-    bus,
-    'publish',
-    (original) =>
-      (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
-        if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
-        return (original as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
-      }) as typeof bus.publish,
-  )
+  sys.dropCancels(system.lifecycle.deps.bus, backfill)
   // cancel's bookkeeping (its reconcile) reads the backfill's state first: slow, as under load.
   const states = system.cancel.deps.bus.kv.backfills
   sys.hook(

@@ -75,16 +75,7 @@ describe('the fence → create gap', () => {
     let storedAt: number | undefined
     // Nothing else may cancel it: every cancel request for this backfill is dropped, so only admit's own re-check
     // after the create can delete the Job.
-    const bus = runner.deps.bus
-    sys.hook(
-      bus,
-      'publish',
-      (original) =>
-        (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
-          if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
-          return (original as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
-        }) as typeof bus.publish,
-    )
+    sys.dropCancels(runner.deps.bus, backfill)
     // The slow step: the POST itself (an apiserver under load), with the request stored while it is in flight.
     const kube = runner.deps.kube
     sys.hook(

@@ -15,27 +15,14 @@ const env = useTestEnv()
 const sys = useBackfillSystem(env, {}, { watchJobs: true })
 const jobsSeenOf = (backfill: string) => sys.jobs.of(backfill)
 
-/** Nothing but admission itself may delete the backfill's Job: every cancel request for it is dropped. */
-function dropCancels(backfill: string) {
-  const bus = sys.runner.deps.bus
-  sys.hook(
-    bus,
-    'publish',
-    (original) =>
-      (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
-        if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
-        return (original as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
-      }) as typeof bus.publish,
-  )
-}
-
 describe('a request on the foreground subject, stored after the fence', () => {
   it('stored between the fence and the POST: no Job is created over it', async () => {
     const { runner, world } = sys
     const { backfill, model, template, node } = world.names('doc-before')
     await world.model(model, { node })
     await world.template(template)
-    dropCancels(backfill)
+    // Nothing but admission itself may delete the backfill's Job: every cancel request for it is dropped.
+    sys.dropCancels(runner.deps.bus, backfill)
     let storedAt: number | undefined
     // The slow step: the Starting state write between the fence and the POST.
     const kv = runner.deps.bus.kv.backfills
@@ -72,7 +59,8 @@ describe('a request on the foreground subject, stored after the fence', () => {
     const { backfill, model, template, node } = world.names('doc-post')
     await world.model(model, { node })
     await world.template(template)
-    dropCancels(backfill)
+    // Nothing but admission itself may delete the backfill's Job: every cancel request for it is dropped.
+    sys.dropCancels(runner.deps.bus, backfill)
     let storedAt: number | undefined
     const kube = runner.deps.kube
     sys.hook(

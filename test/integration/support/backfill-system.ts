@@ -4,6 +4,7 @@
 // undone before the system stops.
 import { afterAll, beforeAll } from 'vitest'
 import type { Runner, RunnerOptions } from '../../../cmd/manager/runner.js'
+import type { Bus } from '../../../pkg/jetstream/bus.js'
 import type { TestEnv } from '../../env/fixture.js'
 import { BackfillWorld } from './backfill-world.js'
 import { hook, watchJobs } from './job-watch.js'
@@ -25,6 +26,8 @@ export interface SystemParts {
   hook<T extends object, K extends keyof T>(obj: T, key: K, wrap: (original: T[K]) => T[K]): void
   /** Runs `done` when the file's tests end, before the system stops; the last registered runs first. */
   atEnd(done: () => void): void
+  /** Drops every cancel request `bus` publishes for `backfill` until the file's tests end (a hook on its publish). */
+  dropCancels(bus: Bus, backfill: string): void
 }
 
 export interface BackfillSystem extends SystemParts {
@@ -104,6 +107,17 @@ function useSystem<S>(
     },
     atEnd(done) {
       ends.push(done)
+    },
+    dropCancels(bus, backfill) {
+      parts.hook(
+        bus,
+        'publish',
+        (original) =>
+          (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
+            if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
+            return (original as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
+          }) as typeof bus.publish,
+      )
     },
   }
   return { parts, started: (what) => ready(system, what) }
