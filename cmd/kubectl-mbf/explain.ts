@@ -7,8 +7,8 @@
 import { checkSpec } from '../../pkg/core/api.js'
 import { everyCheck } from '../../pkg/core/decide.js'
 import type { CheckName, CheckReport, CheckVerdict, Observed } from '../../pkg/core/decision.js'
-import { GATE_CONTAINER, GATE_SECRET, gateSettings } from '../../pkg/core/gate.js'
 import type { BackfillState, Claim } from '../../pkg/core/state.js'
+import { type GatePodSeen, type GateView, gateView } from './explain-gate.js'
 import { human, isoMs, relative } from './format.js'
 
 /** decide()'s verdicts, and unknown: what explain could not read (the fence). */
@@ -58,23 +58,6 @@ export interface ExplainInput {
   gatePods?: GatePodSeen[]
 }
 
-/** A pod's gate container as the kubelet reports it: its readiness is the gate's state (open = ready). */
-export interface GatePodSeen {
-  pod: string
-  phase?: string
-  started?: boolean
-  ready?: boolean
-  /** running | waiting: <reason> | terminated: <reason> | absent */
-  state: string
-  restarts?: number
-}
-
-export interface GateView {
-  requested: string
-  problem?: string
-  pods: { pod: string; gate: string }[]
-}
-
 export interface LastCancel {
   jobName?: string
   reason: string
@@ -104,80 +87,6 @@ export interface Explanation {
   counters?: BackfillState['counters']
   /** The background gate the backfill asks for (annotation) and, while an attempt runs, its state per pod. */
   backgroundGate?: GateView
-}
-
-/**
- * What the gate sidecar's container status says: ready while it admits background requests (open); started but not
- * ready once closed (a preemption, or foreground demand out of sight) or before it sees NATS; a waiting container is
- * most often the namespace's gate Secret missing.
- */
-export function gateState(p: GatePodSeen): string {
-  if (p.state === 'absent') return 'no gate container (Job created before the gate was requested?)'
-  if (p.state.startsWith('waiting')) {
-    const hint = /ContainerCreating|CreateContainerConfigError/.test(p.state)
-      ? ` (is Secret ${GATE_SECRET} in the namespace?)`
-      : ''
-    return `not running: ${p.state}${hint}`
-  }
-  if (p.state.startsWith('terminated')) return `stopped: ${p.state}`
-  if (p.ready) return 'open: admitting background requests'
-  return p.started
-    ? 'closed: refusing background requests (preempted, or foreground demand out of sight)'
-    : 'starting: background refused until it sees foreground demand'
-}
-
-function gateView(input: ExplainInput): GateView | undefined {
-  const b = input.observed.backfill
-  if (!b) return undefined
-  const { settings, problem } = gateSettings(b)
-  if (!settings && !problem) return undefined
-  const template = input.observed.template
-  return {
-    requested: settings
-      ? `${settings.endpointEnv} through the gate, engine ${settings.engine}, at most ${settings.maxInFlight} in flight`
-      : 'requested with a bad setting',
-    problem: problem ?? (template.found ? template.gate : undefined),
-    pods: (input.gatePods ?? []).map((p) => ({
-      pod: p.pod,
-      gate: `${gateState(p)}${p.restarts ? `; restarted ${p.restarts}×` : ''}`,
-    })),
-  }
-}
-
-/** Reduces a pod to its gate container's status (what gatePods carries). */
-export function gatePodSeen(pod: {
-  metadata?: { name?: string }
-  status?: {
-    phase?: string
-    initContainerStatuses?: {
-      name: string
-      ready: boolean
-      started?: boolean
-      restartCount: number
-      state?: { running?: object; waiting?: { reason?: string }; terminated?: { reason?: string } }
-    }[]
-  }
-}): GatePodSeen {
-  const c = pod.status?.initContainerStatuses?.find((s) => s.name === GATE_CONTAINER)
-  const state = !c
-    ? pod.status?.phase === 'Pending'
-      ? 'waiting: pod Pending (not scheduled or not started)'
-      : 'absent'
-    : c.state?.running
-      ? 'running'
-      : c.state?.waiting
-        ? `waiting: ${c.state.waiting.reason ?? '?'}`
-        : c.state?.terminated
-          ? `terminated: ${c.state.terminated.reason ?? '?'}`
-          : 'waiting: ?'
-  return {
-    pod: pod.metadata?.name ?? '?',
-    phase: pod.status?.phase,
-    started: c?.started,
-    ready: c?.ready,
-    state,
-    restarts: c?.restartCount,
-  }
 }
 
 /** Where the last foreground signal came from: the evidence an operator can check by hand. */
@@ -220,7 +129,7 @@ export function explain(input: ExplainInput): Explanation {
     node: b.status?.nodeName,
   }
   out.counters = s?.counters
-  out.backgroundGate = gateView(input)
+  out.backgroundGate = gateView(o, input.gatePods)
   const inFlight = s?.jobName && (s.phase === 'Starting' || s.phase === 'Running' || s.phase === 'Cancelling')
   if (inFlight && s?.jobName) {
     const job = o.job
@@ -448,75 +357,4 @@ export function lastCancel(input: ExplainInput): LastCancel | undefined {
     latencyMs: Number.isFinite(latency) ? Math.round(latency) : undefined,
     source: fromHistory ? 'KV history (Cancelling revision)' : 'Event BackfillCancelled',
   }
-}
-
-const MARK: Record<Verdict, string> = {
-  pass: 'ok',
-  wait: 'WAIT',
-  blocked: 'BLOCKED',
-  cancels: 'CANCELS',
-  unknown: '?',
-  'not-reached': '-',
-}
-
-export function renderExplanation(e: Explanation): string {
-  const lines: string[] = []
-  const now = Date.parse(e.now)
-  lines.push(`ModelBackfill ${e.namespace}/${e.name}`)
-  if (!e.exists) {
-    lines.push('  not found')
-    return lines.join('\n')
-  }
-  const st = e.status ?? {}
-  lines.push(
-    `  status      ${st.phase ?? '(none yet)'}/${st.reason ?? '-'}, ${st.attempts ?? 0} attempt(s)${st.jobName ? `, Job ${st.jobName}` : ''}`,
-  )
-  if (st.message) lines.push(`              ${st.message}`)
-  if (e.attempt)
-    lines.push(`  attempt     Job ${e.attempt.jobName} (${e.attempt.job}); the gates below say what would cancel it`)
-  lines.push('Gates (admission order):')
-  const width = Math.max(...e.gates.map((g) => g.gate.length))
-  for (const g of e.gates) lines.push(`  ${MARK[g.verdict].padEnd(8)}${g.gate.padEnd(width + 2)}${g.evidence}`)
-  if (e.nextTimer) {
-    const at = e.nextTimer.at ? `${e.nextTimer.in} (${e.nextTimer.at})` : 'due time not recorded'
-    lines.push(
-      `Next timer:   ${at}; schedule ${e.nextTimer.stored ? `stored in FLEXINFER_TIMERS${e.nextTimer.schedule ? ` (${e.nextTimer.schedule})` : ''}` : 'not stored (fired or none)'}`,
-    )
-  } else {
-    lines.push('Next timer:   none armed')
-  }
-  const c = e.lastCancel
-  if (c) {
-    const parts = [`Job ${c.jobName ?? '?'}, ${c.reason}`]
-    if (c.triggerAt) parts.push(`trigger at ${c.triggerAt} (${relative(Date.parse(c.triggerAt), now)})`)
-    if (c.cancelRequestedAt && c.triggerAt)
-      parts.push(`cancel requested +${human(Date.parse(c.cancelRequestedAt) - Date.parse(c.triggerAt))}`)
-    if (c.recordedAt) parts.push(`recorded ${c.recordedAt}`)
-    if (c.latencyMs !== undefined) parts.push(`latency ${human(c.latencyMs)} (trigger → Job deleted and recorded)`)
-    lines.push(`Last cancel:  ${parts.join('; ')} [${c.source}]`)
-  } else {
-    lines.push('Last cancel:  none recorded')
-  }
-  if (e.counters) {
-    const p = Object.entries(e.counters.preemptions)
-      .filter(([, n]) => n)
-      .map(([k, n]) => `${k} ${n}`)
-      .join(', ')
-    lines.push(
-      `Counters:     starts ${e.counters.starts}, succeeded ${e.counters.success}, failed ${e.counters.failed}, preemptions ${p || '0'}, useful ${human(e.counters.usefulSeconds * 1000)}`,
-    )
-  }
-  const g = e.backgroundGate
-  if (g) {
-    lines.push(`Background gate: ${g.requested}${g.problem ? `; BLOCKS: ${g.problem}` : ''}`)
-    for (const p of g.pods) lines.push(`  pod ${p.pod}: ${p.gate}`)
-    if (e.attempt && !g.pods.length) lines.push('  no pod of the attempt seen yet')
-  }
-  if (e.decideNow) {
-    const d = e.decideNow
-    lines.push(
-      `Now:          admit would ${d.wouldCreateJob ? 'ADMIT it' : 'keep it'} ${d.phase}/${d.reason}: ${d.message}`,
-    )
-  }
-  return lines.join('\n')
 }

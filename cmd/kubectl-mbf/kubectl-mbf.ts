@@ -3,7 +3,8 @@
 // Errors are one line on stderr and a non-zero exit: 2 for a usage error, 1 for anything unreachable or failing.
 import { pathToFileURL } from 'node:url'
 import { type Args, parseArgs, USAGE, UsageError } from './args.js'
-import { explain, renderExplanation } from './explain.js'
+import { explain } from './explain.js'
+import { renderExplanation } from './explain-render.js'
 import {
   allIdle,
   allStates,

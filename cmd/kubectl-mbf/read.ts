@@ -39,7 +39,8 @@ import { Kube } from '../../pkg/kube/client.js'
 import { observe } from '../../pkg/reconcile/observe.js'
 import type { Deps } from '../../pkg/transport/function.js'
 import type { Args } from './args.js'
-import { type CancelRequestSeen, type EventSeen, type ExplainInput, gatePodSeen } from './explain.js'
+import type { CancelRequestSeen, EventSeen, ExplainInput } from './explain.js'
+import { gatePodSeen } from './explain-gate.js'
 
 /** A failure the user can act on: printed as one line, exit code 1. */
 export class ReachError extends Error {}

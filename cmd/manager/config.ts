@@ -16,79 +16,24 @@ import { kubeRequestTimeoutMs } from '../../pkg/kube/deadline.js'
 import { parseWatchNamespaces } from '../../pkg/kube/scope.js'
 import { HANDOVER_MS } from '../../pkg/observability/exporter-lease.js'
 import { type TracingOptions, tracingConfigured } from '../../pkg/observability/tracing.js'
+import { DEFAULT_BACKOFF_MAX_MS, DEFAULT_BACKOFF_MS, DEFAULT_MAX_DELIVER } from '../../pkg/transport/consumers.js'
 import type { ProcessOptions } from '../../pkg/transport/deps.js'
 import type { Settings } from '../../pkg/transport/function.js'
 import {
-  DEFAULT_BACKOFF_MAX_MS,
-  DEFAULT_BACKOFF_MS,
-  DEFAULT_MAX_DELIVER,
-} from '../../pkg/transport/jetstream-adapter.js'
-
-export type Env = Readonly<Record<string, string | undefined>>
-
-/** One variable: its raw value (undefined when unset) to its parsed value, or a problem (a string) to report. */
-type Parse<T> = (raw: string | undefined, env: Env) => T | { problem: string }
-
-const problem = (text: string) => ({ problem: text })
-const isProblem = (v: unknown): v is { problem: string } =>
-  typeof v === 'object' && v !== null && 'problem' in v && Object.keys(v).length === 1
-/** Unset and empty are the same: a manifest that sets `VALUE: ""` means "the default". */
-const blank = (raw: string | undefined) => raw === undefined || raw.trim() === ''
-
-/** A whole number in [min, max]; `fallback` when unset or empty. */
-const int =
-  (fallback: number, min: number, max = Number.MAX_SAFE_INTEGER, what = `a whole number from ${min}`) =>
-  (name: string): Parse<number> =>
-  (raw) => {
-    if (blank(raw)) return fallback
-    const n = Number((raw as string).trim())
-    return Number.isInteger(n) && n >= min && n <= max ? n : problem(`${name} must be ${what}, not "${raw}"`)
-  }
-const optionalPositive =
-  (name: string): Parse<number | undefined> =>
-  (raw) => {
-    if (blank(raw)) return undefined
-    const n = Number(raw)
-    return Number.isInteger(n) && n > 0 ? n : problem(`${name} must be a positive integer, not "${raw}"`)
-  }
-const oneOf =
-  <T extends string>(values: readonly T[], fallback: T) =>
-  (name: string): Parse<T> =>
-  (raw) => {
-    if (blank(raw)) return fallback
-    const v = (raw as string).trim()
-    return (values as readonly string[]).includes(v)
-      ? (v as T)
-      : problem(`${name} must be one of ${values.join(' | ')}, not "${raw}"`)
-  }
-/** A flag that is on unless set to exactly "false" (as every such flag has always been read). */
-const unlessFalse = (raw: string | undefined) => raw !== 'false'
-const text = (raw: string | undefined) => raw
-const nonEmpty = (raw: string | undefined) => raw || undefined
-const httpUrl =
-  (name: string, what: string): Parse<string | undefined> =>
-  (raw) => {
-    if (blank(raw)) return undefined
-    const value = (raw as string).trim()
-    let url: URL | undefined
-    try {
-      url = new URL(value)
-    } catch {
-      url = undefined
-    }
-    if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:'))
-      return problem(`${name} must be ${what}, not "${value}"`)
-    return url.href
-  }
-const thrown =
-  <T>(parse: (raw: string | undefined) => T): Parse<T> =>
-  (raw) => {
-    try {
-      return parse(raw)
-    } catch (err) {
-      return problem((err as Error).message)
-    }
-  }
+  blank,
+  type Env,
+  httpUrl,
+  int,
+  isProblem,
+  nonEmpty,
+  oneOf,
+  optionalPositive,
+  type Parse,
+  problem,
+  text,
+  thrown,
+  unlessFalse,
+} from './config-parse.js'
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
@@ -105,7 +50,8 @@ interface Setting {
 
 /**
  * Every setting: its variable, what it means, who reads it, and how it is parsed (with its default). `--help`
- * (main.ts, renderUsage) and docs/reference/settings.md (dev/tools/docs/generate.ts) are rendered from this table.
+ * (main.ts, usage.ts renderUsage) and docs/reference/settings.md (dev/tools/docs/generate.ts) are rendered from this
+ * table.
  */
 export const SETTINGS = {
   natsUrl: {
@@ -494,26 +440,4 @@ export function tracingOptions(config: Config): TracingOptions | undefined {
   if (!config.tracing) return undefined
   const fn = config.function
   return { serviceName: config.otelServiceName ?? (fn ? `model-backfill-${fn}` : 'model-backfill') }
-}
-
-/** The `--help` text of the settings: one entry per variable, wrapped, without Markdown. */
-export function renderUsage(width = 118): string {
-  const plain = (t: string) => t.replaceAll('`', '')
-  const entry = (env: string, doc: string, who: string, shown?: string) => {
-    const words = `${plain(doc)}${shown === undefined ? '' : ` Default ${shown}.`} Read by: ${who}.`.split(' ')
-    const lines: string[] = []
-    let line = ''
-    for (const word of words) {
-      if (line && 6 + line.length + word.length + 1 > width) {
-        lines.push(line)
-        line = word
-      } else line = line ? `${line} ${word}` : word
-    }
-    lines.push(line)
-    return [`  ${env}`, ...lines.map((l) => `      ${l}`)].join('\n')
-  }
-  return [
-    ...Object.values(SETTINGS).map((s) => entry(s.env, s.doc, s.who, 'shown' in s ? s.shown : undefined)),
-    ...OTHER_SETTINGS.map((s) => entry(s.env, s.doc, s.who)),
-  ].join('\n')
 }

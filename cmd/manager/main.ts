@@ -11,7 +11,8 @@ import { readFileSync } from 'node:fs'
 // is names and loaders only: it imports no function's code.
 import { FUNCTION_NAMES, functionLoaders, loadFunction } from '../../functions/registry.js'
 import { createLogger, setLogLevel } from '../../pkg/observability/log.js'
-import { type Config, loadConfig, processSettings, renderUsage, tracingOptions } from './config.js'
+import { type Config, loadConfig, processSettings, tracingOptions } from './config.js'
+import { renderUsage } from './usage.js'
 
 const usage = () => `model-backfill: event functions for opportunistic model backfill
 

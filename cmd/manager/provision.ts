@@ -13,8 +13,8 @@ import { consumerName } from '../../pkg/jetstream/names.js'
 import { streamConfigs } from '../../pkg/jetstream/streams.js'
 import type { Logger } from '../../pkg/observability/log.js'
 import { createBridge } from '../../pkg/transport/bridge.js'
+import { ensureConsumers } from '../../pkg/transport/consumers.js'
 import type { EventFunction, Settings } from '../../pkg/transport/function.js'
-import { ensureConsumers } from '../../pkg/transport/jetstream-adapter.js'
 import { type Config, loadConfig, processSettings } from './config.js'
 
 /** Durable consumers an older release made that nothing reads any more (they would hold messages forever). */

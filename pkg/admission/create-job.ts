@@ -97,7 +97,7 @@ export async function createAttemptJob(
     // Foreground wins at once: admit deleted the Job it had just created (only that one, by its UID) rather than
     // leaving it to demand → cancel, and the attempt is recorded as preempted — by the request that raced the POST,
     // or, when the read after the POST failed and no request could be ruled out, by the fail-safe's reason.
-    let cancel: Trigger
+    let cancel: Extract<Trigger, { type: 'cancel' }>
     if (outcome.kind === 'racedAfter') {
       const at = outcome.lastRequestAt
       if (outcome.deleted === 'deleted') {
@@ -115,6 +115,9 @@ export async function createAttemptJob(
       )
       cancel = { type: 'cancel', reason: FAILSAFE_REASON, at: new Date(deps.now()).toISOString() }
     }
+    // The DELETE of the Job just created was accepted: the decision made on this trigger records the cancel without
+    // ordering that DELETE again (a Job of another UID under the name, or one the DELETE missed, is still deleted).
+    if (outcome.deleted === 'deleted' && outcome.uid !== undefined) cancel.deletedUid = outcome.uid
     // The attempt did start (and is about to be recorded as cancelled): the Event that tells its start still belongs.
     for (const e of d.actions) {
       if (e.type === 'recordEvent' && e.startedJob === action.jobName) {

@@ -184,6 +184,8 @@ export type PostOutcome =
       kind: 'unobserved'
       why: string
       deleted: DeleteResult
+      /** The UID of the Job created and then deleted. */
+      uid?: string
       result: 'created' | 'exists'
       postAt: number
       postMs: number
@@ -193,6 +195,8 @@ export type PostOutcome =
       kind: 'racedAfter'
       lastRequestAt: string
       deleted: DeleteResult
+      /** The UID of the Job created and then deleted. */
+      uid?: string
       result: 'created' | 'exists'
       postAt: number
       postMs: number
@@ -246,12 +250,12 @@ export async function post(
     // observed: the Job just created goes at once, before its container does any work.
     const deleted = await ports.jobs.delete(namespace, jobName, uid)
     const why = err instanceof Error ? err.message : String(err)
-    return { kind: 'unobserved', why, deleted, result, postAt, postMs }
+    return { kind: 'unobserved', why, deleted, uid, result, postAt, postMs }
   }
   timings?.mark('afterPostRead')
   if (racedAdmission(state, after.at)) {
     const deleted = await ports.jobs.delete(namespace, jobName, uid)
-    return { kind: 'racedAfter', lastRequestAt: after.at as string, deleted, result, postAt, postMs }
+    return { kind: 'racedAfter', lastRequestAt: after.at as string, deleted, uid, result, postAt, postMs }
   }
   return { kind: 'created', result, uid, postAt, postMs }
 }

@@ -3,17 +3,15 @@
 //
 // Every NATS call on the handler path has a deadline of the client's: JetStream publishes and API requests 5 s,
 // KV operations 2 s (nats.js defaults); acks and msg.working() are plain publishes that cannot block.
-import { AckPolicy, type ConsumerMessages, DeliverPolicy, type JsMsg } from '@nats-io/jetstream'
+import { AckPolicy, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream'
 import { decode } from '../../events/codec.js'
-import { migrateAckPolicy, type Retried } from '../jetstream/consumer-migration.js'
 import { headerSafe } from '../jetstream/dead-letter-headers.js'
-import { acrossLeaderChange, isNotFound, PROVISION_DEADLINE_MS } from '../jetstream/errors.js'
 import { consumerName } from '../jetstream/names.js'
-import { awaitProvisioned } from '../jetstream/topology.js'
-import { AckFloor, type FloorMsg } from './ack-floor.js'
-import type { Deps, EventFunction, HandleContext, Settings } from './function.js'
+import { AckFloor } from './ack-floor.js'
+import { backoffMs, bindConsumers, type ConsumerOptions, DEFAULT_MAX_DELIVER, ensureConsumers } from './consumers.js'
+import { Delivery } from './delivery.js'
+import type { Deps, EventFunction } from './function.js'
 import { failedOutcome, handleEvent } from './process-event.js'
-import { type ReplyFields, readReplySubject } from './reply-subject.js'
 
 /**
  * Lifetime of each pull request. A pull waits on the consumer's leader; when that nats-server dies (kill -9 on a
@@ -31,38 +29,9 @@ export const PULL_EXPIRES_MS = 4_000
  */
 export const PULL_HEARTBEAT_MS = 500
 
-/**
- * The retry budget of a failing event, ~62 s by default: MAX_DELIVER deliveries, naked with a doubling backoff from
- * RETRY_BACKOFF_MS up to RETRY_BACKOFF_MAX_MS, then dead-lettered (Deps.settings overrides them: tests shorten it).
- */
-export const DEFAULT_MAX_DELIVER = 8
-export const DEFAULT_BACKOFF_MS = 250
-export const DEFAULT_BACKOFF_MAX_MS = 30_000
-/** The default budget (MAX_DELIVER unset). */
-export const MAX_DELIVER = DEFAULT_MAX_DELIVER
-/**
- * The server's delivery limit on every durable consumer, a little above MAX_DELIVER: an event that can never be
- * dead-lettered (the publish keeps failing) stops being redelivered; without it such poison messages cycled
- * forever and, enough of them, filled max_ack_pending and stopped the consumer.
- */
-export const consumerMaxDeliver = (maxDeliver = DEFAULT_MAX_DELIVER) => maxDeliver + 3
-/** The consumers' delivery limit with the default MAX_DELIVER. */
-export const CONSUMER_MAX_DELIVER = consumerMaxDeliver()
-export const ACK_WAIT_MS = 30_000
-/** The delay before a failed event's next delivery, from the process's settings (RETRY_BACKOFF_MS, ..._MAX_MS). */
-const backoffMs = (settings: Settings | undefined, deliveries: number) =>
-  Math.min(
-    settings?.retryBackoffMaxMs ?? DEFAULT_BACKOFF_MAX_MS,
-    (settings?.retryBackoffMs ?? DEFAULT_BACKOFF_MS) * 2 ** Math.min(deliveries, 7),
-  )
-
-export interface JetStreamOptions {
-  /** ack_wait of the consumers ensureConsumers creates or updates (default 30 s). */
-  ackWaitMs?: number
+export interface JetStreamOptions extends ConsumerOptions {
   /** Delay before an event whose dead-letter publish failed is delivered again (default 1 s). */
   deadLetterRetryMs?: number
-  /** How long a consumer migration waits for in-flight messages to be acked (pkg/jetstream/consumer-migration.ts). */
-  migrationSettleMs?: number
   /** How long a running handler's message is kept alive (default MAX_HANDLER_ACK_WAITS ack waits). */
   maxHandlerMs?: number
 }
@@ -86,71 +55,6 @@ export interface RunningFunction {
   stats: { handled: number; deadLettered: number; retried: number; dropped: number }
   /** Delivered messages held for a free handler (not yet started). */
   waiting(): number
-}
-
-/** Creates or updates the function's durable consumers (the provision step, and every process run locally). */
-export async function ensureConsumers(
-  deps: Pick<Deps, 'bus'> & { log?: Deps['log']; settings?: Settings },
-  fn: EventFunction,
-  opts: JetStreamOptions = {},
-) {
-  for (const sub of fn.subscriptions) {
-    const durable = consumerName(fn.name, sub.stream)
-    const config = {
-      durable_name: durable,
-      ack_policy: fn.ackAll ? AckPolicy.All : AckPolicy.Explicit,
-      ack_wait: (opts.ackWaitMs ?? ACK_WAIT_MS) * 1_000_000,
-      max_deliver: consumerMaxDeliver(deps.settings?.maxDeliver),
-      max_ack_pending: fn.maxAckPending ?? Math.max(1000, fn.concurrency * 2),
-      filter_subjects: sub.subjects,
-    }
-    // Each server call rides out a leader change (an election, a server rolling, a consumer moving after its stream
-    // was scaled: pkg/jetstream/streams.ts ensureStreams) and is idempotent, so one whose reply was lost — it may have
-    // taken effect all the same — is simply asked again (an add repeated with the same config answers the consumer it
-    // made).
-    const retried: Retried = (call) =>
-      acrossLeaderChange(`provisioning consumer ${durable} on ${sub.stream}`, call, PROVISION_DEADLINE_MS)
-    const info = () => retried(() => deps.bus.jsm.consumers.info(sub.stream, durable))
-    let existing = await info().catch((err) => {
-      if (isNotFound(err)) return undefined
-      throw err
-    })
-    if (!existing) {
-      const deliver_policy = sub.deliverNew ? DeliverPolicy.New : DeliverPolicy.All
-      const created = await retried(() => deps.bus.jsm.consumers.add(sub.stream, { ...config, deliver_policy })).catch(
-        (err) => {
-          // Created meanwhile with another config (another process provisioning): brought to this one below.
-          if (/consumer already exists/i.test(String(err?.message))) return undefined
-          throw err
-        },
-      )
-      if (created) continue
-      existing = await info()
-    }
-    // The ack policy cannot change in place: the consumer is re-created where the old one stopped.
-    if (existing.config.ack_policy !== config.ack_policy)
-      await migrateAckPolicy(deps.bus.jsm, existing, config, {
-        log: deps.log,
-        settleMs: opts.migrationSettleMs,
-        retried,
-      })
-    else await retried(() => deps.bus.jsm.consumers.update(sub.stream, durable, config))
-  }
-}
-
-/** Deployed (NATS_PROVISION=false): the provision step made the consumers; wait for them, never create one. */
-async function bindConsumers(deps: Deps, fn: EventFunction) {
-  for (const sub of fn.subscriptions) {
-    const durable = consumerName(fn.name, sub.stream)
-    await awaitProvisioned(
-      `consumer ${durable} on ${sub.stream}`,
-      () => deps.bus.jsm.consumers.info(sub.stream, durable),
-      {
-        ...deps.bus.topology,
-        log: deps.log,
-      },
-    )
-  }
 }
 
 /** A bounded FIFO with O(1) shift (an array shift is O(n) at thousands waiting). */
@@ -179,57 +83,6 @@ export class WaitQueue<T> {
   }
   forEach(f: (item: T) => void) {
     for (let i = this.head; i < this.items.length; i++) f(this.items[i] as T)
-  }
-}
-
-/** Scratch for a reply subject's fields (read synchronously, copied out at once). */
-const REPLY: ReplyFields = { streamSeq: 0, storedAtMs: 0 }
-
-/**
- * One delivered message from its arrival to its end: waiting for a handler, then handled. One object per message and
- * no closures: demand takes tens of thousands of foreground requests a second, where allocations per message and
- * their collection would cost more CPU than the handling itself. It is what an AckAll floor tracks, the keep-alive's
- * entry, and the handler's context (its place among the function's `concurrency`, given back once).
- */
-class Delivery implements HandleContext, FloorMsg {
-  /** The keep-alive tick it arrived in, then the one its handler started in. */
-  tick: number
-  /** No longer kept alive: its handler ran too long. */
-  stuck = false
-  private holding = false
-  readonly seq: number
-  /** When the stream stored it (epoch ms). */
-  readonly storedAtMs: number
-  constructor(
-    readonly msg: JsMsg,
-    readonly floor: AckFloor<Delivery> | undefined,
-    tick: number,
-    private readonly free: () => void,
-  ) {
-    this.tick = tick
-    // nats.js's message has the subject (`reply`), though its type does not say so; without it, nats.js's parse.
-    const reply = (msg as { reply?: unknown }).reply
-    if (typeof reply === 'string' && readReplySubject(reply, REPLY)) {
-      this.seq = REPLY.streamSeq
-      this.storedAtMs = REPLY.storedAtMs
-    } else {
-      // Not a form read above: nats.js's parse (which throws, saying why, for what is no JetStream delivery).
-      this.seq = msg.info.streamSequence
-      this.storedAtMs = msg.info.timestampNanos / 1e6
-    }
-  }
-  ack() {
-    this.msg.ack()
-  }
-  /** Its handler starts: it holds a place until release(). */
-  hold(tick: number) {
-    this.tick = tick
-    this.holding = true
-  }
-  release() {
-    if (!this.holding) return
-    this.holding = false
-    this.free()
   }
 }
 

@@ -2,7 +2,9 @@
 // support, states produced by decide itself), `get` rows and `top`'s idle ratio and metrics parsing.
 import { describe, expect, it } from 'vitest'
 import { parseArgs, UsageError } from '../../cmd/kubectl-mbf/args.js'
-import { type ExplainInput, explain, gatePodSeen, renderExplanation } from '../../cmd/kubectl-mbf/explain.js'
+import { type ExplainInput, explain } from '../../cmd/kubectl-mbf/explain.js'
+import { gatePodSeen } from '../../cmd/kubectl-mbf/explain-gate.js'
+import { renderExplanation } from '../../cmd/kubectl-mbf/explain-render.js'
 import { human, table } from '../../cmd/kubectl-mbf/format.js'
 import { getRow, idleShare, metricsByModel, renderGet, topRows } from '../../cmd/kubectl-mbf/views.js'
 import { everyCheck } from '../../pkg/core/decide.js'

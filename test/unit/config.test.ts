@@ -2,14 +2,8 @@
 // named by its variable, all of them at once; and the settings `--help` (cmd/manager/main.ts) documents are the ones read.
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import {
-  ConfigError,
-  loadConfig,
-  processSettings,
-  renderUsage,
-  SETTING_NAMES,
-  tracingOptions,
-} from '../../cmd/manager/config.js'
+import { ConfigError, loadConfig, processSettings, SETTING_NAMES, tracingOptions } from '../../cmd/manager/config.js'
+import { renderUsage } from '../../cmd/manager/usage.js'
 import { FAILSAFE_BLIND_MS } from '../../pkg/core/fail-safe.js'
 import { RESYNC_MS } from '../../pkg/core/resync.js'
 import { HANDOVER_MS } from '../../pkg/observability/exporter-lease.js'

@@ -9,31 +9,16 @@
 // the backfill are dropped (its reaction to the new Job cancels it too; in the failover run it was behind). The
 // servers are real. The
 // oracle is the test's own watch. Seen failing without cancel's wait: the Job lived 2.9 s (175 ms with it).
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
-import { hook, watchJobs } from '../support/job-watch.js'
-import { type SplitSystem, startSplitSystem } from '../support/runner.js'
+import { useSplitBackfillSystem } from '../support/backfill-system.js'
+import { waitUntil } from '../support/backfill-world.js'
 
 const env = useTestEnv()
-let system: SplitSystem
-let world: BackfillWorld
-let jobWatch: Awaited<ReturnType<typeof watchJobs>> | undefined
-const restore: (() => void)[] = []
-
-beforeAll(async () => {
-  system = await startSplitSystem(env)
-  world = new BackfillWorld(env.kc, env.namespace, env.nc)
-  jobWatch = await watchJobs(env.kc, env.namespace)
-})
-afterAll(async () => {
-  for (const undo of restore.splice(0)) undo()
-  jobWatch?.stop()
-  world?.close()
-  await system?.stop()
-})
+const sys = useSplitBackfillSystem(env, { watchJobs: true })
 
 it('a request on the foreground subject during the Job POST: the Job is deleted as soon as it exists', async () => {
+  const { split: system, world, jobs } = sys
   const { backfill, model, template, node } = world.names('post-race')
   await world.model(model, { node })
   await world.template(template)
@@ -44,54 +29,39 @@ it('a request on the foreground subject during the Job POST: the Job is deleted 
       if (cancelledAt === undefined && m.string().includes(`"backfill":"${backfill}"`)) cancelledAt = Date.now()
     },
   })
-  restore.push(() => sub.unsubscribe())
+  sys.atEnd(() => sub.unsubscribe())
   let storedAt: number | undefined
-  restore.push(
-    hook(system.admit.deps.kube, 'createJob', (original) => async (job) => {
-      if (storedAt === undefined && job.metadata?.ownerReferences?.[0]?.name === backfill) {
-        // The POST is slow (an apiserver under load): the request is stored, demand cancels, cancel finds no Job
-        // and its bookkeeping runs — all before the POST is answered.
-        storedAt = await world.foregroundOnDocumentedSubject(model)
-        await waitUntil('demand to cancel the attempt', async () => cancelledAt, 10_000)
-        await new Promise((r) => setTimeout(r, 1_500))
-      }
-      return original(job)
-    }),
-  )
-  const bus = system.lifecycle.deps.bus
-  restore.push(
-    hook(
-      bus,
-      'publish',
-      (original) =>
-        (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
-          if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
-          return (original as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
-        }) as typeof bus.publish,
-    ),
-  )
+  sys.hook(system.admit.deps.kube, 'createJob', (original) => async (job) => {
+    if (storedAt === undefined && job.metadata?.ownerReferences?.[0]?.name === backfill) {
+      // The POST is slow (an apiserver under load): the request is stored, demand cancels, cancel finds no Job
+      // and its bookkeeping runs — all before the POST is answered.
+      storedAt = await world.foregroundOnDocumentedSubject(model)
+      await waitUntil('demand to cancel the attempt', async () => cancelledAt, 10_000)
+      await new Promise((r) => setTimeout(r, 1_500))
+    }
+    return original(job)
+  })
+  sys.dropCancels(system.lifecycle.deps.bus, backfill)
   // cancel's bookkeeping (its reconcile) reads the backfill's state first: slow, as under load.
   const states = system.cancel.deps.bus.kv.backfills
-  restore.push(
-    hook(
-      states,
-      'get',
-      (original) =>
-        (async (key: string, ...rest: unknown[]) => {
-          if (key.endsWith(`.${backfill}`)) await new Promise((r) => setTimeout(r, 4_000))
-          return (original as (...a: unknown[]) => ReturnType<typeof states.get>)(key, ...rest)
-        }) as typeof states.get,
-    ),
+  sys.hook(
+    states,
+    'get',
+    (original) =>
+      (async (key: string, ...rest: unknown[]) => {
+        if (key.endsWith(`.${backfill}`)) await new Promise((r) => setTimeout(r, 4_000))
+        return (original as (...a: unknown[]) => ReturnType<typeof states.get>)(key, ...rest)
+      }) as typeof states.get,
   )
 
   await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
-  const job = await waitUntil('the Job created', async () => jobWatch?.of(backfill)[0])
+  const job = await waitUntil('the Job created', async () => jobs.of(backfill)[0])
   const deletingAt = await waitUntil('the Job deleted', async () => job.deletingAt, 20_000)
   const liveMs = deletingAt - job.addedAt
   process.stderr.write(`[cancel-during-post] Job seen live for ${liveMs} ms (watch ADDED → deletion)\n`)
   // At once (generous: the machine is loaded), not at some later decision.
   expect(liveMs).toBeLessThan(1_500)
   // And nothing of it is left running.
-  const live = jobWatch?.of(backfill).filter((j) => j.deletingAt === undefined)
+  const live = jobs.of(backfill).filter((j) => j.deletingAt === undefined)
   expect(live).toEqual([])
 })

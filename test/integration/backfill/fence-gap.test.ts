@@ -3,58 +3,36 @@
 // request stored in that gap got a Job created over it, left to demand → cancel seconds later. Each scenario slows
 // one step of the running system (a test hook around a real call: the servers are real) and publishes a request in
 // the gap. The oracle is the test's own: a watch on the namespace's Jobs and the request's JetStream store time.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { Runner } from '../../../cmd/manager/runner.js'
+import { describe, expect, it } from 'vitest'
 import { lastRequestAt } from '../../../pkg/admission/fence.js'
 import type { BackfillState } from '../../../pkg/core/state.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, handledAll, ms, waitUntil } from '../support/backfill-world.js'
-import { hook as hookCall, watchJobs } from '../support/job-watch.js'
-import { startTestRunner, testInstance } from '../support/runner.js'
+import { useBackfillSystem } from '../support/backfill-system.js'
+import { handledAll, ms, waitUntil } from '../support/backfill-world.js'
 
 const env = useTestEnv()
-let runner: Runner
-let world: BackfillWorld
-let jobWatch: Awaited<ReturnType<typeof watchJobs>> | undefined
-const restore: (() => void)[] = []
-
-beforeAll(async () => {
-  runner = await startTestRunner(env, { instance: testInstance() })
-  world = new BackfillWorld(env.kc, env.namespace, env.nc)
-  jobWatch = await watchJobs(env.kc, env.namespace)
-})
-afterAll(async () => {
-  for (const undo of restore.splice(0)) undo()
-  jobWatch?.stop()
-  world?.close()
-  await runner?.stop()
-})
-
-const jobsSeenOf = (backfill: string) => jobWatch?.of(backfill) ?? []
-
-/** A hook for this test file (support/job-watch.ts); undone in afterAll. */
-function hook<T extends object, K extends keyof T>(obj: T, key: K, wrap: (original: T[K]) => T[K]) {
-  restore.push(hookCall(obj, key, wrap))
-}
+const sys = useBackfillSystem(env, {}, { watchJobs: true })
+const jobsSeenOf = (backfill: string) => sys.jobs.of(backfill)
 
 /** The time NATS stored a foreground request published now (the leader's store time, read back by sequence). */
 async function foregroundStoredAt(model: string): Promise<number> {
-  await world.foreground(model)
-  const at = await lastRequestAt(runner.deps.bus.jsm, env.namespace, model)
+  await sys.world.foreground(model)
+  const at = await lastRequestAt(sys.runner.deps.bus.jsm, env.namespace, model)
   if (!at) throw new Error('the request was not stored')
   return Date.parse(at)
 }
 
 describe('the fence → create gap', () => {
   it('a request stored while the admission is between its fence and its POST gets no Job', async () => {
+    const { runner, world } = sys
     const { backfill, model, template, node } = world.names('gap-before')
     await world.model(model, { node })
     await world.template(template)
     let storedAt: number | undefined
     // The slow step: the Starting state write that sits between the fence and the POST (slow under load).
     const kv = runner.deps.bus.kv.backfills
-    hook(
+    sys.hook(
       kv,
       'update',
       (original) =>
@@ -75,7 +53,7 @@ describe('the fence → create gap', () => {
     // Past the gap: the admission that passed the fence has been handled (its Job POSTed, or not), and the watch has
     // seen every Job change made until then.
     await handledAll(runner, ['admit'])
-    await jobWatch?.caughtUp()
+    await sys.jobs.caughtUp()
     // The chaos oracle's rule (dev/chaos/oracle.ts): a Job seen at c breaks the window of a request stored at s when
     // c - idleFor + 250 ms < s < c - 250 ms.
     const stored = storedAt as number
@@ -90,25 +68,17 @@ describe('the fence → create gap', () => {
   })
 
   it('a request stored while the POST is in flight: admit deletes the Job itself at once, without demand → cancel', async () => {
+    const { runner, world } = sys
     const { backfill, model, template, node } = world.names('gap-post')
     await world.model(model, { node })
     await world.template(template)
     let storedAt: number | undefined
     // Nothing else may cancel it: every cancel request for this backfill is dropped, so only admit's own re-check
     // after the create can delete the Job.
-    const bus = runner.deps.bus
-    hook(
-      bus,
-      'publish',
-      (original) =>
-        (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
-          if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
-          return (original as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
-        }) as typeof bus.publish,
-    )
+    sys.dropCancels(runner.deps.bus, backfill)
     // The slow step: the POST itself (an apiserver under load), with the request stored while it is in flight.
     const kube = runner.deps.kube
-    hook(
+    sys.hook(
       kube,
       'createJob',
       (original) =>

@@ -4,63 +4,29 @@
 // 317 ms after such a request). Now they also read the foreground subject's requests past the fence's cursor. Each
 // scenario slows one step of the running system (a hook around a real call; the servers are real) and publishes a
 // request on the foreground subject in the gap; the oracle is a watch on the Jobs and the request's store time.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { Runner } from '../../../cmd/manager/runner.js'
+import { describe, expect, it } from 'vitest'
 import type { BackfillState } from '../../../pkg/core/state.js'
 import { sleep } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, handledAll, waitUntil } from '../support/backfill-world.js'
-import { hook as hookCall, watchJobs } from '../support/job-watch.js'
-import { startTestRunner, testInstance } from '../support/runner.js'
+import { useBackfillSystem } from '../support/backfill-system.js'
+import { handledAll, waitUntil } from '../support/backfill-world.js'
 
 const env = useTestEnv()
-let runner: Runner
-let world: BackfillWorld
-let jobWatch: Awaited<ReturnType<typeof watchJobs>> | undefined
-const restore: (() => void)[] = []
-
-beforeAll(async () => {
-  runner = await startTestRunner(env, { instance: testInstance() })
-  world = new BackfillWorld(env.kc, env.namespace, env.nc)
-  jobWatch = await watchJobs(env.kc, env.namespace)
-})
-afterAll(async () => {
-  for (const undo of restore.splice(0)) undo()
-  jobWatch?.stop()
-  world?.close()
-  await runner?.stop()
-})
-
-const jobsSeenOf = (backfill: string) => jobWatch?.of(backfill) ?? []
-
-function hook<T extends object, K extends keyof T>(obj: T, key: K, wrap: (original: T[K]) => T[K]) {
-  restore.push(hookCall(obj, key, wrap))
-}
-
-/** Nothing but admission itself may delete the backfill's Job: every cancel request for it is dropped. */
-function dropCancels(backfill: string) {
-  const bus = runner.deps.bus
-  hook(
-    bus,
-    'publish',
-    (original) =>
-      (async (type: string, data: { backfill?: string }, ...rest: unknown[]) => {
-        if (type === 'ai.flexinfer.backfill.cancel' && data?.backfill === backfill) return
-        return (original as (...a: unknown[]) => Promise<unknown>)(type, data, ...rest)
-      }) as typeof bus.publish,
-  )
-}
+const sys = useBackfillSystem(env, {}, { watchJobs: true })
+const jobsSeenOf = (backfill: string) => sys.jobs.of(backfill)
 
 describe('a request on the foreground subject, stored after the fence', () => {
   it('stored between the fence and the POST: no Job is created over it', async () => {
+    const { runner, world } = sys
     const { backfill, model, template, node } = world.names('doc-before')
     await world.model(model, { node })
     await world.template(template)
-    dropCancels(backfill)
+    // Nothing but admission itself may delete the backfill's Job: every cancel request for it is dropped.
+    sys.dropCancels(runner.deps.bus, backfill)
     let storedAt: number | undefined
     // The slow step: the Starting state write between the fence and the POST.
     const kv = runner.deps.bus.kv.backfills
-    hook(
+    sys.hook(
       kv,
       'update',
       (original) =>
@@ -80,7 +46,7 @@ describe('a request on the foreground subject, stored after the fence', () => {
     // Past the gap: the admission that passed the fence has been handled (its Job POSTed, or not), and the watch has
     // seen every Job change made until then.
     await handledAll(runner, ['admit'])
-    await jobWatch?.caughtUp()
+    await sys.jobs.caughtUp()
     const stored = storedAt as number
     // The chaos oracle's rule: a Job seen at c breaks the window of a request stored at s when
     // c - idleFor + 250 ms < s < c - 250 ms.
@@ -89,13 +55,15 @@ describe('a request on the foreground subject, stored after the fence', () => {
   })
 
   it('stored while the POST is in flight: admit deletes the Job itself at once', async () => {
+    const { runner, world } = sys
     const { backfill, model, template, node } = world.names('doc-post')
     await world.model(model, { node })
     await world.template(template)
-    dropCancels(backfill)
+    // Nothing but admission itself may delete the backfill's Job: every cancel request for it is dropped.
+    sys.dropCancels(runner.deps.bus, backfill)
     let storedAt: number | undefined
     const kube = runner.deps.kube
-    hook(
+    sys.hook(
       kube,
       'createJob',
       (original) =>

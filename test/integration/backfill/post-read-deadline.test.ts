@@ -7,72 +7,53 @@
 // of the stream (held until the test ends), and cancel's DELETE of this backfill's Job is held the same way, so a
 // deletion seen by the test's watch is admit's own. Seen failing without the deadline: the Job lived until the test's
 // 10 s wait ended.
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { useTestEnv } from '../../env/fixture.js'
-import { BackfillWorld, waitUntil } from '../support/backfill-world.js'
-import { hook, watchJobs } from '../support/job-watch.js'
-import { type SplitSystem, startSplitSystem } from '../support/runner.js'
+import { useSplitBackfillSystem } from '../support/backfill-system.js'
+import { waitUntil } from '../support/backfill-world.js'
 
 const env = useTestEnv()
-let system: SplitSystem
-let world: BackfillWorld
-let jobWatch: Awaited<ReturnType<typeof watchJobs>> | undefined
-const restore: (() => void)[] = []
-/** Releases every call the test holds (NATS "answering" again) at the end. */
+const sys = useSplitBackfillSystem(env, { watchJobs: true })
+/** Releases every call the test holds (NATS "answering" again) at the end, after the hooks are undone. */
 const held: (() => void)[] = []
 const hold = () => new Promise<void>((r) => held.push(r))
-
-beforeAll(async () => {
-  system = await startSplitSystem(env)
-  world = new BackfillWorld(env.kc, env.namespace, env.nc)
-  jobWatch = await watchJobs(env.kc, env.namespace)
-})
-afterAll(async () => {
-  for (const undo of restore.splice(0)) undo()
+sys.atEnd(() => {
   for (const release of held.splice(0)) release()
-  jobWatch?.stop()
-  world?.close()
-  await system?.stop()
 })
 
 it('no answer to the read after the POST: admit deletes the Job it has just created', async () => {
+  const { split: system, world, jobs } = sys
   const { backfill, model, template, node } = world.names('post-read')
   await world.model(model, { node })
   await world.template(template)
   // admit's reads of the stream go unanswered from the moment its POST of this backfill's Job is answered.
   let silent = false
   const streams = system.admit.deps.bus.jsm.streams
-  restore.push(
-    hook(
-      streams,
-      'getMessage',
-      (original) =>
-        (async (...args: Parameters<typeof streams.getMessage>) => {
-          if (silent) await hold()
-          return original(...args)
-        }) as typeof streams.getMessage,
-    ),
+  sys.hook(
+    streams,
+    'getMessage',
+    (original) =>
+      (async (...args: Parameters<typeof streams.getMessage>) => {
+        if (silent) await hold()
+        return original(...args)
+      }) as typeof streams.getMessage,
   )
   let storedAt: number | undefined
-  restore.push(
-    hook(system.admit.deps.kube, 'createJob', (original) => async (job) => {
-      const ours = storedAt === undefined && job.metadata?.ownerReferences?.[0]?.name === backfill
-      if (ours) storedAt = await world.foregroundOnDocumentedSubject(model)
-      const created = await original(job)
-      if (ours) silent = true
-      return created
-    }),
-  )
+  sys.hook(system.admit.deps.kube, 'createJob', (original) => async (job) => {
+    const ours = storedAt === undefined && job.metadata?.ownerReferences?.[0]?.name === backfill
+    if (ours) storedAt = await world.foregroundOnDocumentedSubject(model)
+    const created = await original(job)
+    if (ours) silent = true
+    return created
+  })
   // demand → cancel, the other way this Job goes, is slow: cancel's DELETE of it waits (an apiserver behind).
-  restore.push(
-    hook(system.cancel.deps.kube, 'deleteJob', (original) => async (namespace, name, uid) => {
-      if (name.startsWith(`${backfill}-`)) await hold()
-      return original(namespace, name, uid)
-    }),
-  )
+  sys.hook(system.cancel.deps.kube, 'deleteJob', (original) => async (namespace, name, uid) => {
+    if (name.startsWith(`${backfill}-`)) await hold()
+    return original(namespace, name, uid)
+  })
 
   await world.backfill(backfill, { modelRef: model, templateRef: template, idleFor: '2s' })
-  const job = await waitUntil('the Job created', async () => jobWatch?.of(backfill)[0])
+  const job = await waitUntil('the Job created', async () => jobs.of(backfill)[0])
   const deletingAt = await waitUntil('the Job deleted', async () => job.deletingAt, 10_000)
   const afterRequestMs = deletingAt - (storedAt as number)
   process.stderr.write(
@@ -80,5 +61,5 @@ it('no answer to the read after the POST: admit deletes the Job it has just crea
   )
   // Within the second a raced admission is allowed (generous: the machine is loaded), by admit itself.
   expect(afterRequestMs).toBeLessThan(1_500)
-  expect(jobWatch?.of(backfill).filter((j) => j.deletingAt === undefined)).toEqual([])
+  expect(jobs.of(backfill).filter((j) => j.deletingAt === undefined)).toEqual([])
 })

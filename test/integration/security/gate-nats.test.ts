@@ -34,7 +34,10 @@ const asUser = (user: NatsUser) => open(nats.url(user))
 /** 'refused' when the server answers the subscription with a permissions violation, else 'allowed'. */
 async function subscribe(nc: NatsConnection, subject: string) {
   const sub = nc.subscribe(subject)
-  const closed = await Promise.race([sub.closed, new Promise((r) => setTimeout(() => r('open'), 1_000))])
+  // The server checks a SUB as it reads it, before the PING the flush sends after it: once the PONG is in (and the
+  // turn that read it is over), a refusal would have arrived.
+  const answered = nc.flush().then(() => new Promise((r) => setImmediate(() => r('open'))))
+  const closed = await Promise.race([sub.closed, answered])
   if (closed === 'open') return { verdict: 'allowed' as const, sub }
   return {
     verdict: /permissions violation/i.test(String((closed as Error)?.message))
@@ -42,11 +45,6 @@ async function subscribe(nc: NatsConnection, subject: string) {
       : ('closed' as const),
     sub,
   }
-}
-
-async function received(sub: { getReceived(): number }, ms = 300) {
-  await new Promise((r) => setTimeout(r, ms))
-  return sub.getReceived()
 }
 
 beforeAll(async () => {
@@ -67,7 +65,7 @@ describe('the gate NATS identity (deploy/nats/gates.conf)', () => {
     await gate.nc.flush()
     demand.nc.publish('flexinfer.preempt.team-a.gemma', '{}')
     await demand.nc.flush()
-    expect(await received(sub)).toBe(1)
+    await expect.poll(() => sub.getReceived(), { timeout: 2_000 }).toBe(1)
     expect(demand.errors).toEqual([])
   })
 
@@ -88,8 +86,11 @@ describe('the gate NATS identity (deploy/nats/gates.conf)', () => {
     const own = await subscribe(gate.nc, 'flexinfer.preempt.team-a.>')
     const demand = await asUser('demand')
     demand.nc.publish('flexinfer.preempt.team-b.gemma', '{}')
+    // Then one of its own, from the same publisher: delivered in order, so once it is in, team-b's would have been.
+    demand.nc.publish('flexinfer.preempt.team-a.gemma', '{}')
     await demand.nc.flush()
-    expect(await received(own.sub)).toBe(0)
+    await expect.poll(() => own.sub.getReceived(), { timeout: 2_000 }).toBeGreaterThanOrEqual(1)
+    expect(own.sub.getReceived()).toBe(1)
   })
 
   it('may publish nothing and has no JetStream', async () => {
@@ -123,8 +124,9 @@ describe('the gate NATS identity (deploy/nats/gates.conf)', () => {
     }
     const running = await startGate(gateConfig(env), log)
     try {
-      await new Promise((r) => setTimeout(r, 1_000))
-      expect(running.gate.state).not.toBe('open')
+      // The event it is about: the server refuses the subscription, which closes the gate for good.
+      await expect.poll(() => running.gate.closeReason, { timeout: 5_000 }).toBe('nats_unreachable')
+      expect(running.gate.state).toBe('closed')
       const r = await fetch(`${running.url}/v1/completions`, { method: 'POST', body: '{}' })
       expect(r.status).toBe(503)
     } finally {

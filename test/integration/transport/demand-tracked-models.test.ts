@@ -19,8 +19,9 @@ describe('demand at its tracked-models bound', () => {
     const demand = Demand.overNats(fakeDeps({ bus, now: Date.now, log }), 10)
     const t = Date.now()
     await Promise.all(Array.from({ length: 10 }, (_, i) => demand.handle(request(`quiet-${i}`, t))))
-    // All ten are quiet now (written, no timer, past the coalescing window): forgettable.
-    await new Promise((r) => setTimeout(r, 400))
+    // All ten are quiet once one coalescing window has passed since their writes (demand forgets a model only then):
+    // bounded by that period, COALESCE_MS, and a margin for the timer.
+    await new Promise((r) => setTimeout(r, COALESCE_MS + 50))
     const writes = demand.stats.kvWrites
     // Two requests for a new model, the second while the first one's write is in flight.
     const first = demand.handle(request('fresh', t + 1))

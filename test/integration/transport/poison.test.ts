@@ -14,10 +14,9 @@ import { DEAD_LETTER_REASON, DEAD_LETTER_TRUNCATED } from '../../../pkg/jetstrea
 import { consumerName } from '../../../pkg/jetstream/names.js'
 import { Kube } from '../../../pkg/kube/client.js'
 import { createLogger } from '../../../pkg/observability/log.js'
+import { CONSUMER_MAX_DELIVER, ensureConsumers } from '../../../pkg/transport/consumers.js'
 import type { Deps, EventFunction } from '../../../pkg/transport/function.js'
 import {
-  CONSUMER_MAX_DELIVER,
-  ensureConsumers,
   type JetStreamOptions,
   type RunningFunction,
   runOnJetStream,

@@ -4,7 +4,8 @@
 import { type AddressInfo, createServer } from 'node:net'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { Bus } from '../../../pkg/jetstream/bus.js'
-import { sleep } from '../../env/exec.js'
+import { createLogger } from '../../../pkg/observability/log.js'
+import { waitFor } from '../../env/exec.js'
 import { useTestEnv } from '../../env/fixture.js'
 import { type OwnNats, startOwnNats } from './own-nats.js'
 
@@ -21,7 +22,11 @@ afterAll(async () => {
 it('connects once NATS is back when started during an outage', { timeout: 60_000 }, async () => {
   await nats.stop()
   let settled: 'connected' | Error | undefined
-  const connecting = Bus.connect(nats.url, 'start-during-outage', { waitMs: 30_000 }).then(
+  // The connection's own account of its attempts (pkg/jetstream/connect.ts logs the first refused one, and every
+  // 20th after): the event "refused, and waiting rather than failing" is what the check below is about.
+  const lines: string[] = []
+  const log = createLogger('start-during-outage', { write: (line: string) => lines.push(line) })
+  const connecting = Bus.connect(nats.url, 'start-during-outage', { waitMs: 30_000, log }).then(
     (bus) => {
       settled = 'connected'
       return bus
@@ -32,8 +37,10 @@ it('connects once NATS is back when started during an outage', { timeout: 60_000
     },
   )
   connecting.catch(() => {})
-  await sleep(3_000)
-  // Still waiting, not failed.
+  await waitFor('the first attempt refused and waited out', () =>
+    lines.some((l) => l.includes('NATS not reachable yet; waiting for it')),
+  )
+  // Still waiting, not failed: past the refusal, within the retry the log line announces.
   expect(settled).toBeUndefined()
   await nats.start()
   const bus = await connecting
