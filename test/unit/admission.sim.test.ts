@@ -16,6 +16,7 @@ const NO_FAULTS: Faults = {
   lostWatch: 0,
   postFail: 0,
   postSlow: 0,
+  afterConflict: 0,
 }
 
 describe('admission under the deterministic simulation', () => {
@@ -104,7 +105,7 @@ it('an admission crashed at every one of its awaits keeps every invariant', { ti
 })
 
 it('the demand process crashed at every one of its awaits keeps every invariant', async () => {
-  // The real Demand (functions/demand) as one process: a crash loses its memory (coalescing, cancels sent) and what it
+  // The real Demand (functions/demand), two replicas: a crash loses its memory (coalescing, cancels sent) and what it
   // had not acknowledged goes to the next process after the ack wait. Seeds 1 and 3 reach each of its calls.
   const reached = new Set<string>()
   for (const seed of [1, 3]) {

@@ -2,7 +2,7 @@
 // (functions/admit: its admission slots, its bookkeeping lane) and cancel (functions/cancel: the refusal checks, the
 // DeleteBatcher and its lanes, whenReachable, the wait for a Job still being admitted), each as one process, the real
 // reconcile() — its admission protocol (pkg/admission/), decide(), apply() — for lifecycle, and the real Demand
-// (functions/demand: idle writes, claim reads, cancels) as one process, over the in-memory ports
+// (functions/demand: idle writes, claim reads, cancels) as two replicas sharing one consumer, over the in-memory ports
 // (test/unit/support/memory-ports.ts, functions/demand/ports.ts), an in-memory apiserver behind the typed Kubernetes
 // port (support/kube-fake.ts) and an in-memory bus. Every timer a handler waits on runs on the virtual clock (Deps'
 // `timers`). Every call to a port waits at a gate, where the scheduler picks which waiting call runs next, how much
@@ -94,6 +94,8 @@ export interface Faults {
    */
   postFail: number
   postSlow: number
+  /** demand's claim read after a lost compare-and-set on the idle key failing (see Simulation.aimed). */
+  afterConflict: number
 }
 
 export const DEFAULT_FAULTS: Faults = {
@@ -105,6 +107,7 @@ export const DEFAULT_FAULTS: Faults = {
   lostWatch: 0.05,
   postFail: 0.08,
   postSlow: 0.25,
+  afterConflict: 0.3,
 }
 
 /**
@@ -175,6 +178,8 @@ export interface SimStats {
   /** Watched copies listed again after a lost watch event; admit's reads of a ModelBackfill copy behind the apiserver. */
   relists: number
   staleCopyReads: number
+  /** demand's claim reads failed after a lost compare-and-set (Faults.afterConflict). */
+  aimed: number
   /** The call a `crashAt` crash hit (its op), if it was reached. */
   crashedAt?: string
 }
@@ -210,6 +215,7 @@ export function emptyStats(): SimStats {
     demandRestarts: 0,
     relists: 0,
     staleCopyReads: 0,
+    aimed: 0,
   }
 }
 
@@ -231,6 +237,7 @@ export function addStats(a: SimStats, b: SimStats) {
     'demandRestarts',
     'relists',
     'staleCopyReads',
+    'aimed',
   ] as const) {
     a[k] += b[k]
   }
@@ -342,9 +349,14 @@ const BACKFILLS: SimBackfill[] = [
   { name: 'bf-b', model: 'model-b', idleForMs: 16_000 },
 ]
 const NODE = 'node-0'
+const DEMAND_REPLICAS = 2
 
 export class Simulation {
   readonly random: ReturnType<typeof rng>
+  /** The draws of the faults aimed at one call (`aimed`): apart, so a schedule they do not hit is unchanged. */
+  private readonly aim: ReturnType<typeof rng>
+  /** A demand replica and an idle key whose compare-and-set it lost, until its claim read after it. */
+  private readonly conflicted = new Set<string>()
   now = T0
   private readonly waiting: Waiting[] = []
   private readonly timers: Timer[] = []
@@ -374,8 +386,12 @@ export class Simulation {
   private readonly posts = new Map<number, { sent: number; by?: Actor }>()
   private readonly postOf = new WeakMap<StoredJob, { sent: number; by?: Actor }>()
   private demandAcked = new Set<number>()
-  /** The demand process: the real Demand, one instance until it crashes (its memory goes with it). */
-  private demand!: DemandProcess
+  /**
+   * The demand replicas, each the real Demand, one instance until it crashes (its memory goes with it). Each delivery
+   * of a request goes to either (one durable consumer shared by the replicas), so a replica writes idle times over
+   * one that another replica stored and acknowledged: the newer time it finds, it knows only from that write.
+   */
+  private readonly demands: DemandProcess[] = []
   /** The claims as a watch of the bucket has them (KvMirror on NATS): a little behind, and now and then stale. */
   private readonly watchedClaims = new Map<string, Claim>()
   /** msgIDs JetStream stored (its duplicate window outlives any schedule here). */
@@ -402,6 +418,7 @@ export class Simulation {
 
   constructor(readonly options: SimOptions) {
     this.random = rng(options.seed)
+    this.aim = rng(options.seed ^ 0x5bd1e995)
     this.faults = options.faults ?? DEFAULT_FAULTS
     this.trace = options.trace ?? false
     this.reverts = options.reverts ?? {}
@@ -468,7 +485,7 @@ export class Simulation {
       // No fail-safe: it probes demand's consumers, which this bus does not have (its own tests run it).
       cancel: this.startProcess('cancel', () => cancelFunction({}, { failSafe: false }), { ...this.deps, caches }),
     }
-    this.startDemand()
+    for (let i = 0; i < DEMAND_REPLICAS; i++) this.startDemand(i)
   }
 
   /** A fresh process of a function: its handler's instance, started on `deps`. */
@@ -682,13 +699,14 @@ export class Simulation {
       return
     }
     const failure = w.op === 'jobs.create' ? f.postFail : undefined
-    const verdict: Verdict = !this.faultsOn
+    const drawn: Verdict = !this.faultsOn
       ? 'ok'
       : this.random.chance(failure ?? f.failBefore)
         ? 'failBefore'
         : this.random.chance(failure ?? f.failAfter)
           ? 'failAfter'
           : 'ok'
+    const verdict = this.aimed(w, drawn)
     const slow = this.now - w.issuedAt > SLOW_CALL_MS
     // A failure, or a slow call: the actor's own deadlines are not the oracle's to hold it to. Except a failed read of
     // the newest request: the admission must answer it by deleting the Job it has just created (it cannot rule out a
@@ -701,6 +719,29 @@ export class Simulation {
         `${w.actor.name} ${w.op}${w.detail ? ` ${w.detail()}` : ''}${verdict === 'ok' ? '' : ` ${verdict}`}${slow ? ' (slow)' : ''}`,
     )
     w.resolve(verdict)
+  }
+
+  /**
+   * demand's claim read after a lost compare-and-set on the idle key (its only idle GET follows one): that write may
+   * have found a newer time stored, and a failure of the read after it is what the stored time must survive (its
+   * requests redelivered with an older time than the bucket holds). At the base rate it fails after one conflict in
+   * 25, too seldom for what the race needs after it (the redelivery reaching the same replica, an admission inside
+   * the window the older time leaves) to come together, so it fails more often here — drawn from a stream of its own
+   * (`aim`), so that a schedule it does not hit is the one it would be without it.
+   */
+  private aimed(w: Waiting, drawn: Verdict): Verdict {
+    if (!w.actor.name.startsWith('demand(')) return drawn
+    const key = w.detail?.() ?? ''
+    if (w.op === 'idle.get') {
+      this.conflicted.add(`${w.actor.name} ${key}`)
+      return drawn
+    }
+    if (w.op !== 'claims.get' || !key.startsWith('model.')) return drawn
+    const idleKey = `${w.actor.name} ${key.slice('model.'.length)}`
+    if (!this.conflicted.delete(idleKey) || !this.faultsOn || drawn !== 'ok') return drawn
+    if (!this.aim.chance(this.faults.afterConflict)) return drawn
+    this.stats.aimed++
+    return this.aim.chance(0.5) ? 'failBefore' : 'failAfter'
   }
 
   private nextTimer(): Timer | undefined {
@@ -878,11 +919,11 @@ export class Simulation {
   }
 
   /**
-   * Starts a demand process: the real Demand (functions/demand) over this world's ports, its every call made as the
+   * Starts demand replica `replica`: the real Demand (functions/demand) over this world's ports, its every call made as the
    * process's actor. A crash at any of them ends the process — its memory (coalescing, cancels sent, what it last
    * wrote) with it — and what it had not acknowledged is redelivered to the next one after the ack wait.
    */
-  private startDemand() {
+  private startDemand(replica: number) {
     const actor: Actor = { name: `demand(process)#${++this.actors}`, crashed: false, calls: 0 }
     const as = <T>(body: () => T): T => this.actorContext.run(actor, body)
     const ports: DemandPorts = {
@@ -916,12 +957,12 @@ export class Simulation {
       const pending = [...proc.pending]
       this.stats.redeliveries += pending.length
       this.stats.demandRestarts++
-      this.startDemand()
-      this.at(ACK_WAIT_MS, `redeliver to ${this.demand.actor.name}`, () => {
+      this.startDemand(replica)
+      this.at(ACK_WAIT_MS, 'redeliver to demand', () => {
         for (const r of pending) this.deliverDemand(r)
       })
     }
-    this.demand = proc
+    this.demands[replica] = proc
     this.stats.actors++
   }
 
@@ -942,12 +983,11 @@ export class Simulation {
   }
 
   /**
-   * Hands a stored request to the demand process, as its consumer delivers it (now and then twice): acknowledged
+   * Hands a stored request to a demand replica, as their consumer delivers it (now and then twice): acknowledged
    * when handle() is done with it, redelivered after the ack wait when it failed. Its store time carries JetStream's
    * sub-millisecond part.
    */
   private deliverDemand(r: StoredRequest) {
-    const proc = this.demand
     const event = {
       type: 'ai.flexinfer.foreground.request',
       data: { namespace: NS, model: r.model },
@@ -955,6 +995,7 @@ export class Simulation {
       storedAt: r.at + 0.25 + (r.seq % 3) * 0.25,
     } as unknown as InboundEvent
     const once = () => {
+      const proc = this.demands[this.random.int(this.demands.length)] as DemandProcess
       proc.pending.add(r)
       this.log(() => `${proc.actor.name} handles ${r.model}${r.seq ? ` seq ${r.seq}` : ''}`)
       const handled = this.actorContext.run(proc.actor, () => proc.demand.handle(event))
@@ -1253,7 +1294,7 @@ export class Simulation {
     if (this.waiting.length) this.fail(`not quiet: ${this.waiting.length} calls still waiting`)
     // Every request handed to demand is answered or failed (and redelivered): one left waiting is never acked, holds
     // its place in max_ack_pending for good, and on an AckAll consumer holds the ack floor of every request after it.
-    const unanswered = [...this.demand.pending].map((r) => `${r.model}@${r.at - T0}`)
+    const unanswered = this.demands.flatMap((d) => [...d.pending]).map((r) => `${r.model}@${r.at - T0}`)
     if (unanswered.length)
       this.fail(`not converged: ${unanswered.length} requests never answered by demand (${unanswered.slice(0, 5)})`)
     for (const j of this.jobs.jobs.values()) {
