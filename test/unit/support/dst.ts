@@ -1,16 +1,18 @@
 // Deterministic simulation of admission against preemption. A seeded scheduler runs the real handlers of admit
 // (functions/admit: its admission slots, its bookkeeping lane) and cancel (functions/cancel: the refusal checks, the
-// DeleteBatcher and its lanes, whenReachable, the wait for a Job still being admitted), each as one process, the real
-// reconcile() — its admission protocol (pkg/admission/), decide(), apply() — for lifecycle, and the real Demand
+// DeleteBatcher and its lanes, whenReachable, the wait for a Job still being admitted) and lifecycle
+// (functions/lifecycle: the backfill and Job events it is sent, each through the real reconcile() — the admission
+// protocol of pkg/admission/, decide(), apply()), each as one process, and the real Demand
 // (functions/demand: idle writes, claim reads, cancels) as two replicas sharing one consumer, over the in-memory ports
 // (test/unit/support/memory-ports.ts, functions/demand/ports.ts), an in-memory apiserver behind the typed Kubernetes
 // port (support/kube-fake.ts) and an in-memory bus. Every timer a handler waits on runs on the virtual clock (Deps'
 // `timers`). Every call to a port waits at a gate, where the scheduler picks which waiting call runs next, how much
 // virtual time it takes, whether it fails (before or after taking effect) and whether its caller crashes there (it
-// never answers; the event is redelivered; a crash in admit, cancel or demand ends that process and everything it was
-// handling, and a fresh one takes its place). Foreground requests, on either subject, come at any step; events are
-// redelivered and duplicated (two tries of one attempt). Which actor (one delivery of one event) makes a call is the
-// async context it runs in (AsyncLocalStorage): the handlers' own lanes and waits hand work on between promises.
+// never answers; the event is redelivered; a crash in admit, cancel, lifecycle or demand ends that process and
+// everything it was handling, and a fresh one takes its place). Foreground requests, on either subject, come at any
+// step; events are redelivered and duplicated (two tries of one attempt). Which actor (one delivery of one event)
+// makes a call is the async context it runs in (AsyncLocalStorage): the handlers' own lanes and waits hand work on
+// between promises.
 //
 // The oracle does not trust the functions' state: it reads the world (the Jobs, the requests as stored, the claims
 // bucket) and checks
@@ -33,17 +35,16 @@ import { admitFunction } from '../../../functions/admit/index.js'
 import { cancelFunction } from '../../../functions/cancel/index.js'
 import { Demand } from '../../../functions/demand/index.js'
 import type { DemandPorts } from '../../../functions/demand/ports.js'
+import { lifecycleFunction } from '../../../functions/lifecycle/index.js'
 import { claimKeys } from '../../../pkg/admission/claims.js'
 import type { AdmissionPorts, Entry } from '../../../pkg/admission/ports.js'
 import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../pkg/core/api.js'
-import type { Trigger } from '../../../pkg/core/decision.js'
 import { ANNOTATION_MODEL, backfillKey } from '../../../pkg/core/names.js'
 import { type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
 import type { Bus } from '../../../pkg/jetstream/bus.js'
 import { isCasConflict } from '../../../pkg/jetstream/errors.js'
 import type { Timers } from '../../../pkg/lib/timers.js'
 import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
-import { reconcile } from '../../../pkg/reconcile/reconcile.js'
 import type { Role } from '../../../pkg/reconcile/roles.js'
 import type { EventFunction } from '../../../pkg/transport/function.js'
 import { fakeKube } from './kube-fake.js'
@@ -322,11 +323,14 @@ interface Actor {
 }
 
 /**
- * One process of a function (admit, cancel): its real handler, one instance until an actor of it crashes — its lanes,
- * batches and memory go with it, every delivery it was handling is redelivered, and a fresh instance takes over.
+ * One process of a function (admit, cancel, lifecycle): its real handler, one instance until an actor of it crashes —
+ * its lanes, batches and memory go with it, every delivery it was handling is redelivered, and a fresh instance takes
+ * over.
  */
+type FnName = 'admit' | 'cancel' | 'lifecycle'
+
 interface FnProcess {
-  name: 'admit' | 'cancel'
+  name: FnName
   make: () => EventFunction
   fn: EventFunction
   deps: AdmissionDeps
@@ -406,7 +410,7 @@ export class Simulation {
    */
   private readonly copies: { jobs: SimCopy<V1Job>; backfills: SimCopy<ModelBackfill> }
   /** The admit and cancel processes. */
-  private readonly processes: Record<'admit' | 'cancel', FnProcess>
+  private readonly processes: Record<FnName, FnProcess>
   private readonly template = deepFreeze(aCronJob('eval', 'uid-eval'))
 
   private readonly models = new Map(
@@ -484,6 +488,8 @@ export class Simulation {
       admit: this.startProcess('admit', () => admitFunction(), this.deps),
       // No fail-safe: it probes demand's consumers, which this bus does not have (its own tests run it).
       cancel: this.startProcess('cancel', () => cancelFunction({}, { failSafe: false }), { ...this.deps, caches }),
+      // No resync schedule: the sweep is not modelled, and no bound of the oracle counts on it.
+      lifecycle: this.startProcess('lifecycle', () => lifecycleFunction(), { ...this.deps, settings: { resyncMs: 0 } }),
     }
     for (let i = 0; i < DEMAND_REPLICAS; i++) this.startDemand(i)
   }
@@ -611,7 +617,14 @@ export class Simulation {
   async run(): Promise<SimResult> {
     const steps = this.options.steps ?? 400
     try {
-      for (const b of BACKFILLS) this.deliver('lifecycle', b.name, { type: 'resource' })
+      // Each ModelBackfill as it is first seen (an added object: no state for it yet).
+      for (const b of BACKFILLS) {
+        this.deliverTo('lifecycle', `lifecycle(${b.name} changed)`, {
+          ...this.envelope(),
+          type: 'ai.flexinfer.backfill.changed',
+          data: { namespace: NS, backfill: b.name, generation: 1, deleted: false },
+        })
+      }
       await this.settle()
       for (; this.steps < steps; this.steps++) {
         this.externalEvents()
@@ -801,7 +814,7 @@ export class Simulation {
   /** Deleted Jobs whose removal (their pods gone) is scheduled. */
   private readonly removing = new Set<StoredJob>()
 
-  /** The watch: lifecycle decides the Job's backfill again (unless the event is lost: a watch restarting). */
+  /** The watch: the copies hear of the change, and lifecycle of what the source makes of it (unless it is lost). */
   private jobChanged(j: StoredJob) {
     // Bound to the Job at its creation, by the POST that created it: a name is used again once a deleted Job is gone
     // (a later attempt's retry).
@@ -832,8 +845,25 @@ export class Simulation {
     }
     this.at(delay, `watch ${j.job.metadata?.name}`, () => {
       // The copy first: the lifecycle this event wakes reads it (one watch feeds both here).
-      this.copies.jobs.apply(key, this.jobs.jobs.get(key)?.job ?? null)
-      this.deliver('lifecycle', backfill, { type: 'resource' })
+      const now = this.jobs.jobs.get(key)
+      this.copies.jobs.apply(key, now?.job ?? null)
+      this.jobEvent(backfill, j, now === undefined)
+    })
+  }
+
+  /**
+   * The job.completed event the source makes of a Job's watch event (functions/source: Deleted once it is gone, its
+   * outcome once it has one, Started once its pod runs), handed to lifecycle. A change the source maps to nothing (a
+   * Job created, a deletion begun) reaches lifecycle through nothing here either.
+   */
+  private jobEvent(backfill: string, j: StoredJob, gone: boolean) {
+    const outcome = gone ? 'Deleted' : (j.outcome ?? (j.started ? 'Started' : undefined))
+    if (!outcome) return
+    const job = j.job.metadata?.name ?? ''
+    this.deliverTo('lifecycle', `lifecycle(${backfill} ${outcome})`, {
+      ...this.envelope(),
+      type: 'ai.flexinfer.job.completed',
+      data: { namespace: NS, job, backfill, outcome },
     })
   }
 
@@ -864,31 +894,17 @@ export class Simulation {
 
   // ---- deliveries ---------------------------------------------------------------------------------------------
 
-  private deliver(role: Role, backfill: string, trigger: Trigger) {
-    const once = () =>
-      this.spawn(`${role}(${backfill} ${trigger.type})`, () => this.reconcile(role, backfill, trigger), true)
-    once()
-    if (this.faultsOn && this.random.chance(this.faults.duplicate)) {
-      this.stats.duplicates++
-      once()
-    }
-  }
-
-  private async reconcile(role: Role, backfill: string, trigger: Trigger) {
-    await reconcile(this.deps, role, NS, backfill, trigger)
-  }
-
   /** An event's envelope as the transport decodes it (its id and store time are nothing the handlers here read). */
   private envelope() {
     return { id: `sim-${this.timerSeq}`, source: 'sim', time: new Date(this.now).toISOString(), storedAt: this.now }
   }
 
   /**
-   * An event for admit or cancel, handed to that function's process as its consumer delivers it (now and then twice):
-   * the real handler, on the process's instance; acknowledged when handle() resolves, redelivered after the ack wait
-   * when it fails or its process crashes.
+   * An event for admit, cancel or lifecycle, handed to that function's process as its consumer delivers it (now and
+   * then twice): the real handler, on the process's instance; acknowledged when handle() resolves, redelivered after
+   * the ack wait when it fails or its process crashes.
    */
-  private deliverTo(which: 'admit' | 'cancel', name: string, event: InboundEvent) {
+  private deliverTo(which: FnName, name: string, event: InboundEvent) {
     const foregroundCancel =
       event.type === 'ai.flexinfer.backfill.cancel' && event.data.reason === 'ForegroundDemand' ? true : undefined
     const once = () =>
@@ -919,9 +935,9 @@ export class Simulation {
   }
 
   /**
-   * Starts demand replica `replica`: the real Demand (functions/demand) over this world's ports, its every call made as the
-   * process's actor. A crash at any of them ends the process — its memory (coalescing, cancels sent, what it last
-   * wrote) with it — and what it had not acknowledged is redelivered to the next one after the ack wait.
+   * Starts demand replica `replica`: the real Demand (functions/demand) over this world's ports, its every call made
+   * as the process's actor. A crash at any of them ends the process — its memory (coalescing, cancels sent, what it
+   * last wrote) with it — and what it had not acknowledged is redelivered after the ack wait, to either replica.
    */
   private startDemand(replica: number) {
     const actor: Actor = { name: `demand(process)#${++this.actors}`, crashed: false, calls: 0 }
