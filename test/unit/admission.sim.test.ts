@@ -175,6 +175,17 @@ it('a seed replays exactly, traced or not', async () => {
   expect({ ...untraced, schedule: a.schedule }).toEqual(a)
 })
 
+it('a seed replays exactly whether it is started from a macrotask (a worker thread) or a microtask', async () => {
+  // A worker's search starts each chunk's first seed from its message handler, a macrotask; a replay in the main
+  // thread starts it after an await.
+  const fromMacrotask = await new Promise<Awaited<ReturnType<typeof simulate>>>((resolve, reject) => {
+    setImmediate(() => simulate({ seed: 7, steps: 150, trace: true }).then(resolve, reject))
+  })
+  await Promise.resolve()
+  const fromMicrotask = await simulate({ seed: 7, steps: 150, trace: true })
+  expect(fromMacrotask.schedule).toEqual(fromMicrotask.schedule)
+})
+
 it('a failing seed replays with the same violation and schedule (a reverted fix)', { timeout: 60_000 }, async () => {
   // The foreground subject unread around the POST (the port's half of that fix): found within a few dozen seeds.
   const reverts = { documentedSubjectBlind: true }

@@ -616,6 +616,10 @@ export class Simulation {
 
   async run(): Promise<SimResult> {
     const steps = this.options.steps ?? 400
+    // From a microtask on: a tick queued from a macrotask (a worker's message handler calling this directly) runs
+    // before the microtasks, one queued from a microtask after them all, so `settle` would let the first deliveries
+    // run further in the main thread than in a worker, and a seed would not replay where it was found.
+    await Promise.resolve()
     try {
       // Each ModelBackfill as it is first seen (an added object: no state for it yet).
       for (const b of BACKFILLS) {
