@@ -1,16 +1,18 @@
 // Deterministic simulation of admission against preemption. A seeded scheduler runs the real handlers of admit
 // (functions/admit: its admission slots, its bookkeeping lane) and cancel (functions/cancel: the refusal checks, the
-// DeleteBatcher and its lanes, whenReachable, the wait for a Job still being admitted), each as one process, the real
-// reconcile() — its admission protocol (pkg/admission/), decide(), apply() — for lifecycle, and the real Demand
-// (functions/demand: idle writes, claim reads, cancels) as one process, over the in-memory ports
+// DeleteBatcher and its lanes, whenReachable, the wait for a Job still being admitted) and lifecycle
+// (functions/lifecycle: the backfill and Job events it is sent, each through the real reconcile() — the admission
+// protocol of pkg/admission/, decide(), apply()), each as one process, and the real Demand
+// (functions/demand: idle writes, claim reads, cancels) as two replicas sharing one consumer, over the in-memory ports
 // (test/unit/support/memory-ports.ts, functions/demand/ports.ts), an in-memory apiserver behind the typed Kubernetes
 // port (support/kube-fake.ts) and an in-memory bus. Every timer a handler waits on runs on the virtual clock (Deps'
 // `timers`). Every call to a port waits at a gate, where the scheduler picks which waiting call runs next, how much
 // virtual time it takes, whether it fails (before or after taking effect) and whether its caller crashes there (it
-// never answers; the event is redelivered; a crash in admit, cancel or demand ends that process and everything it was
-// handling, and a fresh one takes its place). Foreground requests, on either subject, come at any step; events are
-// redelivered and duplicated (two tries of one attempt). Which actor (one delivery of one event) makes a call is the
-// async context it runs in (AsyncLocalStorage): the handlers' own lanes and waits hand work on between promises.
+// never answers; the event is redelivered; a crash in admit, cancel, lifecycle or demand ends that process and
+// everything it was handling, and a fresh one takes its place). Foreground requests, on either subject, come at any
+// step; events are redelivered and duplicated (two tries of one attempt). Which actor (one delivery of one event)
+// makes a call is the async context it runs in (AsyncLocalStorage): the handlers' own lanes and waits hand work on
+// between promises.
 //
 // The oracle does not trust the functions' state: it reads the world (the Jobs, the requests as stored, the claims
 // bucket) and checks
@@ -33,17 +35,16 @@ import { admitFunction } from '../../../functions/admit/index.js'
 import { cancelFunction } from '../../../functions/cancel/index.js'
 import { Demand } from '../../../functions/demand/index.js'
 import type { DemandPorts } from '../../../functions/demand/ports.js'
+import { lifecycleFunction } from '../../../functions/lifecycle/index.js'
 import { claimKeys } from '../../../pkg/admission/claims.js'
 import type { AdmissionPorts, Entry } from '../../../pkg/admission/ports.js'
 import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../pkg/core/api.js'
-import type { Trigger } from '../../../pkg/core/decision.js'
 import { ANNOTATION_MODEL, backfillKey } from '../../../pkg/core/names.js'
 import { type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
 import type { Bus } from '../../../pkg/jetstream/bus.js'
 import { isCasConflict } from '../../../pkg/jetstream/errors.js'
 import type { Timers } from '../../../pkg/lib/timers.js'
 import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
-import { reconcile } from '../../../pkg/reconcile/reconcile.js'
 import type { Role } from '../../../pkg/reconcile/roles.js'
 import type { EventFunction } from '../../../pkg/transport/function.js'
 import { fakeKube } from './kube-fake.js'
@@ -94,6 +95,8 @@ export interface Faults {
    */
   postFail: number
   postSlow: number
+  /** demand's claim read after a lost compare-and-set on the idle key failing (see Simulation.aimed). */
+  afterConflict: number
 }
 
 export const DEFAULT_FAULTS: Faults = {
@@ -105,6 +108,7 @@ export const DEFAULT_FAULTS: Faults = {
   lostWatch: 0.05,
   postFail: 0.08,
   postSlow: 0.25,
+  afterConflict: 0.3,
 }
 
 /**
@@ -175,6 +179,8 @@ export interface SimStats {
   /** Watched copies listed again after a lost watch event; admit's reads of a ModelBackfill copy behind the apiserver. */
   relists: number
   staleCopyReads: number
+  /** demand's claim reads failed after a lost compare-and-set (Faults.afterConflict). */
+  aimed: number
   /** The call a `crashAt` crash hit (its op), if it was reached. */
   crashedAt?: string
 }
@@ -210,6 +216,7 @@ export function emptyStats(): SimStats {
     demandRestarts: 0,
     relists: 0,
     staleCopyReads: 0,
+    aimed: 0,
   }
 }
 
@@ -231,6 +238,7 @@ export function addStats(a: SimStats, b: SimStats) {
     'demandRestarts',
     'relists',
     'staleCopyReads',
+    'aimed',
   ] as const) {
     a[k] += b[k]
   }
@@ -315,11 +323,14 @@ interface Actor {
 }
 
 /**
- * One process of a function (admit, cancel): its real handler, one instance until an actor of it crashes — its lanes,
- * batches and memory go with it, every delivery it was handling is redelivered, and a fresh instance takes over.
+ * One process of a function (admit, cancel, lifecycle): its real handler, one instance until an actor of it crashes —
+ * its lanes, batches and memory go with it, every delivery it was handling is redelivered, and a fresh instance takes
+ * over.
  */
+type FnName = 'admit' | 'cancel' | 'lifecycle'
+
 interface FnProcess {
-  name: 'admit' | 'cancel'
+  name: FnName
   make: () => EventFunction
   fn: EventFunction
   deps: AdmissionDeps
@@ -342,9 +353,14 @@ const BACKFILLS: SimBackfill[] = [
   { name: 'bf-b', model: 'model-b', idleForMs: 16_000 },
 ]
 const NODE = 'node-0'
+const DEMAND_REPLICAS = 2
 
 export class Simulation {
   readonly random: ReturnType<typeof rng>
+  /** The draws of the faults aimed at one call (`aimed`): apart, so a schedule they do not hit is unchanged. */
+  private readonly aim: ReturnType<typeof rng>
+  /** A demand replica and an idle key whose compare-and-set it lost, until its claim read after it. */
+  private readonly conflicted = new Set<string>()
   now = T0
   private readonly waiting: Waiting[] = []
   private readonly timers: Timer[] = []
@@ -374,8 +390,12 @@ export class Simulation {
   private readonly posts = new Map<number, { sent: number; by?: Actor }>()
   private readonly postOf = new WeakMap<StoredJob, { sent: number; by?: Actor }>()
   private demandAcked = new Set<number>()
-  /** The demand process: the real Demand, one instance until it crashes (its memory goes with it). */
-  private demand!: DemandProcess
+  /**
+   * The demand replicas, each the real Demand, one instance until it crashes (its memory goes with it). Each delivery
+   * of a request goes to either (one durable consumer shared by the replicas), so a replica writes idle times over
+   * one that another replica stored and acknowledged: the newer time it finds, it knows only from that write.
+   */
+  private readonly demands: DemandProcess[] = []
   /** The claims as a watch of the bucket has them (KvMirror on NATS): a little behind, and now and then stale. */
   private readonly watchedClaims = new Map<string, Claim>()
   /** msgIDs JetStream stored (its duplicate window outlives any schedule here). */
@@ -390,7 +410,7 @@ export class Simulation {
    */
   private readonly copies: { jobs: SimCopy<V1Job>; backfills: SimCopy<ModelBackfill> }
   /** The admit and cancel processes. */
-  private readonly processes: Record<'admit' | 'cancel', FnProcess>
+  private readonly processes: Record<FnName, FnProcess>
   private readonly template = deepFreeze(aCronJob('eval', 'uid-eval'))
 
   private readonly models = new Map(
@@ -402,6 +422,7 @@ export class Simulation {
 
   constructor(readonly options: SimOptions) {
     this.random = rng(options.seed)
+    this.aim = rng(options.seed ^ 0x5bd1e995)
     this.faults = options.faults ?? DEFAULT_FAULTS
     this.trace = options.trace ?? false
     this.reverts = options.reverts ?? {}
@@ -467,8 +488,10 @@ export class Simulation {
       admit: this.startProcess('admit', () => admitFunction(), this.deps),
       // No fail-safe: it probes demand's consumers, which this bus does not have (its own tests run it).
       cancel: this.startProcess('cancel', () => cancelFunction({}, { failSafe: false }), { ...this.deps, caches }),
+      // No resync schedule: the sweep is not modelled, and no bound of the oracle counts on it.
+      lifecycle: this.startProcess('lifecycle', () => lifecycleFunction(), { ...this.deps, settings: { resyncMs: 0 } }),
     }
-    this.startDemand()
+    for (let i = 0; i < DEMAND_REPLICAS; i++) this.startDemand(i)
   }
 
   /** A fresh process of a function: its handler's instance, started on `deps`. */
@@ -593,8 +616,19 @@ export class Simulation {
 
   async run(): Promise<SimResult> {
     const steps = this.options.steps ?? 400
+    // From a microtask on: a tick queued from a macrotask (a worker's message handler calling this directly) runs
+    // before the microtasks, one queued from a microtask after them all, so `settle` would let the first deliveries
+    // run further in the main thread than in a worker, and a seed would not replay where it was found.
+    await Promise.resolve()
     try {
-      for (const b of BACKFILLS) this.deliver('lifecycle', b.name, { type: 'resource' })
+      // Each ModelBackfill as it is first seen (an added object: no state for it yet).
+      for (const b of BACKFILLS) {
+        this.deliverTo('lifecycle', `lifecycle(${b.name} changed)`, {
+          ...this.envelope(),
+          type: 'ai.flexinfer.backfill.changed',
+          data: { namespace: NS, backfill: b.name, generation: 1, deleted: false },
+        })
+      }
       await this.settle()
       for (; this.steps < steps; this.steps++) {
         this.externalEvents()
@@ -682,13 +716,14 @@ export class Simulation {
       return
     }
     const failure = w.op === 'jobs.create' ? f.postFail : undefined
-    const verdict: Verdict = !this.faultsOn
+    const drawn: Verdict = !this.faultsOn
       ? 'ok'
       : this.random.chance(failure ?? f.failBefore)
         ? 'failBefore'
         : this.random.chance(failure ?? f.failAfter)
           ? 'failAfter'
           : 'ok'
+    const verdict = this.aimed(w, drawn)
     const slow = this.now - w.issuedAt > SLOW_CALL_MS
     // A failure, or a slow call: the actor's own deadlines are not the oracle's to hold it to. Except a failed read of
     // the newest request: the admission must answer it by deleting the Job it has just created (it cannot rule out a
@@ -701,6 +736,29 @@ export class Simulation {
         `${w.actor.name} ${w.op}${w.detail ? ` ${w.detail()}` : ''}${verdict === 'ok' ? '' : ` ${verdict}`}${slow ? ' (slow)' : ''}`,
     )
     w.resolve(verdict)
+  }
+
+  /**
+   * demand's claim read after a lost compare-and-set on the idle key (its only idle GET follows one): that write may
+   * have found a newer time stored, and a failure of the read after it is what the stored time must survive (its
+   * requests redelivered with an older time than the bucket holds). At the base rate it fails after one conflict in
+   * 25, too seldom for what the race needs after it (the redelivery reaching the same replica, an admission inside
+   * the window the older time leaves) to come together, so it fails more often here — drawn from a stream of its own
+   * (`aim`), so that a schedule it does not hit is the one it would be without it.
+   */
+  private aimed(w: Waiting, drawn: Verdict): Verdict {
+    if (!w.actor.name.startsWith('demand(')) return drawn
+    const key = w.detail?.() ?? ''
+    if (w.op === 'idle.get') {
+      this.conflicted.add(`${w.actor.name} ${key}`)
+      return drawn
+    }
+    if (w.op !== 'claims.get' || !key.startsWith('model.')) return drawn
+    const idleKey = `${w.actor.name} ${key.slice('model.'.length)}`
+    if (!this.conflicted.delete(idleKey) || !this.faultsOn || drawn !== 'ok') return drawn
+    if (!this.aim.chance(this.faults.afterConflict)) return drawn
+    this.stats.aimed++
+    return this.aim.chance(0.5) ? 'failBefore' : 'failAfter'
   }
 
   private nextTimer(): Timer | undefined {
@@ -760,7 +818,7 @@ export class Simulation {
   /** Deleted Jobs whose removal (their pods gone) is scheduled. */
   private readonly removing = new Set<StoredJob>()
 
-  /** The watch: lifecycle decides the Job's backfill again (unless the event is lost: a watch restarting). */
+  /** The watch: the copies hear of the change, and lifecycle of what the source makes of it (unless it is lost). */
   private jobChanged(j: StoredJob) {
     // Bound to the Job at its creation, by the POST that created it: a name is used again once a deleted Job is gone
     // (a later attempt's retry).
@@ -791,8 +849,25 @@ export class Simulation {
     }
     this.at(delay, `watch ${j.job.metadata?.name}`, () => {
       // The copy first: the lifecycle this event wakes reads it (one watch feeds both here).
-      this.copies.jobs.apply(key, this.jobs.jobs.get(key)?.job ?? null)
-      this.deliver('lifecycle', backfill, { type: 'resource' })
+      const now = this.jobs.jobs.get(key)
+      this.copies.jobs.apply(key, now?.job ?? null)
+      this.jobEvent(backfill, j, now === undefined)
+    })
+  }
+
+  /**
+   * The job.completed event the source makes of a Job's watch event (functions/source: Deleted once it is gone, its
+   * outcome once it has one, Started once its pod runs), handed to lifecycle. A change the source maps to nothing (a
+   * Job created, a deletion begun) reaches lifecycle through nothing here either.
+   */
+  private jobEvent(backfill: string, j: StoredJob, gone: boolean) {
+    const outcome = gone ? 'Deleted' : (j.outcome ?? (j.started ? 'Started' : undefined))
+    if (!outcome) return
+    const job = j.job.metadata?.name ?? ''
+    this.deliverTo('lifecycle', `lifecycle(${backfill} ${outcome})`, {
+      ...this.envelope(),
+      type: 'ai.flexinfer.job.completed',
+      data: { namespace: NS, job, backfill, outcome },
     })
   }
 
@@ -823,31 +898,17 @@ export class Simulation {
 
   // ---- deliveries ---------------------------------------------------------------------------------------------
 
-  private deliver(role: Role, backfill: string, trigger: Trigger) {
-    const once = () =>
-      this.spawn(`${role}(${backfill} ${trigger.type})`, () => this.reconcile(role, backfill, trigger), true)
-    once()
-    if (this.faultsOn && this.random.chance(this.faults.duplicate)) {
-      this.stats.duplicates++
-      once()
-    }
-  }
-
-  private async reconcile(role: Role, backfill: string, trigger: Trigger) {
-    await reconcile(this.deps, role, NS, backfill, trigger)
-  }
-
   /** An event's envelope as the transport decodes it (its id and store time are nothing the handlers here read). */
   private envelope() {
     return { id: `sim-${this.timerSeq}`, source: 'sim', time: new Date(this.now).toISOString(), storedAt: this.now }
   }
 
   /**
-   * An event for admit or cancel, handed to that function's process as its consumer delivers it (now and then twice):
-   * the real handler, on the process's instance; acknowledged when handle() resolves, redelivered after the ack wait
-   * when it fails or its process crashes.
+   * An event for admit, cancel or lifecycle, handed to that function's process as its consumer delivers it (now and
+   * then twice): the real handler, on the process's instance; acknowledged when handle() resolves, redelivered after
+   * the ack wait when it fails or its process crashes.
    */
-  private deliverTo(which: 'admit' | 'cancel', name: string, event: InboundEvent) {
+  private deliverTo(which: FnName, name: string, event: InboundEvent) {
     const foregroundCancel =
       event.type === 'ai.flexinfer.backfill.cancel' && event.data.reason === 'ForegroundDemand' ? true : undefined
     const once = () =>
@@ -878,11 +939,11 @@ export class Simulation {
   }
 
   /**
-   * Starts a demand process: the real Demand (functions/demand) over this world's ports, its every call made as the
-   * process's actor. A crash at any of them ends the process — its memory (coalescing, cancels sent, what it last
-   * wrote) with it — and what it had not acknowledged is redelivered to the next one after the ack wait.
+   * Starts demand replica `replica`: the real Demand (functions/demand) over this world's ports, its every call made
+   * as the process's actor. A crash at any of them ends the process — its memory (coalescing, cancels sent, what it
+   * last wrote) with it — and what it had not acknowledged is redelivered after the ack wait, to either replica.
    */
-  private startDemand() {
+  private startDemand(replica: number) {
     const actor: Actor = { name: `demand(process)#${++this.actors}`, crashed: false, calls: 0 }
     const as = <T>(body: () => T): T => this.actorContext.run(actor, body)
     const ports: DemandPorts = {
@@ -916,12 +977,12 @@ export class Simulation {
       const pending = [...proc.pending]
       this.stats.redeliveries += pending.length
       this.stats.demandRestarts++
-      this.startDemand()
-      this.at(ACK_WAIT_MS, `redeliver to ${this.demand.actor.name}`, () => {
+      this.startDemand(replica)
+      this.at(ACK_WAIT_MS, 'redeliver to demand', () => {
         for (const r of pending) this.deliverDemand(r)
       })
     }
-    this.demand = proc
+    this.demands[replica] = proc
     this.stats.actors++
   }
 
@@ -942,12 +1003,11 @@ export class Simulation {
   }
 
   /**
-   * Hands a stored request to the demand process, as its consumer delivers it (now and then twice): acknowledged
+   * Hands a stored request to a demand replica, as their consumer delivers it (now and then twice): acknowledged
    * when handle() is done with it, redelivered after the ack wait when it failed. Its store time carries JetStream's
    * sub-millisecond part.
    */
   private deliverDemand(r: StoredRequest) {
-    const proc = this.demand
     const event = {
       type: 'ai.flexinfer.foreground.request',
       data: { namespace: NS, model: r.model },
@@ -955,6 +1015,7 @@ export class Simulation {
       storedAt: r.at + 0.25 + (r.seq % 3) * 0.25,
     } as unknown as InboundEvent
     const once = () => {
+      const proc = this.demands[this.random.int(this.demands.length)] as DemandProcess
       proc.pending.add(r)
       this.log(() => `${proc.actor.name} handles ${r.model}${r.seq ? ` seq ${r.seq}` : ''}`)
       const handled = this.actorContext.run(proc.actor, () => proc.demand.handle(event))
@@ -1253,7 +1314,7 @@ export class Simulation {
     if (this.waiting.length) this.fail(`not quiet: ${this.waiting.length} calls still waiting`)
     // Every request handed to demand is answered or failed (and redelivered): one left waiting is never acked, holds
     // its place in max_ack_pending for good, and on an AckAll consumer holds the ack floor of every request after it.
-    const unanswered = [...this.demand.pending].map((r) => `${r.model}@${r.at - T0}`)
+    const unanswered = this.demands.flatMap((d) => [...d.pending]).map((r) => `${r.model}@${r.at - T0}`)
     if (unanswered.length)
       this.fail(`not converged: ${unanswered.length} requests never answered by demand (${unanswered.slice(0, 5)})`)
     for (const j of this.jobs.jobs.values()) {
