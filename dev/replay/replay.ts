@@ -18,6 +18,7 @@ import { short } from '../chaos/config.js'
 import { Oracle } from '../chaos/oracle.js'
 import { type DeclaredBackfill, emptyWorkload, type ForegroundRequest } from '../chaos/workload.js'
 import { renderPng, timelineSpec } from './figure.js'
+import type { Workload } from './goodput.js'
 import { computeReport, type ReplayReport, renderReport, type SentRequest, type WatchedJob } from './report.js'
 import type { Trace } from './trace.js'
 
@@ -40,6 +41,8 @@ export interface ReplayOptions {
   log?: (line: string) => void
   /** Label for the report header (the trace file). */
   source?: string
+  /** The workload as items, in trace time: adds the goodput section (resumable against restart-from-scratch). */
+  workload?: Workload
 }
 
 export interface ReplayResult {
@@ -48,6 +51,13 @@ export interface ReplayResult {
   files: { json: string; markdown: string; png: string }
   idleForMs: number
 }
+
+/** A workload's durations times `factor` (trace time to wall time). */
+const scaleWorkload = (w: Workload, factor: number): Workload => ({
+  itemMs: w.itemMs * factor,
+  itemsPerRun: w.itemsPerRun,
+  attemptStartMs: (w.attemptStartMs ?? 0) * factor,
+})
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, ms)))
 
@@ -221,6 +231,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
       from,
       to,
       idleForMs,
+      goodput: o.workload ? { workload: o.workload, speed: o.speed } : undefined,
     })
     await mkdir(o.outDir, { recursive: true })
     const files = {
@@ -236,6 +247,8 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
         from,
         to,
         idleForMs,
+        // The figure's axis is wall time: the items are drawn at their wall-clock length.
+        workload: o.workload ? scaleWorkload(o.workload, 1 / o.speed) : undefined,
         title: `Replay of ${o.source ?? 'a trace'} at ${o.speed}x (idleFor ${idleForMs} ms)`,
       }),
     )
