@@ -103,6 +103,10 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
   const jsm = await jetstreamManager(nc)
   const namespace = `replay-${randomBytes(3).toString('hex')}`
   const idleForMs = Math.max(1000, Math.round(o.idleForTraceMs / o.speed))
+  const idleForText =
+    `idleFor ${(o.idleForTraceMs / 1000).toFixed(0)} s of trace = ${idleForMs} ms` +
+    // The 1 s floor lengthens idleFor in trace time: the harvestable time and the goodput are of the longer one.
+    (idleForMs * o.speed > o.idleForTraceMs ? ` (the 1 s floor: ${(idleForMs * o.speed) / 1000} s of trace)` : '')
   const core = kc.makeApiClient(CoreV1Api)
   let runner: Runner | undefined
   let oracle: Oracle | undefined
@@ -162,7 +166,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
     log(
       `replay: ${o.trace.requests.length} requests over ${o.trace.models.length} models in namespace ${namespace}; ` +
         `${(o.trace.durationMs / 1000).toFixed(0)} s of trace at ${o.speed}x ≈ ${(o.trace.durationMs / o.speed / 1000).toFixed(1)} s; ` +
-        `idleFor ${(o.idleForTraceMs / 1000).toFixed(0)} s of trace = ${idleForMs} ms`,
+        idleForText,
     )
 
     const from = Date.now()
@@ -255,7 +259,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
     await writeFile(files.png, png)
     const header = {
       trace: `${o.source ?? '(in memory)'}: ${o.trace.requests.length} requests, ${o.trace.models.length} models, ${(o.trace.durationMs / 1000).toFixed(0)} s${o.trace.skipped ? `, ${o.trace.skipped} unreadable rows skipped` : ''}`,
-      speed: `${o.speed}x; idleFor ${(o.idleForTraceMs / 1000).toFixed(0)} s of trace = ${idleForMs} ms`,
+      speed: `${o.speed}x; ${idleForText}`,
       'requests not stored by NATS': String(failed),
       'latest send behind the trace schedule': `${Math.round(maxSlipMs)} ms (the report uses the times actually sent)`,
       'lost cancels (oracle)': String(verdict.lost.length),
