@@ -18,6 +18,7 @@ import { short } from '../chaos/config.js'
 import { Oracle } from '../chaos/oracle.js'
 import { type DeclaredBackfill, emptyWorkload, type ForegroundRequest } from '../chaos/workload.js'
 import { renderPng, timelineSpec } from './figure.js'
+import type { Workload } from './goodput.js'
 import { computeReport, type ReplayReport, renderReport, type SentRequest, type WatchedJob } from './report.js'
 import type { Trace } from './trace.js'
 
@@ -40,6 +41,8 @@ export interface ReplayOptions {
   log?: (line: string) => void
   /** Label for the report header (the trace file). */
   source?: string
+  /** The workload as items, in trace time: adds the goodput section (resumable against restart-from-scratch). */
+  workload?: Workload
 }
 
 export interface ReplayResult {
@@ -48,6 +51,13 @@ export interface ReplayResult {
   files: { json: string; markdown: string; png: string }
   idleForMs: number
 }
+
+/** A workload's durations times `factor` (trace time to wall time). */
+const scaleWorkload = (w: Workload, factor: number): Workload => ({
+  itemMs: w.itemMs * factor,
+  itemsPerRun: w.itemsPerRun,
+  attemptStartMs: (w.attemptStartMs ?? 0) * factor,
+})
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, ms)))
 
@@ -93,6 +103,10 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
   const jsm = await jetstreamManager(nc)
   const namespace = `replay-${randomBytes(3).toString('hex')}`
   const idleForMs = Math.max(1000, Math.round(o.idleForTraceMs / o.speed))
+  const idleForText =
+    `idleFor ${(o.idleForTraceMs / 1000).toFixed(0)} s of trace = ${idleForMs} ms` +
+    // The 1 s floor lengthens idleFor in trace time: the harvestable time and the goodput are of the longer one.
+    (idleForMs * o.speed > o.idleForTraceMs ? ` (the 1 s floor: ${(idleForMs * o.speed) / 1000} s of trace)` : '')
   const core = kc.makeApiClient(CoreV1Api)
   let runner: Runner | undefined
   let oracle: Oracle | undefined
@@ -152,7 +166,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
     log(
       `replay: ${o.trace.requests.length} requests over ${o.trace.models.length} models in namespace ${namespace}; ` +
         `${(o.trace.durationMs / 1000).toFixed(0)} s of trace at ${o.speed}x ≈ ${(o.trace.durationMs / o.speed / 1000).toFixed(1)} s; ` +
-        `idleFor ${(o.idleForTraceMs / 1000).toFixed(0)} s of trace = ${idleForMs} ms`,
+        idleForText,
     )
 
     const from = Date.now()
@@ -221,6 +235,7 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
       from,
       to,
       idleForMs,
+      goodput: o.workload ? { workload: o.workload, speed: o.speed } : undefined,
     })
     await mkdir(o.outDir, { recursive: true })
     const files = {
@@ -236,13 +251,15 @@ export async function runReplay(o: ReplayOptions): Promise<ReplayResult> {
         from,
         to,
         idleForMs,
+        // The figure's axis is wall time: the items are drawn at their wall-clock length.
+        workload: o.workload ? scaleWorkload(o.workload, 1 / o.speed) : undefined,
         title: `Replay of ${o.source ?? 'a trace'} at ${o.speed}x (idleFor ${idleForMs} ms)`,
       }),
     )
     await writeFile(files.png, png)
     const header = {
       trace: `${o.source ?? '(in memory)'}: ${o.trace.requests.length} requests, ${o.trace.models.length} models, ${(o.trace.durationMs / 1000).toFixed(0)} s${o.trace.skipped ? `, ${o.trace.skipped} unreadable rows skipped` : ''}`,
-      speed: `${o.speed}x; idleFor ${(o.idleForTraceMs / 1000).toFixed(0)} s of trace = ${idleForMs} ms`,
+      speed: `${o.speed}x; ${idleForText}`,
       'requests not stored by NATS': String(failed),
       'latest send behind the trace schedule': `${Math.round(maxSlipMs)} ms (the report uses the times actually sent)`,
       'lost cancels (oracle)': String(verdict.lost.length),

@@ -1,7 +1,8 @@
 // The useful-work report of a replay, computed only from what the harness saw itself: the requests it published
 // (with their PubAck times), the Jobs and pods it watched through the apiserver, and the chaos oracle's idle-window
 // verdict. The functions' KV state and metrics are never read. Pure.
-import { harvestable } from './trace.js'
+import { compareGoodput, type GoodputComparison, medianWindowMs, type Window, type Workload } from './goodput.js'
+import { harvestable, idleIntervals } from './trace.js'
 
 export interface SentRequest {
   model: string
@@ -55,6 +56,87 @@ export interface ReplayReport {
   /** Jobs a request should have cancelled that were still live at the end. */
   unresolved: { job: string; model: string; requestSentAt: string }[]
   harvest: { models: ModelHarvest[]; harvestedMs: number; theoreticalMs: number; fraction: number | null }
+  /** The workload modelled as items, resumable against restart-from-scratch; absent when no workload was given. */
+  goodput?: GoodputSection
+}
+
+/** Goodput in trace time (wall times × speed), so the item duration reads as it was set. */
+export interface GoodputSection {
+  speed: number
+  workload: Required<Workload>
+  runMs: number
+  /** Median of the harvestable windows (idle beyond idleFor), trace time. */
+  medianIdleWindowMs: number | null
+  /** Idle time beyond idleFor, trace time: what the ratios are taken against. */
+  harvestableMs: number
+  /** Over the Jobs that ran: each Job's lifetime is one attempt's window, ended by a preemption unless live at the end. */
+  jobs: GoodputComparison
+  /** Over a perfect scheduler's windows (every harvestable stretch, preempted by the request that ends it). */
+  ideal: GoodputComparison
+  models: { model: string; jobs: GoodputComparison }[]
+}
+
+/** The Jobs of one model as attempt windows, clipped to the replay. */
+export function jobWindows(jobs: WatchedJob[], from: number, to: number): Window[] {
+  return jobs
+    .map((j) => ({
+      start: Math.max(j.addedAt, from),
+      end: Math.min(j.endAt ?? to, to),
+      // In a replay a Job ends only when a request cancels it (its template never finishes, maxRunDuration is 24h).
+      preempted: j.endAt !== undefined && j.endAt <= to,
+    }))
+    .filter((w) => w.end > w.start)
+}
+
+/** Windows in trace time: ms since `from`, times `speed`. */
+const toTrace = (windows: Window[], from: number, speed: number): Window[] =>
+  windows.map((w) => ({ start: (w.start - from) * speed, end: (w.end - from) * speed, preempted: w.preempted }))
+
+export function goodputSection(input: {
+  requests: SentRequest[]
+  jobs: WatchedJob[]
+  models: string[]
+  from: number
+  to: number
+  idleForMs: number
+  speed: number
+  /** In trace time. */
+  workload: Workload
+}): GoodputSection {
+  const { from, to, speed } = input
+  const perModel = input.models.map((model) => {
+    const times = input.requests.filter((r) => r.model === model).map((r) => r.sentAt)
+    const jobs = toTrace(
+      jobWindows(
+        input.jobs.filter((j) => j.model === model),
+        from,
+        to,
+      ),
+      from,
+      speed,
+    )
+    const ideal = toTrace(
+      idleIntervals(times, from, to, input.idleForMs).map(([start, end]) => ({ start, end, preempted: end < to })),
+      from,
+      speed,
+    )
+    return { model, jobs, ideal }
+  })
+  const allIdeal = perModel.flatMap((m) => m.ideal)
+  const jobs = compareGoodput(
+    perModel.flatMap((m) => m.jobs),
+    input.workload,
+  )
+  return {
+    speed,
+    workload: jobs.workload,
+    runMs: jobs.workload.itemMs * jobs.workload.itemsPerRun,
+    medianIdleWindowMs: medianWindowMs(allIdeal),
+    harvestableMs: allIdeal.reduce((s, w) => s + (w.end - w.start), 0),
+    jobs,
+    ideal: compareGoodput(allIdeal, input.workload),
+    models: perModel.map((m) => ({ model: m.model, jobs: compareGoodput(m.jobs, input.workload) })),
+  }
 }
 
 /** Nearest-rank percentile of sorted values. */
@@ -72,6 +154,8 @@ export function computeReport(input: {
   from: number
   to: number
   idleForMs: number
+  /** The workload as items (trace time) and the replay's speed: adds the goodput section. */
+  goodput?: { workload: Workload; speed: number }
 }): ReplayReport {
   const { requests, jobs, from, to, idleForMs } = input
   const byModel = new Map<string, number[]>()
@@ -141,6 +225,9 @@ export function computeReport(input: {
     jobDeleted: { p50Ms: percentile(deleted, 50), p99Ms: percentile(deleted, 99), maxMs: deleted.at(-1) ?? null },
     unresolved,
     harvest: { models, harvestedMs, theoreticalMs, fraction: theoreticalMs > 0 ? harvestedMs / theoreticalMs : null },
+    goodput: input.goodput
+      ? goodputSection({ ...input, workload: input.goodput.workload, speed: input.goodput.speed })
+      : undefined,
   }
 }
 
@@ -174,12 +261,81 @@ export function renderReport(r: ReplayReport, header: Record<string, string>, fi
         `| ${m.model} | ${m.requests} | ${m.jobs} | ${sec(m.harvestedMs)} | ${sec(m.theoreticalMs)} | ${pct(m.fraction)} |`,
     ),
   ]
+  if (r.goodput) lines.push('', ...renderGoodput(r.goodput))
   if (figure)
     lines.push(
       '',
       `![timeline](${figure})`,
       '',
-      'Per model: requests (ticks), the idle time beyond idleFor a perfect scheduler could use, and the Jobs that ran.',
+      'Per model: requests (ticks), the idle time beyond idleFor a perfect scheduler could use, and the Jobs that ran' +
+        (r.goodput
+          ? '; then each Job under both semantics: the item-seconds kept, thrown away by its preemption, or open at the end.'
+          : '.'),
     )
   return `${lines.join('\n')}\n`
+}
+
+/** A duration of trace time, in the unit that reads best. */
+export function traceDuration(ms: number): string {
+  if (ms >= 3_600_000) return `${(ms / 3_600_000).toFixed(2)} h`
+  if (ms >= 60_000) return `${(ms / 60_000).toFixed(1)} min`
+  return `${(ms / 1000).toFixed(1)} s`
+}
+
+/** How many times more runs resumable completed (null when restart completed none). */
+export function runsRatio(c: GoodputComparison): number | null {
+  return c.restart.runs > 0 ? c.resumable.runs / c.restart.runs : null
+}
+
+/** Kept item-seconds against the harvestable idle time (null without any). */
+export const keptRatio = (keptMs: number, harvestableMs: number) => (harvestableMs > 0 ? keptMs / harvestableMs : null)
+
+function sideBySide(c: GoodputComparison, harvestableMs: number): string[] {
+  const cell = (ms: number) => `${traceDuration(ms)} (${pct(keptRatio(ms, harvestableMs))})`
+  const row = (what: string, f: (g: GoodputComparison['resumable']) => string) =>
+    `| ${what} | ${f(c.resumable)} | ${f(c.restart)} |`
+  const ratio = runsRatio(c)
+  return [
+    '| | resumable (this project) | restart from scratch (FlexInfer) |',
+    '|---|---:|---:|',
+    row('whole runs completed', (g) => String(g.runs)),
+    row('items completed', (g) => String(g.items)),
+    row('item-seconds kept (of the harvestable)', (g) => cell(g.keptMs)),
+    row('item-seconds thrown away by preemptions', (g) => cell(g.thrownMs)),
+    row('open at the end (running, not yet kept)', (g) => cell(g.openMs)),
+    row('attempt starts', (g) => cell(g.overheadMs)),
+    row('windows given (their total)', (g) => cell(g.windowMs)),
+    '',
+    `${c.windows} windows, ${c.preemptions} preemptions. Resumable completes ` +
+      (ratio === null ? `${c.resumable.runs} runs, restart none.` : `**${ratio.toFixed(2)}×** the runs.`),
+  ]
+}
+
+function renderGoodput(g: GoodputSection): string[] {
+  const w = g.workload
+  const longer = g.medianIdleWindowMs === null ? '' : g.runMs > g.medianIdleWindowMs ? ' (longer)' : ' (not longer)'
+  return [
+    '## Goodput: resumable against restart-from-scratch',
+    '',
+    `The workload as items, in trace time: runs of ${w.itemsPerRun} items of ${traceDuration(w.itemMs)} (a run is ` +
+      `${traceDuration(g.runMs)}${longer} against a median harvestable window of ${g.medianIdleWindowMs === null ? '-' : traceDuration(g.medianIdleWindowMs)}` +
+      `), each attempt spending ${traceDuration(w.attemptStartMs)} before its first item, runs back to back. ` +
+      'An item in flight when the preemption comes is thrown away under both. Percentages are of the harvestable ' +
+      `idle time (beyond idleFor): ${traceDuration(g.harvestableMs)}.`,
+    '',
+    '### Over the Jobs that ran',
+    '',
+    ...sideBySide(g.jobs, g.harvestableMs),
+    '',
+    '| model | Jobs | runs resumable | runs restart | kept resumable | kept restart |',
+    '|---|---:|---:|---:|---:|---:|',
+    ...g.models.map(
+      (m) =>
+        `| ${m.model} | ${m.jobs.windows} | ${m.jobs.resumable.runs} | ${m.jobs.restart.runs} | ${traceDuration(m.jobs.resumable.keptMs)} | ${traceDuration(m.jobs.restart.keptMs)} |`,
+    ),
+    '',
+    "### Over a perfect scheduler's windows (every stretch beyond idleFor, the same trace)",
+    '',
+    ...sideBySide(g.ideal, g.harvestableMs),
+  ]
 }

@@ -1,4 +1,5 @@
 // `npm run replay -- --trace FILE.csv [--speed 60] [--idle-for 10m] [--models 3] [--seed 1] [--out DIR] [--keep]`
+//   [--item 1m] [--items 60] [--attempt-start 0s]  the workload as items, for the goodput section (trace time)
 // `npm run replay -- --synthetic [--duration 6h] [--day 24h] [--models 3] [--seed 1] …`  generate a trace, replay it
 // `npm run replay -- --generate FILE.csv [--duration 24h] [--day 24h] [--models 3] [--seed 1]`  only write a trace
 //
@@ -10,7 +11,9 @@ import { join, relative } from 'node:path'
 import { parseDuration } from '../../pkg/core/duration.js'
 import { repoRoot } from '../../test/env/binaries.js'
 import { belongsTo, readEnvironmentInfo, startEnvironment, stopEnvironment } from '../../test/env/environment.js'
+import { checkWorkload } from './goodput.js'
 import { runReplay } from './replay.js'
+import { keptRatio, type ReplayReport, runsRatio, traceDuration } from './report.js'
 import { GENERATE_DEFAULTS, generateTrace, parseTrace } from './trace.js'
 
 const USAGE = `usage: npm run replay -- (--trace FILE.csv | --synthetic | --generate FILE.csv) [options]
@@ -21,6 +24,9 @@ const USAGE = `usage: npm run replay -- (--trace FILE.csv | --synthetic | --gene
   --duration DUR   generator: trace length (default 24h)
   --day DUR        generator: length of the diurnal cycle (default 24h; quiet periods and bursts scale with it)
   --gap DUR        generator: mean gap between requests inside a burst (default 10s)
+  --item DUR       goodput: one item's duration in trace time (default 1m)
+  --items N        goodput: items per run (default 60)
+  --attempt-start DUR  goodput: trace time every attempt spends before its first item (default 0s)
   --max-wall DUR   refuse a replay longer than this in wall time (default 2h)
   --out DIR        output directory (default test-results/replay/<time>)
   --keep           keep the replay's namespace afterwards`
@@ -49,6 +55,30 @@ const num = (v: string | true | undefined, fallback: number, what: string) => {
   return n
 }
 const dur = (v: string | true | undefined, fallback: string) => parseDuration(typeof v === 'string' ? v : fallback)
+
+/** The goodput section in a few lines: both semantics side by side over the Jobs that ran. */
+function goodputLines(r: ReplayReport): string[] {
+  const g = r.goodput
+  if (!g) return []
+  const share = (ms: number) => {
+    const k = keptRatio(ms, g.harvestableMs)
+    return k === null ? '-' : k.toFixed(3)
+  }
+  const col = (v: string, width = 12) => v.padStart(width)
+  const ratio = runsRatio(g.jobs)
+  const { resumable: a, restart: b } = g.jobs
+  return [
+    `goodput (trace time; runs of ${g.workload.itemsPerRun} × ${traceDuration(g.workload.itemMs)} = ${traceDuration(g.runMs)}, ` +
+      `median harvestable window ${g.medianIdleWindowMs === null ? '-' : traceDuration(g.medianIdleWindowMs)}; ` +
+      `${g.jobs.windows} Jobs, ${g.jobs.preemptions} preempted; of ${traceDuration(g.harvestableMs)} harvestable):`,
+    `  ${''.padEnd(30)}${col('resumable')}${col('restart')}`,
+    `  ${'whole runs completed'.padEnd(30)}${col(String(a.runs))}${col(String(b.runs))}`,
+    `  ${'item-time kept'.padEnd(30)}${col(traceDuration(a.keptMs))}${col(traceDuration(b.keptMs))}`,
+    `  ${'item-time thrown away'.padEnd(30)}${col(traceDuration(a.thrownMs))}${col(traceDuration(b.thrownMs))}`,
+    `  ${'kept / harvestable'.padEnd(30)}${col(share(a.keptMs))}${col(share(b.keptMs))}`,
+    `  resumable completes ${ratio === null ? `${a.runs} runs against none` : `${ratio.toFixed(2)}× the runs`}`,
+  ]
+}
 
 async function main() {
   const f = flags(process.argv.slice(2))
@@ -85,6 +115,12 @@ async function main() {
       `the replay would take ${(wallMs / 60_000).toFixed(0)} min (over --max-wall); raise --speed or --max-wall`,
     )
   }
+  // Checked before an environment is started: a bad setting fails at once.
+  const workload = checkWorkload({
+    itemMs: dur(f.item, '1m'),
+    itemsPerRun: num(f.items, 60, 'items'),
+    attemptStartMs: dur(f['attempt-start'], '0s'),
+  })
   const outDir =
     typeof f.out === 'string'
       ? f.out
@@ -110,6 +146,7 @@ async function main() {
       outDir,
       keep: f.keep === true,
       source,
+      workload,
     })
     const r = result.report
     const pct = r.harvest.fraction === null ? '-' : `${(r.harvest.fraction * 100).toFixed(1)}%`
@@ -120,6 +157,7 @@ async function main() {
         `exposure (request → pods deleted): p50 ${r.exposure.p50Ms ?? '-'} ms, p99 ${r.exposure.p99Ms ?? '-'} ms, max ${r.exposure.maxMs ?? '-'} ms over ${r.exposure.count} preemptions` +
           ` (request → Job deleted: p50 ${r.jobDeleted.p50Ms ?? '-'} ms, max ${r.jobDeleted.maxMs ?? '-'} ms)`,
         `harvested ${(r.harvest.harvestedMs / 1000).toFixed(1)} s of ${(r.harvest.theoreticalMs / 1000).toFixed(1)} s idle beyond idleFor: ${pct}`,
+        ...goodputLines(r),
         `report: ${relative(process.cwd(), result.files.markdown)} (+ report.json, timeline.png)`,
       ].join('\n'),
     )

@@ -1,9 +1,16 @@
 // The replay's pure parts: the documented CSV format (timestamps, optional models assigned deterministically, bad
 // rows skipped), the seeded generator, the theoretical harvest, the report's exposure and harvest arithmetic, and
-// the figure's vega-lite spec rendering to a PNG.
+// the figure's vega-lite spec rendering to a PNG, and the goodput section (resumable against restart-from-scratch).
 import { describe, expect, it } from 'vitest'
 import { renderPng, timelineSpec } from '../../dev/replay/figure.js'
-import { computeReport, percentile, renderReport } from '../../dev/replay/report.js'
+import {
+  computeReport,
+  keptRatio,
+  percentile,
+  renderReport,
+  runsRatio,
+  traceDuration,
+} from '../../dev/replay/report.js'
 import {
   csvCells,
   generateTrace,
@@ -122,6 +129,58 @@ describe('harvest and report', () => {
   })
 })
 
+describe('goodput section', () => {
+  // 0..100 s of wall time at 60x (100 min of trace), idleFor 10 s; requests at 30 and 35 s: windows 10..30, 45..100.
+  const input = {
+    requests: [
+      { model: 'a', sentAt: 30_000, ackAt: 30_001 },
+      { model: 'a', sentAt: 35_000, ackAt: 35_001 },
+    ],
+    jobs: [
+      { name: 'a-1', model: 'a', addedAt: 11_000, endAt: 30_100, podsGoneAt: 30_200, pods: 1 },
+      { name: 'a-2', model: 'a', addedAt: 46_000, pods: 1 },
+    ],
+    models: ['a'],
+    insideWindow: [],
+    from: 0,
+    to: 100_000,
+    idleForMs: 10_000,
+  }
+  it('reads Jobs as attempt windows in trace time, both semantics side by side', () => {
+    // Runs of 30 items of 1 min (trace): a-1 ran 19.1 min (19 items), a-2 54 min, still running at the end.
+    const r = computeReport({ ...input, goodput: { workload: { itemMs: 60_000, itemsPerRun: 30 }, speed: 60 } })
+    const g = r.goodput
+    expect(g).toBeDefined()
+    if (!g) return
+    expect(g.harvestableMs).toBe((20_000 + 55_000) * 60)
+    expect(g.medianIdleWindowMs).toBe(20_000 * 60)
+    expect(g.jobs).toMatchObject({ windows: 2, preemptions: 1 })
+    // Resumable: 19 + 54 items = 2 runs; restart: a-1 nothing, a-2 one run.
+    expect(g.jobs.resumable).toMatchObject({ runs: 2, items: 73, keptMs: 73 * 60_000 })
+    expect(g.jobs.resumable.thrownMs).toBeCloseTo(6_000, 6)
+    expect(g.jobs.restart).toMatchObject({ runs: 1, keptMs: 30 * 60_000 })
+    expect(g.jobs.restart.thrownMs).toBeCloseTo(19.1 * 60_000, 6)
+    expect(g.jobs.restart.openMs).toBe(24 * 60_000)
+    expect(g.ideal.resumable.keptMs).toBe(75 * 60_000)
+    expect(runsRatio(g.jobs)).toBe(2)
+    expect(keptRatio(g.jobs.resumable.keptMs, g.harvestableMs)).toBeCloseTo(73 / 75, 9)
+    const md = renderReport(r, { trace: 'x' })
+    expect(md).toContain('## Goodput: resumable against restart-from-scratch')
+    expect(md).toContain('| whole runs completed | 2 | 1 |')
+    expect(md).toContain('Resumable completes **2.00×** the runs.')
+    expect(md).toContain('a run is 30.0 min (longer) against a median harvestable window of 20.0 min')
+  })
+  it('no workload, no section; durations read in their unit', () => {
+    expect(computeReport(input).goodput).toBeUndefined()
+    expect(renderReport(computeReport(input), {})).not.toContain('Goodput')
+    expect([traceDuration(30_000), traceDuration(90_000), traceDuration(5_400_000)]).toEqual([
+      '30.0 s',
+      '1.5 min',
+      '1.50 h',
+    ])
+  })
+})
+
 describe('figure', () => {
   it('renders a PNG timeline with three lanes per model', async () => {
     const spec = timelineSpec({
@@ -138,5 +197,30 @@ describe('figure', () => {
     const png = await renderPng(spec)
     expect(png.subarray(1, 4).toString()).toBe('PNG')
     expect(png.length).toBeGreaterThan(2_000)
+  })
+  it('with a workload, two more lanes per model: kept, then thrown away by the preemption', async () => {
+    const spec = timelineSpec({
+      models: ['a'],
+      requests: [{ model: 'a', sentAt: 30_000, ackAt: 30_001 }],
+      jobs: [{ name: 'a-1', model: 'a', addedAt: 10_000, endAt: 30_500, pods: 1 }],
+      from: 0,
+      to: 60_000,
+      idleForMs: 10_000,
+      title: 'test',
+      workload: { itemMs: 1_000, itemsPerRun: 8 },
+    })
+    const values = (spec as { data: { values: { lane: string; kind: string; start: number; end: number }[] } }).data
+      .values
+    const lane = (name: string) => values.filter((v) => v.lane === name).map((v) => [v.kind, v.start, v.end])
+    // 20 items of 1 s, 2 runs of 8: resumable keeps 20 s and throws the half item, restart keeps 16 s.
+    expect(lane('a resumable')).toEqual([
+      ['kept', 10, 30],
+      ['thrown away', 30, 30.5],
+    ])
+    expect(lane('a restart from scratch')).toEqual([
+      ['kept', 10, 26],
+      ['thrown away', 26, 30.5],
+    ])
+    expect((await renderPng(spec)).subarray(1, 4).toString()).toBe('PNG')
   })
 })
