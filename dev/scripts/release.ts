@@ -9,6 +9,7 @@
 //   flexinfer-gateway-emitter-<v>.tgz  the TS gateway client, JavaScript + type declarations
 //   flexinfer_gateway-<v>*.whl, .tar.gz  the Python client's wheel and sdist
 //   model-backfill-secrets             the per-install secrets command, one file with auth.conf built in
+//   nats-official-chart-values.yaml    the official NATS chart's values for our accounts (deploy/nats/, docs/nats.md)
 //   SHA256SUMS, release.json           checksums; what was built, with versions and the image digest
 // --out DIR writes elsewhere; --skip-image builds no image (the bundle then names the image by tag, or by
 // --image-digest sha256:…); --only a,b builds only those parts (image chart bundle plugin ts python secrets).
@@ -253,6 +254,8 @@ async function secrets(out: string) {
     "import authConf from './deploy/nats/auth.conf'\n" +
     'main(process.argv.slice(2), authConf)\n'
   await singleFile(entry, join(out, 'model-backfill-secrets'))
+  // The NATS server's side of the same Secret: it mounts and includes what the command writes to DIR/nats.
+  copyFileSync(join(repoRoot, 'deploy/nats/official-chart-values.yaml'), join(out, 'nats-official-chart-values.yaml'))
 }
 
 export async function release(opts: Options) {
