@@ -213,19 +213,9 @@ async function plugin(out: string, work: string) {
   run('npm', ['pack', '--silent', '--pack-destination', out], { cwd: dir })
 }
 
-/** The TS client compiled (JS + .d.ts) into a copy whose package.json exports dist/, packed. */
-function tsClient(out: string, work: string) {
-  const dir = join(work, 'gateway-emitter')
-  mkdirSync(dir, { recursive: true })
-  run(join(repoRoot, 'node_modules/.bin/tsc'), ['-p', 'clients/ts/tsconfig.build.json', '--outDir', join(dir, 'dist')])
-  const manifest = JSON.parse(readFileSync(join(repoRoot, 'clients/ts/package.json'), 'utf8'))
-  const exported = (name: string) => ({ types: `./dist/${name}.d.ts`, import: `./dist/${name}.js` })
-  manifest.exports = { '.': exported('index'), './connection': exported('connection') }
-  manifest.types = './dist/index.d.ts'
-  manifest.files = ['dist']
-  writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`)
-  copyFileSync(join(repoRoot, 'clients/ts/README.md'), join(dir, 'README.md'))
-  run('npm', ['pack', '--silent', '--pack-destination', out], { cwd: dir })
+/** The TS client packed as it is published: its prepack builds dist/ (JS + .d.ts), which its exports name. */
+function tsClient(out: string) {
+  run('npm', ['pack', '--silent', '--pack-destination', out], { cwd: join(repoRoot, 'clients/ts') })
 }
 
 /** Wheel and sdist with setuptools' own PEP 517 hooks, in a build venv of the cache (setuptools >= 77). */
@@ -268,7 +258,7 @@ export async function release(opts: Options) {
   if (only.has('chart')) chart(out)
   if (only.has('bundle')) bundle(out, work, opts.repository, digest)
   if (only.has('plugin')) await plugin(out, work)
-  if (only.has('ts')) tsClient(out, work)
+  if (only.has('ts')) tsClient(out)
   if (only.has('python')) python(out, work)
   if (only.has('secrets')) await secrets(out)
   rmSync(work, { recursive: true, force: true })
