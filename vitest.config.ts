@@ -1,4 +1,14 @@
+import { fileURLToPath } from 'node:url'
 import { configDefaults, defineConfig } from 'vitest/config'
+
+// The workspace's gateway client from its sources, as tsconfig.json's paths give it to tsc and tsx: its package
+// exports the built dist/ (what npm pack ships), which a checkout does not have.
+const ownPackages = {
+  alias: {
+    '@flexinfer/gateway-emitter/connection': fileURLToPath(new URL('clients/ts/src/connection.ts', import.meta.url)),
+    '@flexinfer/gateway-emitter': fileURLToPath(new URL('clients/ts/src/index.ts', import.meta.url)),
+  },
+}
 
 // Three projects: pure unit tests need no servers; integration tests share one real environment
 // (etcd, kube-apiserver, kube-controller-manager, nats-server) started once by the global setup; the tests on the real
@@ -24,6 +34,7 @@ export default defineConfig({
     reporters: ['default', ['json', { outputFile: process.env.VITEST_JSON_REPORT || 'test-results/vitest.json' }]],
     projects: [
       {
+        resolve: ownPackages,
         test: {
           name: 'unit',
           include: ['test/unit/**/*.test.ts'],
@@ -32,6 +43,7 @@ export default defineConfig({
         },
       },
       {
+        resolve: ownPackages,
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
@@ -43,6 +55,7 @@ export default defineConfig({
         },
       },
       {
+        resolve: ownPackages,
         // The tests on the real engine (llama-server decoding on the CPU): alone, after the other integration files,
         // so no other file takes the cores the engine's steps (and the bounds the tests hold them to) need.
         test: {

@@ -9,6 +9,7 @@
 //   flexinfer-gateway-emitter-<v>.tgz  the TS gateway client, JavaScript + type declarations
 //   flexinfer_gateway-<v>*.whl, .tar.gz  the Python client's wheel and sdist
 //   model-backfill-secrets             the per-install secrets command, one file with auth.conf built in
+//   nats-official-chart-values.yaml    the official NATS chart's values for our accounts (deploy/nats/, docs/nats.md)
 //   SHA256SUMS, release.json           checksums; what was built, with versions and the image digest
 // --out DIR writes elsewhere; --skip-image builds no image (the bundle then names the image by tag, or by
 // --image-digest sha256:…); --only a,b builds only those parts (image chart bundle plugin ts python secrets).
@@ -212,19 +213,9 @@ async function plugin(out: string, work: string) {
   run('npm', ['pack', '--silent', '--pack-destination', out], { cwd: dir })
 }
 
-/** The TS client compiled (JS + .d.ts) into a copy whose package.json exports dist/, packed. */
-function tsClient(out: string, work: string) {
-  const dir = join(work, 'gateway-emitter')
-  mkdirSync(dir, { recursive: true })
-  run(join(repoRoot, 'node_modules/.bin/tsc'), ['-p', 'clients/ts/tsconfig.build.json', '--outDir', join(dir, 'dist')])
-  const manifest = JSON.parse(readFileSync(join(repoRoot, 'clients/ts/package.json'), 'utf8'))
-  const exported = (name: string) => ({ types: `./dist/${name}.d.ts`, import: `./dist/${name}.js` })
-  manifest.exports = { '.': exported('index'), './connection': exported('connection') }
-  manifest.types = './dist/index.d.ts'
-  manifest.files = ['dist']
-  writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`)
-  copyFileSync(join(repoRoot, 'clients/ts/README.md'), join(dir, 'README.md'))
-  run('npm', ['pack', '--silent', '--pack-destination', out], { cwd: dir })
+/** The TS client packed as it is published: its prepack builds dist/ (JS + .d.ts), which its exports name. */
+function tsClient(out: string) {
+  run('npm', ['pack', '--silent', '--pack-destination', out], { cwd: join(repoRoot, 'clients/ts') })
 }
 
 /** Wheel and sdist with setuptools' own PEP 517 hooks, in a build venv of the cache (setuptools >= 77). */
@@ -253,6 +244,8 @@ async function secrets(out: string) {
     "import authConf from './deploy/nats/auth.conf'\n" +
     'main(process.argv.slice(2), authConf)\n'
   await singleFile(entry, join(out, 'model-backfill-secrets'))
+  // The NATS server's side of the same Secret: it mounts and includes what the command writes to DIR/nats.
+  copyFileSync(join(repoRoot, 'deploy/nats/official-chart-values.yaml'), join(out, 'nats-official-chart-values.yaml'))
 }
 
 export async function release(opts: Options) {
@@ -265,7 +258,7 @@ export async function release(opts: Options) {
   if (only.has('chart')) chart(out)
   if (only.has('bundle')) bundle(out, work, opts.repository, digest)
   if (only.has('plugin')) await plugin(out, work)
-  if (only.has('ts')) tsClient(out, work)
+  if (only.has('ts')) tsClient(out)
   if (only.has('python')) python(out, work)
   if (only.has('secrets')) await secrets(out)
   rmSync(work, { recursive: true, force: true })

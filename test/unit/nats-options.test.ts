@@ -12,6 +12,14 @@ describe('natsServerOptions', () => {
     })
   })
 
+  it('reads a server list as the manifests build it (nats://<fn>@$(NATS_HOST), NATS_HOST=a:4222,b:4222)', () => {
+    expect(natsServerOptions('nats://demand@nats-a.nats:4222,nats-b.nats:4222')).toEqual({
+      servers: ['nats://nats-a.nats:4222', 'nats-b.nats:4222'],
+      user: 'demand',
+      inboxPrefix: '_INBOX_demand',
+    })
+  })
+
   it('leaves an anonymous URL (local runs) on the default inbox', () => {
     expect(natsServerOptions('nats://127.0.0.1:4222,nats://127.0.0.1:4223')).toEqual({
       servers: ['nats://127.0.0.1:4222', 'nats://127.0.0.1:4223'],

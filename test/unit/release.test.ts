@@ -53,6 +53,7 @@ describe('npm run release', () => {
         'flexinfer_gateway-0.1.0-py3-none-any.whl',
         'flexinfer_gateway-0.1.0.tar.gz',
         'model-backfill-secrets',
+        'nats-official-chart-values.yaml',
       ].sort(),
     )
     const sums = readFileSync(join(out, 'SHA256SUMS'), 'utf8').trim().split('\n')
@@ -126,6 +127,10 @@ describe('npm run release', () => {
     const users = Object.keys(values.nats.credentials).sort()
     expect(users).toEqual(['admit', 'bridge', 'cancel', 'demand', 'ingress', 'lifecycle', 'provision', 'source'])
     for (const u of users) expect(values.nats.credentials[u].seed, u).toMatch(/^SU[A-Z2-7]+$/)
+    // nats-server's Secret holds what the NATS chart's values mount and include.
+    const natsSecret = parseAllDocuments(readFileSync(join(elsewhere, 'secrets/nats/secret.yaml'), 'utf8'))[0]?.toJS()
+    expect(Object.keys(natsSecret.stringData).sort()).toEqual(['accounts.conf', 'auth.conf', 'gates.conf'])
+    expect(readFileSync(join(out, 'nats-official-chart-values.yaml'), 'utf8')).toContain('../nats-auth/accounts.conf')
   })
 
   it('the TS client package: JavaScript and declarations, exports pointing at them, importable', () => {

@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest'
 import { parse, parseAllDocuments } from 'yaml'
 import {
   AUTH_CONF,
+  accountsOnly,
   authConfIdentities,
   DEFAULTS,
   fillAuthConf,
@@ -106,6 +107,13 @@ describe('the outputs', () => {
     const [natsSecret] = docs(files['nats/secret.yaml'] as string)
     expect(natsSecret.metadata.name).toBe('model-backfill-nats-auth')
     expect(natsSecret.stringData['auth.conf']).toContain(`nkey: ${g.identities.operator?.publicKey}`)
+    // accounts.conf: the same accounts, without the block around them (a server with accounts of its own includes it
+    // inside its block): wrapped back in one, it is auth.conf's block line for line.
+    const accounts = natsSecret.stringData['accounts.conf'] as string
+    expect(accounts).not.toMatch(/^accounts\s*\{/m)
+    expect(accounts).toMatch(/^ {2}FLEXINFER \{$/m)
+    expect(accounts).toContain('include "gates.conf"')
+    expect(natsSecret.stringData['auth.conf']).toContain(`accounts {\n${accounts}}`)
     // No seed reaches nats-server's namespace.
     for (const id of Object.values(g.identities)) expect(files['nats/secret.yaml']).not.toContain(id.seed)
     expect(parse(files['nats/kustomization.yaml'] as string).namespace).toBe('nats')
@@ -259,5 +267,13 @@ describe('the outputs', () => {
       '--namespace "Bad_NS" is not a namespace name',
     )
     expect(() => render(text, { ...g, identities: {} }, opts)).toThrow(/no key generated for source/)
+  })
+})
+
+describe('accountsOnly', () => {
+  it('refuses a file without a top-level accounts block, or with settings outside it', () => {
+    expect(() => accountsOnly('port: 4222\n')).toThrow(/no top-level `accounts \{`/)
+    expect(() => accountsOnly('accounts {\n  A {}\n}\nport: 4222\n')).toThrow(/settings outside .*port: 4222/)
+    expect(accountsOnly('# c\naccounts {\n  A { users: [] }\n}\n')).toBe('  A { users: [] }\n')
   })
 })

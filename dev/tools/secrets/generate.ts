@@ -8,7 +8,9 @@
 //   npm run gen:secrets -- --out DIR --update-gates --gate-namespaces a,b,c
 //   npm run gen:secrets -- --out DIR --keep FILE ...    the identities of an existing installation kept (below)
 //
-// DIR/nats/               the Secret `model-backfill-nats-auth` (key auth.conf) for nats-server's namespace
+// DIR/nats/               the Secret `model-backfill-nats-auth` for nats-server's namespace: auth.conf (an `accounts`
+//                         block), accounts.conf (the same accounts without the block, for a server that has accounts
+//                         of its own: deploy/nats/official-chart-values.yaml) and gates.conf (included by both)
 // DIR/model-backfill/     (kustomize) a Secret per workload identity and the ingress token, for the install namespace
 // DIR/values.yaml         (helm) the same as chart values: nats.credentials.<user>.seed, ingress.token.value
 // DIR/gateway/            the gateways' identity and the ingress token, as a Secret to apply where gateways run
@@ -69,6 +71,23 @@ export function fillAuthConf(authConf: string, publicKeys: Record<string, string
           }),
     )
     .join('\n')
+}
+
+/**
+ * The accounts of a filled auth.conf without the `accounts { … }` around them, to include inside a server's own
+ * `accounts` block: nats-server keeps only the last of two `accounts` keys, so a second block would drop the first's.
+ */
+export function accountsOnly(authConf: string): string {
+  const lines = authConf.split('\n')
+  const open = lines.findIndex((l) => /^accounts\s*\{\s*$/.test(l))
+  // The first top-level `}` after the opening line closes the block (nested braces are indented).
+  const close = lines.findIndex((l, i) => i > open && /^\}\s*$/.test(l))
+  if (open < 0 || close < 0) throw new Error('auth.conf has no top-level `accounts {` … `}` block')
+  const rest = [...lines.slice(0, open), ...lines.slice(close + 1)].filter(
+    (l) => l.trim() && !l.trimStart().startsWith('#'),
+  )
+  if (rest.length > 0) throw new Error(`auth.conf has settings outside its accounts block: ${rest[0]?.trim()}`)
+  return `${lines.slice(open + 1, close).join('\n')}\n`
 }
 
 export interface Identity {
@@ -215,6 +234,7 @@ export function render(authConf: string, g: Generated, opts: Options): Record<st
     // opts in (pkg/jetstream/gates-conf.ts), public keys filled in as for auth.conf.
     secret(NATS_AUTH_SECRET, undefined, 'nats-auth', {
       'auth.conf': fillAuthConf(authConf, publicKeys),
+      'accounts.conf': accountsOnly(fillAuthConf(authConf, publicKeys)),
       'gates.conf': fillAuthConf(gatesConf(opts.gateNamespaces), gateKeys),
     }),
   ])
