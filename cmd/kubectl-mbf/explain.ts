@@ -93,7 +93,16 @@ export interface Explanation {
   name: string
   now: string
   exists: boolean
-  status?: { phase?: string; reason?: string; message?: string; attempts?: number; jobName?: string; node?: string }
+  status?: {
+    phase?: string
+    reason?: string
+    message?: string
+    attempts?: number
+    jobName?: string
+    node?: string
+    runId?: string
+    runAttempt?: number
+  }
   /** The attempt in flight (its Job), when there is one: the gates then say what would cancel it. */
   attempt?: { jobName: string; phase: string; job: string }
   gates: ExplainedCheck[]
@@ -218,6 +227,8 @@ export function explain(input: ExplainInput): Explanation {
     attempts: b.status?.attempts,
     jobName: b.status?.jobName,
     node: b.status?.nodeName,
+    runId: b.status?.runId,
+    runAttempt: b.status?.runAttempt,
   }
   out.counters = s?.counters
   out.backgroundGate = gateView(input)
@@ -472,6 +483,7 @@ export function renderExplanation(e: Explanation): string {
     `  status      ${st.phase ?? '(none yet)'}/${st.reason ?? '-'}, ${st.attempts ?? 0} attempt(s)${st.jobName ? `, Job ${st.jobName}` : ''}`,
   )
   if (st.message) lines.push(`              ${st.message}`)
+  if (st.runId) lines.push(`  run         ${st.runId}, attempt ${st.runAttempt ?? '?'} of the run`)
   if (e.attempt)
     lines.push(`  attempt     Job ${e.attempt.jobName} (${e.attempt.job}); the gates below say what would cancel it`)
   lines.push('Gates (admission order):')

@@ -5,6 +5,7 @@ import type { CancelReason, Phase, ResolvedSpec } from './api.js'
 import { cancelMessage, cancelReason, passCancelChecks, RECHECK_MS, windowBrokenAt } from './checks.js'
 import type { Trigger } from './decision.js'
 import { cancelledByFailSafe, FAILSAFE_REASON } from './fail-safe.js'
+import { endRun, takeBackAttempt } from './run.js'
 import type { PreemptionReason } from './state.js'
 import { armTimer, iso, ms, set, type Work } from './work.js'
 import type { JobView } from './world.js'
@@ -130,6 +131,7 @@ function admittedWithoutJob(w: Work, trigger: Trigger, jobName: string): boolean
   }
   s.attempts -= 1
   s.counters.starts -= 1
+  takeBackAttempt(s)
   endAttempt(w, jobName)
   return false
 }
@@ -251,6 +253,7 @@ function rejected(w: Work, jobName: string, message: string) {
   const s = w.s
   s.attempts -= 1
   s.counters.starts -= 1
+  takeBackAttempt(s)
   s.rejections = (s.rejections ?? 0) + 1
   w.actions.push({ type: 'releaseClaims', jobName })
   s.jobName = undefined
@@ -366,6 +369,7 @@ function concludeAttempt(w: Work, job: JobView): boolean {
   const completion = job.outcomeTime ?? iso(now)
   s.completionTime = completion
   s.runningSince = undefined
+  endRun(s)
   w.actions.push({ type: 'releaseClaims', jobName })
   if (job.outcome === 'Failed') {
     s.counters.failed += 1

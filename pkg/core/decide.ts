@@ -12,6 +12,7 @@ import { addUseful, attemptInFlight } from './attempt.js'
 import { admissionChecksPass, admitCtx, specAllows } from './checks.js'
 import { type Action, CHECKS, type CheckReport, type Decision, type Observed, type Trigger } from './decision.js'
 import { jobName as nameJob } from './names.js'
+import { beginAttempt, endRun } from './run.js'
 import { sameJson } from './same-json.js'
 import { type BackfillState, emptyCounters } from './state.js'
 import { projectStatus } from './status.js'
@@ -221,6 +222,7 @@ export function racedAdmission(s: BackfillState | null, lastRequestAt: string | 
 function restartForNewGeneration(w: Work) {
   const s = w.s
   s.generation = w.b.metadata.generation ?? 1
+  endRun(s)
   s.completionTime = undefined
   s.nextRunTime = undefined
   s.startedAt = undefined
@@ -267,6 +269,7 @@ function admit(w: Work) {
   const node = w.o.model?.node as string
   s.attempts += 1
   s.counters.starts += 1
+  beginAttempt(s)
   s.jobName = nameJob(b.metadata.name, s.attempts)
   s.nodeName = node
   s.startedAt = iso(now)

@@ -53,6 +53,12 @@ export const BackfillStateSchema = z.object({
   message: z.string(),
   /** Jobs created so far (every attempt, retries included). */
   attempts: z.number().int().nonnegative(),
+  /** The current run's identity, or the last run's once it ended (pkg/core/run.ts). */
+  runId: z.string().max(64).optional(),
+  /** The current or last attempt's number within its run. */
+  runAttempt: z.number().int().positive().optional(),
+  /** The run named by runId is over: the next admission begins a new run. */
+  runEnded: z.boolean().optional(),
   /** The current attempt's Job, from admission until the Job is gone. */
   jobName: z.string().optional(),
   /** The Job of the finished attempt (Succeeded/Failed) after it is gone (TTL): status.jobName keeps showing it. */

@@ -23,6 +23,9 @@ export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): 
       previous?.status === status && previous.lastTransitionTime ? previous.lastTransitionTime : iso(now),
     observedGeneration: generation,
   }
+  // The run shows while it goes on, and after it ended only beside its outcome (Succeeded, Failed) and for its own
+  // spec: a status without a run tells a takeover (pkg/core/takeover.ts) that the next attempt begins a new one.
+  const shownRun = !!s.runId && s.generation === generation && (!s.runEnded || terminal)
   const out: ModelBackfillStatus = {
     phase: s.phase,
     reason: s.reason,
@@ -35,6 +38,8 @@ export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): 
     completionTime: s.completionTime,
     nextRunTime: s.nextRunTime,
     attempts: s.attempts,
+    runId: shownRun ? s.runId : undefined,
+    runAttempt: shownRun ? s.runAttempt : undefined,
     conditions: [condition],
   }
   for (const key of Object.keys(out) as (keyof ModelBackfillStatus)[]) {
