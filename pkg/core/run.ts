@@ -28,6 +28,9 @@ export interface RunFields {
   runAttempt?: number
   /** The run named by runId is over (Succeeded, Failed, or its spec changed): the next admission begins a new one. */
   runEnded?: boolean
+  /** The run's progress as its attempts reported it (pkg/core/progress.ts): a new run starts from nothing. */
+  runDone?: number
+  runTotal?: number
 }
 
 export function runIdOf(owner: string, generation: number, firstAttempt: number): string {
@@ -42,6 +45,8 @@ export function beginAttempt(s: RunFields): void {
     s.runId = runIdOf(owner(s), s.generation, s.attempts)
     s.runAttempt = 1
     s.runEnded = undefined
+    s.runDone = undefined
+    s.runTotal = undefined
     return
   }
   s.runAttempt += 1
