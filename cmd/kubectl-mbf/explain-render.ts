@@ -26,6 +26,7 @@ export function renderExplanation(e: Explanation): string {
     `  status      ${st.phase ?? '(none yet)'}/${st.reason ?? '-'}, ${st.attempts ?? 0} attempt(s)${st.jobName ? `, Job ${st.jobName}` : ''}`,
   )
   if (st.message) lines.push(`              ${st.message}`)
+  if (st.runId) lines.push(`  run         ${st.runId}, attempt ${st.runAttempt ?? '?'} of the run`)
   if (e.attempt)
     lines.push(`  attempt     Job ${e.attempt.jobName} (${e.attempt.job}); the gates below say what would cancel it`)
   lines.push('Gates (admission order):')

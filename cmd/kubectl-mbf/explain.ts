@@ -76,7 +76,16 @@ export interface Explanation {
   name: string
   now: string
   exists: boolean
-  status?: { phase?: string; reason?: string; message?: string; attempts?: number; jobName?: string; node?: string }
+  status?: {
+    phase?: string
+    reason?: string
+    message?: string
+    attempts?: number
+    jobName?: string
+    node?: string
+    runId?: string
+    runAttempt?: number
+  }
   /** The attempt in flight (its Job), when there is one: the gates then say what would cancel it. */
   attempt?: { jobName: string; phase: string; job: string }
   gates: ExplainedCheck[]
@@ -127,6 +136,8 @@ export function explain(input: ExplainInput): Explanation {
     attempts: b.status?.attempts,
     jobName: b.status?.jobName,
     node: b.status?.nodeName,
+    runId: b.status?.runId,
+    runAttempt: b.status?.runAttempt,
   }
   out.counters = s?.counters
   out.backgroundGate = gateView(o, input.gatePods)

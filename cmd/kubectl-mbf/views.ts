@@ -11,6 +11,8 @@ export interface GetRow {
   phase: string
   reason: string
   attempts: number
+  /** The current or last run (status.runId, status.runAttempt): its identity and the attempt within it. */
+  run: { id: string; attempt: number } | null
   /** Time left in the idle window (WaitingForIdle with a window running); null otherwise. */
   windowLeftMs: number | null
   lastPreemption: { at: string; reason: string } | null
@@ -43,6 +45,7 @@ export function getRow(b: ModelBackfill, events: EventSeen[], now: number): GetR
     phase: st.phase ?? '',
     reason: st.reason ?? '',
     attempts: st.attempts ?? 0,
+    run: st.runId ? { id: st.runId, attempt: st.runAttempt ?? 0 } : null,
     windowLeftMs,
     lastPreemption: lastPreemption(events),
     message: st.message ?? '',
@@ -62,6 +65,7 @@ export function renderGet(rows: GetRow[], now: number, namespace: string | undef
     'WINDOW LEFT',
     'LAST PREEMPTION',
     'ATTEMPTS',
+    'RUN',
   ]
   return table(
     header,
@@ -74,6 +78,7 @@ export function renderGet(rows: GetRow[], now: number, namespace: string | undef
       r.windowLeftMs === null ? '-' : human(r.windowLeftMs),
       r.lastPreemption ? `${relative(isoMs(r.lastPreemption.at), now)} (${r.lastPreemption.reason})` : '-',
       String(r.attempts),
+      r.run ? `${r.run.id} #${r.run.attempt}` : '-',
     ]),
   )
 }

@@ -53,6 +53,8 @@ export async function createAttemptJob(
     maxRunDurationMs: action.spec.maxRunDurationMs,
     gate: deps.gate,
     admittedAt: d.state?.startedAt,
+    // The committed Starting state's run: persisted before this POST, so a crash after it finds the same identity.
+    run: d.state?.runId && d.state.runAttempt ? { id: d.state.runId, attempt: d.state.runAttempt } : undefined,
   })
   const { namespace, name } = b.metadata
   // The POST between two reads of the newest request (pkg/admission/protocol.ts).

@@ -4,12 +4,19 @@
 import { z } from 'zod'
 import { DurationError, parseDuration } from './duration.js'
 import { isObjectName } from './names.js'
+import { ATTEMPT_ENV, RUN_ID_ENV } from './run.js'
 
 export const GROUP = 'ai.flexinfer'
 export const VERSION = 'v1alpha2'
 export const API_VERSION = `${GROUP}/${VERSION}`
 export const FINALIZER = 'ai.flexinfer/modelbackfill'
 export const RESERVED_ENV = 'FLEXINFER_WORKLOAD_CLASS'
+/** Every variable the controller sets in the attempt's containers, and what it sets: spec.env may name none. */
+export const RESERVED_ENVS: readonly { name: string; setTo: string }[] = [
+  { name: RESERVED_ENV, setTo: 'background' },
+  { name: RUN_ID_ENV, setTo: "the run's identity" },
+  { name: ATTEMPT_ENV, setTo: "the attempt's number within its run" },
+]
 export const MAX_ENV = 32
 export const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/
 export const MIN_REPEAT_AFTER_MS = 60_000
@@ -142,10 +149,10 @@ export const ModelBackfillSpec = z
             message:
               'env names must match ^[A-Za-z_][A-Za-z0-9_]*$ (letters, digits, underscore; not starting with a digit)',
           },
-          {
-            rule: `!('${RESERVED_ENV}' in self)`,
-            message: `${RESERVED_ENV} is reserved: the controller always sets it to background`,
-          },
+          ...RESERVED_ENVS.map(({ name, setTo }) => ({
+            rule: `!('${name}' in self)`,
+            message: `${name} is reserved: the controller always sets it to ${setTo}`,
+          })),
         ],
       })
       .optional(),
@@ -197,6 +204,15 @@ export const ModelBackfillStatus = z
     completionTime: time('When the last attempt reached a terminal state.').optional(),
     nextRunTime: time('With repeatAfter: when a succeeded declaration may re-enter idle admission.').optional(),
     attempts: z.number().int().optional().meta({ description: 'Jobs created so far (every attempt counts).' }),
+    runId: z.string().max(64).optional().meta({
+      description:
+        "Identity of the current or last run (every attempt until the work Succeeds or Fails, or the spec changes): the attempts' FLEXINFER_RUN_ID.",
+    }),
+    runAttempt: z
+      .number()
+      .int()
+      .optional()
+      .meta({ description: "The current or last attempt's number within its run: its FLEXINFER_ATTEMPT." }),
     conditions: z
       .array(Condition)
       .meta({
@@ -280,9 +296,10 @@ export function checkSpec(spec: ModelBackfillSpec): { problem: SpecProblem } | {
       problem: { reason: 'InvalidEnvironment', message: `invalid environment variable name(s): ${bad.join(', ')}` },
     }
   }
-  if (RESERVED_ENV in env) {
+  const reserved = RESERVED_ENVS.find(({ name }) => name in env)
+  if (reserved) {
     return {
-      problem: { reason: 'InvalidEnvironment', message: `${RESERVED_ENV} is reserved and cannot be overridden` },
+      problem: { reason: 'InvalidEnvironment', message: `${reserved.name} is reserved and cannot be overridden` },
     }
   }
   let repeatAfterMs = 0

@@ -5,6 +5,7 @@ import type { CancelReason, Phase, ResolvedSpec } from './api.js'
 import { cancelMessage, cancelReason, passCancelChecks, RECHECK_MS, windowBrokenAt } from './checks.js'
 import type { Trigger } from './decision.js'
 import { cancelledByFailSafe, FAILSAFE_REASON } from './fail-safe.js'
+import { endRun, takeBackAttempt } from './run.js'
 import type { PreemptionReason } from './state.js'
 import { armTimer, iso, ms, set, type Work } from './work.js'
 import type { JobView } from './world.js'
@@ -130,6 +131,7 @@ function admittedWithoutJob(w: Work, trigger: Trigger, jobName: string): boolean
   }
   s.attempts -= 1
   s.counters.starts -= 1
+  takeBackAttempt(s)
   endAttempt(w, jobName)
   return false
 }
@@ -251,6 +253,7 @@ function rejected(w: Work, jobName: string, message: string) {
   const s = w.s
   s.attempts -= 1
   s.counters.starts -= 1
+  takeBackAttempt(s)
   s.rejections = (s.rejections ?? 0) + 1
   w.actions.push({ type: 'releaseClaims', jobName })
   s.jobName = undefined
@@ -283,7 +286,8 @@ function endAttempt(w: Work, jobName: string) {
 function countPreemption(w: Work, jobName: string, reason: CancelReason | undefined, why: string) {
   const metric = reason ? PREEMPTION_OF[reason] : 'other'
   w.s.counters.preemptions[metric] = (w.s.counters.preemptions[metric] ?? 0) + 1
-  addUseful(w)
+  const ran = addUseful(w)
+  if (ran > 0) w.s.counters.preemptedSeconds = (w.s.counters.preemptedSeconds ?? 0) + ran
   recordCancelled(w, jobName, why)
 }
 
@@ -324,16 +328,18 @@ function recordCancelled(w: Work, jobName: string, why: string) {
  * Useful time runs from status.startedAt (the Job's creation, kept in runningSince until counted, as the reference
  * counts it) to the end of the attempt: completion or cancellation; the idle window is excluded. A Job reports
  * its end in whole seconds (Kubernetes times), so it ended within that second: count up to its end, never past now
- * (a run shorter than a second would otherwise count nothing).
+ * (a run shorter than a second would otherwise count nothing). Returns the seconds counted.
  */
-export function addUseful(w: Work, endIso?: string) {
+export function addUseful(w: Work, endIso?: string): number {
   const s = w.s
   const from = ms(s.runningSince)
-  if (Number.isNaN(from)) return
+  if (Number.isNaN(from)) return 0
   const reported = ms(endIso)
   const end = Number.isNaN(reported) ? w.now : Math.min(w.now, reported + (reported % 1000 === 0 ? 999 : 0))
-  s.counters.usefulSeconds += Math.max(0, (end - from) / 1000)
+  const seconds = Math.max(0, (end - from) / 1000)
+  s.counters.usefulSeconds += seconds
   s.runningSince = undefined
+  return seconds
 }
 
 /** The Job reached Complete or Failed. A completed Job wins over a coincident cancel. */
@@ -366,6 +372,7 @@ function concludeAttempt(w: Work, job: JobView): boolean {
   const completion = job.outcomeTime ?? iso(now)
   s.completionTime = completion
   s.runningSince = undefined
+  endRun(s)
   w.actions.push({ type: 'releaseClaims', jobName })
   if (job.outcome === 'Failed') {
     s.counters.failed += 1

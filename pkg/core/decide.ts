@@ -12,6 +12,8 @@ import { addUseful, attemptInFlight } from './attempt.js'
 import { admissionChecksPass, admitCtx, specAllows } from './checks.js'
 import { type Action, CHECKS, type CheckReport, type Decision, type Observed, type Trigger } from './decision.js'
 import { jobName as nameJob } from './names.js'
+import { countProgress } from './progress.js'
+import { beginAttempt, endRun } from './run.js'
 import { sameJson } from './same-json.js'
 import { type BackfillState, emptyCounters } from './state.js'
 import { projectStatus } from './status.js'
@@ -101,6 +103,7 @@ function decideWith(o: Observed, trigger: Trigger, now: number, every: boolean):
       message: `No stored state; seeded from status and Jobs: ${taken.summary}`,
     })
   }
+  if (trigger.type === 'progress') reportProgress(w, trigger)
   if (taken?.adopted && w.s.nodeName) {
     w.actions.push({ type: 'takeClaims', jobName: taken.adopted.name, attempt: w.s.attempts, node: w.s.nodeName })
   }
@@ -169,6 +172,20 @@ function preAdmission(w: Work, checked: ReturnType<typeof checkSpec>): 'held' | 
   return undefined
 }
 
+/** An ended attempt's report of its run: counted once, told as an Event; the decision goes on as for any change. */
+function reportProgress(w: Work, t: Extract<Trigger, { type: 'progress' }>) {
+  const counted = countProgress(w.s, t.jobName, t.progress, t.preempted)
+  if (!counted) return
+  const { done, total } = t.progress
+  const thrown = counted.discarded ? `; ${counted.discarded} in flight discarded by the preemption` : ''
+  w.actions.push({
+    type: 'recordEvent',
+    eventType: 'Normal',
+    reason: 'RunProgress',
+    message: `Job ${t.jobName} ended with run ${t.progress.runId} at ${done}/${total} items (${counted.completed} completed by it${thrown})`,
+  })
+}
+
 /** The ModelBackfill is gone (its finalizer was removed by someone else, or it never had one). */
 function gone(o: Observed): Decision {
   const actions: Action[] = []
@@ -221,6 +238,7 @@ export function racedAdmission(s: BackfillState | null, lastRequestAt: string | 
 function restartForNewGeneration(w: Work) {
   const s = w.s
   s.generation = w.b.metadata.generation ?? 1
+  endRun(s)
   s.completionTime = undefined
   s.nextRunTime = undefined
   s.startedAt = undefined
@@ -267,6 +285,7 @@ function admit(w: Work) {
   const node = w.o.model?.node as string
   s.attempts += 1
   s.counters.starts += 1
+  beginAttempt(s)
   s.jobName = nameJob(b.metadata.name, s.attempts)
   s.nodeName = node
   s.startedAt = iso(now)

@@ -3,6 +3,7 @@
 // check decide() evaluated, in the order `kubectl mbf explain` lists them (CHECKS).
 import type { CancelReason, ModelBackfill, ModelBackfillStatus, ResolvedSpec } from './api.js'
 import type { GpuViolation } from './job.js'
+import type { WorkloadProgress } from './progress.js'
 import type { BackfillState, ModelIdleState } from './state.js'
 import type { GamingSessionView, GPULeaseView, JobView, ModelView } from './world.js'
 
@@ -66,6 +67,11 @@ export type Trigger =
    * Only this try may take back its Starting attempt for that request at once (another try's POST may be in flight).
    */
   | { type: 'raced'; jobName: string }
+  /**
+   * An ended attempt's report of its run, its container's termination message (pkg/core/progress.ts); `preempted`:
+   * its Job did not complete. Counted once per Job, whenever it comes.
+   */
+  | { type: 'progress'; jobName: string; progress: WorkloadProgress; preempted: boolean }
 
 export type DeleteWhy = CancelReason | 'Deleted' | 'Cleanup' | 'RepeatCleanup'
 

@@ -11,6 +11,7 @@ import {
   LABEL_BACKFILL,
   WORKLOAD_CLASS_ENV,
 } from './names.js'
+import { ATTEMPT_ENV, RUN_ID_ENV } from './run.js'
 
 export interface GpuViolation {
   container: string
@@ -94,6 +95,17 @@ export interface JobParams {
   gate?: GateDeployment
   /** When this attempt was admitted (its state's startedAt): makes the attempt label this admission's own. */
   admittedAt?: string
+  /** The attempt's run (its state's runId, runAttempt): set in every container, the gate's too. */
+  run?: { id: string; attempt: number }
+}
+
+/** The run's identity and the attempt's number in every container and init container, replacing any the template has. */
+function withRun(pod: V1PodSpec, run: { id: string; attempt: number }): V1PodSpec {
+  const set = (c: V1Container): V1Container => ({
+    ...c,
+    env: setEnv(setEnv(c.env ?? [], RUN_ID_ENV, run.id), ATTEMPT_ENV, String(run.attempt)),
+  })
+  return { ...pod, initContainers: pod.initContainers?.map(set), containers: (pod.containers ?? []).map(set) }
 }
 
 /** The pod spec as the template and spec.env give it, before any gate. */
@@ -122,9 +134,19 @@ export function gateProblem(backfill: ModelBackfill, template: V1CronJob, gate?:
 /**
  * The attempt's Job: the template's jobTemplate, owned by the ModelBackfill (controller reference, so the garbage
  * collector removes it with its owner), labelled for the contender gate, bounded by maxRunDuration, and forced to
- * the background workload class in every container and init container. spec.env applies to regular containers.
+ * the background workload class in every container and init container. spec.env applies to regular containers. The
+ * run's identity and the attempt's number (FLEXINFER_RUN_ID, FLEXINFER_ATTEMPT) go in every container.
  */
-export function buildJob({ backfill, template, name, node, maxRunDurationMs, gate, admittedAt }: JobParams): V1Job {
+export function buildJob({
+  backfill,
+  template,
+  name,
+  node,
+  maxRunDurationMs,
+  gate,
+  admittedAt,
+  run,
+}: JobParams): V1Job {
   const jobTemplate = structuredClone(template.spec?.jobTemplate ?? { spec: { template: {} } })
   const spec = jobTemplate.spec ?? { template: {} }
   const podSpec = spec.template.spec ?? { containers: [] }
@@ -139,6 +161,8 @@ export function buildJob({ backfill, template, name, node, maxRunDurationMs, gat
       throw new Error(`backfill ${meta.name} asks for a gate that cannot be built: ${problem}`)
     pod = injectGate(pod, plan, { namespace: meta.namespace ?? '', model: backfill.spec.modelRef, job: name }, gate)
   }
+  // spec.env cannot name these either (CEL and checkSpec refuse them), so the controller's values stand.
+  if (run) pod = withRun(pod, run)
   return {
     apiVersion: 'batch/v1',
     kind: 'Job',

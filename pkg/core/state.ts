@@ -37,6 +37,11 @@ export const Counters = z.object({
   failed: count,
   preemptions: z.partialRecord(z.enum(PREEMPTION_REASONS), count),
   usefulSeconds: count,
+  /** Beyond the contract's four: items the workloads reported completed, and those a preemption threw away. */
+  itemsDone: count.optional(),
+  itemsDiscarded: count.optional(),
+  /** Running seconds of attempts that were preempted (counted in usefulSeconds too, as the contract says). */
+  preemptedSeconds: count.optional(),
 })
 export type Counters = z.infer<typeof Counters>
 
@@ -53,6 +58,17 @@ export const BackfillStateSchema = z.object({
   message: z.string(),
   /** Jobs created so far (every attempt, retries included). */
   attempts: z.number().int().nonnegative(),
+  /** The current run's identity, or the last run's once it ended (pkg/core/run.ts). */
+  runId: z.string().max(64).optional(),
+  /** The current or last attempt's number within its run. */
+  runAttempt: z.number().int().positive().optional(),
+  /** The run named by runId is over: the next admission begins a new run. */
+  runEnded: z.boolean().optional(),
+  /** The run's items done and in all, as its attempts last reported them (pkg/core/progress.ts). */
+  runDone: z.number().int().nonnegative().optional(),
+  runTotal: z.number().int().nonnegative().optional(),
+  /** The attempt Job whose report was counted last. */
+  progressJob: z.string().optional(),
   /** The current attempt's Job, from admission until the Job is gone. */
   jobName: z.string().optional(),
   /** The Job of the finished attempt (Succeeded/Failed) after it is gone (TTL): status.jobName keeps showing it. */

@@ -1,6 +1,7 @@
 // The status subresource: a projection of the backfill's state (the state in KV is the truth; the status is what
 // `kubectl get` and `kubectl wait` read).
 import type { Condition, ModelBackfill, ModelBackfillStatus } from './api.js'
+import { progressNote } from './progress.js'
 import type { BackfillState } from './state.js'
 
 const iso = (ms: number) => new Date(ms).toISOString()
@@ -23,10 +24,15 @@ export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): 
       previous?.status === status && previous.lastTransitionTime ? previous.lastTransitionTime : iso(now),
     observedGeneration: generation,
   }
+  // The run shows while it goes on, and after it ended only beside its outcome (Succeeded, Failed) and for its own
+  // spec: a status without a run tells a takeover (pkg/core/takeover.ts) that the next attempt begins a new one.
+  const shownRun = !!s.runId && s.generation === generation && (!s.runEnded || terminal)
+  // The run's progress as its attempts reported it, for the run the status shows.
+  const note = shownRun ? progressNote(s) : undefined
   const out: ModelBackfillStatus = {
     phase: s.phase,
     reason: s.reason,
-    message: s.message,
+    message: note ? `${s.message} (${note})` : s.message,
     observedGeneration: generation,
     nodeName: s.nodeName,
     jobName: s.jobName ?? (terminal ? s.finishedJobName : undefined),
@@ -35,6 +41,8 @@ export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): 
     completionTime: s.completionTime,
     nextRunTime: s.nextRunTime,
     attempts: s.attempts,
+    runId: shownRun ? s.runId : undefined,
+    runAttempt: shownRun ? s.runAttempt : undefined,
     conditions: [condition],
   }
   for (const key of Object.keys(out) as (keyof ModelBackfillStatus)[]) {

@@ -13,6 +13,7 @@
 // failed at 1 for a Succeeded / Failed status; the rest start at 0 (Prometheus reads the drop as a counter reset).
 import { type ModelBackfill, type ModelBackfillStatus, type Phase, REASONS } from './api.js'
 import { jobName as nameJob } from './names.js'
+import { soundRun } from './run.js'
 import { type BackfillState, emptyCounters } from './state.js'
 import { isActiveJob, type JobView, type ModelView } from './world.js'
 
@@ -88,6 +89,13 @@ export function takeover(i: TakeoverInput, now: number): Takeover {
     windowStart: iso(now),
     counters: { ...emptyCounters(), starts: attempts },
     updatedAt: iso(now),
+  }
+  // The run the status names goes on (its Jobs carry its identity), unless it had ended or the spec changed since.
+  const run = soundRun(st.runId, st.runAttempt)
+  if (run) {
+    s.runId = run.runId
+    s.runAttempt = run.runAttempt
+    if (statusPhase === 'Succeeded' || statusPhase === 'Failed' || observed !== generation) s.runEnded = true
   }
   const known = !!statusPhase || jobs.length > 0
   if (known) s.takenOver = iso(now)

@@ -1,4 +1,5 @@
-// The four metric families of contract.md, with their exact names and labels. The counts live in each
+// The four metric families of contract.md, with their exact names and labels, and three beyond them (items
+// completed, items discarded by preemption, running seconds of preempted attempts). The counts live in each
 // backfill's KV state and change atomically with the transition that causes them, so an instance scaling to
 // zero right after counting loses nothing; the exporter only reads them (pkg/jetstream/kv-mirror.ts keeps its copy current from the republished changes).
 //
@@ -108,6 +109,32 @@ export class BackfillMetrics {
         each((s, l, mono) => this.inc(l, mono('useful', s.counters.usefulSeconds)))
       },
     })
+    // Beyond the contract's four (which keep their meaning): what the workloads' reports and the preemptions cost.
+    const beyond = [
+      ['flexinfer_model_backfill_items_completed_total', 'Work items the attempts reported completed.', 'itemsDone'],
+      [
+        'flexinfer_model_backfill_items_discarded_total',
+        'Work items in flight when a preemption stopped their attempt, thrown away.',
+        'itemsDiscarded',
+      ],
+      [
+        'flexinfer_model_backfill_preempted_running_seconds_total',
+        'Running seconds of attempts that were preempted (also in useful_running_seconds).',
+        'preemptedSeconds',
+      ],
+    ] as const
+    for (const [name, help, field] of beyond) {
+      new Counter({
+        name,
+        help,
+        labelNames: ['backfill', 'namespace', 'model'],
+        registers: [this.registry],
+        collect() {
+          this.reset()
+          each((s, l, mono) => this.inc(l, mono(field, s.counters[field] ?? 0)))
+        },
+      })
+    }
     // Phase, preemption latency, dead letters: what the PrometheusRule alerts on (pkg/observability/ops-metrics.ts).
     registerOpsMetrics(this.registry, {
       *states() {

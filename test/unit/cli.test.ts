@@ -116,6 +116,15 @@ describe('explain', () => {
     expect(text).toContain('window completes in 7m47s')
   })
 
+  it("an admitted attempt: the run's identity and the attempt's number within it", () => {
+    const t = new Timeline(aWorld())
+    t.step(T0)
+    t.step(T0 + 11 * MINUTE)
+    const e = explain(input(t.world, T0 + 11 * MINUTE + SECOND))
+    expect(e.status).toMatchObject({ runId: t.state.runId, runAttempt: 1 })
+    expect(renderExplanation(e)).toContain(`  run         ${t.state.runId}, attempt 1 of the run`)
+  })
+
   it('a gaming session, a foreign claim and a stopped demand are each named as what blocks admission', () => {
     const now = T0 + 11 * MINUTE
     const world = aWorld({
@@ -298,8 +307,15 @@ describe('get', () => {
     )
     expect(row).toMatchObject({ windowLeftMs: 5 * MINUTE, lastPreemption: { reason: 'ForegroundDemand' }, attempts: 2 })
     expect(renderGet([row], now, undefined)).toContain('5m            6m ago (ForegroundDemand)')
-    const running = getRow(aBackfill({ status: { phase: 'Running', reason: 'JobRunning' } }), [], now)
+    expect(row.run).toBeNull()
+    const running = getRow(
+      aBackfill({ status: { phase: 'Running', reason: 'JobRunning', runId: '0123456789abcdef', runAttempt: 3 } }),
+      [],
+      now,
+    )
     expect(running.windowLeftMs).toBeNull()
+    expect(running.run).toEqual({ id: '0123456789abcdef', attempt: 3 })
+    expect(renderGet([running], now, 'ns')).toMatch(/RUN\n.*0123456789abcdef #3$/)
   })
 })
 

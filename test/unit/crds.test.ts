@@ -111,6 +111,9 @@ describe('ModelBackfill CRD', () => {
         'nextRunTime',
         'attempts',
         'conditions',
+        // Additions to the contract's status (docs/differences.md): the run identity and the attempt within it.
+        'runId',
+        'runAttempt',
       ].sort(),
     )
     for (const t of ['idleSince', 'startedAt', 'completionTime', 'nextRunTime']) {
@@ -163,6 +166,8 @@ describe('ModelBackfill CRD', () => {
       `env may have at most ${MAX_ENV} entries`,
       'env names must match ^[A-Za-z_][A-Za-z0-9_]*$ (letters, digits, underscore; not starting with a digit)',
       `${RESERVED_ENV} is reserved: the controller always sets it to background`,
+      "FLEXINFER_RUN_ID is reserved: the controller always sets it to the run's identity",
+      "FLEXINFER_ATTEMPT is reserved: the controller always sets it to the attempt's number within its run",
     ])
     // Every rule that calls duration() is guarded by the syntax match (an unguarded one would surface an
     // evaluation error instead of the message).

@@ -1303,6 +1303,8 @@ describe('counters', () => {
       failed: 0,
       preemptions: { foreground: 1 },
       usefulSeconds: 4 * 60,
+      // Beyond the contract: the same running time, as a preempted attempt's.
+      preemptedSeconds: 4 * 60,
     })
   })
 

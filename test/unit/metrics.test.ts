@@ -42,6 +42,18 @@ describe('BackfillMetrics', () => {
     expect(text).toContain(`flexinfer_model_backfill_useful_running_seconds_total{${labels}} 90.5`)
   })
 
+  it('beyond the contract: items completed and discarded, running seconds of preempted attempts', async () => {
+    const labels = 'backfill="bf",namespace="ns",model="llm"'
+    const text = await exposition(state({ itemsDone: 7, itemsDiscarded: 2, preemptedSeconds: 41.5, usefulSeconds: 60 }))
+    expect(text).toContain(`flexinfer_model_backfill_items_completed_total{${labels}} 7`)
+    expect(text).toContain(`flexinfer_model_backfill_items_discarded_total{${labels}} 2`)
+    expect(text).toContain(`flexinfer_model_backfill_preempted_running_seconds_total{${labels}} 41.5`)
+    // The contract's useful seconds keep their meaning: every attempt's running time, preempted ones included.
+    expect(text).toContain(`flexinfer_model_backfill_useful_running_seconds_total{${labels}} 60`)
+    // A state written before these counters existed exports 0.
+    expect(await exposition(state({}))).toContain(`flexinfer_model_backfill_items_completed_total{${labels}} 0`)
+  })
+
   it('a count the state takes back is held at its high-water mark: the series never goes down', async () => {
     const m = new BackfillMetrics()
     const states = (m as unknown as { mirror: KvMirror<BackfillState> }).mirror.values

@@ -236,7 +236,11 @@ describe.concurrent('suspension and spec changes', () => {
     expect(job?.spec?.template.spec?.containers[0]?.env).toEqual([
       { name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' },
       { name: 'EXTRA', value: 'new' },
+      { name: 'FLEXINFER_RUN_ID', value: second.status?.runId },
+      // The spec change ended the first run: this attempt is the first of a new one.
+      { name: 'FLEXINFER_ATTEMPT', value: '1' },
     ])
+    expect(second.status?.runAttempt).toBe(1)
     expect((await sys.world.state(r.backfill))?.counters.preemptions).toEqual({ spec_changed: 1 })
   })
 })

@@ -54,13 +54,19 @@ describe('a quiet model gets its backfill', () => {
     })
     expect(job?.spec?.activeDeadlineSeconds).toBe(900)
     const pod = job?.spec?.template.spec
-    expect(pod?.initContainers?.[0]?.env).toEqual([{ name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' }])
+    // The run's identity and the attempt's number follow the contract's variables, in every container.
+    const run = [
+      { name: 'FLEXINFER_RUN_ID', value: expect.stringMatching(/^[0-9a-f]{16}$/) },
+      { name: 'FLEXINFER_ATTEMPT', value: '1' },
+    ]
+    expect(pod?.initContainers?.[0]?.env).toEqual([{ name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' }, ...run])
     expect(pod?.containers[0]?.env).toEqual([
       { name: 'MODELS', value: 'm-happy=vllm' },
       { name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' },
       { name: 'SECRET_ONE', value: 'literal' },
       { name: 'ALPHA', value: 'a' },
       { name: 'ZED', value: 'z' },
+      ...run,
     ])
 
     await sys.world.finishJob(name, 'Succeeded')

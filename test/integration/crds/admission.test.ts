@@ -116,6 +116,18 @@ describe('ModelBackfill admission', () => {
       message: 'FLEXINFER_WORKLOAD_CLASS is reserved: the controller always sets it to background',
     },
     {
+      label: 'the reserved FLEXINFER_RUN_ID',
+      spec: { ...base, env: { FLEXINFER_RUN_ID: 'mine' } },
+      field: 'spec.env',
+      message: "FLEXINFER_RUN_ID is reserved: the controller always sets it to the run's identity",
+    },
+    {
+      label: 'the reserved FLEXINFER_ATTEMPT',
+      spec: { ...base, env: { FLEXINFER_ATTEMPT: '1' } },
+      field: 'spec.env',
+      message: "FLEXINFER_ATTEMPT is reserved: the controller always sets it to the attempt's number within its run",
+    },
+    {
       label: 'a nonzero repeatAfter under 1m',
       spec: { ...base, repeatAfter: '30s' },
       field: 'spec.repeatAfter',
