@@ -207,6 +207,20 @@ async function gateState(url: string): Promise<GateState> {
   }
 }
 
+/** The simulated engine's last background disconnect after `since` (epoch ms), within the kill delay. */
+async function simIdle(url: string, since: number): Promise<{ idleAt?: number; lastBusyAt?: number }> {
+  try {
+    const r = await fetch(`${url}/sim/aborts`, { signal: AbortSignal.timeout(2_000) })
+    const aborts = (await r.json()) as { klass: string; seenAt: number }[]
+    const mine = aborts.filter(
+      (x) => x.klass === 'background' && x.seenAt >= since - 1 && x.seenAt <= since + cfg.killDelayMs,
+    )
+    return mine.length ? { idleAt: Math.max(...mine.map((x) => x.seenAt)) } : {}
+  } catch {
+    return {}
+  }
+}
+
 async function main() {
   const loadBefore = loadavg()
   console.log(`bench:gate: load average ${loadBefore.map((l) => l.toFixed(2)).join(' ')} (1/5/15 min)`)
@@ -345,7 +359,8 @@ async function main() {
           const stopped = await bg.stop()
           r.bgTokens += stopped.tokens
           r.bgStepMs.push(...stopped.stepMs)
-          const seen = await idle
+          // The simulated engine has no /slots: it frees a sequence at the disconnect it records.
+          const seen = real ? await idle : await simIdle(engineUrl, publishedAt)
           const p = state?.lastPreemption
           r.preemptions.push({
             publishedAt,
