@@ -90,7 +90,8 @@ export async function startDemoEngine(opts: {
     attempt = undefined
     a.workload.kill('SIGTERM')
     await a.gate.stop()
-    // After the stop: every request the workload's exit cut has ended and been counted.
+    // Counted once every request the stop cut has ended (their upstream connections close a moment after).
+    for (let i = 0; i < 50 && a.gate.gate.inFlight > 0; i++) await new Promise((r) => setTimeout(r, 20))
     const { tokens } = a.gate.gate.snapshot()
     totals.completed += tokens.completed
     totals.discarded += tokens.discarded
@@ -140,7 +141,8 @@ export async function startDemoEngine(opts: {
       line(`foreground request: first token after ${r.ttftMs?.toFixed(0) ?? '—'} ms${prompt}`)
       const idle = await watching
       const closed = attempt?.gate.gate.lastPreemption
-      if (idle?.idleAt && closed)
+      // Said for the request whose preempt closed the gate; a later one finds it closed already.
+      if (idle?.idleAt && closed && closed.signalAt >= sentAt)
         line(
           `background yielded: gate closed ${(closed.signalAt - sentAt).toFixed(0)} ms after the request, ` +
             `every background slot idle ${(idle.idleAt - closed.signalAt).toFixed(0)} ms after that`,
