@@ -12,6 +12,9 @@ export interface FgSample {
   stepMs?: number
   /** Held at the gateway stand-in before it was sent (part of ttftMs). */
   heldMs: number
+  /** Its place in the busy period (0: the preempting one) and its block: where a tail comes from. */
+  k: number
+  block: number
 }
 
 export interface PreemptionSample {
@@ -69,6 +72,11 @@ export function armKeys(out: Out, arm: string, r: ArmResult) {
     99,
   )
   out[`fg_samples_${arm}`] = r.fg.length
+  // The three slowest as [ttft ms, place in the busy period, block].
+  out[`fg_slowest_${arm}`] = [...r.fg]
+    .sort((a, b) => b.ttftMs - a.ttftMs)
+    .slice(0, 3)
+    .map((x) => [Math.round(x.ttftMs), x.k, x.block])
   out[`fg_preempting_samples_${arm}`] = pre.length
   // TTFT = time before the engine took the prompt (the step in flight, HTTP, a hold) + its prompt processing.
   out[`fg_prompt_ms_p50_preempting_${arm}`] = percentile(defined(pre.map((s) => s.promptMs)), 50)

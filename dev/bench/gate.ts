@@ -296,7 +296,7 @@ async function main() {
   }
 
   /** One cycle of one arm: quiet (an attempt starts), then busy (its first request preempts it). */
-  async function cycle(arm: string, offsets: number[], r: ArmResult) {
+  async function cycle(arm: string, block: number, offsets: number[], r: ArmResult) {
     const spec = ARM_SPECS[arm] as ArmSpec
     const t0 = performance.now()
     const at = (offset: number) => sleep(Math.max(0, offset - (performance.now() - t0)))
@@ -343,7 +343,7 @@ async function main() {
           const heldMs = performance.now() - p0
           const out = await fg(real ? freshPrompt(FG_BODY) : undefined)
           if (out.ttftMs === undefined) return
-          const sample: FgSample = { ttftMs: out.ttftMs + heldMs, preempting, heldMs }
+          const sample: FgSample = { ttftMs: out.ttftMs + heldMs, preempting, heldMs, k, block }
           if (out.timings) {
             sample.promptMs = out.timings.prompt_ms
             if (out.timings.predicted_n > 1) sample.stepMs = out.timings.predicted_per_token_ms
@@ -404,7 +404,7 @@ async function main() {
       (_, k) => k * cfg.fgGapMs + (k === 0 ? 0 : (random() - 0.5) * cfg.fgJitterMs),
     )
     const order = [...cfg.arms].sort(() => random() - 0.5)
-    for (const arm of order) await cycle(arm, offsets, results[arm] as ArmResult)
+    for (const arm of order) await cycle(arm, b, offsets, results[arm] as ArmResult)
     if ((b + 1) % 5 === 0 || b === cfg.blocks - 1)
       console.log(`bench:gate: block ${b + 1}/${cfg.blocks} done (${Math.round((Date.now() - started) / 1000)} s)`)
   }
