@@ -30,6 +30,12 @@ export class GateMetrics {
     buckets: [0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1],
     registers: [this.registry],
   })
+  readonly tokens = new Counter({
+    name: 'flexinfer_gate_tokens_total',
+    help: 'Background tokens streamed through the gate: completed (the answer ended normally) or discarded (cut).',
+    labelNames: ['outcome'],
+    registers: [this.registry],
+  })
   private readonly open = new Gauge({
     name: 'flexinfer_gate_open',
     help: '1 while the gate admits background requests; 0 starting or closed.',

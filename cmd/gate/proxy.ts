@@ -14,6 +14,7 @@ import type { Logger } from '../../pkg/observability/log.js'
 import { WaitQueue } from '../../pkg/transport/jetstream-adapter.js'
 import { collectable, StreamCollector, streamedBody } from './collect.js'
 import { GateMetrics } from './metrics.js'
+import { TokenCounter } from './tokens.js'
 
 export const WORKLOAD_CLASS_HEADER = 'x-flexinfer-workload-class'
 /** The gate's own endpoints; everything else is proxied. */
@@ -92,6 +93,8 @@ export class Gate {
   private readonly flights = new Set<Flight>()
   private readonly queue: WaitQueue<Waiter>
   private seq = 0
+  /** Background tokens of answers that ended normally, and of answers cut (tokens.ts). */
+  private readonly tokens = { completed: 0, discarded: 0 }
   private server?: http.Server
   private readonly agent: http.Agent
   private readonly upstream: URL
@@ -200,6 +203,7 @@ export class Gate {
       inFlight: this.flights.size,
       queued: this.queue.size,
       requests: this.seq,
+      tokens: { ...this.tokens },
       lastPreemption: this.lastPreemption,
     }
   }
@@ -379,10 +383,17 @@ export class Gate {
       timeout: this.opts.requestTimeoutMs,
     })
     flight.upstream = upstream
+    const counter = new TokenCounter()
+    let ended = false
     let done = false
     const finish = () => {
       if (done) return
       done = true
+      const outcome = ended && !flight.abortedByGate && counter.done ? 'completed' : 'discarded'
+      if (counter.tokens > 0) {
+        this.tokens[outcome] += counter.tokens
+        this.metrics.tokens.inc({ outcome }, counter.tokens)
+      }
       this.flights.delete(flight)
       this.metrics.inFlight.set(this.flights.size)
       this.next()
@@ -390,9 +401,13 @@ export class Gate {
     upstream.on('timeout', () => upstream.destroy(new Error('upstream deadline')))
     upstream.on('close', finish)
     upstream.on('response', (up) => {
-      up.on('end', finish)
-      up.on('close', finish)
       const eventStream = String(up.headers['content-type']).includes('event-stream')
+      if (eventStream) up.on('data', (chunk: Buffer) => counter.push(chunk))
+      up.on('end', () => {
+        ended = true
+        finish()
+      })
+      up.on('close', finish)
       // The engine went away mid-answer: a clear error for the workload, never a stream that just stops.
       const lost = () => {
         if (flight.abortedByGate) return void res.destroy()

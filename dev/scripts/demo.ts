@@ -4,6 +4,9 @@
 //   quiet → attempt 1 runs; burst of foreground requests → preempted; quiet → attempt 2 runs; a gaming session
 //   on the node → preempted, then Blocked/GamingIntent; session over → attempt 3 runs; its Job succeeds →
 //   Succeeded, the repeat scheduled (repeatAfter 1m).
+// With the test environment's engine built (and not --no-engine), the model is real: llama-server serves it, each
+// attempt's workload runs as a local process through its gate, and the timeline shows the engine's own numbers —
+// background tokens/s, the foreground request's time to first token, background yielding (dev/scripts/demo-engine.ts).
 // Then a summary (attempts, preemptions and their latency from the trigger to the Job's deletion, useful seconds
 // from the KV state counters). Interactive: the functions keep running (the repeat fires a minute later) until
 // Ctrl-C, and the environment stays up. CI (`CI=true` or `--ci`): stops what it started and exits 0.
@@ -23,6 +26,7 @@ import type { BackfillState, Counters } from '../../pkg/core/state.js'
 import { createLogger } from '../../pkg/observability/log.js'
 import { repoRoot } from '../../test/env/binaries.js'
 import { belongsTo, readEnvironmentInfo, startEnvironment, stopEnvironment } from '../../test/env/environment.js'
+import { type DemoEngine, startDemoEngine } from './demo-engine.js'
 
 export interface DemoEnvironment {
   kubeconfigPath: string
@@ -43,6 +47,8 @@ export interface DemoOptions {
   print?: (line: string) => void
   /** Port for /metrics; default 9464 (any free one when taken), 0 in CI. */
   metricsPort?: number
+  /** Serve the real model when the engine is built, each attempt's workload through its gate. Default false. */
+  engine?: boolean
 }
 
 export interface Preemption {
@@ -62,6 +68,8 @@ export interface DemoSummary {
   preemptions: Preemption[]
   counters: Counters
   finalPhase: string
+  /** With the real engine: background tokens the gates counted, and the foreground requests' TTFTs. */
+  engine?: { completed: number; discarded: number; ttftMs: number[] }
   nextRunTime?: string
   durationMs: number
 }
@@ -132,6 +140,9 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoRun> {
   const started = Date.now()
   const at = (t = Date.now()) => `+${((t - started) / 1000).toFixed(1)}s`.padStart(7)
   const story = (text: string) => print(`\n${at()}  ── ${text}`)
+  let engine: DemoEngine | undefined
+  if (opts.engine)
+    engine = await startDemoEngine({ natsUrl: environment.natsUrl, namespace, model: MODEL, log: quiet, print, at })
 
   // Live timeline: every status change of the ModelBackfill, and when each attempt's Job goes.
   let status: ModelBackfillStatus | undefined
@@ -209,18 +220,25 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoRun> {
 
     story(`quiet: nobody is using ${MODEL}; after ${IDLE_FOR_S}s idle the backfill starts`)
     const first = await reach('Running', 'JobRunning', 1)
-    await sleep(3000)
+    await engine?.startAttempt(first.jobName as string)
+    await sleep(engine ? 5000 : 3000)
 
     story('burst: the gateway serves a burst of foreground requests')
     const burstAt = Date.now()
+    const served: Promise<void>[] = []
     for (let i = 0; i < 10; i++) {
       await emitter.emit({ namespace, model: MODEL })
+      // The gateway serves some of them on the real engine.
+      if (engine && i % 5 === 0) served.push(engine.foreground())
       await sleep(100)
     }
     await preempted('foreground', burstAt, 1, first.jobName as string)
+    await Promise.all(served)
+    await engine?.stopAttempt()
 
     story(`quiet again: a fresh ${IDLE_FOR_S}s window after the last request, then attempt 2`)
     const second = await reach('Running', 'JobRunning', 2)
+    await engine?.startAttempt(second.jobName as string)
     await sleep(2000)
 
     story(`a gaming session starts on ${node}`)
@@ -235,13 +253,16 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoRun> {
       },
     })
     await preempted('gaming', sessionAt, 2, second.jobName as string)
+    await engine?.stopAttempt()
     await reach('Blocked', 'GamingIntent')
     await sleep(1500)
 
     story('the gaming session ends')
     await custom.deleteNamespacedCustomObject({ ...crd(namespace, 'gamingsessions'), name: 'evening-game' })
     const third = await reach('Running', 'JobRunning', 3)
+    await engine?.startAttempt(third.jobName as string)
     await sleep(3000)
+    await engine?.stopAttempt()
 
     story(`attempt 3's eval finishes (its pod Succeeded)`)
     await finishJob(core, namespace, third.jobName as string)
@@ -260,6 +281,7 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoRun> {
       preemptions,
       counters: state?.counters ?? { starts: 0, success: 0, failed: 0, preemptions: {}, usefulSeconds: 0 },
       finalPhase: `${status?.phase}/${status?.reason}`,
+      engine: engine?.totals(),
       nextRunTime: status?.nextRunTime,
       durationMs: Date.now() - started,
     }
@@ -270,6 +292,7 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoRun> {
       await emitter.close()
       await nc.close()
       await runner.stop()
+      await engine?.stop()
       await logger?.flush()
     }
     return { summary, runner, metricsUrl: runner.httpUrl && `${runner.httpUrl}/metrics`, stop }
@@ -279,6 +302,7 @@ export async function runDemo(opts: DemoOptions = {}): Promise<DemoRun> {
     await emitter.close().catch(() => {})
     await nc.close().catch(() => {})
     await runner.stop().catch(() => {})
+    await engine?.stop().catch(() => {})
     throw err
   }
 }
@@ -293,6 +317,11 @@ function printSummary(print: (line: string) => void, s: DemoSummary) {
   print(`  useful seconds  ${c.usefulSeconds.toFixed(1)} (running time only, from the KV state counters)`)
   print(`  final phase     ${s.finalPhase}${s.nextRunTime ? `, next run at ${s.nextRunTime}` : ''}`)
   print(`  phases          ${s.phases.join(' → ')}`)
+  if (s.engine) {
+    const ttft = s.engine.ttftMs.map((t) => `${t.toFixed(0)} ms`).join(', ')
+    print(`  engine          foreground first token ${ttft || '—'}; background tokens completed ${s.engine.completed},`)
+    print(`                  thrown away at preemption ${s.engine.discarded} (the gates' counts)`)
+  }
 }
 
 async function freeNamespace(core: CoreV1Api): Promise<string> {
@@ -429,7 +458,7 @@ async function main() {
   const environment: DemoEnvironment = { ...info, logsDir: join(info.dir, 'logs') }
   let run: DemoRun | undefined
   try {
-    run = await runDemo({ ci, environment, print })
+    run = await runDemo({ ci, environment, print, engine: !process.argv.includes('--no-engine') })
   } finally {
     if (ci || !run) {
       await run?.stop()

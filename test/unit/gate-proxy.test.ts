@@ -232,4 +232,26 @@ describe('the gate proxy', () => {
     expect(JSON.parse(collected.text).error.message).toBe('the engine connection was lost mid-answer')
     await expect.poll(() => gate.inFlight).toBe(0)
   })
+
+  it('counts background tokens: completed for answers that ended, discarded for those the close cut', async () => {
+    const { sim, url: engine } = await startSim({ stepBaseMs: 10 })
+    const { gate, url } = await startGate(engine, { maxInFlight: 2 })
+    gate.open()
+    const finished = await streamCompletion(url, { maxTokens: 5 })
+    expect(ending(finished)).toBe('completed')
+    expect(gate.snapshot().tokens).toEqual({ completed: 5, discarded: 0 })
+    const cut = streamCompletion(url, { maxTokens: 10_000 })
+    await expect.poll(() => sim.stats.tokens.background, { timeout: 5_000 }).toBeGreaterThan(8)
+    gate.close('preempted')
+    const outcome = await cut
+    expect(ending(outcome)).toBe('cut')
+    await expect.poll(() => gate.inFlight).toBe(0)
+    const { tokens } = gate.snapshot()
+    expect(tokens.completed).toBe(5)
+    // Every token the workload received of the cut answer is counted thrown away (a token in the socket may be too).
+    expect(tokens.discarded).toBeGreaterThanOrEqual(outcome.tokens)
+    expect(tokens.discarded).toBeLessThanOrEqual(outcome.tokens + 1)
+    const m = await gate.metrics.registry.getSingleMetricAsString('flexinfer_gate_tokens_total')
+    expect(m).toContain(`outcome="discarded"} ${tokens.discarded}`)
+  })
 })
