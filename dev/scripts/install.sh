@@ -5,6 +5,8 @@
 #   dev/scripts/install.sh install            secrets (once), the CRD, the NATS auth Secret, the workloads; then waits
 #   dev/scripts/install.sh nats-auth          only the secrets (once) and the NATS auth Secret: before an upgrade that
 #                                         brings new identities, so nats-server knows them before any pod uses them
+#   dev/scripts/install.sh wait               only install's waits (a release already applied); a failed wait names
+#                                         each pod that is not Ready and why its containers wait
 #   dev/scripts/install.sh uninstall          the workloads only: the CRD and every ModelBackfill stay
 #   dev/scripts/install.sh remove-finalizers  strips ModelBackfill's finalizer from every object (controller gone)
 #   dev/scripts/install.sh delete-crd         removes the finalizers, then the CRD: deletes EVERY ModelBackfill
@@ -363,19 +365,36 @@ install_helm() {
 		--sort-by=.metadata.creationTimestamp -o jsonpath='{.items[-1:].metadata.name}')
 }
 
+# A failed wait shows kubectl's bare timeout only: name each pod that is not Ready and why its containers wait
+# (ImagePullBackOff and its message is the usual first-install case), then stop.
+explain_not_ready() {
+	say "$1 did not become ready within $timeout; pods in $ns that are not Ready:"
+	"$kubectl" -n "$ns" get pods -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{.status.conditions[?(@.type=="Ready")].status}{"\t"}{range .status.initContainerStatuses[*]}{.name}{"="}{.state.waiting.reason}{": "}{.state.waiting.message}{"\t"}{end}{range .status.containerStatuses[*]}{.name}{"="}{.state.waiting.reason}{": "}{.state.waiting.message}{"\t"}{end}{"\n"}{end}' 2>&1 |
+		awk -F '\t' '$2 != "True" && $1 != "" {
+			print "install:   pod " $1
+			for (i = 3; i <= NF; i++) {
+				c = index($i, "="); if (c == 0) continue
+				why = substr($i, c + 1); if (why == ": ") continue
+				print "install:     container " substr($i, 1, c - 1) ": " why
+			}
+		}' >&2
+	say "hint: ImagePullBackOff/ErrImagePull means the image $image cannot be pulled: set MBF_IMAGE to an image the nodes can pull, or load the release's image archive into the cluster (docs/troubleshooting.md#install-waits-time-out)"
+	exit 1
+}
+
 wait_ready() {
 	[ "$wait" = true ] || return 0
 	say "waiting for the provision Job $job (the NATS topology)"
-	"$kubectl" -n "$ns" wait --for=condition=complete --timeout="$timeout" "job/$job" >&2
+	"$kubectl" -n "$ns" wait --for=condition=complete --timeout="$timeout" "job/$job" >&2 || explain_not_ready "job/$job"
 	if [ "$overlay" = keda ]; then
 		# Scaled to zero by KEDA when idle: admit and lifecycle are not waited for.
 		for d in $("$kubectl" -n "$ns" get deploy -o name); do
 			case "$d" in */*-admit | */*-lifecycle) continue ;; esac
-			"$kubectl" -n "$ns" rollout status --timeout="$timeout" "$d" >&2
+			"$kubectl" -n "$ns" rollout status --timeout="$timeout" "$d" >&2 || explain_not_ready "$d"
 		done
 	else
-		"$kubectl" -n "$ns" wait --for=condition=Ready --timeout="$timeout" ksvc --all >&2
-		"$kubectl" -n "$ns" rollout status --timeout="$timeout" deploy >&2
+		"$kubectl" -n "$ns" wait --for=condition=Ready --timeout="$timeout" ksvc --all >&2 || explain_not_ready 'the Knative services'
+		"$kubectl" -n "$ns" rollout status --timeout="$timeout" deploy >&2 || explain_not_ready 'the Deployments'
 	fi
 	say "installed: kubectl -n $ns get pods; kubectl mbf get -A (operator identity: . $secrets/operator/env.sh)"
 }
@@ -428,11 +447,18 @@ nats-auth)
 	make_secrets
 	apply_nats_auth
 	;;
+wait)
+	# Only install's waits, for a release already applied: the provision Job is the newest one.
+	job=$("$kubectl" -n "$ns" get job -l app.kubernetes.io/component=provision \
+		--sort-by=.metadata.creationTimestamp -o jsonpath='{.items[-1:].metadata.name}')
+	wait=true
+	wait_ready
+	;;
 uninstall) uninstall ;;
 remove-finalizers) remove_finalizers ;;
 delete-crd)
 	remove_finalizers
 	"$kubectl" delete crd "$CRD" --ignore-not-found >&2
 	;;
-*) die "usage: dev/scripts/install.sh install | render | nats-auth | uninstall | remove-finalizers | delete-crd (settings: see the script's header)" ;;
+*) die "usage: dev/scripts/install.sh install | render | nats-auth | wait | uninstall | remove-finalizers | delete-crd (settings: see the script's header)" ;;
 esac
