@@ -111,18 +111,7 @@ export const MUTANTS: Mutant[] = [
   {
     name: 'post-reads-blind-to-foreground-subject',
     race: 'a request on the foreground subject stored after the fence',
-    edits: [
-      {
-        file: 'pkg/admission/protocol.ts',
-        find: 'ports.requests.newest(namespace, model, where.cursor)',
-        replace: 'ports.requests.newest(namespace, model)',
-      },
-      {
-        file: 'pkg/admission/protocol.ts',
-        find: 'ports.requests.newest(namespace, model, before.cursor ?? where.cursor)',
-        replace: 'ports.requests.newest(namespace, model)',
-      },
-    ],
+    edits: POST_READS_BLIND,
   },
   {
     name: 'idle-read-after-fence-unchecked',
