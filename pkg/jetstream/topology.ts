@@ -7,7 +7,7 @@ import { Kvm } from '@nats-io/kv'
 import type { NatsConnection } from '@nats-io/transport-node'
 import { type Buckets, bucketConfigs, LEADER_READS } from './buckets.js'
 import type { ConnectOptions } from './connect.js'
-import { isNotFound } from './errors.js'
+import { isLeaderless, isNotFound } from './errors.js'
 import { streamConfigs } from './streams.js'
 
 /** Most replicas a JetStream stream may have (nats-server's limit). */
@@ -41,19 +41,23 @@ export interface TopologyOptions extends ConnectOptions {
 }
 
 /**
- * Waits for something the provision step creates: retries `lookup` while it answers "not found", logs a hint every
- * 10 s, and gives up with a specific error after `waitMs`.
+ * Waits for something the provision step creates: retries `lookup` while it answers "not found" — or nothing
+ * answers it, the stream being without a leader (an election, a cluster that lost its quorum while servers restart)
+ * — logs a hint every 10 s, and gives up with a specific error after `waitMs`. A function scaled up during an
+ * election then starts when the cluster answers again instead of crash-looping on one request's timeout.
  */
 export async function awaitProvisioned<T>(what: string, lookup: () => Promise<T>, opts: TopologyOptions = {}) {
   const waitMs = opts.waitMs ?? 120_000
   const started = Date.now()
   let lastHint = started
-  const hint = `${what} does not exist yet: the provision step creates it (FUNCTION=provision; deployed, the model-backfill-provision Job)`
+  const missing = `${what} does not exist yet: the provision step creates it (FUNCTION=provision; deployed, the model-backfill-provision Job)`
+  const leaderless = `${what}: JetStream does not answer (no leader: an election, or a cluster without its quorum)`
   for (;;) {
     try {
       return await lookup()
     } catch (err) {
-      if (!isNotFound(err)) throw err
+      const hint = isNotFound(err) ? missing : isLeaderless(err) ? leaderless : undefined
+      if (!hint) throw err
       const waited = Date.now() - started
       if (waited >= waitMs) throw new Error(`${hint}; gave up after ${Math.round(waited / 1000)} s`)
       if (Date.now() - lastHint >= 10_000) {
@@ -65,7 +69,6 @@ export async function awaitProvisioned<T>(what: string, lookup: () => Promise<T>
   }
 }
 
-/** The topology as the provision step left it: every stream must exist; buckets are bound, never created. */
 export async function bindTopology(jsm: JetStreamManager, nc: NatsConnection, opts: TopologyOptions) {
   for (const { name } of streamConfigs) await awaitProvisioned(`stream ${name}`, () => jsm.streams.info(name), opts)
   const kvm = new Kvm(nc)

@@ -47,6 +47,25 @@ describe('awaitProvisioned', () => {
     )
   })
 
+  it('waits out a stream without a leader (a lookup that times out), then returns what it finds', async () => {
+    let calls = 0
+    const timedOut = Object.assign(new Error('timeout'), { name: 'TimeoutError' })
+    const found = await awaitProvisioned(
+      'stream FLEXINFER_EVENTS',
+      () => (++calls < 3 ? Promise.reject(timedOut) : Promise.resolve('info')),
+      { waitMs: 10_000 },
+    )
+    expect(found).toBe('info')
+    expect(calls).toBe(3)
+  })
+
+  it('gives up on a leaderless stream after waitMs saying that JetStream does not answer', async () => {
+    const timedOut = () => Promise.reject(Object.assign(new Error('timeout'), { name: 'TimeoutError' }))
+    await expect(awaitProvisioned('stream FLEXINFER_EVENTS', timedOut, { waitMs: 600 })).rejects.toThrow(
+      /stream FLEXINFER_EVENTS: JetStream does not answer \(no leader: .*\); gave up after/,
+    )
+  })
+
   it('does not wait out other errors (a permission refusal is not a missing stream)', async () => {
     let calls = 0
     const refused = () => {

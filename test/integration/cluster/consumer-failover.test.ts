@@ -123,9 +123,11 @@ describe('the JetStream transport through a nats-server kill', () => {
     const probe = probeFunction()
     const setup = await Bus.connect(nats.natsUrl, 'setup', { provision: false })
     await ensureConsumers({ bus: setup }, probe.fn)
-    const info = await setup.jsm.consumers.info(STREAM_EVENTS, consumerName(probe.name, STREAM_EVENTS))
     await setup.close()
-    const target = info.cluster?.leader as string
+    // From the servers' monitoring, polled: a consumer just created may not have elected its leader yet.
+    const target = await waitForStreamLeader(nats.servers, STREAM_EVENTS, {
+      consumer: consumerName(probe.name, STREAM_EVENTS),
+    })
     const others = nats.servers.filter((s) => s.name !== target).map((s) => s.url)
     const running = await startProbe(probe, others.join(','))
     const ms = await handledAfterKill(running, target)

@@ -42,6 +42,32 @@ it('provisions every stream and bucket across the loss of the JetStream meta lea
   expect(await bus.armResync(30_000)).toBe(true)
 }, 180_000)
 
+// A function starts (KEDA scales it from zero, a pod is rescheduled) while the cluster has lost its quorum: two of
+// three servers are down, and every stream lookup goes unanswered until one is back. Binding the streams and buckets
+// provision made must wait that out, as it waits for a provision that has not run yet, not crash the pod on the
+// first request's timeout.
+it('binds the provisioned streams and buckets across a loss of quorum (two servers of three down)', async () => {
+  await Bus.open(nc, { replicas: 3 })
+  const [survivor, back, other] = nats.live()
+  if (!survivor || !back || !other) throw new Error('the cluster has not three servers')
+  const down = [back, other]
+  const conn = await connect({ servers: [survivor.url] })
+  try {
+    for (const s of down) await nats.kill(s.name)
+    const restarted = (async () => {
+      await new Promise((r) => setTimeout(r, 8_000))
+      await nats.restart(back.name)
+    })()
+    const started = Date.now()
+    const bound = await Bus.open(conn, { provision: false }).finally(() => restarted)
+    console.log(`bound ${Date.now() - started} ms after quorum was lost`)
+    expect(bound.kv.claims).toBeDefined()
+  } finally {
+    await conn.close()
+    for (const s of nats.servers) if (!nats.live().includes(s)) await nats.restart(s.name)
+  }
+}, 180_000)
+
 async function metaLeader(): Promise<string> {
   return waitFor(
     'a JetStream meta leader',
