@@ -125,9 +125,9 @@ export function natsServerOptions(
   return { servers: list, ...(user === undefined ? {} : { user, pass }), ...inbox }
 }
 
-// The same reading as the gateway client's (clients/ts/src/connection.ts), not imported from it: that package exports
-// its TypeScript sources, which the compiled kubectl plugin (plain JavaScript in dist/, and it connects through this
-// module) could not load, and the client package imports nothing of ours that both could share.
+// The same reading as the gateway client's (clients/ts/src/connection.ts), kept apart on purpose: that package is
+// published for gateways and installs without the controller, and the controller's image, plugin and tooling do not
+// take the published client as a runtime dependency. test/unit/nats-options.test.ts holds both to the same answers.
 function readCredential(file: string): Uint8Array {
   const bytes = readFileSync(file)
   if (bytes.length === 0) throw new Error(`NATS credentials file ${file} is empty`)

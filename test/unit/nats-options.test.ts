@@ -1,4 +1,8 @@
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { parseNatsServers } from '../../clients/ts/src/connection.js'
 import { natsServerOptions } from '../../pkg/jetstream/connect.js'
 import { awaitProvisioned } from '../../pkg/jetstream/topology.js'
 
@@ -25,6 +29,29 @@ describe('natsServerOptions', () => {
       servers: ['nats://127.0.0.1:4222', 'nats://127.0.0.1:4223'],
     })
   })
+})
+
+// The controller and the published gateway client read NATS_URL apart (pkg/jetstream/connect.ts says why): the same
+// URL must give both the same servers, user, password and credential file.
+describe('the controller and the gateway client read a NATS URL alike', () => {
+  // A seed of the right form (only read, never used to sign here).
+  const seed = join(mkdtempSync(join(tmpdir(), 'nats-options-')), 'seed')
+  writeFileSync(seed, `SU${'A'.repeat(56)}\n`)
+  const urls = [
+    'nats://demand:s3cr%40t@nats.nats.svc:4222',
+    'nats://demand@nats-a.nats:4222,nats-b.nats:4222',
+    'nats://127.0.0.1:4222,nats://127.0.0.1:4223',
+    `nats://gw@host:4222?nkey_seed_file=${seed}`,
+    'tls://host:4222?creds_file=/s/x.creds, nats://other:4222',
+  ]
+  for (const url of urls)
+    it(url, () => {
+      const client = parseNatsServers(url, {})
+      const ours = natsServerOptions(url, {})
+      expect(ours.servers).toEqual(client.servers)
+      if (client.seedFile || client.credsFile) expect(ours.authenticator).toBeDefined()
+      else expect({ user: ours.user, pass: ours.pass }).toEqual({ user: client.user, pass: client.pass })
+    })
 })
 
 describe('awaitProvisioned', () => {
