@@ -48,7 +48,7 @@ describe('PodReports', () => {
 
   it('retries a failed or uncommitted decision, then gives up with a warning', async () => {
     let n = 0
-    const { r, calls, warnings } = setup(async () => {
+    const { r, calls } = setup(async () => {
       n++
       if (n === 1) throw new Error('apiserver blip')
       return n === 3
