@@ -188,18 +188,21 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
       await pods.stop()
     }
     expect((await core('lifecycle').readNamespacedPod({ namespace, name: 'lp-pod' })).metadata?.name).toBe('lp-pod')
-    const refusals = {
-      delete: core('lifecycle').deleteNamespacedPod({ namespace, name: 'lp-pod' }),
-      deletecollection: core('lifecycle').deleteCollectionNamespacedPod({ namespace, labelSelector: LABEL_BACKFILL }),
-      patch: core('lifecycle').patchNamespacedPod(
-        { namespace, name: 'lp-pod', body: { metadata: { labels: { x: 'y' } } } },
-        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-      ),
-      create: core('lifecycle').createNamespacedPod({ namespace, body: pod('lp-pod-2') }),
-      'list secrets': core('lifecycle').listNamespacedSecret({ namespace }),
-      'get secret': core('lifecycle').readNamespacedSecret({ namespace, name: 'any' }),
+    // Thunks: each request is sent only when its refusal is awaited.
+    const refusals: Record<string, () => Promise<unknown>> = {
+      delete: () => core('lifecycle').deleteNamespacedPod({ namespace, name: 'lp-pod' }),
+      deletecollection: () =>
+        core('lifecycle').deleteCollectionNamespacedPod({ namespace, labelSelector: LABEL_BACKFILL }),
+      patch: () =>
+        core('lifecycle').patchNamespacedPod(
+          { namespace, name: 'lp-pod', body: { metadata: { labels: { x: 'y' } } } },
+          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+        ),
+      create: () => core('lifecycle').createNamespacedPod({ namespace, body: pod('lp-pod-2') }),
+      'list secrets': () => core('lifecycle').listNamespacedSecret({ namespace }),
+      'get secret': () => core('lifecycle').readNamespacedSecret({ namespace, name: 'any' }),
     }
-    for (const [what, call] of Object.entries(refusals)) expect(await forbidden(call), `lifecycle ${what}`).toBe(true)
+    for (const [what, call] of Object.entries(refusals)) expect(await forbidden(call()), `lifecycle ${what}`).toBe(true)
     for (const fn of ['admit', 'cancel', 'demand', 'source'] as const) {
       expect(await forbidden(core(fn).listNamespacedPod({ namespace })), `${fn} list pods`).toBe(true)
       expect(await forbidden(core(fn).readNamespacedPod({ namespace, name: 'lp-pod' })), `${fn} get pod`).toBe(true)
