@@ -85,8 +85,9 @@ export class SharedCaches {
     ].filter((c) => c !== undefined) as ObjectCache<KubernetesObject>[]
   }
 
+  /** Every copy but the pods' (lifecycle starts that one once it listens). */
   async start() {
-    await Promise.all(this.all.map((c) => c.start()))
+    await Promise.all(this.all.filter((c) => c !== this.pods).map((c) => c.start()))
   }
 
   /**
