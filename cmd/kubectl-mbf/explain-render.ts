@@ -13,6 +13,18 @@ const MARK: Record<Verdict, string> = {
   'not-reached': '-',
 }
 
+/** The run's items as its attempts' termination messages reported them: done/total, and those preemptions threw away. */
+function runProgress(st: NonNullable<Explanation['status']>): string {
+  if (st.runDone === undefined || st.runTotal === undefined) return '; no progress reported yet'
+  return `; ${st.runDone}/${st.runTotal} items done, ${st.runDiscarded ?? 0} discarded by preemptions`
+}
+
+/** The counters beyond the contract's four, once any attempt reported or was preempted. */
+function itemCounters(c: NonNullable<Explanation['counters']>): string {
+  if (c.itemsDone === undefined && c.itemsDiscarded === undefined && c.preemptedSeconds === undefined) return ''
+  return `; items completed ${c.itemsDone ?? 0}, discarded ${c.itemsDiscarded ?? 0}, preempted running ${human((c.preemptedSeconds ?? 0) * 1000)}`
+}
+
 export function renderExplanation(e: Explanation): string {
   const lines: string[] = []
   const now = Date.parse(e.now)
@@ -26,7 +38,7 @@ export function renderExplanation(e: Explanation): string {
     `  status      ${st.phase ?? '(none yet)'}/${st.reason ?? '-'}, ${st.attempts ?? 0} attempt(s)${st.jobName ? `, Job ${st.jobName}` : ''}`,
   )
   if (st.message) lines.push(`              ${st.message}`)
-  if (st.runId) lines.push(`  run         ${st.runId}, attempt ${st.runAttempt ?? '?'} of the run`)
+  if (st.runId) lines.push(`  run         ${st.runId}, attempt ${st.runAttempt ?? '?'} of the run${runProgress(st)}`)
   if (e.attempt)
     lines.push(`  attempt     Job ${e.attempt.jobName} (${e.attempt.job}); the gates below say what would cancel it`)
   lines.push('Gates (admission order):')
@@ -58,7 +70,7 @@ export function renderExplanation(e: Explanation): string {
       .map(([k, n]) => `${k} ${n}`)
       .join(', ')
     lines.push(
-      `Counters:     starts ${e.counters.starts}, succeeded ${e.counters.success}, failed ${e.counters.failed}, preemptions ${p || '0'}, useful ${human(e.counters.usefulSeconds * 1000)}`,
+      `Counters:     starts ${e.counters.starts}, succeeded ${e.counters.success}, failed ${e.counters.failed}, preemptions ${p || '0'}, useful ${human(e.counters.usefulSeconds * 1000)}${itemCounters(e.counters)}`,
     )
   }
   const g = e.backgroundGate

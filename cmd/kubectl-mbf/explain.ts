@@ -85,6 +85,10 @@ export interface Explanation {
     node?: string
     runId?: string
     runAttempt?: number
+    /** The run's items as its attempts' termination messages reported them (status.runDone and the rest). */
+    runDone?: number
+    runTotal?: number
+    runDiscarded?: number
   }
   /** The attempt in flight (its Job), when there is one: the gates then say what would cancel it. */
   attempt?: { jobName: string; phase: string; job: string }
@@ -138,6 +142,9 @@ export function explain(input: ExplainInput): Explanation {
     node: b.status?.nodeName,
     runId: b.status?.runId,
     runAttempt: b.status?.runAttempt,
+    runDone: b.status?.runDone,
+    runTotal: b.status?.runTotal,
+    runDiscarded: b.status?.runDiscarded,
   }
   out.counters = s?.counters
   out.backgroundGate = gateView(o, input.gatePods)

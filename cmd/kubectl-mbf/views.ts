@@ -13,6 +13,11 @@ export interface GetRow {
   attempts: number
   /** The current or last run (status.runId, status.runAttempt): its identity and the attempt within it. */
   run: { id: string; attempt: number } | null
+  /**
+   * The run's items done and in all, as its attempts' termination messages reported them (status.runDone,
+   * status.runTotal); null until one was read.
+   */
+  progress: { done: number; total: number } | null
   /** Time left in the idle window (WaitingForIdle with a window running); null otherwise. */
   windowLeftMs: number | null
   lastPreemption: { at: string; reason: string } | null
@@ -46,6 +51,10 @@ export function getRow(b: ModelBackfill, events: EventSeen[], now: number): GetR
     reason: st.reason ?? '',
     attempts: st.attempts ?? 0,
     run: st.runId ? { id: st.runId, attempt: st.runAttempt ?? 0 } : null,
+    progress:
+      st.runId && st.runDone !== undefined && st.runTotal !== undefined
+        ? { done: st.runDone, total: st.runTotal }
+        : null,
     windowLeftMs,
     lastPreemption: lastPreemption(events),
     message: st.message ?? '',
@@ -66,6 +75,7 @@ export function renderGet(rows: GetRow[], now: number, namespace: string | undef
     'LAST PREEMPTION',
     'ATTEMPTS',
     'RUN',
+    'PROGRESS',
   ]
   return table(
     header,
@@ -79,6 +89,7 @@ export function renderGet(rows: GetRow[], now: number, namespace: string | undef
       r.lastPreemption ? `${relative(isoMs(r.lastPreemption.at), now)} (${r.lastPreemption.reason})` : '-',
       String(r.attempts),
       r.run ? `${r.run.id} #${r.run.attempt}` : '-',
+      r.progress ? `${r.progress.done}/${r.progress.total}` : '-',
     ]),
   )
 }

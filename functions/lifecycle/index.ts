@@ -5,6 +5,7 @@
 // a lost event (a timer dead-lettered during an apiserver outage, a lost gaming session) is caught within a period.
 // It reads watched copies (./caches.ts) rather than asking the apiserver on every reconcile, and a sweep never
 // re-publishes a backfill whose earlier resync is still queued (./pending.ts): both what 10,000 backfills need.
+// And it reads the attempts' termination messages from their pods as they end (./pod-reports.ts).
 
 import { STREAM_EVENTS, STREAM_TIMERS } from '../../events/catalog.js'
 import { backfillKey } from '../../pkg/core/names.js'
@@ -15,6 +16,7 @@ import { reconcile } from '../../pkg/reconcile/reconcile.js'
 import type { Deps, EventFunction } from '../../pkg/transport/function.js'
 import { LifecycleCaches } from './caches.js'
 import { PendingResyncs } from './pending.js'
+import { PodReports, reportThroughReconcile } from './pod-reports.js'
 import { ensureResyncSchedule, sweep } from './resync.js'
 
 async function currentState(deps: Deps, namespace: string, backfill: string) {
@@ -69,6 +71,7 @@ async function reconcileAll(
 export function lifecycleFunction(): EventFunction {
   let caches: LifecycleCaches | undefined
   let pending: PendingResyncs | undefined
+  let reports: PodReports | undefined
   return {
     name: 'lifecycle',
     concurrency: 8,
@@ -90,6 +93,19 @@ export function lifecycleFunction(): EventFunction {
     async start(deps) {
       pending = new PendingResyncs(deps.now)
       caches = await LifecycleCaches.start(deps)
+      const pods = caches?.admission.pods
+      if (pods?.onChange) {
+        const r = new PodReports(deps, reportThroughReconcile(caches ? caches.deps(deps) : deps))
+        reports = r
+        pods.onChange((pod, removed) => r.observe(pod, removed))
+        // Not awaited: events are served meanwhile, and a watch that cannot start (no RBAC on pods) costs only the
+        // reports; its informer retries.
+        pods
+          .start()
+          .catch((err: unknown) =>
+            deps.log.warn({ err: String(err) }, "the attempts' pods cannot be watched: no progress is read from them"),
+          )
+      }
       // Armed here too (not only by the provision step), so a local run or an upgrade without the provision Job
       // still gets its sweeps. A failure here must not keep lifecycle from serving events.
       try {
@@ -100,6 +116,8 @@ export function lifecycleFunction(): EventFunction {
     },
     async stop() {
       // The copies are the process's (closed with its Deps): only this instance lets go of them.
+      reports?.stop()
+      reports = undefined
       caches = undefined
     },
     async handle(event, outer) {

@@ -213,6 +213,14 @@ export const ModelBackfillStatus = z
       .int()
       .optional()
       .meta({ description: "The current or last attempt's number within its run: its FLEXINFER_ATTEMPT." }),
+    runDone: z.number().int().optional().meta({
+      description:
+        "Items of the run done, as its attempts' termination messages last reported them (shown once one was read).",
+    }),
+    runTotal: z.number().int().optional().meta({ description: 'Items of the run in all, as last reported.' }),
+    runDiscarded: z.number().int().optional().meta({
+      description: "Items the run's preempted attempts reported in flight when they were stopped: thrown away.",
+    }),
     conditions: z
       .array(Condition)
       .meta({

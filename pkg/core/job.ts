@@ -3,6 +3,7 @@ import type { V1Container, V1CronJob, V1EnvVar, V1Job, V1PodSpec } from '@kubern
 import { API_VERSION, type ModelBackfill } from './api.js'
 import { type GateDeployment, gateSettings, injectGate, planGate } from './gate.js'
 import {
+  ANNOTATION_BACKFILL,
   ANNOTATION_MODEL,
   ANNOTATION_NODE,
   attemptLabelValue,
@@ -195,6 +196,13 @@ export function buildJob({
       activeDeadlineSeconds: Math.max(1, Math.floor(maxRunDurationMs / 1000)),
       template: {
         ...spec.template,
+        // The pods carry the backfill's label (lifecycle's pod watch selects on it) and its name: their
+        // termination messages are read after a preempted attempt's Job is gone (pkg/core/pod-report.ts).
+        metadata: {
+          ...spec.template.metadata,
+          labels: { ...(spec.template.metadata?.labels ?? {}), [LABEL_BACKFILL]: backfillLabelValue(meta.name) },
+          annotations: { ...(spec.template.metadata?.annotations ?? {}), [ANNOTATION_BACKFILL]: meta.name },
+        },
         spec: pod,
       },
     },

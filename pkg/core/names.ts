@@ -50,6 +50,12 @@ export const attemptLabelValue = (ownerUid: string, jobName: string, admittedAt:
   sha256(`${ownerUid}\n${jobName}\n${admittedAt}`).slice(0, 16)
 export const ANNOTATION_MODEL = 'ai.flexinfer/backfill-model'
 export const ANNOTATION_NODE = 'ai.flexinfer/backfill-node'
+/**
+ * On an attempt's pods (its pod template): the ModelBackfill's name, which the hashed label cannot give back. The
+ * pods outlive a preempted attempt's Job by their grace period, and lifecycle reads their termination messages
+ * (pkg/core/pod-report.ts) when no Job is left to name the owner.
+ */
+export const ANNOTATION_BACKFILL = 'ai.flexinfer/backfill'
 export const WORKLOAD_CLASS_ENV = 'FLEXINFER_WORKLOAD_CLASS'
 
 /**

@@ -51,6 +51,8 @@ export interface ProgressFields {
   /** Items of the run reported done so far (the highest report: attempts report the run's total, not their own). */
   runDone?: number
   runTotal?: number
+  /** Items the run's preempted attempts had in flight, thrown away. */
+  runDiscarded?: number
   /** The last attempt Job whose report was counted: a report read again (redelivered, re-observed) counts once. */
   progressJob?: string
   counters: { itemsDone?: number; itemsDiscarded?: number }
@@ -79,6 +81,7 @@ export function countProgress(
   s.progressJob = jobName
   s.runDone = Math.max(before, p.done)
   s.runTotal = p.total
+  s.runDiscarded = (s.runDiscarded ?? 0) + discarded
   s.counters.itemsDone = (s.counters.itemsDone ?? 0) + completed
   s.counters.itemsDiscarded = (s.counters.itemsDiscarded ?? 0) + discarded
   return { completed, discarded }

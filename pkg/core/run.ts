@@ -31,6 +31,7 @@ export interface RunFields {
   /** The run's progress as its attempts reported it (pkg/core/progress.ts): a new run starts from nothing. */
   runDone?: number
   runTotal?: number
+  runDiscarded?: number
 }
 
 export function runIdOf(owner: string, generation: number, firstAttempt: number): string {
@@ -47,6 +48,7 @@ export function beginAttempt(s: RunFields): void {
     s.runEnded = undefined
     s.runDone = undefined
     s.runTotal = undefined
+    s.runDiscarded = undefined
     return
   }
   s.runAttempt += 1

@@ -67,6 +67,8 @@ export const BackfillStateSchema = z.object({
   /** The run's items done and in all, as its attempts last reported them (pkg/core/progress.ts). */
   runDone: z.number().int().nonnegative().optional(),
   runTotal: z.number().int().nonnegative().optional(),
+  /** Items of the run its preempted attempts reported in flight, thrown away (counters.itemsDiscarded, per run). */
+  runDiscarded: z.number().int().nonnegative().optional(),
   /** The attempt Job whose report was counted last. */
   progressJob: z.string().optional(),
   /** The current attempt's Job, from admission until the Job is gone. */

@@ -29,6 +29,7 @@ export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): 
   const shownRun = !!s.runId && s.generation === generation && (!s.runEnded || terminal)
   // The run's progress as its attempts reported it, for the run the status shows.
   const note = shownRun ? progressNote(s) : undefined
+  const reported = note !== undefined
   const out: ModelBackfillStatus = {
     phase: s.phase,
     reason: s.reason,
@@ -43,6 +44,9 @@ export function projectStatus(s: BackfillState, b: ModelBackfill, now: number): 
     attempts: s.attempts,
     runId: shownRun ? s.runId : undefined,
     runAttempt: shownRun ? s.runAttempt : undefined,
+    runDone: reported ? s.runDone : undefined,
+    runTotal: reported ? s.runTotal : undefined,
+    runDiscarded: reported ? (s.runDiscarded ?? 0) : undefined,
     conditions: [condition],
   }
   for (const key of Object.keys(out) as (keyof ModelBackfillStatus)[]) {

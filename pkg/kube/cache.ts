@@ -1,5 +1,5 @@
 // Watched copies: a kind's objects kept current by watches and read from memory, without asking the apiserver.
-import type { KubeConfig, KubernetesListObject, KubernetesObject, V1Job } from '@kubernetes/client-node'
+import type { KubeConfig, KubernetesListObject, KubernetesObject, V1Job, V1Pod } from '@kubernetes/client-node'
 import { makeInformer } from '@kubernetes/client-node'
 import { GROUP, VERSION } from '../core/api.js'
 import { LABEL_BACKFILL } from '../core/names.js'
@@ -166,6 +166,23 @@ export const backfillJobsCache = (kube: KubeClients, namespaces?: readonly strin
       ns
         ? kube.batch.listNamespacedJob({ namespace: ns, labelSelector: LABEL_BACKFILL })
         : kube.batch.listJobForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
+    LABEL_BACKFILL,
+  )
+
+/**
+ * The attempts' pods (the backfill label their Jobs' pod template carries, pkg/core/job.ts) in scope, kept current
+ * by watches: lifecycle reads their termination messages as they end (functions/lifecycle/pod-reports.ts). Only
+ * our label is listed, so the copy holds as many pods as the backfill Jobs still standing have.
+ */
+export const backfillPodsCache = (kube: KubeClients, namespaces?: readonly string[]) =>
+  new ScopedWatchCache<V1Pod>(
+    kube.kc,
+    namespaces,
+    (ns) => collection('/api/v1', 'pods', ns),
+    (ns) =>
+      ns
+        ? kube.core.listNamespacedPod({ namespace: ns, labelSelector: LABEL_BACKFILL })
+        : kube.core.listPodForAllNamespaces({ labelSelector: LABEL_BACKFILL }),
     LABEL_BACKFILL,
   )
 

@@ -1,7 +1,7 @@
 // The Kubernetes port: what the functions, pkg/admission and pkg/transport ask of the apiserver, so that a handler's
 // Deps name these and not the client class, and a test's fake that drifts from them fails to compile. Kube
 // (./client.ts) implements both; type-only, so that naming the port loads no client.
-import type { BatchV1Api, CustomObjectsApi, KubeConfig, V1CronJob, V1Job } from '@kubernetes/client-node'
+import type { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, V1CronJob, V1Job } from '@kubernetes/client-node'
 import type { ModelBackfill, ModelBackfillStatus } from '../core/api.js'
 
 /** The requests the functions send: the reads decide() needs and the writes it asks for. See Kube for each. */
@@ -44,4 +44,6 @@ export interface KubeClients {
   readonly kc: KubeConfig
   readonly batch: BatchV1Api
   readonly custom: CustomObjectsApi
+  /** lifecycle's watch of the attempts' pods (./cache.ts backfillPodsCache). */
+  readonly core: CoreV1Api
 }

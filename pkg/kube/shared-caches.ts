@@ -1,9 +1,16 @@
 // The watched copies admit, cancel and lifecycle share in one process. Built once, where the process is composed
 // (pkg/transport/deps.ts openKube, for admit and lifecycle); the functions take them from their Deps.
-import type { KubernetesObject, V1CronJob, V1Job } from '@kubernetes/client-node'
+import type { KubernetesObject, V1CronJob, V1Job, V1Pod } from '@kubernetes/client-node'
 import type { ModelBackfill } from '../core/api.js'
 import { ActiveJobs } from './active-jobs.js'
-import { backfillJobsCache, collection, customObjectsCache, type ObjectCache, ScopedWatchCache } from './cache.js'
+import {
+  backfillJobsCache,
+  backfillPodsCache,
+  collection,
+  customObjectsCache,
+  type ObjectCache,
+  ScopedWatchCache,
+} from './cache.js'
 import type { KubeClients } from './port.js'
 import { PLURALS } from './resources.js'
 
@@ -36,11 +43,16 @@ export class SharedCaches {
   /** admit's only: the ModelBackfills (lifecycle's sweep shares them) and the CronJobs (templates), in scope. */
   readonly backfills?: ObjectCache<ModelBackfill & KubernetesObject>
   readonly templates?: ObjectCache<V1CronJob>
+  /**
+   * lifecycle's only: the attempts' pods, in scope. Not started here: lifecycle subscribes to its changes first and
+   * starts it (functions/lifecycle/pod-reports.ts), so the initial list's pods are read too.
+   */
+  readonly pods?: ObjectCache<V1Pod>
 
   constructor(
     kube: KubeClients,
     namespaces?: readonly string[],
-    opts: { backfills?: boolean; templates?: boolean } = {},
+    opts: { backfills?: boolean; templates?: boolean; pods?: boolean } = {},
   ) {
     const custom = <T extends KubernetesObject>(plural: string, scope: readonly string[] | undefined) =>
       customObjectsCache<T>(kube, plural, scope)
@@ -50,6 +62,7 @@ export class SharedCaches {
     this.gamingSessions = custom(PLURALS.gamingSessions, undefined)
     this.gpuLeases = custom(PLURALS.gpuLeases, undefined)
     if (opts.backfills) this.backfills = custom<ModelBackfill & KubernetesObject>(PLURALS.backfills, namespaces)
+    if (opts.pods) this.pods = backfillPodsCache(kube, namespaces)
     if (opts.templates) {
       this.templates = new ScopedWatchCache<V1CronJob>(
         kube.kc,
@@ -61,13 +74,20 @@ export class SharedCaches {
   }
 
   private get all() {
-    return [this.jobs, this.models, this.gamingSessions, this.gpuLeases, this.backfills, this.templates].filter(
-      (c) => c !== undefined,
-    ) as ObjectCache<KubernetesObject>[]
+    return [
+      this.jobs,
+      this.models,
+      this.gamingSessions,
+      this.gpuLeases,
+      this.backfills,
+      this.templates,
+      this.pods,
+    ].filter((c) => c !== undefined) as ObjectCache<KubernetesObject>[]
   }
 
+  /** Every copy but the pods' (lifecycle starts that one once it listens). */
   async start() {
-    await Promise.all(this.all.map((c) => c.start()))
+    await Promise.all(this.all.filter((c) => c !== this.pods).map((c) => c.start()))
   }
 
   /**

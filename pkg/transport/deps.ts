@@ -119,9 +119,11 @@ async function openKube(
     : noKube()
   const admit = opts.functions?.includes('admit') ?? false
   if (!client || !(admit || opts.functions?.includes('lifecycle'))) return { kube, close: async () => kube.close() }
-  // Scoped: Jobs, Models, ModelBackfills and CronJobs watched per managed namespace (a Role each), sessions and
+  // Scoped: Jobs, Models, ModelBackfills, CronJobs and pods watched per managed namespace (a Role each), sessions and
   // leases cluster-wide. The CronJobs only for admit (lifecycle's Role cannot watch them).
-  const caches = new client.SharedCaches(kube, opts.namespaces, { backfills: true, templates: admit })
+  // The attempts' pods only for lifecycle (the one Role that may read them).
+  const lifecycle = opts.functions?.includes('lifecycle') ?? false
+  const caches = new client.SharedCaches(kube, opts.namespaces, { backfills: true, templates: admit, pods: lifecycle })
   const close = async () => {
     await caches.stop()
     kube.close()

@@ -122,7 +122,26 @@ describe('explain', () => {
     t.step(T0 + 11 * MINUTE)
     const e = explain(input(t.world, T0 + 11 * MINUTE + SECOND))
     expect(e.status).toMatchObject({ runId: t.state.runId, runAttempt: 1 })
-    expect(renderExplanation(e)).toContain(`  run         ${t.state.runId}, attempt 1 of the run`)
+    expect(renderExplanation(e)).toContain(
+      `  run         ${t.state.runId}, attempt 1 of the run; no progress reported yet`,
+    )
+  })
+
+  it("a preempted attempt's report: the run line shows its items done/total and discarded, the counters too", () => {
+    const t = new Timeline(aWorld())
+    t.step(T0)
+    t.step(T0 + 11 * MINUTE)
+    t.change(() => ({ job: aJob(J(1), { started: true }) }))
+    t.step(T0 + 11 * MINUTE + SECOND)
+    t.change(() => ({ job: null, idle: anIdleState(T0 + 14 * MINUTE) }))
+    t.step(T0 + 14 * MINUTE, cancelRequest(T0 + 14 * MINUTE))
+    const runId = t.state.runId as string
+    const progress = { runId, done: 5, total: 12, inFlight: 3 }
+    t.step(T0 + 14 * MINUTE + SECOND, { type: 'progress', jobName: J(1), progress, preempted: true })
+    const e = explain(input(t.world, T0 + 14 * MINUTE + 2 * SECOND))
+    const text = renderExplanation(e)
+    expect(text).toContain(`  run         ${runId}, attempt 1 of the run; 5/12 items done, 3 discarded by preemptions`)
+    expect(text).toMatch(/Counters: .*; items completed 5, discarded 3, preempted running 3m/)
   })
 
   it('a gaming session, a foreign claim and a stopped demand are each named as what blocks admission', () => {
@@ -315,7 +334,23 @@ describe('get', () => {
     )
     expect(running.windowLeftMs).toBeNull()
     expect(running.run).toEqual({ id: '0123456789abcdef', attempt: 3 })
-    expect(renderGet([running], now, 'ns')).toMatch(/RUN\n.*0123456789abcdef #3$/)
+    expect(renderGet([running], now, 'ns')).toMatch(/RUN +PROGRESS\n.*0123456789abcdef #3 +-$/)
+    const reported = getRow(
+      aBackfill({
+        status: {
+          phase: 'Running',
+          reason: 'JobRunning',
+          runId: '0123456789abcdef',
+          runAttempt: 2,
+          runDone: 4,
+          runTotal: 9,
+        },
+      }),
+      [],
+      now,
+    )
+    expect(reported.progress).toEqual({ done: 4, total: 9 })
+    expect(renderGet([reported], now, 'ns')).toMatch(/RUN +PROGRESS\n.*0123456789abcdef #2 +4\/9$/)
   })
 })
 

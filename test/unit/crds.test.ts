@@ -114,6 +114,10 @@ describe('ModelBackfill CRD', () => {
         // Additions to the contract's status (docs/differences.md): the run identity and the attempt within it.
         'runId',
         'runAttempt',
+        // And the run's progress as its attempts' termination messages reported it.
+        'runDone',
+        'runTotal',
+        'runDiscarded',
       ].sort(),
     )
     for (const t of ['idleSince', 'startedAt', 'completionTime', 'nextRunTime']) {

@@ -25,7 +25,12 @@ const cronJob = (containers: V1Container[], initContainers?: V1Container[]): V1C
         ttlSecondsAfterFinished: 3600,
         activeDeadlineSeconds: 99_999,
         template: {
-          metadata: { labels: { app: 'gauntlet-pod' }, annotations: { 'prometheus.io/scrape': 'false' } },
+          // Beyond the contract: the pods carry the backfill's label and name (lifecycle reads their termination
+          // messages, pkg/core/pod-report.ts).
+          metadata: {
+            labels: { app: 'gauntlet-pod', 'ai.flexinfer/model-backfill': backfillLabelValue(BACKFILL) },
+            annotations: { 'prometheus.io/scrape': 'false', 'ai.flexinfer/backfill': BACKFILL },
+          },
           spec: { restartPolicy: 'Never', serviceAccountName: 'gauntlet', containers, initContainers },
         },
       },
@@ -118,7 +123,12 @@ describe('buildJob', () => {
         ttlSecondsAfterFinished: 3600,
         activeDeadlineSeconds: 900,
         template: {
-          metadata: { labels: { app: 'gauntlet-pod' }, annotations: { 'prometheus.io/scrape': 'false' } },
+          // Beyond the contract: the pods carry the backfill's label and name (lifecycle reads their termination
+          // messages, pkg/core/pod-report.ts).
+          metadata: {
+            labels: { app: 'gauntlet-pod', 'ai.flexinfer/model-backfill': backfillLabelValue(BACKFILL) },
+            annotations: { 'prometheus.io/scrape': 'false', 'ai.flexinfer/backfill': BACKFILL },
+          },
           spec: {
             restartPolicy: 'Never',
             serviceAccountName: 'gauntlet',

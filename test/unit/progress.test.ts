@@ -95,6 +95,7 @@ describe('decide with an attempt report', () => {
     })
     expect(t.state.counters).toMatchObject({ itemsDone: 5, itemsDiscarded: 3 })
     expect(d.status?.message).toMatch(new RegExp(`\\(run ${runId}: 5/12 items done\\)$`))
+    expect(d.status).toMatchObject({ runId, runDone: 5, runTotal: 12, runDiscarded: 3 })
     expect(d.state?.phase).toBe('WaitingForIdle')
     // Delivered again: counted once, no second Event.
     const again = t.step(now + SECOND, { type: 'progress', jobName: J(1), progress, preempted: true })

@@ -19,7 +19,7 @@ describe('fakeDeps', () => {
     // @ts-expect-error a nested member Deps does not have
     fakeDeps({ bus: { kv: { claimz: {} } } })
     // @ts-expect-error a cache SharedCaches does not have
-    fakeCaches({ pods: {} })
+    fakeCaches({ secrets: {} })
     expect(true).toBe(true)
   })
 })

@@ -71,6 +71,9 @@ export const GRANTS: Record<'admit' | 'cancel' | 'lifecycle' | 'watch', Grant[]>
     anywhere(FLEX, SESSIONS_AND_LEASES, ['list', 'watch']),
     ns('batch', ['cronjobs'], ['get']),
     ns('batch', ['jobs'], ['get', 'list', 'watch', 'delete']),
+    // Read-only: the attempts' pods, watched by their backfill label, for their termination messages
+    // (functions/lifecycle/pod-reports.ts). Never delete or patch: cancel owns the pods' deletion.
+    ns('', ['pods'], ['get', 'list', 'watch']),
     ns('', ['events'], ['create', 'get', 'patch']),
   ],
   // The Kubernetes event source (ApiServerSource, or source's watcher in the keda overlay): scoped watches per

@@ -25,8 +25,9 @@ import { encode } from '../../../events/codec.js'
 import { INGRESS_TYPES, ingressFunction } from '../../../functions/ingress/index.js'
 import { sweep } from '../../../functions/lifecycle/resync.js'
 import { GROUP, VERSION } from '../../../pkg/core/api.js'
-import { jobName } from '../../../pkg/core/names.js'
+import { jobName, LABEL_BACKFILL } from '../../../pkg/core/names.js'
 import { natsServerOptions } from '../../../pkg/jetstream/connect.js'
+import { backfillPodsCache } from '../../../pkg/kube/cache.js'
 import { startBridge } from '../../../pkg/transport/bridge.js'
 import { startHttpFunction } from '../../../pkg/transport/http-adapter.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
@@ -157,6 +158,56 @@ describe('Kubernetes RBAC: a verb outside the role is Forbidden', () => {
     await core('cancel').deleteCollectionNamespacedPod(selector)
     expect(await forbidden(core('cancel').listNamespacedPod({ namespace: env.namespace }))).toBe(true)
     expect(await forbidden(core('cancel').deleteNamespacedPod({ namespace: env.namespace, name: 'x' }))).toBe(true)
+  })
+
+  it('only lifecycle reads pods (get, list, watch: its pod watch); it writes none and reads no Secret', async () => {
+    const core = (fn: FunctionName) => kcs[fn].makeApiClient(CoreV1Api)
+    const namespace = env.namespace
+    const admin = env.kc.makeApiClient(CoreV1Api)
+    const pod = (name: string) => ({
+      metadata: { name, namespace, labels: { [LABEL_BACKFILL]: 'none' } },
+      spec: { containers: [{ name: 'x', image: 'busybox' }] },
+    })
+    // lifecycle's own watched copy of the attempts' pods, through its identity: a pod created after its list
+    // arrives by the watch.
+    const lifecycle = kcs.lifecycle
+    const pods = backfillPodsCache(
+      {
+        kc: lifecycle,
+        core: core('lifecycle'),
+        batch: lifecycle.makeApiClient(BatchV1Api),
+        custom: lifecycle.makeApiClient(CustomObjectsApi),
+      },
+      [namespace],
+    )
+    await pods.start()
+    try {
+      await admin.createNamespacedPod({ namespace, body: pod('lp-pod') })
+      await waitUntil("the pod in lifecycle's watched copy", async () => pods.get(namespace, 'lp-pod') ?? undefined)
+    } finally {
+      await pods.stop()
+    }
+    expect((await core('lifecycle').readNamespacedPod({ namespace, name: 'lp-pod' })).metadata?.name).toBe('lp-pod')
+    // Thunks: each request is sent only when its refusal is awaited.
+    const refusals: Record<string, () => Promise<unknown>> = {
+      delete: () => core('lifecycle').deleteNamespacedPod({ namespace, name: 'lp-pod' }),
+      deletecollection: () =>
+        core('lifecycle').deleteCollectionNamespacedPod({ namespace, labelSelector: LABEL_BACKFILL }),
+      patch: () =>
+        core('lifecycle').patchNamespacedPod(
+          { namespace, name: 'lp-pod', body: { metadata: { labels: { x: 'y' } } } },
+          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+        ),
+      create: () => core('lifecycle').createNamespacedPod({ namespace, body: pod('lp-pod-2') }),
+      'list secrets': () => core('lifecycle').listNamespacedSecret({ namespace }),
+      'get secret': () => core('lifecycle').readNamespacedSecret({ namespace, name: 'any' }),
+    }
+    for (const [what, call] of Object.entries(refusals)) expect(await forbidden(call()), `lifecycle ${what}`).toBe(true)
+    for (const fn of ['admit', 'cancel', 'demand', 'source'] as const) {
+      expect(await forbidden(core(fn).listNamespacedPod({ namespace })), `${fn} list pods`).toBe(true)
+      expect(await forbidden(core(fn).readNamespacedPod({ namespace, name: 'lp-pod' })), `${fn} get pod`).toBe(true)
+    }
+    await admin.deleteNamespacedPod({ namespace, name: 'lp-pod', gracePeriodSeconds: 0 })
   })
 
   it('only cancel deletes Jobs by collection', async () => {

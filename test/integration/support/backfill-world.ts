@@ -412,7 +412,16 @@ export class BackfillWorld {
   }
 
   /** Plays the kubelet: the Job's pods finish with `phase`, and the real Job controller concludes the Job. */
-  async finishJob(jobName: string, phase: 'Succeeded' | 'Failed') {
+  async finishJob(jobName: string, phase: 'Succeeded' | 'Failed', message?: string) {
+    await this.terminatePods(jobName, phase === 'Succeeded' ? 0 : 1, message)
+  }
+
+  /**
+   * Plays the kubelet stopping the Job's pods (pods/status): the container terminated with `exitCode` and, when
+   * given, `message` as its termination message. A pod being deleted (held: holdPods) stays so.
+   */
+  async terminatePods(jobName: string, exitCode: number, message?: string) {
+    const phase = exitCode === 0 ? 'Succeeded' : 'Failed'
     const pods = await this.pods(jobName)
     for (const pod of pods) {
       const now = new Date()
@@ -431,7 +440,14 @@ export class BackfillWorld {
                 imageID: '',
                 ready: false,
                 restartCount: 0,
-                state: { terminated: { exitCode: phase === 'Succeeded' ? 0 : 1, startedAt: now, finishedAt: now } },
+                state: {
+                  terminated: {
+                    exitCode,
+                    startedAt: now,
+                    finishedAt: now,
+                    ...(message === undefined ? {} : { message }),
+                  },
+                },
               },
             ],
           },

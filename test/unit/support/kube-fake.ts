@@ -42,6 +42,9 @@ export function fakeKube(modelled: Partial<KubeApi>): KubeApi & KubeClients {
     get custom(): never {
       return unmodelled('custom')()
     },
+    get core(): never {
+      return unmodelled('core')()
+    },
   }
   return port
 }
