@@ -165,8 +165,9 @@ function readerEnv(dir: string, extra: Record<string, string> = {}, path: string
 async function runDocs(blocks: DocBlock[], cwd: string, env: NodeJS.ProcessEnv) {
   const what = blocks.map((b) => `${b.doc} <!-- install-test: ${b.marker} -->`).join(' + ')
   const started = Date.now()
-  // -x: a failure's stderr shows the command it stopped at, as the page has it.
-  const r = await run('bash', ['-xeuo', 'pipefail', '-c', blocks.map((b) => b.text).join('')], {
+  // -x: a failure's stderr shows the command it stopped at, as the page has it. --norc: bash reads the system's bashrc
+  // when its stdin is a socket (as for sshd), which a reader's script does not.
+  const r = await run('bash', ['--norc', '-xeuo', 'pipefail', '-c', blocks.map((b) => b.text).join('')], {
     cwd,
     env,
     timeoutMs: 300_000,
