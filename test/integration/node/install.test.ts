@@ -203,7 +203,22 @@ async function installed(started: number, what: string) {
     'KEDA: admit and lifecycle at zero while idle',
     async () => (await replicas('admit')) === 0 && (await replicas('lifecycle')) === 0,
     { timeoutMs: 120_000, intervalMs: 1000 },
-  )
+  ).catch(async (err) => {
+    throw new Error(`${(err as Error).message}\n${await kedaState()}`)
+  })
+}
+
+/** What KEDA saw, for a wait on it that timed out: the replicas, the ScaledObjects' conditions, the HPAs' status. */
+async function kedaState(): Promise<string> {
+  const lines: string[] = []
+  for (const fn of ['admit', 'lifecycle']) {
+    const so = await jsonOf(['-n', NS, 'get', 'scaledobject', `${workloads}-${fn}`]).catch(() => undefined)
+    lines.push(
+      `${fn}: replicas ${await replicas(fn).catch(() => '?')}; ScaledObject ${JSON.stringify(so?.status ?? {})}`,
+    )
+  }
+  const hpa = await kubectl(['-n', NS, 'get', 'hpa', '-o', 'wide'])
+  return `${lines.join('\n')}\n${hpa.stdout}${hpa.stderr}`
 }
 
 /** The environment's differences after the bundle, nothing else: KEDA runs beside the apiserver, outside the cluster's
@@ -394,7 +409,8 @@ describe.skipIf(unavailable)('the install from the release artifacts on the real
     const reader = await readerDir('chart')
     workloads = 'mbf-model-backfill'
     // NATS runs before the install, with the bundle's identities; the block gives it this install's, then it reloads.
-    await writeFile(join(reader, 'my-values.yaml'), myValues(await startNats()))
+    const natsIp = (await jsonOf(['-n', 'nats', 'get', 'service', 'nats'])).spec.clusterIP
+    await writeFile(join(reader, 'my-values.yaml'), myValues(natsIp))
     const started = Date.now()
     await runDocs([installDoc('version'), installDoc('chart')], reader, readerEnv(reader))
     await startNats()
