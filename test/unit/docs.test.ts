@@ -4,6 +4,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { dirname, join, relative } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { shellCommands } from '../support/doc-commands.js'
 
 const ROOT = join(import.meta.dirname, '..', '..')
 const read = (file: string) => readFileSync(join(ROOT, file), 'utf8')
@@ -82,13 +83,8 @@ function shellBlocks(file: string, from?: string, to?: string): string[] {
   return [...text.matchAll(/```(?:sh|bash)\n([\s\S]*?)```/g)].map((m) => m[1] as string)
 }
 
-/** Each command of a block: comments dropped, continuation lines joined. */
-const commands = (block: string) =>
-  block
-    .replace(/\\\n\s*/g, ' ')
-    .split('\n')
-    .map((l) => l.replace(/(^|\s)#.*$/, '').trim())
-    .filter(Boolean)
+/** Each command of a block, as a shell splits them: comments dropped, continuation lines joined. */
+const commands = shellCommands
 
 const SCRIPTS = Object.keys((JSON.parse(read('package.json')) as { scripts: Record<string, string> }).scripts)
 /** Folders of the repository a command may name a file in. */

@@ -1,28 +1,43 @@
-// The documented install from a release (docs/install.md "Install from a release"), executed onto the real node as a
-// platform team runs it: `npm run release` for real (the image step included: deploy/images/build.sh --app, saved as
-// an OCI archive), the archive imported into the node's containerd by its digest (what a registry push and pull do),
-// FlexInfer's CRDs and KEDA's present (KEDA's operator is the real binary, as a process beside the apiserver), NATS a
-// nats-server pod (deploy/images/build.sh's nats image) that mounts the generated auth Secret and includes it
-// (nats-server.yaml). Proven per way in, in the same namespace one after the other:
-//   - the bundle: `model-backfill-secrets --out DIR`, `kubectl apply --server-side -f model-backfill.yaml`, the
-//     generated Secrets by `kubectl apply -k`; the image by digest;
-//   - the packaged chart: `helm install <tgz>` with the generated values and a values file using ingress.enabled=false,
-//     extraEnv, nodeSelector, tolerations, podLabels (rendered into the pods; no ingress; admission still works);
-//   - either way the provision Job completes, every always-on function is Ready, KEDA keeps admit and lifecycle at
-//     zero when idle and scales admit up; a ModelBackfill goes Running (a busybox Job's container runs) and is
-//     preempted: a gateway pod (the nats CLI with the generated gateway Secret) publishes a foreground request, the
-//     Job's container gets SIGTERM;
-//   - the plugin from its npm tarball on a clean HOME and npm prefix: `kubectl-mbf get` shows that ModelBackfill;
-//   - the operator identity reads the state from outside the cluster (the nats context the secrets command wrote).
+// The documented install from a release, executed onto the real node as a platform team runs it: the docs' own shell
+// blocks, read from the pages (test/support/doc-commands.ts: each marked `<!-- install-test: NAME -->`) and run as
+// written by `bash -euo pipefail` from a folder holding `release/`, with only what a reader's shell has (kubectl and
+// helm on PATH, KUBECONFIG, a clean HOME, npm's global prefix): README.md's first-screen install (`bundle`, the same
+// commands as docs/install.md's, test/unit/doc-commands.test.ts), docs/install.md's `version` with its `chart` and its
+// `plugin` blocks. `npm run release` runs for real (the image step included: deploy/images/build.sh --app, saved as an
+// OCI archive); FlexInfer's CRDs and KEDA's are present (KEDA's operator is the real binary, as a process beside the
+// apiserver), NATS a nats-server pod (deploy/images/build.sh's nats image) that mounts the generated auth Secret and
+// includes it (nats-server.yaml).
+//
+// What this environment does in place of a reader's own steps, the only departures from the docs' text (the blocks
+// themselves are never edited):
+//   - the image: no registry here, so instead of pushing the OCI archive (docs/install.md's skopeo copy) it is
+//     imported into the node's containerd under the bundle's name by its digest, which is what a push and a pull do;
+//   - NATS: the docs have nats-server include the Secret and reload (docs/nats.md); here the test (re)starts its
+//     nats-server after the block applied the Secret, and the functions connect once it is up;
+//   - KEDA runs outside the cluster's DNS: after the bundle, its ScaledObjects get the NATS monitoring endpoint by
+//     ClusterIP and a short cooldown (to see admit and lifecycle go back to zero in time); for the chart the same
+//     settings are in the reader's own my-values.yaml, with production settings (ingress.enabled=false, extraEnv,
+//     nodeSelector, tolerations, podLabels: rendered into the pods; no ingress; admission still works);
+//   - `kubectl mbf get` and the operator's nats context, inline in the docs with a NATS host reachable from where they
+//     run, are run by the test with the ClusterIP.
+// Proven per way in, in the same namespace one after the other: the provision Job completes, every always-on function
+// is Ready on the release's image, KEDA keeps admit and lifecycle at zero when idle and scales admit up; a
+// ModelBackfill goes Running (a busybox Job's container runs) and is preempted: a gateway pod (the nats CLI with the
+// generated gateway Secret) publishes a foreground request, the Job's container gets SIGTERM. The plugin from its npm
+// tarball on a clean HOME and npm prefix shows that ModelBackfill; the operator identity reads the state from outside
+// the cluster and can write nothing. A doc command changed to something broken fails the test naming its page and
+// marker. Not run here: the install script from a clone (test/integration/deploy runs dev/scripts/install.sh), and the
+// README's "try it locally" and "by hand" parts (test/unit/docs.test.ts checks the scripts and files they name).
 // Slow (a release and two installs): `npm run test:install` (MBF_INSTALL_TEST=1); skipped otherwise.
-import { mkdir, readFile, writeFile } from 'node:fs/promises'
-import { join } from 'node:path'
+import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises'
+import { dirname, join } from 'node:path'
 import type { V1Pod } from '@kubernetes/client-node'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAllDocuments, stringify } from 'yaml'
 import { repoRoot } from '../../env/binaries.js'
 import { run, runOk, waitFor } from '../../env/exec.js'
 import { CTR, ensureNodeImages, K8S_NAMESPACE, type NodeImages, nodeUnavailableReason } from '../../env/node.js'
+import { type DocBlock, readMarkedBlock } from '../../support/doc-commands.js'
 import type { Manifest } from '../support/deploy.js'
 import { gatewayPod, type InstallCluster, startInstallCluster } from './install-cluster.js'
 import { containerLog } from './node-support.js'
@@ -58,6 +73,11 @@ beforeAll(async () => {
     archives: [(images.nats as { archive: string }).archive],
   })
   release = join(c.tmp, 'release')
+  // The reader's tools, by the names the docs use: this cluster's kubectl and helm.
+  const bin = join(c.tmp, 'reader-bin')
+  await mkdir(bin)
+  await symlink(c.env.binaries.kubectl, join(bin, 'kubectl'))
+  await symlink(c.env.binaries.helm as string, join(bin, 'helm'))
   const started = Date.now()
   const r = await run(process.execPath, ['--import', 'tsx', 'dev/scripts/release.ts', '--out', release], {
     cwd: repoRoot,
@@ -117,20 +137,51 @@ async function startNats(): Promise<string> {
   return (await jsonOf(['-n', 'nats', 'get', 'service', 'nats'])).spec.clusterIP
 }
 
+/** A folder of a reader's own that holds the release as downloaded (`release/`); the docs' commands run from it. */
+async function readerDir(name: string): Promise<string> {
+  const dir = join(c.tmp, name)
+  await mkdir(join(dir, 'home'), { recursive: true })
+  await symlink(release, join(dir, 'release'))
+  return dir
+}
+
+/**
+ * What a reader's shell has and nothing of the test's: kubectl and helm on PATH (this cluster's versions), node, npm
+ * and the system's tools, KUBECONFIG, a HOME of the reader's folder; `path` goes first on PATH.
+ */
+function readerEnv(dir: string, extra: Record<string, string> = {}, path: string[] = []): NodeJS.ProcessEnv {
+  return {
+    PATH: [...path, join(c.tmp, 'reader-bin'), dirname(process.execPath), '/usr/local/bin', '/usr/bin', '/bin'].join(
+      ':',
+    ),
+    HOME: join(dir, 'home'),
+    KUBECONFIG: c.env.kubeconfigPath,
+    LANG: 'C.UTF-8',
+    ...extra,
+  }
+}
+
+/** The docs' blocks as written, one after the other in one shell (a reader's session), from `cwd`. */
+async function runDocs(blocks: DocBlock[], cwd: string, env: NodeJS.ProcessEnv) {
+  const what = blocks.map((b) => `${b.doc} <!-- install-test: ${b.marker} -->`).join(' + ')
+  const started = Date.now()
+  // -x: a failure's stderr shows the command it stopped at, as the page has it. --norc: bash reads the system's bashrc
+  // when its stdin is a socket (as for sshd), which a reader's script does not.
+  const r = await run('bash', ['--norc', '-xeuo', 'pipefail', '-c', blocks.map((b) => b.text).join('')], {
+    cwd,
+    env,
+    timeoutMs: 300_000,
+  })
+  if (r.code !== 0)
+    throw new Error(`${what}, run as written from ${cwd}, failed (exit ${r.code}):\n${r.stderr.slice(-3000)}`)
+  console.log(`[install] ${what}: ran as written in ${((Date.now() - started) / 1000).toFixed(1)} s`)
+  return r
+}
+
+const installDoc = (marker: string) => readMarkedBlock(repoRoot, 'docs/install.md', marker)
+
 const replicas = async (fn: string) =>
   ((await jsonOf(['-n', NS, 'get', 'deploy', `${workloads}-${fn}`])).spec.replicas ?? 1) as number
-
-/** The release's secrets command, as a user runs it from the release folder alone. */
-async function secrets(dir: string, ...args: string[]) {
-  const r = await run(join(release, 'model-backfill-secrets'), ['--out', join(dir, 'secrets'), ...args], {
-    cwd: c.tmp,
-    timeoutMs: 60_000,
-  })
-  expect(r.code, r.stderr).toBe(0)
-  // nats-server's side: its namespace, then the Secret it mounts (docs/nats.md).
-  if ((await kubectl(['get', 'namespace', 'nats'])).code !== 0) await kubectlOk(['create', 'namespace', 'nats'])
-  await kubectlOk(['apply', '-k', join(dir, 'secrets', 'nats')])
-}
 
 /** What every install must reach: provisioned, the always-on functions Ready on the release's image, KEDA at zero. */
 async function installed(started: number, what: string) {
@@ -152,17 +203,27 @@ async function installed(started: number, what: string) {
     'KEDA: admit and lifecycle at zero while idle',
     async () => (await replicas('admit')) === 0 && (await replicas('lifecycle')) === 0,
     { timeoutMs: 120_000, intervalMs: 1000 },
-  )
+  ).catch(async (err) => {
+    throw new Error(`${(err as Error).message}\n${await kedaState()}`)
+  })
 }
 
-/** The bundle, as docs/install.md has it (after secrets() and NATS); returns the install's directory (its secrets). */
-async function installBundle(natsIp: string) {
-  const dir = join(c.tmp, 'bundle')
-  const started = Date.now()
-  await kubectlOk(['apply', '--server-side', '-f', join(release, 'model-backfill.yaml')])
-  await kubectlOk(['-n', NS, 'apply', '-k', join(dir, 'secrets', 'model-backfill')])
-  // The environment's differences, nothing else: KEDA runs beside the apiserver, outside the cluster's DNS (the
-  // monitoring endpoint by its ClusterIP), and a short cooldown to see admit and lifecycle go back to zero in time.
+/** What KEDA saw, for a wait on it that timed out: the replicas, the ScaledObjects' conditions, the HPAs' status. */
+async function kedaState(): Promise<string> {
+  const lines: string[] = []
+  for (const fn of ['admit', 'lifecycle']) {
+    const so = await jsonOf(['-n', NS, 'get', 'scaledobject', `${workloads}-${fn}`]).catch(() => undefined)
+    lines.push(
+      `${fn}: replicas ${await replicas(fn).catch(() => '?')}; ScaledObject ${JSON.stringify(so?.status ?? {})}`,
+    )
+  }
+  const hpa = await kubectl(['-n', NS, 'get', 'hpa', '-o', 'wide'])
+  return `${lines.join('\n')}\n${hpa.stdout}${hpa.stderr}`
+}
+
+/** The environment's differences after the bundle, nothing else: KEDA runs beside the apiserver, outside the cluster's
+ * DNS (the monitoring endpoint by its ClusterIP), and a short cooldown to see admit and lifecycle go back to zero. */
+async function kedaOutsideDns(natsIp: string) {
   for (const fn of ['admit', 'lifecycle']) {
     const so = await jsonOf(['-n', NS, 'get', 'scaledobject', `${workloads}-${fn}`])
     const triggers = so.spec.triggers.map((t: { metadata: Record<string, string> }) => ({
@@ -180,46 +241,25 @@ async function installBundle(natsIp: string) {
       JSON.stringify({ spec: { cooldownPeriod: 10, triggers } }),
     ])
   }
-  await installed(started, 'bundle')
-  return dir
 }
 
-/** The packaged chart with the generated values and a values file of production settings. */
-async function installChart(natsIp: string) {
-  const dir = join(c.tmp, 'chart')
-  workloads = 'mbf-model-backfill'
-  const mine = join(dir, 'my-values.yaml')
-  await writeFile(
-    mine,
-    stringify({
-      image: { repository: REPOSITORY, digest },
-      // The CRD is there from the bundle and kept by its removal (the chart would otherwise install its own).
-      crd: { install: false },
-      ingress: { enabled: false },
-      extraEnv: [{ name: 'OTEL_SERVICE_NAME', value: 'mbf-install-test' }],
-      podLabels: { 'team.example/owner': 'platform' },
-      nodeSelector: { 'kubernetes.io/hostname': c.node.name },
-      tolerations: [{ key: 'dedicated', operator: 'Equal', value: 'backfill', effect: 'NoSchedule' }],
-      nats: { monitoringEndpoint: `${natsIp}:8222`, replicas: 1 },
-      keda: { cooldownPeriod: 10 },
-    }),
-  )
-  const started = Date.now()
-  const r = await run(
-    c.env.binaries.helm as string,
-    ['install', 'mbf', join(release, `model-backfill-${version}.tgz`), '-n', NS, '--create-namespace'].concat([
-      '-f',
-      join(dir, 'secrets', 'values.yaml'),
-      '-f',
-      mine,
-      '--kubeconfig',
-      c.env.kubeconfigPath,
-    ]),
-    { timeoutMs: 180_000 },
-  )
-  expect(r.code, r.stderr).toBe(0)
-  await installed(started, 'chart')
-  // The values reached the pods; ingress.enabled=false left no ingress behind.
+/** The reader's own values file for the chart: production settings, and this environment's NATS monitoring address. */
+const myValues = (natsIp: string) =>
+  stringify({
+    image: { repository: REPOSITORY, digest },
+    // The CRD is there from the bundle and kept by its removal (the chart would otherwise install its own).
+    crd: { install: false },
+    ingress: { enabled: false },
+    extraEnv: [{ name: 'OTEL_SERVICE_NAME', value: 'mbf-install-test' }],
+    podLabels: { 'team.example/owner': 'platform' },
+    nodeSelector: { 'kubernetes.io/hostname': c.node.name },
+    tolerations: [{ key: 'dedicated', operator: 'Equal', value: 'backfill', effect: 'NoSchedule' }],
+    nats: { monitoringEndpoint: `${natsIp}:8222`, replicas: 1 },
+    keda: { cooldownPeriod: 10 },
+  })
+
+/** The chart's values reached the pods; ingress.enabled=false left no ingress behind. */
+async function chartValuesApplied() {
   const demand = await jsonOf(['-n', NS, 'get', 'deploy', `${workloads}-demand`])
   const pod = demand.spec.template
   expect(pod.metadata.labels['team.example/owner']).toBe('platform')
@@ -233,30 +273,22 @@ async function installChart(natsIp: string) {
   expect(pod.spec.containers[0].env).toContainEqual({ name: 'OTEL_SERVICE_NAME', value: 'mbf-install-test' })
   const names = (await jsonOf(['-n', NS, 'get', 'deploy,service'])).items.map((i: Manifest) => i.metadata.name)
   expect(names.filter((n: string) => n.includes('ingress'))).toEqual([])
-  return dir
 }
 
-/** `npm install -g` of the plugin's tarball into a fresh HOME and prefix; `kubectl-mbf get` against the cluster. */
-async function pluginGet(ns: string, dir: string, natsIp: string) {
-  const home = join(c.tmp, 'plugin-home')
-  const prefix = join(c.tmp, 'plugin-prefix')
-  await mkdir(home, { recursive: true })
-  const env = {
-    PATH: `${join(prefix, 'bin')}:${process.env.PATH}`,
-    HOME: home,
-    npm_config_cache: join(home, '.npm'),
-    npm_config_userconfig: join(home, '.npmrc'),
-  }
-  const tgz = join(release, `flexinfer-kubectl-mbf-${version}.tgz`)
-  await runOk('npm', ['install', '-g', '--offline', '--prefix', prefix, tgz], { env, cwd: home, timeoutMs: 120_000 })
-  const got = await runOk('kubectl-mbf', ['get', '-n', ns], {
-    cwd: home,
+/** docs/install.md's plugin block on a clean HOME and npm prefix; then `kubectl mbf get` through it, as the operator. */
+async function plugin(ns: string, dir: string, natsIp: string) {
+  const prefix = join(dir, 'npm-global')
+  // npm's global prefix and its bin on PATH: what `npm install -g` needs of a reader's setup.
+  const env = readerEnv(dir, { NPM_CONFIG_PREFIX: prefix }, [join(prefix, 'bin')])
+  const help = await runDocs([installDoc('version'), installDoc('plugin')], dir, env)
+  expect(help.stdout).toMatch(/\bget\b/)
+  const got = await runOk(c.env.binaries.kubectl, ['mbf', 'get', '-n', ns], {
+    cwd: dir,
     timeoutMs: 60_000,
     env: {
       ...env,
-      KUBECONFIG: c.env.kubeconfigPath,
       NATS_URL: `nats://operator@${natsIp}:4222`,
-      NATS_NKEY_SEED_FILE: join(dir, 'secrets', 'operator', 'seed.nk'),
+      NATS_NKEY_SEED_FILE: join(dir, 'model-backfill-install', 'secrets', 'operator', 'seed.nk'),
     },
   })
   expect(got.stdout).toContain('eval-gemma')
@@ -325,10 +357,16 @@ describe.skipIf(unavailable)('the install from the release artifacts on the real
   it('the bundle: kubectl apply --server-side, KEDA scales admit, a gateway pod preempts; the plugin from its tarball', {
     timeout: 600_000,
   }, async () => {
-    await secrets(join(c.tmp, 'bundle'))
+    const reader = await readerDir('bundle')
+    // NATS's namespace is there before ModelBackfill (a prerequisite): the block applies nats-server's Secret into it.
+    if ((await kubectl(['get', 'namespace', 'nats'])).code !== 0) await kubectlOk(['create', 'namespace', 'nats'])
+    const started = Date.now()
+    await runDocs([readMarkedBlock(repoRoot, 'README.md', 'bundle')], reader, readerEnv(reader))
     const natsIp = await startNats()
-    const dir = await installBundle(natsIp)
-    await story('team-bundle', dir, () => pluginGet('team-bundle', dir, natsIp))
+    await kedaOutsideDns(natsIp)
+    await installed(started, 'bundle')
+    const dir = join(reader, 'model-backfill-install')
+    await story('team-bundle', dir, () => plugin('team-bundle', reader, natsIp))
     await waitFor('KEDA: admit back at zero after the work', async () => (await replicas('admit')) === 0, {
       timeoutMs: 120_000,
       intervalMs: 1000,
@@ -368,10 +406,17 @@ describe.skipIf(unavailable)('the install from the release artifacts on the real
   it('the packaged chart: helm install with ingress.enabled=false, extraEnv and scheduling settings; the same story', {
     timeout: 600_000,
   }, async () => {
-    await secrets(join(c.tmp, 'chart'), '--format', 'helm')
-    const natsIp = await startNats()
-    const dir = await installChart(natsIp)
-    await story('team-chart', dir)
+    const reader = await readerDir('chart')
+    workloads = 'mbf-model-backfill'
+    // NATS runs before the install, with the bundle's identities; the block gives it this install's, then it reloads.
+    const natsIp = (await jsonOf(['-n', 'nats', 'get', 'service', 'nats'])).spec.clusterIP
+    await writeFile(join(reader, 'my-values.yaml'), myValues(natsIp))
+    const started = Date.now()
+    await runDocs([installDoc('version'), installDoc('chart')], reader, readerEnv(reader))
+    await startNats()
+    await installed(started, 'chart')
+    await chartValuesApplied()
+    await story('team-chart', join(reader, 'model-backfill-install'))
     const r = await run(
       c.env.binaries.helm as string,
       ['uninstall', 'mbf', '-n', NS, '--kubeconfig', c.env.kubeconfigPath],
