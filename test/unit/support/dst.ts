@@ -38,15 +38,28 @@ import type { DemandPorts } from '../../../functions/demand/ports.js'
 import { lifecycleFunction } from '../../../functions/lifecycle/index.js'
 import { claimKeys } from '../../../pkg/admission/claims.js'
 import type { AdmissionPorts, Entry } from '../../../pkg/admission/ports.js'
-import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../pkg/core/api.js'
-import { ANNOTATION_MODEL, backfillKey } from '../../../pkg/core/names.js'
-import { type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
+import { checkSpec, FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../pkg/core/api.js'
+import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey } from '../../../pkg/core/names.js'
+import type { ResyncReason } from '../../../pkg/core/resync.js'
+import { type BackfillState, type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
 import type { Bus } from '../../../pkg/jetstream/bus.js'
 import { isCasConflict } from '../../../pkg/jetstream/errors.js'
+import { PLURALS } from '../../../pkg/kube/resources.js'
 import type { Timers } from '../../../pkg/lib/timers.js'
 import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
+import { readState } from '../../../pkg/reconcile/read-kv.js'
 import type { Role } from '../../../pkg/reconcile/roles.js'
 import type { EventFunction } from '../../../pkg/transport/function.js'
+import {
+  type LeaseSpec,
+  type ModelSpec,
+  pairs,
+  rawLease,
+  rawModel,
+  rawSession,
+  type SessionSpec,
+  type WorldSpec,
+} from './dst-world-spec.js'
 import { fakeKube } from './kube-fake.js'
 import {
   deepFreeze,
@@ -149,6 +162,16 @@ export interface SimOptions {
    * run a bucket an older release made (the keys one by one), so that both paths of production are searched.
    */
   atomicClaims?: boolean
+  /** The backfills and Models (default: DEFAULT_WORLD). */
+  world?: WorldSpec
+  /**
+   * Driven by world events (support/dst-driven.ts) instead of random steps: no faults, every call answered at once,
+   * a timer armed on the bus fired only when the driver ticks, a deleted Job gone only when the driver reaps it, and
+   * each change of a ModelBackfill delivered to lifecycle as the source publishes it.
+   */
+  driven?: boolean
+  /** Told of every decision the handlers act on (AdmissionDeps.decided): a per-decision oracle. */
+  decided?: AdmissionDeps['decided']
 }
 
 /** How often each kind of fault and interleaving was generated in one schedule (or summed over many). */
@@ -272,6 +295,8 @@ function rng(seed: number) {
 
 class Violation extends Error {}
 
+const parsedStates = new WeakMap<object, BackfillState | null>()
+
 /**
  * One for every simulation in the process: each AsyncLocalStorage enabled stays in a list Node walks at every promise
  * made (Node 20), so one per simulation would slow every later one down.
@@ -340,20 +365,23 @@ interface FnProcess {
   dead: boolean
 }
 
-/** A backfill of the simulated world: its model, and so its node (both models share one node). */
-interface SimBackfill {
-  name: string
-  model: string
-  idleForMs: number
+/**
+ * Two Models on one node, each with its backfill: a short window, and one longer than a cancel's wait for a Job still
+ * being admitted (ADMISSION_WAIT_MS).
+ */
+export const DEFAULT_WORLD: WorldSpec = {
+  backfills: [
+    { name: 'bf-a', model: 'model-a', idleForMs: 2_000 },
+    { name: 'bf-b', model: 'model-b', idleForMs: 16_000 },
+  ],
+  models: [
+    { name: 'model-a', node: 'node-0', ready: true },
+    { name: 'model-b', node: 'node-0', ready: true },
+  ],
 }
-
-/** A short window, and one longer than a cancel's wait for a Job still being admitted (ADMISSION_WAIT_MS). */
-const BACKFILLS: SimBackfill[] = [
-  { name: 'bf-a', model: 'model-a', idleForMs: 2_000 },
-  { name: 'bf-b', model: 'model-b', idleForMs: 16_000 },
-]
-const NODE = 'node-0'
 const DEMAND_REPLICAS = 2
+/** Steps a driven event may take to run out: far more than any takes; past it, something loops. */
+const QUIET_STEPS_MAX = 5_000
 
 export class Simulation {
   readonly random: ReturnType<typeof rng>
@@ -370,7 +398,9 @@ export class Simulation {
   private readonly trace: boolean
   private steps = 0
   private readonly faults: Faults
-  private faultsOn = true
+  private faultsOn: boolean
+  readonly world: WorldSpec
+  readonly driven: boolean
   readonly stats: SimStats = emptyStats()
   private readonly reverts: Reverts
   /** Job name → the tries (actors) that wrote its claims: two alive at once are interleaved tries. */
@@ -385,10 +415,11 @@ export class Simulation {
   readonly requests: MemoryRequests
   readonly jobs: MemoryJobs
   private readonly backfills = new Map<string, ModelBackfill>()
-  private readonly armed = new Map<string, { at: string; timer: Timer }>()
+  private readonly armed = new Map<string, { at: string; timer?: Timer }>()
   /** When each Job's POST was sent, and by whom: requests before it were the admission's to see. */
   private readonly posts = new Map<number, { sent: number; by?: Actor }>()
-  private readonly postOf = new WeakMap<StoredJob, { sent: number; by?: Actor }>()
+  /** And the idleFor of its backfill when it was created: the window a request must not have been stored in. */
+  private readonly postOf = new WeakMap<StoredJob, { sent: number; by?: Actor; idleForMs: number }>()
   private demandAcked = new Set<number>()
   /**
    * The demand replicas, each the real Demand, one instance until it crashes (its memory goes with it). Each delivery
@@ -408,19 +439,25 @@ export class Simulation {
    * The watched copies: admit's and lifecycle's when they decide on them (SimOptions.caches); cancel's Jobs always
    * (cancel finds the Job it deletes in its copy in production, whether its own or the one it shares with admit).
    */
-  private readonly copies: { jobs: SimCopy<V1Job>; backfills: SimCopy<ModelBackfill> }
+  private readonly copies: ReturnType<typeof simCaches>['copies']
   /** The admit and cancel processes. */
   private readonly processes: Record<FnName, FnProcess>
   private readonly template = deepFreeze(aCronJob('eval', 'uid-eval'))
 
-  private readonly models = new Map(
-    BACKFILLS.map((b) => [
-      b.model,
-      deepFreeze({ metadata: { namespace: NS, name: b.model }, status: { phase: 'Ready', gpu: { node: NODE } } }),
-    ]),
-  )
+  /** The Models as the apiserver has them (frozen; a change replaces one), and the world's sessions and leases. */
+  private readonly models = new Map<string, ReturnType<typeof rawModel>>()
+  private readonly modelSpecs = new Map<string, ModelSpec>()
+  private sessions: ReturnType<typeof rawSession>[] = []
+  private leases: ReturnType<typeof rawLease>[] = []
 
   constructor(readonly options: SimOptions) {
+    this.world = options.world ?? DEFAULT_WORLD
+    this.driven = options.driven ?? false
+    this.faultsOn = !this.driven
+    for (const m of this.world.models) {
+      this.modelSpecs.set(m.name, m)
+      this.models.set(m.name, deepFreeze(rawModel(NS, m)))
+    }
     this.random = rng(options.seed)
     this.aim = rng(options.seed ^ 0x5bd1e995)
     this.faults = options.faults ?? DEFAULT_FAULTS
@@ -459,7 +496,7 @@ export class Simulation {
       clock,
       log: silentLogger,
     })
-    for (const b of BACKFILLS) this.backfills.set(b.name, deepFreeze(this.aBackfill(b)))
+    for (const b of this.world.backfills) this.backfills.set(b.name, deepFreeze(this.aBackfill(b)))
     // The handlers' timers: virtual time, fired by the scheduler in order with every other timer.
     const timers: Timers = {
       set: (fire, ms) => this.at(ms, `wait ${this.current?.name ?? ''}`, fire),
@@ -474,6 +511,7 @@ export class Simulation {
       now: () => this.now,
       timers,
       admission: ports,
+      decided: options.decided,
     }
     const { copies, caches } = simCaches({
       backfills: [...this.backfills.values()],
@@ -527,7 +565,7 @@ export class Simulation {
     const actor = this.current
     if (!actor) throw new Error(`port call outside an actor: ${op}`)
     const slow = this.faultsOn && this.random.chance(op === 'jobs.create' ? this.faults.postSlow : this.faults.slow)
-    const due = this.now + (slow ? 100 + this.random.int(900) : 1 + this.random.int(20))
+    const due = this.driven ? this.now : this.now + (slow ? 100 + this.random.int(900) : 1 + this.random.int(20))
     const seq = this.timerSeq++
     actor.calls++
     if (op === 'claims.create' || op === 'claims.update' || op === 'claims.writeTogether')
@@ -622,7 +660,7 @@ export class Simulation {
     await Promise.resolve()
     try {
       // Each ModelBackfill as it is first seen (an added object: no state for it yet).
-      for (const b of BACKFILLS) {
+      for (const b of this.world.backfills) {
         this.deliverTo('lifecycle', `lifecycle(${b.name} changed)`, {
           ...this.envelope(),
           type: 'ai.flexinfer.backfill.changed',
@@ -774,7 +812,7 @@ export class Simulation {
     // A foreground request now and then, on either subject (the documented one reaches admission only through
     // demand, unless the protocol reads it itself).
     if (this.faultsOn && r.chance(0.04)) {
-      const b = BACKFILLS[r.int(BACKFILLS.length)] as SimBackfill
+      const b = this.world.backfills[r.int(this.world.backfills.length)] as WorldSpec['backfills'][number]
       const subject = r.chance(0.5) ? 'documented' : 'perModel'
       const stored = this.requests.store({ namespace: NS, model: b.model, at: this.now, subject })
       this.stats.requests[subject]++
@@ -824,11 +862,14 @@ export class Simulation {
     // (a later attempt's retry).
     if (!this.postOf.has(j)) {
       const post = this.posts.get(Number(j.job.metadata?.annotations?.[SIM_POST]))
-      this.postOf.set(j, { sent: post?.sent ?? j.createdAt, by: post?.by })
+      const owner = this.backfills.get(j.job.metadata?.ownerReferences?.[0]?.name ?? '')
+      const spec = owner ? checkSpec(owner.spec) : undefined
+      const idleForMs = spec && 'resolved' in spec ? spec.resolved.idleForMs : 0
+      this.postOf.set(j, { sent: post?.sent ?? j.createdAt, by: post?.by, idleForMs })
     }
     const backfill = j.job.metadata?.ownerReferences?.[0]?.name
     if (!backfill) return
-    if (j.deletedAt !== undefined && !this.removing.has(j)) {
+    if (j.deletedAt !== undefined && !this.removing.has(j) && !this.driven) {
       // A deleted Job is gone once its pods are (their grace period): the apiserver removes it, the watch says so.
       this.removing.add(j)
       const name = j.job.metadata?.name ?? ''
@@ -837,7 +878,7 @@ export class Simulation {
         this.jobChanged(j)
       })
     }
-    const delay = this.random.int(50)
+    const delay = this.driven ? 0 : this.random.int(50)
     const key = `${NS}/${j.job.metadata?.name}`
     if (this.faultsOn && this.random.chance(this.faults.lostWatch)) {
       this.stats.lostWatch++
@@ -891,7 +932,7 @@ export class Simulation {
       )
       return
     }
-    this.at(this.random.int(50), `watch backfill ${name}`, () =>
+    this.at(this.driven ? 0 : this.random.int(50), `watch backfill ${name}`, () =>
       copy.apply(`${NS}/${name}`, this.backfills.get(name) ?? null),
     )
   }
@@ -999,7 +1040,7 @@ export class Simulation {
       else this.watchedClaims.delete(key)
     }
     if (delay === 0) apply()
-    else this.at(delay ?? this.random.int(50), `watch ${key}`, apply)
+    else this.at(delay ?? (this.driven ? 0 : this.random.int(50)), `watch ${key}`, apply)
   }
 
   /**
@@ -1047,7 +1088,7 @@ export class Simulation {
 
   // ---- the in-memory apiserver and bus that reconcile() reads and writes through Deps ---------------------------
 
-  private aBackfill(b: SimBackfill): ModelBackfill {
+  private aBackfill(b: WorldSpec['backfills'][number]): ModelBackfill {
     return {
       apiVersion: 'ai.flexinfer/v1alpha2',
       kind: 'ModelBackfill',
@@ -1059,20 +1100,22 @@ export class Simulation {
         resourceVersion: '1',
         finalizers: [],
       },
-      spec: { modelRef: b.model, templateRef: 'eval', idleFor: `${b.idleForMs / 1000}s`, maxRunDuration: '30m' },
+      spec: {
+        modelRef: b.model,
+        templateRef: 'eval',
+        idleFor: `${b.idleForMs / 1000}s`,
+        maxRunDuration: '30m',
+        ...(b.repeatAfterMs ? { repeatAfter: `${b.repeatAfterMs / 1000}s` } : {}),
+      },
     }
   }
 
   private kube() {
     const { template, models } = this
     // Objects are handed out as stored, frozen: a change replaces the stored one (a reader keeps what it read).
+    // Objects are handed out as stored, frozen: a change replaces the stored one (a reader keeps what it read).
     const change = (name: string, edit: (b: ModelBackfill) => ModelBackfill) => {
-      const cur = this.backfills.get(name)
-      if (!cur) return
-      const next = edit(cur)
-      const resourceVersion = String(Number(cur.metadata.resourceVersion) + 1)
-      this.backfills.set(name, deepFreeze({ ...next, metadata: { ...next.metadata, resourceVersion } }))
-      this.watchBackfill(name)
+      this.changeBackfill(name, edit)
     }
     const ownJobs = (name: string) =>
       this.jobs.list().then((l) => l.filter((j) => j.metadata?.ownerReferences?.[0]?.name === name))
@@ -1082,7 +1125,7 @@ export class Simulation {
       getModel: async (_ns: string, name: string) => models.get(name) ?? null,
       getCronJob: async () => template,
       getJob: (ns: string, name: string) => this.jobs.get(ns, name).then((j) => this.noteAbsent(j === null, j)),
-      listAll: async () => [],
+      listAll: async (plural: string) => (plural === PLURALS.gamingSessions ? this.sessions : this.leases),
       listOwnJobs: (_ns: string, name: string) => ownJobs(name),
       listBackfillJobs: () => this.jobs.list(),
       setFinalizer: (b: ModelBackfill, present: boolean) =>
@@ -1116,6 +1159,200 @@ export class Simulation {
     })
   }
 
+  /** A change of ModelBackfill `name` as the apiserver makes it (a new resourceVersion); null from `edit`: deleted. */
+  private changeBackfill(name: string, edit: (b: ModelBackfill) => ModelBackfill | null) {
+    const cur = this.backfills.get(name)
+    if (!cur) return
+    const next = edit(cur)
+    const resourceVersion = String(Number(cur.metadata.resourceVersion) + 1)
+    // Its last finalizer gone while it is being deleted: the apiserver removes it.
+    const gone = !next || (next.metadata.deletionTimestamp !== undefined && !next.metadata.finalizers?.length)
+    if (!next || gone) this.backfills.delete(name)
+    else this.backfills.set(name, deepFreeze({ ...next, metadata: { ...next.metadata, resourceVersion } }))
+    this.watchBackfill(name)
+    // The source's event for it (functions/source): driven only (a random schedule starts lifecycle once per backfill).
+    if (!this.driven) return
+    const now = this.backfills.get(name)
+    this.deliverTo('lifecycle', `lifecycle(${name} changed)`, {
+      ...this.envelope(),
+      type: 'ai.flexinfer.backfill.changed',
+      data: {
+        namespace: NS,
+        backfill: name,
+        generation: (now ?? cur).metadata.generation,
+        deleting: Boolean((now ?? next ?? cur).metadata.deletionTimestamp),
+        deleted: gone,
+      },
+    })
+  }
+
+  // ---- the world driven event by event (support/dst-driven.ts): each change as the source reports it ------------
+
+  /** The apiserver's ModelBackfill `name` now (frozen), or null once it is gone. */
+  backfill(name: string): ModelBackfill | null {
+    return this.backfills.get(name) ?? null
+  }
+
+  /** Its state as stored in KV (null: none, or deleted). */
+  state(name: string): BackfillState | null {
+    const entry = this.states.peek(backfillKey(NS, name))
+    if (!entry) return null
+    // Entries are immutable (a write stores a new one): each is parsed once, and what is parsed is frozen (shared).
+    let state = parsedStates.get(entry)
+    if (state === undefined) {
+      state = deepFreeze(readState(silentLogger, entry as Parameters<typeof readState>[1]))
+      parsedStates.set(entry, state)
+    }
+    return state
+  }
+
+  /** A ModelBackfill changed by a user (spec, suspend, deletion). */
+  editBackfill(name: string, edit: (b: ModelBackfill) => ModelBackfill) {
+    this.log(() => `edit ${name}`)
+    this.changeBackfill(name, edit)
+  }
+
+  /** The Model `name` as the world holds it. */
+  model(name: string): ModelSpec | undefined {
+    return this.modelSpecs.get(name)
+  }
+
+  /** A Model changed (readiness, node, lastActiveTime): its watched copy told, lifecycle sent model.ready. */
+  editModel(name: string, edit: (m: ModelSpec) => ModelSpec) {
+    const cur = this.modelSpecs.get(name)
+    if (!cur) return
+    const m = edit(cur)
+    this.modelSpecs.set(name, m)
+    const raw = deepFreeze(rawModel(NS, m))
+    this.models.set(name, raw)
+    this.copies.models.apply(`${NS}/${name}`, raw)
+    this.log(() => `model ${name} ${JSON.stringify(m)}`)
+    this.deliverTo('lifecycle', `lifecycle(${name} model)`, {
+      ...this.envelope(),
+      type: 'ai.flexinfer.model.ready',
+      data: {
+        namespace: NS,
+        model: name,
+        ready: m.ready,
+        node: m.node,
+        lastActiveTime: m.lastActiveTime,
+        deleted: false,
+      },
+    })
+  }
+
+  /** The one GamingSession of the world (null: none); `deliver` false: lifecycle is not told (yet). */
+  setSession(s: SessionSpec | null, deliver = true) {
+    this.sessions = s ? [deepFreeze(rawSession(s))] : []
+    this.copies.gamingSessions.relist(this.sessions)
+    this.log(() => `session ${JSON.stringify(s)}`)
+    if (!deliver) return
+    this.deliverTo('lifecycle', 'lifecycle(session)', {
+      ...this.envelope(),
+      type: 'ai.flexinfer.gaming.session',
+      data: { namespace: 'gaming', name: 'session-1', nodeName: s?.nodeName, deleted: !s },
+    })
+  }
+
+  /** The one GPULease of the world (null: none). */
+  setLease(l: LeaseSpec | null, deliver = true) {
+    this.leases = l ? [deepFreeze(rawLease(l))] : []
+    this.copies.gpuLeases.relist(this.leases)
+    this.log(() => `lease ${JSON.stringify(l)}`)
+    if (!deliver) return
+    this.deliverTo('lifecycle', 'lifecycle(lease)', {
+      ...this.envelope(),
+      type: 'ai.flexinfer.gpu.lease',
+      data: { namespace: 'leases', name: 'lease-1', node: l?.node, group: l?.group, deleted: !l },
+    })
+  }
+
+  /** The stored Job `name`, if the apiserver has it. */
+  job(name: string): StoredJob | undefined {
+    return this.jobs.jobs.get(`${NS}/${name}`)
+  }
+
+  /** The Job controller's report on `j`: its pod started, or the Job finished; the watch tells lifecycle. */
+  jobReport(j: StoredJob, outcome?: 'Complete' | 'Failed') {
+    j.started = true
+    if (outcome) j.outcome = outcome
+    this.setJobStatus(j)
+    this.log(() => `job ${j.job.metadata?.name} ${j.outcome ?? 'started'}`)
+    this.jobChanged(j)
+  }
+
+  /** `j` gone from the apiserver (its pods gone after a delete, or collected once finished). */
+  removeJob(j: StoredJob) {
+    this.jobs.remove(NS, j.job.metadata?.name ?? '')
+    this.log(() => `gone ${j.job.metadata?.name}`)
+    this.jobChanged(j)
+  }
+
+  /** A foreground request for `model` now, on its per-model subject, handed to demand. */
+  foreground(model: string) {
+    const stored = this.requests.store({ namespace: NS, model, at: this.now, subject: 'perModel' })
+    this.log(() => `request ${model}`)
+    this.deliverDemand(stored)
+  }
+
+  /** When the bus's timer for `name` is due (epoch ms), if one is stored. */
+  timerAt(name: string): number | undefined {
+    const t = this.armed.get(name)
+    return t ? Date.parse(t.at) : undefined
+  }
+
+  /** The stored timer for `name` lost (its firing dead-lettered). */
+  loseTimer(name: string) {
+    this.armed.delete(name)
+  }
+
+  /** The earliest stored timer fires (time moved on to it if it was later); false when none is stored. */
+  tick(): boolean {
+    let due: [string, string] | undefined
+    for (const [name, t] of this.armed) if (!due || Date.parse(t.at) < Date.parse(due[1])) due = [name, t.at]
+    if (!due) return false
+    const [name, at] = due
+    this.armed.delete(name)
+    this.now = Math.max(this.now, Date.parse(at))
+    this.deliverTo('admit', `admit(${name} timer)`, {
+      ...this.envelope(),
+      type: 'ai.flexinfer.timer.fired',
+      data: { namespace: NS, backfill: name, due: at },
+    })
+    return true
+  }
+
+  /** A resync of `name` (the sweep's backfill.resync, for `reason`), to lifecycle. */
+  resync(name: string, reason: ResyncReason) {
+    this.deliverTo('lifecycle', `lifecycle(${name} resync)`, {
+      ...this.envelope(),
+      type: 'ai.flexinfer.backfill.resync',
+      data: { namespace: NS, backfill: name, reason },
+    })
+  }
+
+  /** Every backfill as first seen, then quiet. */
+  async begin() {
+    await Promise.resolve()
+    for (const b of this.world.backfills) this.changeBackfill(b.name, (x) => x)
+    await this.quiesce()
+  }
+
+  /** Runs everything in flight, and every handler's own timer, to its end (bounded); the oracle after each step. */
+  async quiesce() {
+    for (let i = 0; i < QUIET_STEPS_MAX; i++) {
+      await this.settle()
+      this.check()
+      if (!this.next()) return
+    }
+    this.fail(`not quiet after ${QUIET_STEPS_MAX} steps`)
+  }
+
+  /** The schedule so far, joined (driven runs record it: a failure shows it). */
+  get scheduleText() {
+    return this.schedule.join('\n')
+  }
+
   /** A foreground cancel that found no Job (the GET's answer, or the DELETE's) waits for the one being admitted. */
   private noteAbsent<T>(absent: boolean, answer: T): T {
     const actor = this.current
@@ -1143,7 +1380,7 @@ export class Simulation {
         this.msgIds.add(msgID)
       }
       // Stored: delivered a moment later (at least once).
-      this.at(this.random.int(20), `deliver ${type}`, () => {
+      this.at(this.driven ? 0 : this.random.int(20), `deliver ${type}`, () => {
         const backfill = data.backfill as string
         if (type === 'ai.flexinfer.backfill.admit') {
           this.deliverTo('admit', `admit(${backfill} admit)`, {
@@ -1172,7 +1409,12 @@ export class Simulation {
       armTimer: (_ns: string, name: string, at: string) =>
         this.gated('armTimer', `${name} ${at.slice(11, 23)}`, () => {
           const prior = this.armed.get(name)
-          if (prior) this.cancelTimer(prior.timer)
+          if (prior?.timer) this.cancelTimer(prior.timer)
+          // Driven: fired when the driver ticks (support/dst-driven.ts).
+          if (this.driven) {
+            this.armed.set(name, { at })
+            return
+          }
           // A message schedule fires up to a tick early; admit waits that out (functions/admit), modelled as on time.
           const timer = this.at(Math.max(0, Date.parse(at) - this.now), `fire ${name}`, () => {
             this.armed.delete(name)
@@ -1187,7 +1429,7 @@ export class Simulation {
       cancelTimer: (_ns: string, name: string) =>
         this.gated('cancelTimer', name, () => {
           const prior = this.armed.get(name)
-          if (prior) this.cancelTimer(prior.timer)
+          if (prior?.timer) this.cancelTimer(prior.timer)
           this.armed.delete(name)
         }),
       timerArmed: async (_ns: string, name: string) => this.armed.has(name),
@@ -1221,6 +1463,9 @@ export class Simulation {
   private modelOf(j: StoredJob) {
     return j.job.metadata?.annotations?.[ANNOTATION_MODEL] ?? ''
   }
+  private nodeOf(j: StoredJob) {
+    return j.job.metadata?.annotations?.[ANNOTATION_NODE] ?? ''
+  }
 
   /**
    * The invariants. Looked at again only when the world moved (a claim written, a Job changed, a request stored):
@@ -1234,8 +1479,10 @@ export class Simulation {
     this.seenWorld = world
     const live = [...this.jobs.jobs.values()].filter((j) => j.deletedAt === undefined && !j.outcome)
     // One live attempt per model and per node (both models share the node).
-    if (live.length > 1) {
-      this.fail(`two live attempts on ${NODE}: ${live.map((j) => j.job.metadata?.name).join(', ')}`)
+    for (const [x, y] of pairs(live)) {
+      const names = `${x.job.metadata?.name}, ${y.job.metadata?.name}`
+      if (this.nodeOf(x) === this.nodeOf(y)) this.fail(`two live attempts on ${this.nodeOf(x)}: ${names}`)
+      if (this.modelOf(x) === this.modelOf(y)) this.fail(`two live attempts of ${this.modelOf(x)}: ${names}`)
     }
     for (const j of this.jobs.created) {
       const name = j.job.metadata?.name ?? ''
@@ -1245,7 +1492,7 @@ export class Simulation {
       for (const r of this.requests.stored) {
         if (r.model !== model || r.background) continue
         // A request stored inside the Job's window before its POST was sent (give or take LATE_MS).
-        const idleForMs = BACKFILLS.find((b) => b.model === model)?.idleForMs ?? 0
+        const idleForMs = post?.idleForMs ?? 0
         if (r.at > j.createdAt - idleForMs && r.at < sent - LATE_MS) {
           this.fail(`Job ${name} created at ${j.createdAt - T0} over a request for ${model} stored at ${r.at - T0}`)
         }
@@ -1271,7 +1518,7 @@ export class Simulation {
     const unclaimed = new Set<string>()
     for (const j of live) {
       const name = j.job.metadata?.name ?? ''
-      const keys = claimKeys(NS, this.modelOf(j), NODE)
+      const keys = claimKeys(NS, this.modelOf(j), this.nodeOf(j))
       const m = this.claimOf(keys.model)
       const n = this.claimOf(keys.node)
       if (m?.jobName === name && n?.jobName === name) continue
