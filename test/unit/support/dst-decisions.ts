@@ -12,7 +12,7 @@ import { decide, sameState } from '../../../pkg/core/decide.js'
 import type { Decision, Observed, Trigger } from '../../../pkg/core/decision.js'
 import { type BackfillState, type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
 import { type JobView, jobView } from '../../../pkg/core/world.js'
-import type { Simulation } from './dst.js'
+import type { DrivenSimulation } from './dst-world.js'
 import type { StoredJob } from './memory-ports.js'
 import { iso } from './world.js'
 
@@ -36,7 +36,7 @@ export class DecisionOracle {
   violation: InvariantViolation | undefined
 
   constructor(
-    private readonly sim: () => Simulation,
+    private readonly sim: () => DrivenSimulation,
     private readonly namespace: string,
   ) {}
 

@@ -8,8 +8,8 @@ import type { ModelBackfill } from '../../../pkg/core/api.js'
 import type { Observed } from '../../../pkg/core/decision.js'
 import type { ResyncReason } from '../../../pkg/core/resync.js'
 import { jobView, modelView } from '../../../pkg/core/world.js'
-import { Simulation } from './dst.js'
 import { DecisionOracle } from './dst-decisions.js'
+import { DrivenSimulation } from './dst-world.js'
 import { rawModel, type WorldSpec } from './dst-world-spec.js'
 import type { StoredJob } from './memory-ports.js'
 import { iso, MINUTE } from './world.js'
@@ -47,7 +47,7 @@ const NODES = ['node-0', 'node-1']
 const MODELS = ['model-0', 'model-1']
 
 export class DrivenSim {
-  readonly sim: Simulation
+  readonly sim: DrivenSimulation
   readonly oracle: DecisionOracle
   readonly names: readonly string[]
 
@@ -66,10 +66,9 @@ export class DrivenSim {
       })),
     }
     this.oracle = new DecisionOracle(() => this.sim, NS)
-    this.sim = new Simulation({
+    this.sim = new DrivenSimulation({
       seed,
       world,
-      driven: true,
       trace: true,
       decided: (o, trigger, d) => this.oracle.decided(o, trigger, d),
     })

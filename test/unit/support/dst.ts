@@ -40,7 +40,6 @@ import { claimKeys } from '../../../pkg/admission/claims.js'
 import type { AdmissionPorts, Entry } from '../../../pkg/admission/ports.js'
 import { checkSpec, FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../pkg/core/api.js'
 import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey } from '../../../pkg/core/names.js'
-import type { ResyncReason } from '../../../pkg/core/resync.js'
 import { type BackfillState, type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
 import type { Bus } from '../../../pkg/jetstream/bus.js'
 import { isCasConflict } from '../../../pkg/jetstream/errors.js'
@@ -48,18 +47,21 @@ import { PLURALS } from '../../../pkg/kube/resources.js'
 import type { Timers } from '../../../pkg/lib/timers.js'
 import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
 import { readState } from '../../../pkg/reconcile/read-kv.js'
-import type { Role } from '../../../pkg/reconcile/roles.js'
 import type { EventFunction } from '../../../pkg/transport/function.js'
 import {
-  type LeaseSpec,
-  type ModelSpec,
-  pairs,
-  rawLease,
-  rawModel,
-  rawSession,
-  type SessionSpec,
-  type WorldSpec,
-} from './dst-world-spec.js'
+  addStats,
+  bump,
+  DEFAULT_FAULTS,
+  emptyStats,
+  type Faults,
+  portOf,
+  type Reverts,
+  rng,
+  type SimOptions,
+  type SimResult,
+  type SimStats,
+} from './dst-options.js'
+import { type ModelSpec, pairs, type rawLease, rawModel, type rawSession, type WorldSpec } from './dst-world-spec.js'
 import { fakeKube } from './kube-fake.js'
 import {
   deepFreeze,
@@ -81,217 +83,13 @@ export const RACED_MS = 1_000
 export const CANCEL_MS = 10_000
 export const CLAIMLESS_MS = 2_000
 const SLOW_CALL_MS = 300
-const NS = 'sim'
+export const NS = 'sim'
 const ACK_WAIT_MS = 2_000
 /** The annotation naming the POST that created a Job (the oracle's, read by nothing else). */
 const SIM_POST = 'sim.flexinfer.ai/post'
 /** A watch that lost an event restarts and lists again within one to two of these. */
 const RELIST_MS = 1_000
 const T0 = Date.parse('2026-06-01T00:00:00.000Z')
-
-/** How hostile a schedule is: probabilities per step or per call. */
-export interface Faults {
-  /** A call fails before it takes effect / after (its reply lost). */
-  failBefore: number
-  failAfter: number
-  /** The caller crashes at this await (never answered; its event redelivered after the ack wait). */
-  crash: number
-  /** An event delivered twice at once (a redelivery while the first delivery still runs). */
-  duplicate: number
-  /** A slow call: up to 800 ms instead of up to 30 ms. */
-  slow: number
-  /** A Job's watch event lost (a watch restarting): lifecycle does not hear of that change. */
-  lostWatch: number
-  /**
-   * The Job POST, the call the protocol guards most and makes least often: its own chances to fail (before, and
-   * after — each) and to be slow.
-   */
-  postFail: number
-  postSlow: number
-  /** demand's claim read after a lost compare-and-set on the idle key failing (see Simulation.aimed). */
-  afterConflict: number
-}
-
-export const DEFAULT_FAULTS: Faults = {
-  failBefore: 0.02,
-  failAfter: 0.02,
-  crash: 0.01,
-  duplicate: 0.15,
-  slow: 0.08,
-  lostWatch: 0.05,
-  postFail: 0.08,
-  postSlow: 0.25,
-  afterConflict: 0.3,
-}
-
-/**
- * More tries and more slow calls: what the races between two tries of one attempt need. The race-finding check runs
- * with both profiles.
- */
-export const HOSTILE_FAULTS: Faults = { ...DEFAULT_FAULTS, duplicate: 0.35, slow: 0.15 }
-
-/**
- * Fixes of the in-memory ports' own, undone (a failing seed to replay). Fixes in product code are undone on a copy of
- * it instead (test/sim/mutants.ts).
- */
-export interface Reverts {
-  /** The request log's reads ignore the documented subject past the fence's cursor (the port's half of that fix). */
-  documentedSubjectBlind?: boolean
-}
-
-export interface SimOptions {
-  seed: number
-  /** Steps with requests and faults before the quiet tail that checks convergence. */
-  steps?: number
-  faults?: Faults
-  /** Record the schedule (a replay); off, a search runs faster and replays a failing seed with it. */
-  trace?: boolean
-  reverts?: Reverts
-  /**
-   * Crash the first delivery of `role` that gets this far at its `call`-th port call (1-based): walking `call` over
-   * 1, 2, … crashes an admission at every await it makes, one schedule each.
-   */
-  crashAt?: { role: Role | 'demand'; call: number }
-  /**
-   * admit and lifecycle decide on watched copies (support/sim-caches.ts), as they do in production: the default.
-   * false: on fresh reads alone (a process without its copies).
-   */
-  caches?: boolean
-  /**
-   * Whether the claims bucket takes atomic batches (both free claims in one write). Default: even seeds do, odd seeds
-   * run a bucket an older release made (the keys one by one), so that both paths of production are searched.
-   */
-  atomicClaims?: boolean
-  /** The backfills and Models (default: DEFAULT_WORLD). */
-  world?: WorldSpec
-  /**
-   * Driven by world events (support/dst-driven.ts) instead of random steps: no faults, every call answered at once,
-   * a timer armed on the bus fired only when the driver ticks, a deleted Job gone only when the driver reaps it, and
-   * each change of a ModelBackfill delivered to lifecycle as the source publishes it.
-   */
-  driven?: boolean
-  /** Told of every decision the handlers act on (AdmissionDeps.decided): a per-decision oracle. */
-  decided?: AdmissionDeps['decided']
-}
-
-/** How often each kind of fault and interleaving was generated in one schedule (or summed over many). */
-export interface SimStats {
-  /** Calls failed before / after taking effect, by the port they went to (`kv`: NATS KV, `post`: the Job POST). */
-  failBefore: Record<string, number>
-  failAfter: Record<string, number>
-  /** Crashes, by the call the actor was awaiting. */
-  crash: Record<string, number>
-  /** Calls answered later than SLOW_CALL_MS, by port. */
-  slow: Record<string, number>
-  duplicates: number
-  redeliveries: number
-  lostWatch: number
-  requests: { documented: number; perModel: number }
-  /** Requests stored while a Job POST was in flight. */
-  requestsDuringPost: number
-  /** A try taking an attempt's claims while another live try of the same attempt held them. */
-  interleavedTries: number
-  /** Foreground cancels that found no Job and waited for the one being admitted. */
-  cancelWaits: number
-  jobsCreated: number
-  /** Jobs deleted within RACED_MS of their creation (a request raced the admission). */
-  racedJobsDeleted: number
-  actors: number
-  /** demand processes that crashed (and were started again with empty memory). */
-  demandRestarts: number
-  /** Watched copies listed again after a lost watch event; admit's reads of a ModelBackfill copy behind the apiserver. */
-  relists: number
-  staleCopyReads: number
-  /** demand's claim reads failed after a lost compare-and-set (Faults.afterConflict). */
-  aimed: number
-  /** The call a `crashAt` crash hit (its op), if it was reached. */
-  crashedAt?: string
-}
-
-export interface SimResult {
-  seed: number
-  ok: boolean
-  violation?: string
-  steps: number
-  jobs: number
-  requests: number
-  /** Empty unless `trace`. */
-  schedule: string[]
-  stats: SimStats
-}
-
-export function emptyStats(): SimStats {
-  return {
-    failBefore: {},
-    failAfter: {},
-    crash: {},
-    slow: {},
-    duplicates: 0,
-    redeliveries: 0,
-    lostWatch: 0,
-    requests: { documented: 0, perModel: 0 },
-    requestsDuringPost: 0,
-    interleavedTries: 0,
-    cancelWaits: 0,
-    jobsCreated: 0,
-    racedJobsDeleted: 0,
-    actors: 0,
-    demandRestarts: 0,
-    relists: 0,
-    staleCopyReads: 0,
-    aimed: 0,
-  }
-}
-
-/** Adds `b` into `a`. */
-export function addStats(a: SimStats, b: SimStats) {
-  for (const k of ['failBefore', 'failAfter', 'crash', 'slow'] as const) {
-    for (const [op, n] of Object.entries(b[k])) a[k][op] = (a[k][op] ?? 0) + n
-  }
-  for (const k of [
-    'duplicates',
-    'redeliveries',
-    'lostWatch',
-    'requestsDuringPost',
-    'interleavedTries',
-    'cancelWaits',
-    'jobsCreated',
-    'racedJobsDeleted',
-    'actors',
-    'demandRestarts',
-    'relists',
-    'staleCopyReads',
-    'aimed',
-  ] as const) {
-    a[k] += b[k]
-  }
-  a.requests.documented += b.requests.documented
-  a.requests.perModel += b.requests.perModel
-}
-
-const bump = (m: Record<string, number>, k: string) => {
-  m[k] = (m[k] ?? 0) + 1
-}
-
-/** The port a call went to, as SimStats counts it. */
-function portOf(op: string) {
-  if (op === 'jobs.create') return 'post'
-  if (op.startsWith('claims.') || op.startsWith('backfills.') || op.startsWith('idle.')) return 'kv'
-  return op.split(/[. ]/)[0] as string
-}
-
-/** mulberry32: small, fast, and the same sequence on every machine. */
-function rng(seed: number) {
-  let a = seed >>> 0
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-  return { next, int: (n: number) => Math.floor(next() * n), chance: (p: number) => next() < p }
-}
 
 class Violation extends Error {}
 
@@ -380,8 +178,6 @@ export const DEFAULT_WORLD: WorldSpec = {
   ],
 }
 const DEMAND_REPLICAS = 2
-/** Steps a driven event may take to run out: far more than any takes; past it, something loops. */
-const QUIET_STEPS_MAX = 5_000
 
 export class Simulation {
   readonly random: ReturnType<typeof rng>
@@ -414,8 +210,8 @@ export class Simulation {
   readonly idle: MemoryKv
   readonly requests: MemoryRequests
   readonly jobs: MemoryJobs
-  private readonly backfills = new Map<string, ModelBackfill>()
-  private readonly armed = new Map<string, { at: string; timer?: Timer }>()
+  protected readonly backfills = new Map<string, ModelBackfill>()
+  protected readonly armed = new Map<string, { at: string; timer?: Timer }>()
   /** When each Job's POST was sent, and by whom: requests before it were the admission's to see. */
   private readonly posts = new Map<number, { sent: number; by?: Actor }>()
   /** And the idleFor of its backfill when it was created: the window a request must not have been stored in. */
@@ -439,16 +235,16 @@ export class Simulation {
    * The watched copies: admit's and lifecycle's when they decide on them (SimOptions.caches); cancel's Jobs always
    * (cancel finds the Job it deletes in its copy in production, whether its own or the one it shares with admit).
    */
-  private readonly copies: ReturnType<typeof simCaches>['copies']
+  protected readonly copies: ReturnType<typeof simCaches>['copies']
   /** The admit and cancel processes. */
   private readonly processes: Record<FnName, FnProcess>
   private readonly template = deepFreeze(aCronJob('eval', 'uid-eval'))
 
   /** The Models as the apiserver has them (frozen; a change replaces one), and the world's sessions and leases. */
-  private readonly models = new Map<string, ReturnType<typeof rawModel>>()
-  private readonly modelSpecs = new Map<string, ModelSpec>()
-  private sessions: ReturnType<typeof rawSession>[] = []
-  private leases: ReturnType<typeof rawLease>[] = []
+  protected readonly models = new Map<string, ReturnType<typeof rawModel>>()
+  protected readonly modelSpecs = new Map<string, ModelSpec>()
+  protected sessions: ReturnType<typeof rawSession>[] = []
+  protected leases: ReturnType<typeof rawLease>[] = []
 
   constructor(readonly options: SimOptions) {
     this.world = options.world ?? DEFAULT_WORLD
@@ -599,7 +395,7 @@ export class Simulation {
     writers.add(actor)
   }
 
-  private log(line: string | (() => string)) {
+  protected log(line: string | (() => string)) {
     if (this.trace) this.records.push([this.now, line])
   }
 
@@ -648,7 +444,7 @@ export class Simulation {
    * deep — and only then resumes the run: the same order as a setImmediate, without a turn of the event loop (an
    * epoll_wait system call per step, ~20 % of the simulation's time).
    */
-  private async settle() {
+  protected async settle() {
     await new Promise<void>((r) => process.nextTick(r))
   }
 
@@ -712,7 +508,7 @@ export class Simulation {
    * Runs whatever comes first in virtual time, a call's answer or a timer (up to `horizon`); false when nothing is
    * left. Calls run concurrently: each took its own latency when it was made.
    */
-  private next(horizon = Number.POSITIVE_INFINITY): boolean {
+  protected next(horizon = Number.POSITIVE_INFINITY): boolean {
     let call: Waiting | undefined
     for (const w of this.waiting) if (!call || w.due < call.due || (w.due === call.due && w.seq < call.seq)) call = w
     const timer = this.nextTimer()
@@ -839,7 +635,7 @@ export class Simulation {
     }
   }
 
-  private setJobStatus(j: StoredJob) {
+  protected setJobStatus(j: StoredJob) {
     const t = new Date(this.now).toISOString()
     const status = {
       ...(j.started ? { startTime: t as unknown as Date, active: j.outcome ? 0 : 1 } : {}),
@@ -857,7 +653,7 @@ export class Simulation {
   private readonly removing = new Set<StoredJob>()
 
   /** The watch: the copies hear of the change, and lifecycle of what the source makes of it (unless it is lost). */
-  private jobChanged(j: StoredJob) {
+  protected jobChanged(j: StoredJob) {
     // Bound to the Job at its creation, by the POST that created it: a name is used again once a deleted Job is gone
     // (a later attempt's retry).
     if (!this.postOf.has(j)) {
@@ -940,7 +736,7 @@ export class Simulation {
   // ---- deliveries ---------------------------------------------------------------------------------------------
 
   /** An event's envelope as the transport decodes it (its id and store time are nothing the handlers here read). */
-  private envelope() {
+  protected envelope() {
     return { id: `sim-${this.timerSeq}`, source: 'sim', time: new Date(this.now).toISOString(), storedAt: this.now }
   }
 
@@ -949,7 +745,7 @@ export class Simulation {
    * then twice): the real handler, on the process's instance; acknowledged when handle() resolves, redelivered after
    * the ack wait when it fails or its process crashes.
    */
-  private deliverTo(which: FnName, name: string, event: InboundEvent) {
+  protected deliverTo(which: FnName, name: string, event: InboundEvent) {
     const foregroundCancel =
       event.type === 'ai.flexinfer.backfill.cancel' && event.data.reason === 'ForegroundDemand' ? true : undefined
     const once = () =>
@@ -1048,7 +844,7 @@ export class Simulation {
    * when handle() is done with it, redelivered after the ack wait when it failed. Its store time carries JetStream's
    * sub-millisecond part.
    */
-  private deliverDemand(r: StoredRequest) {
+  protected deliverDemand(r: StoredRequest) {
     const event = {
       type: 'ai.flexinfer.foreground.request',
       data: { namespace: NS, model: r.model },
@@ -1160,7 +956,7 @@ export class Simulation {
   }
 
   /** A change of ModelBackfill `name` as the apiserver makes it (a new resourceVersion); null from `edit`: deleted. */
-  private changeBackfill(name: string, edit: (b: ModelBackfill) => ModelBackfill | null) {
+  protected changeBackfill(name: string, edit: (b: ModelBackfill) => ModelBackfill | null) {
     const cur = this.backfills.get(name)
     if (!cur) return
     const next = edit(cur)
@@ -1186,7 +982,7 @@ export class Simulation {
     })
   }
 
-  // ---- the world driven event by event (support/dst-driven.ts): each change as the source reports it ------------
+  // ---- the world as it stands, read without a port call (the drivers' and the oracles' view) ------------------
 
   /** The apiserver's ModelBackfill `name` now (frozen), or null once it is gone. */
   backfill(name: string): ModelBackfill | null {
@@ -1200,157 +996,10 @@ export class Simulation {
     // Entries are immutable (a write stores a new one): each is parsed once, and what is parsed is frozen (shared).
     let state = parsedStates.get(entry)
     if (state === undefined) {
-      state = deepFreeze(readState(silentLogger, entry as Parameters<typeof readState>[1]))
+      state = deepFreeze(readState(silentLogger, entry as unknown as Parameters<typeof readState>[1]))
       parsedStates.set(entry, state)
     }
     return state
-  }
-
-  /** A ModelBackfill changed by a user (spec, suspend, deletion). */
-  editBackfill(name: string, edit: (b: ModelBackfill) => ModelBackfill) {
-    this.log(() => `edit ${name}`)
-    this.changeBackfill(name, edit)
-  }
-
-  /** The Model `name` as the world holds it. */
-  model(name: string): ModelSpec | undefined {
-    return this.modelSpecs.get(name)
-  }
-
-  /** A Model changed (readiness, node, lastActiveTime): its watched copy told, lifecycle sent model.ready. */
-  editModel(name: string, edit: (m: ModelSpec) => ModelSpec) {
-    const cur = this.modelSpecs.get(name)
-    if (!cur) return
-    const m = edit(cur)
-    this.modelSpecs.set(name, m)
-    const raw = deepFreeze(rawModel(NS, m))
-    this.models.set(name, raw)
-    this.copies.models.apply(`${NS}/${name}`, raw)
-    this.log(() => `model ${name} ${JSON.stringify(m)}`)
-    this.deliverTo('lifecycle', `lifecycle(${name} model)`, {
-      ...this.envelope(),
-      type: 'ai.flexinfer.model.ready',
-      data: {
-        namespace: NS,
-        model: name,
-        ready: m.ready,
-        node: m.node,
-        lastActiveTime: m.lastActiveTime,
-        deleted: false,
-      },
-    })
-  }
-
-  /** The one GamingSession of the world (null: none); `deliver` false: lifecycle is not told (yet). */
-  setSession(s: SessionSpec | null, deliver = true) {
-    this.sessions = s ? [deepFreeze(rawSession(s))] : []
-    this.copies.gamingSessions.relist(this.sessions)
-    this.log(() => `session ${JSON.stringify(s)}`)
-    if (!deliver) return
-    this.deliverTo('lifecycle', 'lifecycle(session)', {
-      ...this.envelope(),
-      type: 'ai.flexinfer.gaming.session',
-      data: { namespace: 'gaming', name: 'session-1', nodeName: s?.nodeName, deleted: !s },
-    })
-  }
-
-  /** The one GPULease of the world (null: none). */
-  setLease(l: LeaseSpec | null, deliver = true) {
-    this.leases = l ? [deepFreeze(rawLease(l))] : []
-    this.copies.gpuLeases.relist(this.leases)
-    this.log(() => `lease ${JSON.stringify(l)}`)
-    if (!deliver) return
-    this.deliverTo('lifecycle', 'lifecycle(lease)', {
-      ...this.envelope(),
-      type: 'ai.flexinfer.gpu.lease',
-      data: { namespace: 'leases', name: 'lease-1', node: l?.node, group: l?.group, deleted: !l },
-    })
-  }
-
-  /** The stored Job `name`, if the apiserver has it. */
-  job(name: string): StoredJob | undefined {
-    return this.jobs.jobs.get(`${NS}/${name}`)
-  }
-
-  /** The Job controller's report on `j`: its pod started, or the Job finished; the watch tells lifecycle. */
-  jobReport(j: StoredJob, outcome?: 'Complete' | 'Failed') {
-    j.started = true
-    if (outcome) j.outcome = outcome
-    this.setJobStatus(j)
-    this.log(() => `job ${j.job.metadata?.name} ${j.outcome ?? 'started'}`)
-    this.jobChanged(j)
-  }
-
-  /** `j` gone from the apiserver (its pods gone after a delete, or collected once finished). */
-  removeJob(j: StoredJob) {
-    this.jobs.remove(NS, j.job.metadata?.name ?? '')
-    this.log(() => `gone ${j.job.metadata?.name}`)
-    this.jobChanged(j)
-  }
-
-  /** A foreground request for `model` now, on its per-model subject, handed to demand. */
-  foreground(model: string) {
-    const stored = this.requests.store({ namespace: NS, model, at: this.now, subject: 'perModel' })
-    this.log(() => `request ${model}`)
-    this.deliverDemand(stored)
-  }
-
-  /** When the bus's timer for `name` is due (epoch ms), if one is stored. */
-  timerAt(name: string): number | undefined {
-    const t = this.armed.get(name)
-    return t ? Date.parse(t.at) : undefined
-  }
-
-  /** The stored timer for `name` lost (its firing dead-lettered). */
-  loseTimer(name: string) {
-    this.armed.delete(name)
-  }
-
-  /** The earliest stored timer fires (time moved on to it if it was later); false when none is stored. */
-  tick(): boolean {
-    let due: [string, string] | undefined
-    for (const [name, t] of this.armed) if (!due || Date.parse(t.at) < Date.parse(due[1])) due = [name, t.at]
-    if (!due) return false
-    const [name, at] = due
-    this.armed.delete(name)
-    this.now = Math.max(this.now, Date.parse(at))
-    this.deliverTo('admit', `admit(${name} timer)`, {
-      ...this.envelope(),
-      type: 'ai.flexinfer.timer.fired',
-      data: { namespace: NS, backfill: name, due: at },
-    })
-    return true
-  }
-
-  /** A resync of `name` (the sweep's backfill.resync, for `reason`), to lifecycle. */
-  resync(name: string, reason: ResyncReason) {
-    this.deliverTo('lifecycle', `lifecycle(${name} resync)`, {
-      ...this.envelope(),
-      type: 'ai.flexinfer.backfill.resync',
-      data: { namespace: NS, backfill: name, reason },
-    })
-  }
-
-  /** Every backfill as first seen, then quiet. */
-  async begin() {
-    await Promise.resolve()
-    for (const b of this.world.backfills) this.changeBackfill(b.name, (x) => x)
-    await this.quiesce()
-  }
-
-  /** Runs everything in flight, and every handler's own timer, to its end (bounded); the oracle after each step. */
-  async quiesce() {
-    for (let i = 0; i < QUIET_STEPS_MAX; i++) {
-      await this.settle()
-      this.check()
-      if (!this.next()) return
-    }
-    this.fail(`not quiet after ${QUIET_STEPS_MAX} steps`)
-  }
-
-  /** The schedule so far, joined (driven runs record it: a failure shows it). */
-  get scheduleText() {
-    return this.schedule.join('\n')
   }
 
   /** A foreground cancel that found no Job (the GET's answer, or the DELETE's) waits for the one being admitted. */
@@ -1439,7 +1088,7 @@ export class Simulation {
 
   // ---- the oracle ----------------------------------------------------------------------------------------------
 
-  private fail(message: string): never {
+  protected fail(message: string): never {
     this.log(`VIOLATION ${message}`)
     throw new Violation(message)
   }
@@ -1472,7 +1121,7 @@ export class Simulation {
    * every bound is checked against when things happened (a Job's deletion time, when its claims went), so a check
    * skipped while nothing moved finds what it would have found, at the next change or at the end.
    */
-  private check(force = false) {
+  protected check(force = false) {
     if (this.unexpected) this.fail(`an error no fault explains: ${this.unexpected}`)
     const world = this.claims.writes + this.jobs.changes + this.requests.stored.length
     if (world === this.seenWorld && !force) return
