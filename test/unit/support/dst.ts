@@ -28,6 +28,10 @@
 // without it and replays a failing seed with it), the ports hand out immutable objects instead of copies, and the
 // oracle looks again only when the world moved. Every fault it injects is counted (SimStats), so a test can show each
 // kind is really generated.
+//
+// The same simulation runs the fault-free property tests (`driven`: support/dst-world.ts, support/dst-driven.ts):
+// world events instead of random steps, each run until nothing is in flight, every decision told to a per-decision
+// oracle (support/dst-decisions.ts) as well.
 import { AsyncLocalStorage } from 'node:async_hooks'
 import type { V1Job } from '@kubernetes/client-node'
 import type { InboundEvent } from '../../../events/codec.js'
