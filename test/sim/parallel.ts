@@ -6,7 +6,8 @@
 // whatever the number of workers.
 import { availableParallelism } from 'node:os'
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads'
-import { addStats, emptyStats, type SimOptions, type SimResult, type SimStats, simulate } from '../unit/support/dst.js'
+import { simulate } from '../unit/support/dst.js'
+import { addStats, emptyStats, type SimOptions, type SimResult, type SimStats } from '../unit/support/dst-options.js'
 
 type Options = Omit<SimOptions, 'seed' | 'trace'>
 

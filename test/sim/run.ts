@@ -5,7 +5,8 @@
 // test/sim/mutants.ts); --hostile draws more duplicates and slow calls; --no-caches decides on fresh reads alone
 // (admit and lifecycle without their watched copies); --stats prints how often each fault kind was generated.
 import { parseArgs } from 'node:util'
-import { DEFAULT_FAULTS, HOSTILE_FAULTS, type Reverts, searchSeeds, simulate } from '../unit/support/dst.js'
+import { searchSeeds, simulate } from '../unit/support/dst.js'
+import { DEFAULT_FAULTS, HOSTILE_FAULTS, type Reverts } from '../unit/support/dst-options.js'
 import { defaultJobs, searchSeedsParallel } from './parallel.js'
 
 const { values } = parseArgs({

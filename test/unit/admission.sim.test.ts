@@ -3,7 +3,8 @@
 // admission and of demand, and a failing seed's exact replay. `npm run sim -- --seeds N` runs the long search, `npm run sim:mutants` the race-finding
 // check.
 import { beforeAll, describe, expect, it } from 'vitest'
-import { type Faults, HOSTILE_FAULTS, type SimStats, searchSeeds, simulate } from './support/dst.js'
+import { searchSeeds, simulate } from './support/dst.js'
+import { type Faults, HOSTILE_FAULTS, type SimStats } from './support/dst-options.js'
 
 // Enough schedules that every fault kind checked below turns up in them.
 const SEEDS = Number(process.env.SIM_SEEDS ?? 128)

@@ -1,6 +1,6 @@
 // decide() under random histories: two backfills sharing a model or a node, driven step by step the way the
-// functions drive them (support/sim.ts: the real reconcile() decides and applies every decision), with the
-// contract's invariants checked on every single decision: never admit inside an idle window (nor within idleFor of
+// functions drive them (support/dst-driven.ts: the simulation's real handlers, faults off, each event run out), with
+// the contract's invariants checked on every single decision (support/dst-decisions.ts): never admit inside an idle window (nor within idleFor of
 // a cancelled Job being gone); Failed is left only by a generation bump; attempts = distinct Job names POSTed; a
 // completed Job observed with a cancel condition yields Succeeded and no preemption; every reason belongs to its
 // phase; the finalizer goes only after the Job; deciding again on the result is a no-op. And on the world after
@@ -10,7 +10,7 @@
 // replays a failure.
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { Sim, type SimConfig } from './support/sim.js'
+import { DrivenSim, type SimConfig } from './support/dst-driven.js'
 import { simEvents } from './support/sim-events.js'
 
 const event = simEvents({ coincidences: true })
@@ -29,7 +29,7 @@ const replay = process.env.SIM_SEED ? { seed: Number(process.env.SIM_SEED), path
 describe('decide: invariants over random histories', () => {
   // About 2–4 seconds for the default 200 histories (10–20 ms each on the shared machine, the real reconcile deciding);
   // the generous timeout is for slow CI machines and SIM_RUNS.
-  const timeout = Math.max(30_000, RUNS * 40)
+  const timeout = Math.max(60_000, RUNS * 150)
   it('hold for every decision (idle window, exclusivity, Failed, attempts, completion wins, reasons, idempotence)', {
     timeout,
   }, async () => {
@@ -37,13 +37,18 @@ describe('decide: invariants over random histories', () => {
     let admissions = 0
     const seen = new Map<string, number>()
     await fc.assert(
-      fc.asyncProperty(config, fc.array(event, { minLength: 20, maxLength: 40 }), async (cfg, events) => {
-        const sim = new Sim(cfg)
-        await sim.run(events)
-        decisions += sim.decisions
-        admissions += sim.bfs.reduce((n, b) => n + b.created.size, 0)
-        for (const [k, n] of sim.seen) seen.set(k, (seen.get(k) ?? 0) + n)
-      }),
+      fc.asyncProperty(
+        config,
+        fc.array(event, { minLength: 20, maxLength: 40 }),
+        fc.nat(),
+        async (cfg, events, seed) => {
+          const sim = new DrivenSim(cfg, seed)
+          await sim.run(events)
+          decisions += sim.decisions
+          admissions += sim.created(0).size + sim.created(1).size
+          for (const [k, n] of sim.seen) seen.set(k, (seen.get(k) ?? 0) + n)
+        },
+      ),
       { numRuns: RUNS, ...replay },
     )
     if (process.env.SIM_COVERAGE) console.log(decisions, admissions, [...seen].sort())

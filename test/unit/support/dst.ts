@@ -28,6 +28,10 @@
 // without it and replays a failing seed with it), the ports hand out immutable objects instead of copies, and the
 // oracle looks again only when the world moved. Every fault it injects is counted (SimStats), so a test can show each
 // kind is really generated.
+//
+// The same simulation runs the fault-free property tests (`driven`: support/dst-world.ts, support/dst-driven.ts):
+// world events instead of random steps, each run until nothing is in flight, every decision told to a per-decision
+// oracle (support/dst-decisions.ts) as well.
 import { AsyncLocalStorage } from 'node:async_hooks'
 import type { V1Job } from '@kubernetes/client-node'
 import type { InboundEvent } from '../../../events/codec.js'
@@ -38,15 +42,30 @@ import type { DemandPorts } from '../../../functions/demand/ports.js'
 import { lifecycleFunction } from '../../../functions/lifecycle/index.js'
 import { claimKeys } from '../../../pkg/admission/claims.js'
 import type { AdmissionPorts, Entry } from '../../../pkg/admission/ports.js'
-import { FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../pkg/core/api.js'
-import { ANNOTATION_MODEL, backfillKey } from '../../../pkg/core/names.js'
-import { type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
+import { checkSpec, FINALIZER, type ModelBackfill, type ModelBackfillStatus } from '../../../pkg/core/api.js'
+import { ANNOTATION_MODEL, ANNOTATION_NODE, backfillKey } from '../../../pkg/core/names.js'
+import { type BackfillState, type Claim, parseClaim, parseEntry } from '../../../pkg/core/state.js'
 import type { Bus } from '../../../pkg/jetstream/bus.js'
 import { isCasConflict } from '../../../pkg/jetstream/errors.js'
+import { PLURALS } from '../../../pkg/kube/resources.js'
 import type { Timers } from '../../../pkg/lib/timers.js'
 import type { AdmissionDeps } from '../../../pkg/reconcile/deps.js'
-import type { Role } from '../../../pkg/reconcile/roles.js'
+import { readState } from '../../../pkg/reconcile/read-kv.js'
 import type { EventFunction } from '../../../pkg/transport/function.js'
+import {
+  addStats,
+  bump,
+  DEFAULT_FAULTS,
+  emptyStats,
+  type Faults,
+  portOf,
+  type Reverts,
+  rng,
+  type SimOptions,
+  type SimResult,
+  type SimStats,
+} from './dst-options.js'
+import { type ModelSpec, pairs, type rawLease, rawModel, type rawSession, type WorldSpec } from './dst-world-spec.js'
 import { fakeKube } from './kube-fake.js'
 import {
   deepFreeze,
@@ -68,7 +87,7 @@ export const RACED_MS = 1_000
 export const CANCEL_MS = 10_000
 export const CLAIMLESS_MS = 2_000
 const SLOW_CALL_MS = 300
-const NS = 'sim'
+export const NS = 'sim'
 const ACK_WAIT_MS = 2_000
 /** The annotation naming the POST that created a Job (the oracle's, read by nothing else). */
 const SIM_POST = 'sim.flexinfer.ai/post'
@@ -76,201 +95,9 @@ const SIM_POST = 'sim.flexinfer.ai/post'
 const RELIST_MS = 1_000
 const T0 = Date.parse('2026-06-01T00:00:00.000Z')
 
-/** How hostile a schedule is: probabilities per step or per call. */
-export interface Faults {
-  /** A call fails before it takes effect / after (its reply lost). */
-  failBefore: number
-  failAfter: number
-  /** The caller crashes at this await (never answered; its event redelivered after the ack wait). */
-  crash: number
-  /** An event delivered twice at once (a redelivery while the first delivery still runs). */
-  duplicate: number
-  /** A slow call: up to 800 ms instead of up to 30 ms. */
-  slow: number
-  /** A Job's watch event lost (a watch restarting): lifecycle does not hear of that change. */
-  lostWatch: number
-  /**
-   * The Job POST, the call the protocol guards most and makes least often: its own chances to fail (before, and
-   * after — each) and to be slow.
-   */
-  postFail: number
-  postSlow: number
-  /** demand's claim read after a lost compare-and-set on the idle key failing (see Simulation.aimed). */
-  afterConflict: number
-}
-
-export const DEFAULT_FAULTS: Faults = {
-  failBefore: 0.02,
-  failAfter: 0.02,
-  crash: 0.01,
-  duplicate: 0.15,
-  slow: 0.08,
-  lostWatch: 0.05,
-  postFail: 0.08,
-  postSlow: 0.25,
-  afterConflict: 0.3,
-}
-
-/**
- * More tries and more slow calls: what the races between two tries of one attempt need. The race-finding check runs
- * with both profiles.
- */
-export const HOSTILE_FAULTS: Faults = { ...DEFAULT_FAULTS, duplicate: 0.35, slow: 0.15 }
-
-/**
- * Fixes of the in-memory ports' own, undone (a failing seed to replay). Fixes in product code are undone on a copy of
- * it instead (test/sim/mutants.ts).
- */
-export interface Reverts {
-  /** The request log's reads ignore the documented subject past the fence's cursor (the port's half of that fix). */
-  documentedSubjectBlind?: boolean
-}
-
-export interface SimOptions {
-  seed: number
-  /** Steps with requests and faults before the quiet tail that checks convergence. */
-  steps?: number
-  faults?: Faults
-  /** Record the schedule (a replay); off, a search runs faster and replays a failing seed with it. */
-  trace?: boolean
-  reverts?: Reverts
-  /**
-   * Crash the first delivery of `role` that gets this far at its `call`-th port call (1-based): walking `call` over
-   * 1, 2, … crashes an admission at every await it makes, one schedule each.
-   */
-  crashAt?: { role: Role | 'demand'; call: number }
-  /**
-   * admit and lifecycle decide on watched copies (support/sim-caches.ts), as they do in production: the default.
-   * false: on fresh reads alone (a process without its copies).
-   */
-  caches?: boolean
-  /**
-   * Whether the claims bucket takes atomic batches (both free claims in one write). Default: even seeds do, odd seeds
-   * run a bucket an older release made (the keys one by one), so that both paths of production are searched.
-   */
-  atomicClaims?: boolean
-}
-
-/** How often each kind of fault and interleaving was generated in one schedule (or summed over many). */
-export interface SimStats {
-  /** Calls failed before / after taking effect, by the port they went to (`kv`: NATS KV, `post`: the Job POST). */
-  failBefore: Record<string, number>
-  failAfter: Record<string, number>
-  /** Crashes, by the call the actor was awaiting. */
-  crash: Record<string, number>
-  /** Calls answered later than SLOW_CALL_MS, by port. */
-  slow: Record<string, number>
-  duplicates: number
-  redeliveries: number
-  lostWatch: number
-  requests: { documented: number; perModel: number }
-  /** Requests stored while a Job POST was in flight. */
-  requestsDuringPost: number
-  /** A try taking an attempt's claims while another live try of the same attempt held them. */
-  interleavedTries: number
-  /** Foreground cancels that found no Job and waited for the one being admitted. */
-  cancelWaits: number
-  jobsCreated: number
-  /** Jobs deleted within RACED_MS of their creation (a request raced the admission). */
-  racedJobsDeleted: number
-  actors: number
-  /** demand processes that crashed (and were started again with empty memory). */
-  demandRestarts: number
-  /** Watched copies listed again after a lost watch event; admit's reads of a ModelBackfill copy behind the apiserver. */
-  relists: number
-  staleCopyReads: number
-  /** demand's claim reads failed after a lost compare-and-set (Faults.afterConflict). */
-  aimed: number
-  /** The call a `crashAt` crash hit (its op), if it was reached. */
-  crashedAt?: string
-}
-
-export interface SimResult {
-  seed: number
-  ok: boolean
-  violation?: string
-  steps: number
-  jobs: number
-  requests: number
-  /** Empty unless `trace`. */
-  schedule: string[]
-  stats: SimStats
-}
-
-export function emptyStats(): SimStats {
-  return {
-    failBefore: {},
-    failAfter: {},
-    crash: {},
-    slow: {},
-    duplicates: 0,
-    redeliveries: 0,
-    lostWatch: 0,
-    requests: { documented: 0, perModel: 0 },
-    requestsDuringPost: 0,
-    interleavedTries: 0,
-    cancelWaits: 0,
-    jobsCreated: 0,
-    racedJobsDeleted: 0,
-    actors: 0,
-    demandRestarts: 0,
-    relists: 0,
-    staleCopyReads: 0,
-    aimed: 0,
-  }
-}
-
-/** Adds `b` into `a`. */
-export function addStats(a: SimStats, b: SimStats) {
-  for (const k of ['failBefore', 'failAfter', 'crash', 'slow'] as const) {
-    for (const [op, n] of Object.entries(b[k])) a[k][op] = (a[k][op] ?? 0) + n
-  }
-  for (const k of [
-    'duplicates',
-    'redeliveries',
-    'lostWatch',
-    'requestsDuringPost',
-    'interleavedTries',
-    'cancelWaits',
-    'jobsCreated',
-    'racedJobsDeleted',
-    'actors',
-    'demandRestarts',
-    'relists',
-    'staleCopyReads',
-    'aimed',
-  ] as const) {
-    a[k] += b[k]
-  }
-  a.requests.documented += b.requests.documented
-  a.requests.perModel += b.requests.perModel
-}
-
-const bump = (m: Record<string, number>, k: string) => {
-  m[k] = (m[k] ?? 0) + 1
-}
-
-/** The port a call went to, as SimStats counts it. */
-function portOf(op: string) {
-  if (op === 'jobs.create') return 'post'
-  if (op.startsWith('claims.') || op.startsWith('backfills.') || op.startsWith('idle.')) return 'kv'
-  return op.split(/[. ]/)[0] as string
-}
-
-/** mulberry32: small, fast, and the same sequence on every machine. */
-function rng(seed: number) {
-  let a = seed >>> 0
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-  return { next, int: (n: number) => Math.floor(next() * n), chance: (p: number) => next() < p }
-}
-
 class Violation extends Error {}
+
+const parsedStates = new WeakMap<object, BackfillState | null>()
 
 /**
  * One for every simulation in the process: each AsyncLocalStorage enabled stays in a list Node walks at every promise
@@ -340,19 +167,20 @@ interface FnProcess {
   dead: boolean
 }
 
-/** A backfill of the simulated world: its model, and so its node (both models share one node). */
-interface SimBackfill {
-  name: string
-  model: string
-  idleForMs: number
+/**
+ * Two Models on one node, each with its backfill: a short window, and one longer than a cancel's wait for a Job still
+ * being admitted (ADMISSION_WAIT_MS).
+ */
+export const DEFAULT_WORLD: WorldSpec = {
+  backfills: [
+    { name: 'bf-a', model: 'model-a', idleForMs: 2_000 },
+    { name: 'bf-b', model: 'model-b', idleForMs: 16_000 },
+  ],
+  models: [
+    { name: 'model-a', node: 'node-0', ready: true },
+    { name: 'model-b', node: 'node-0', ready: true },
+  ],
 }
-
-/** A short window, and one longer than a cancel's wait for a Job still being admitted (ADMISSION_WAIT_MS). */
-const BACKFILLS: SimBackfill[] = [
-  { name: 'bf-a', model: 'model-a', idleForMs: 2_000 },
-  { name: 'bf-b', model: 'model-b', idleForMs: 16_000 },
-]
-const NODE = 'node-0'
 const DEMAND_REPLICAS = 2
 
 export class Simulation {
@@ -370,7 +198,9 @@ export class Simulation {
   private readonly trace: boolean
   private steps = 0
   private readonly faults: Faults
-  private faultsOn = true
+  private faultsOn: boolean
+  readonly world: WorldSpec
+  readonly driven: boolean
   readonly stats: SimStats = emptyStats()
   private readonly reverts: Reverts
   /** Job name → the tries (actors) that wrote its claims: two alive at once are interleaved tries. */
@@ -384,11 +214,12 @@ export class Simulation {
   readonly idle: MemoryKv
   readonly requests: MemoryRequests
   readonly jobs: MemoryJobs
-  private readonly backfills = new Map<string, ModelBackfill>()
-  private readonly armed = new Map<string, { at: string; timer: Timer }>()
+  protected readonly backfills = new Map<string, ModelBackfill>()
+  protected readonly armed = new Map<string, { at: string; timer?: Timer }>()
   /** When each Job's POST was sent, and by whom: requests before it were the admission's to see. */
   private readonly posts = new Map<number, { sent: number; by?: Actor }>()
-  private readonly postOf = new WeakMap<StoredJob, { sent: number; by?: Actor }>()
+  /** And the idleFor of its backfill when it was created: the window a request must not have been stored in. */
+  private readonly postOf = new WeakMap<StoredJob, { sent: number; by?: Actor; idleForMs: number }>()
   private demandAcked = new Set<number>()
   /**
    * The demand replicas, each the real Demand, one instance until it crashes (its memory goes with it). Each delivery
@@ -408,19 +239,25 @@ export class Simulation {
    * The watched copies: admit's and lifecycle's when they decide on them (SimOptions.caches); cancel's Jobs always
    * (cancel finds the Job it deletes in its copy in production, whether its own or the one it shares with admit).
    */
-  private readonly copies: { jobs: SimCopy<V1Job>; backfills: SimCopy<ModelBackfill> }
+  protected readonly copies: ReturnType<typeof simCaches>['copies']
   /** The admit and cancel processes. */
   private readonly processes: Record<FnName, FnProcess>
   private readonly template = deepFreeze(aCronJob('eval', 'uid-eval'))
 
-  private readonly models = new Map(
-    BACKFILLS.map((b) => [
-      b.model,
-      deepFreeze({ metadata: { namespace: NS, name: b.model }, status: { phase: 'Ready', gpu: { node: NODE } } }),
-    ]),
-  )
+  /** The Models as the apiserver has them (frozen; a change replaces one), and the world's sessions and leases. */
+  protected readonly models = new Map<string, ReturnType<typeof rawModel>>()
+  protected readonly modelSpecs = new Map<string, ModelSpec>()
+  protected sessions: ReturnType<typeof rawSession>[] = []
+  protected leases: ReturnType<typeof rawLease>[] = []
 
   constructor(readonly options: SimOptions) {
+    this.world = options.world ?? DEFAULT_WORLD
+    this.driven = options.driven ?? false
+    this.faultsOn = !this.driven
+    for (const m of this.world.models) {
+      this.modelSpecs.set(m.name, m)
+      this.models.set(m.name, deepFreeze(rawModel(NS, m)))
+    }
     this.random = rng(options.seed)
     this.aim = rng(options.seed ^ 0x5bd1e995)
     this.faults = options.faults ?? DEFAULT_FAULTS
@@ -459,7 +296,7 @@ export class Simulation {
       clock,
       log: silentLogger,
     })
-    for (const b of BACKFILLS) this.backfills.set(b.name, deepFreeze(this.aBackfill(b)))
+    for (const b of this.world.backfills) this.backfills.set(b.name, deepFreeze(this.aBackfill(b)))
     // The handlers' timers: virtual time, fired by the scheduler in order with every other timer.
     const timers: Timers = {
       set: (fire, ms) => this.at(ms, `wait ${this.current?.name ?? ''}`, fire),
@@ -474,6 +311,7 @@ export class Simulation {
       now: () => this.now,
       timers,
       admission: ports,
+      decided: options.decided,
     }
     const { copies, caches } = simCaches({
       backfills: [...this.backfills.values()],
@@ -527,7 +365,7 @@ export class Simulation {
     const actor = this.current
     if (!actor) throw new Error(`port call outside an actor: ${op}`)
     const slow = this.faultsOn && this.random.chance(op === 'jobs.create' ? this.faults.postSlow : this.faults.slow)
-    const due = this.now + (slow ? 100 + this.random.int(900) : 1 + this.random.int(20))
+    const due = this.driven ? this.now : this.now + (slow ? 100 + this.random.int(900) : 1 + this.random.int(20))
     const seq = this.timerSeq++
     actor.calls++
     if (op === 'claims.create' || op === 'claims.update' || op === 'claims.writeTogether')
@@ -561,7 +399,7 @@ export class Simulation {
     writers.add(actor)
   }
 
-  private log(line: string | (() => string)) {
+  protected log(line: string | (() => string)) {
     if (this.trace) this.records.push([this.now, line])
   }
 
@@ -610,7 +448,7 @@ export class Simulation {
    * deep — and only then resumes the run: the same order as a setImmediate, without a turn of the event loop (an
    * epoll_wait system call per step, ~20 % of the simulation's time).
    */
-  private async settle() {
+  protected async settle() {
     await new Promise<void>((r) => process.nextTick(r))
   }
 
@@ -622,7 +460,7 @@ export class Simulation {
     await Promise.resolve()
     try {
       // Each ModelBackfill as it is first seen (an added object: no state for it yet).
-      for (const b of BACKFILLS) {
+      for (const b of this.world.backfills) {
         this.deliverTo('lifecycle', `lifecycle(${b.name} changed)`, {
           ...this.envelope(),
           type: 'ai.flexinfer.backfill.changed',
@@ -674,7 +512,7 @@ export class Simulation {
    * Runs whatever comes first in virtual time, a call's answer or a timer (up to `horizon`); false when nothing is
    * left. Calls run concurrently: each took its own latency when it was made.
    */
-  private next(horizon = Number.POSITIVE_INFINITY): boolean {
+  protected next(horizon = Number.POSITIVE_INFINITY): boolean {
     let call: Waiting | undefined
     for (const w of this.waiting) if (!call || w.due < call.due || (w.due === call.due && w.seq < call.seq)) call = w
     const timer = this.nextTimer()
@@ -774,7 +612,7 @@ export class Simulation {
     // A foreground request now and then, on either subject (the documented one reaches admission only through
     // demand, unless the protocol reads it itself).
     if (this.faultsOn && r.chance(0.04)) {
-      const b = BACKFILLS[r.int(BACKFILLS.length)] as SimBackfill
+      const b = this.world.backfills[r.int(this.world.backfills.length)] as WorldSpec['backfills'][number]
       const subject = r.chance(0.5) ? 'documented' : 'perModel'
       const stored = this.requests.store({ namespace: NS, model: b.model, at: this.now, subject })
       this.stats.requests[subject]++
@@ -801,7 +639,7 @@ export class Simulation {
     }
   }
 
-  private setJobStatus(j: StoredJob) {
+  protected setJobStatus(j: StoredJob) {
     const t = new Date(this.now).toISOString()
     const status = {
       ...(j.started ? { startTime: t as unknown as Date, active: j.outcome ? 0 : 1 } : {}),
@@ -819,16 +657,19 @@ export class Simulation {
   private readonly removing = new Set<StoredJob>()
 
   /** The watch: the copies hear of the change, and lifecycle of what the source makes of it (unless it is lost). */
-  private jobChanged(j: StoredJob) {
+  protected jobChanged(j: StoredJob) {
     // Bound to the Job at its creation, by the POST that created it: a name is used again once a deleted Job is gone
     // (a later attempt's retry).
     if (!this.postOf.has(j)) {
       const post = this.posts.get(Number(j.job.metadata?.annotations?.[SIM_POST]))
-      this.postOf.set(j, { sent: post?.sent ?? j.createdAt, by: post?.by })
+      const owner = this.backfills.get(j.job.metadata?.ownerReferences?.[0]?.name ?? '')
+      const spec = owner ? checkSpec(owner.spec) : undefined
+      const idleForMs = spec && 'resolved' in spec ? spec.resolved.idleForMs : 0
+      this.postOf.set(j, { sent: post?.sent ?? j.createdAt, by: post?.by, idleForMs })
     }
     const backfill = j.job.metadata?.ownerReferences?.[0]?.name
     if (!backfill) return
-    if (j.deletedAt !== undefined && !this.removing.has(j)) {
+    if (j.deletedAt !== undefined && !this.removing.has(j) && !this.driven) {
       // A deleted Job is gone once its pods are (their grace period): the apiserver removes it, the watch says so.
       this.removing.add(j)
       const name = j.job.metadata?.name ?? ''
@@ -837,7 +678,7 @@ export class Simulation {
         this.jobChanged(j)
       })
     }
-    const delay = this.random.int(50)
+    const delay = this.driven ? 0 : this.random.int(50)
     const key = `${NS}/${j.job.metadata?.name}`
     if (this.faultsOn && this.random.chance(this.faults.lostWatch)) {
       this.stats.lostWatch++
@@ -891,7 +732,7 @@ export class Simulation {
       )
       return
     }
-    this.at(this.random.int(50), `watch backfill ${name}`, () =>
+    this.at(this.driven ? 0 : this.random.int(50), `watch backfill ${name}`, () =>
       copy.apply(`${NS}/${name}`, this.backfills.get(name) ?? null),
     )
   }
@@ -899,7 +740,7 @@ export class Simulation {
   // ---- deliveries ---------------------------------------------------------------------------------------------
 
   /** An event's envelope as the transport decodes it (its id and store time are nothing the handlers here read). */
-  private envelope() {
+  protected envelope() {
     return { id: `sim-${this.timerSeq}`, source: 'sim', time: new Date(this.now).toISOString(), storedAt: this.now }
   }
 
@@ -908,7 +749,7 @@ export class Simulation {
    * then twice): the real handler, on the process's instance; acknowledged when handle() resolves, redelivered after
    * the ack wait when it fails or its process crashes.
    */
-  private deliverTo(which: FnName, name: string, event: InboundEvent) {
+  protected deliverTo(which: FnName, name: string, event: InboundEvent) {
     const foregroundCancel =
       event.type === 'ai.flexinfer.backfill.cancel' && event.data.reason === 'ForegroundDemand' ? true : undefined
     const once = () =>
@@ -999,7 +840,7 @@ export class Simulation {
       else this.watchedClaims.delete(key)
     }
     if (delay === 0) apply()
-    else this.at(delay ?? this.random.int(50), `watch ${key}`, apply)
+    else this.at(delay ?? (this.driven ? 0 : this.random.int(50)), `watch ${key}`, apply)
   }
 
   /**
@@ -1007,7 +848,7 @@ export class Simulation {
    * when handle() is done with it, redelivered after the ack wait when it failed. Its store time carries JetStream's
    * sub-millisecond part.
    */
-  private deliverDemand(r: StoredRequest) {
+  protected deliverDemand(r: StoredRequest) {
     const event = {
       type: 'ai.flexinfer.foreground.request',
       data: { namespace: NS, model: r.model },
@@ -1047,7 +888,7 @@ export class Simulation {
 
   // ---- the in-memory apiserver and bus that reconcile() reads and writes through Deps ---------------------------
 
-  private aBackfill(b: SimBackfill): ModelBackfill {
+  private aBackfill(b: WorldSpec['backfills'][number]): ModelBackfill {
     return {
       apiVersion: 'ai.flexinfer/v1alpha2',
       kind: 'ModelBackfill',
@@ -1059,20 +900,22 @@ export class Simulation {
         resourceVersion: '1',
         finalizers: [],
       },
-      spec: { modelRef: b.model, templateRef: 'eval', idleFor: `${b.idleForMs / 1000}s`, maxRunDuration: '30m' },
+      spec: {
+        modelRef: b.model,
+        templateRef: 'eval',
+        idleFor: `${b.idleForMs / 1000}s`,
+        maxRunDuration: '30m',
+        ...(b.repeatAfterMs ? { repeatAfter: `${b.repeatAfterMs / 1000}s` } : {}),
+      },
     }
   }
 
   private kube() {
     const { template, models } = this
     // Objects are handed out as stored, frozen: a change replaces the stored one (a reader keeps what it read).
+    // Objects are handed out as stored, frozen: a change replaces the stored one (a reader keeps what it read).
     const change = (name: string, edit: (b: ModelBackfill) => ModelBackfill) => {
-      const cur = this.backfills.get(name)
-      if (!cur) return
-      const next = edit(cur)
-      const resourceVersion = String(Number(cur.metadata.resourceVersion) + 1)
-      this.backfills.set(name, deepFreeze({ ...next, metadata: { ...next.metadata, resourceVersion } }))
-      this.watchBackfill(name)
+      this.changeBackfill(name, edit)
     }
     const ownJobs = (name: string) =>
       this.jobs.list().then((l) => l.filter((j) => j.metadata?.ownerReferences?.[0]?.name === name))
@@ -1082,7 +925,7 @@ export class Simulation {
       getModel: async (_ns: string, name: string) => models.get(name) ?? null,
       getCronJob: async () => template,
       getJob: (ns: string, name: string) => this.jobs.get(ns, name).then((j) => this.noteAbsent(j === null, j)),
-      listAll: async () => [],
+      listAll: async (plural: string) => (plural === PLURALS.gamingSessions ? this.sessions : this.leases),
       listOwnJobs: (_ns: string, name: string) => ownJobs(name),
       listBackfillJobs: () => this.jobs.list(),
       setFinalizer: (b: ModelBackfill, present: boolean) =>
@@ -1116,6 +959,53 @@ export class Simulation {
     })
   }
 
+  /** A change of ModelBackfill `name` as the apiserver makes it (a new resourceVersion); null from `edit`: deleted. */
+  protected changeBackfill(name: string, edit: (b: ModelBackfill) => ModelBackfill | null) {
+    const cur = this.backfills.get(name)
+    if (!cur) return
+    const next = edit(cur)
+    const resourceVersion = String(Number(cur.metadata.resourceVersion) + 1)
+    // Its last finalizer gone while it is being deleted: the apiserver removes it.
+    const gone = !next || (next.metadata.deletionTimestamp !== undefined && !next.metadata.finalizers?.length)
+    if (!next || gone) this.backfills.delete(name)
+    else this.backfills.set(name, deepFreeze({ ...next, metadata: { ...next.metadata, resourceVersion } }))
+    this.watchBackfill(name)
+    // The source's event for it (functions/source): driven only (a random schedule starts lifecycle once per backfill).
+    if (!this.driven) return
+    const now = this.backfills.get(name)
+    this.deliverTo('lifecycle', `lifecycle(${name} changed)`, {
+      ...this.envelope(),
+      type: 'ai.flexinfer.backfill.changed',
+      data: {
+        namespace: NS,
+        backfill: name,
+        generation: (now ?? cur).metadata.generation,
+        deleting: Boolean((now ?? next ?? cur).metadata.deletionTimestamp),
+        deleted: gone,
+      },
+    })
+  }
+
+  // ---- the world as it stands, read without a port call (the drivers' and the oracles' view) ------------------
+
+  /** The apiserver's ModelBackfill `name` now (frozen), or null once it is gone. */
+  backfill(name: string): ModelBackfill | null {
+    return this.backfills.get(name) ?? null
+  }
+
+  /** Its state as stored in KV (null: none, or deleted). */
+  state(name: string): BackfillState | null {
+    const entry = this.states.peek(backfillKey(NS, name))
+    if (!entry) return null
+    // Entries are immutable (a write stores a new one): each is parsed once, and what is parsed is frozen (shared).
+    let state = parsedStates.get(entry)
+    if (state === undefined) {
+      state = deepFreeze(readState(silentLogger, entry as unknown as Parameters<typeof readState>[1]))
+      parsedStates.set(entry, state)
+    }
+    return state
+  }
+
   /** A foreground cancel that found no Job (the GET's answer, or the DELETE's) waits for the one being admitted. */
   private noteAbsent<T>(absent: boolean, answer: T): T {
     const actor = this.current
@@ -1143,7 +1033,7 @@ export class Simulation {
         this.msgIds.add(msgID)
       }
       // Stored: delivered a moment later (at least once).
-      this.at(this.random.int(20), `deliver ${type}`, () => {
+      this.at(this.driven ? 0 : this.random.int(20), `deliver ${type}`, () => {
         const backfill = data.backfill as string
         if (type === 'ai.flexinfer.backfill.admit') {
           this.deliverTo('admit', `admit(${backfill} admit)`, {
@@ -1172,7 +1062,12 @@ export class Simulation {
       armTimer: (_ns: string, name: string, at: string) =>
         this.gated('armTimer', `${name} ${at.slice(11, 23)}`, () => {
           const prior = this.armed.get(name)
-          if (prior) this.cancelTimer(prior.timer)
+          if (prior?.timer) this.cancelTimer(prior.timer)
+          // Driven: fired when the driver ticks (support/dst-driven.ts).
+          if (this.driven) {
+            this.armed.set(name, { at })
+            return
+          }
           // A message schedule fires up to a tick early; admit waits that out (functions/admit), modelled as on time.
           const timer = this.at(Math.max(0, Date.parse(at) - this.now), `fire ${name}`, () => {
             this.armed.delete(name)
@@ -1187,7 +1082,7 @@ export class Simulation {
       cancelTimer: (_ns: string, name: string) =>
         this.gated('cancelTimer', name, () => {
           const prior = this.armed.get(name)
-          if (prior) this.cancelTimer(prior.timer)
+          if (prior?.timer) this.cancelTimer(prior.timer)
           this.armed.delete(name)
         }),
       timerArmed: async (_ns: string, name: string) => this.armed.has(name),
@@ -1197,7 +1092,7 @@ export class Simulation {
 
   // ---- the oracle ----------------------------------------------------------------------------------------------
 
-  private fail(message: string): never {
+  protected fail(message: string): never {
     this.log(`VIOLATION ${message}`)
     throw new Violation(message)
   }
@@ -1221,21 +1116,26 @@ export class Simulation {
   private modelOf(j: StoredJob) {
     return j.job.metadata?.annotations?.[ANNOTATION_MODEL] ?? ''
   }
+  private nodeOf(j: StoredJob) {
+    return j.job.metadata?.annotations?.[ANNOTATION_NODE] ?? ''
+  }
 
   /**
    * The invariants. Looked at again only when the world moved (a claim written, a Job changed, a request stored):
    * every bound is checked against when things happened (a Job's deletion time, when its claims went), so a check
    * skipped while nothing moved finds what it would have found, at the next change or at the end.
    */
-  private check(force = false) {
+  protected check(force = false) {
     if (this.unexpected) this.fail(`an error no fault explains: ${this.unexpected}`)
     const world = this.claims.writes + this.jobs.changes + this.requests.stored.length
     if (world === this.seenWorld && !force) return
     this.seenWorld = world
     const live = [...this.jobs.jobs.values()].filter((j) => j.deletedAt === undefined && !j.outcome)
     // One live attempt per model and per node (both models share the node).
-    if (live.length > 1) {
-      this.fail(`two live attempts on ${NODE}: ${live.map((j) => j.job.metadata?.name).join(', ')}`)
+    for (const [x, y] of pairs(live)) {
+      const names = `${x.job.metadata?.name}, ${y.job.metadata?.name}`
+      if (this.nodeOf(x) === this.nodeOf(y)) this.fail(`two live attempts on ${this.nodeOf(x)}: ${names}`)
+      if (this.modelOf(x) === this.modelOf(y)) this.fail(`two live attempts of ${this.modelOf(x)}: ${names}`)
     }
     for (const j of this.jobs.created) {
       const name = j.job.metadata?.name ?? ''
@@ -1245,7 +1145,7 @@ export class Simulation {
       for (const r of this.requests.stored) {
         if (r.model !== model || r.background) continue
         // A request stored inside the Job's window before its POST was sent (give or take LATE_MS).
-        const idleForMs = BACKFILLS.find((b) => b.model === model)?.idleForMs ?? 0
+        const idleForMs = post?.idleForMs ?? 0
         if (r.at > j.createdAt - idleForMs && r.at < sent - LATE_MS) {
           this.fail(`Job ${name} created at ${j.createdAt - T0} over a request for ${model} stored at ${r.at - T0}`)
         }
@@ -1271,7 +1171,7 @@ export class Simulation {
     const unclaimed = new Set<string>()
     for (const j of live) {
       const name = j.job.metadata?.name ?? ''
-      const keys = claimKeys(NS, this.modelOf(j), NODE)
+      const keys = claimKeys(NS, this.modelOf(j), this.nodeOf(j))
       const m = this.claimOf(keys.model)
       const n = this.claimOf(keys.node)
       if (m?.jobName === name && n?.jobName === name) continue

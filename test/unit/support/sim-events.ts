@@ -1,8 +1,8 @@
-// Random histories for the property tests that drive decide() through support/sim.ts: the events of a two-backfill
+// Random histories for the property tests that drive the simulation event by event (support/dst-driven.ts): the events of a two-backfill
 // world, weighted as they happen. `coincidences: false` keeps every event delivered on its own (no cancel signal
 // coinciding with a Job's end, no lease, no lastActiveTime): what a test of the sweep needs.
 import fc from 'fast-check'
-import type { Coincident, SimEvent } from './sim.js'
+import type { Coincident, SimEvent } from './dst-driven.js'
 import { MINUTE, SECOND } from './world.js'
 
 const bf = fc.constantFrom(0, 1)
