@@ -10,6 +10,8 @@
 // tool_calls (chat), the finish_reason; the id, model, created and system_fingerprint; the usage (asked for with
 // stream_options.include_usage) and llama.cpp's timings. Anything else in the chunks is left out.
 
+import { SseDataReader } from './sse.js'
+
 /** Chat completions and text completions: the paths whose non-streaming requests are collected. */
 export function collectable(path: string): 'chat' | 'completions' | undefined {
   const p = path.split('?')[0] ?? ''
@@ -51,8 +53,8 @@ const MAX_CHOICES = 128
 export const MAX_COLLECTED_BYTES = 16 * 1024 * 1024
 
 export class StreamCollector {
-  private buffer = ''
   private bytes = 0
+  private readonly reader = new SseDataReader((payload) => this.data(payload), MAX_COLLECTED_BYTES)
   private readonly choices = new Map<number, Choice>()
   private head: Json = {}
   private usage?: unknown
@@ -67,18 +69,11 @@ export class StreamCollector {
   push(chunk: Buffer | string): boolean {
     this.bytes += chunk.length
     if (this.bytes > MAX_COLLECTED_BYTES) return false
-    this.buffer += chunk.toString()
-    for (let nl = this.buffer.indexOf('\n'); nl >= 0; nl = this.buffer.indexOf('\n')) {
-      const line = this.buffer.slice(0, nl).replace(/\r$/, '')
-      this.buffer = this.buffer.slice(nl + 1)
-      this.line(line)
-    }
+    this.reader.push(chunk)
     return true
   }
 
-  private line(line: string) {
-    if (!line.startsWith('data:')) return
-    const data = line.slice(5).trim()
+  private data(data: string) {
     if (data === '[DONE]') {
       this.done = true
       return
