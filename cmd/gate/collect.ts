@@ -10,6 +10,7 @@
 // tool_calls (chat), the finish_reason; the id, model, created and system_fingerprint; the usage (asked for with
 // stream_options.include_usage) and llama.cpp's timings. Anything else in the chunks is left out.
 
+import { isProgress } from './progress.js'
 import { SseDataReader } from './sse.js'
 
 /** Chat completions and text completions: the paths whose non-streaming requests are collected. */
@@ -78,6 +79,8 @@ export class StreamCollector {
       this.done = true
       return
     }
+    // The prompt progress the gate asked for (progress.ts): no part of the answer.
+    if (isProgress(data)) return
     let event: Json | undefined
     try {
       event = obj(JSON.parse(data))

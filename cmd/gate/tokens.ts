@@ -4,6 +4,7 @@
 // that ends normally has its tokens completed; one cut (the gate closing, the workload leaving, the engine lost) has
 // them thrown away: the workload never gets the answer they belong to.
 
+import { isProgress } from './progress.js'
 import { SseDataReader } from './sse.js'
 
 /** Longest event line kept while waiting for its end; a longer one is skipped (not counted), memory stays bounded. */
@@ -24,6 +25,7 @@ export class TokenCounter {
       this.done = true
       return
     }
+    if (isProgress(payload)) return
     if (/"choices"\s*:\s*\[\s*\{/.test(payload)) this.tokens++
   }
 }

@@ -44,8 +44,11 @@ export interface EngineOptions {
   /** The prompt cache's cap in MiB (-cram): without it the cache grows with every distinct prompt. Default 64. */
   cacheRamMiB?: number
   /**
-   * Largest prompt chunk one step takes (-b/-ub). A cancelled slot is let go only between steps, so this bounds
-   * how long a cancelled prompt can still hold the engine. Default 256.
+   * Largest prompt chunk one step takes (-b/-ub). A cancelled slot is let go only between steps, and a request closed
+   * while its prompt is processed is seen closed at the progress event after the chunk in flight (the gate asks for
+   * them, cmd/gate/progress.ts): the chunk is what a closed prompt still holds the engine for. Default 32: on this
+   * CPU build a 32-token chunk is a seventh of a 256-token one while a foreground prompt costs the same in all
+   * (dev/bench/README.md, bench:yield).
    */
   batchSize?: number
   /** How long to wait for /health. Default 120 s (the model is read and its weights repacked at start). */
@@ -74,10 +77,12 @@ export interface EngineInfo {
   binary: string
   threads: number
   slots: number
+  /** The prompt chunk one step takes (-b/-ub). */
+  batchSize: number
   servers: EngineServerInfo[]
 }
 
-const DEFAULTS = { threads: 1, slots: 4, ctxPerSlot: 2048, cacheRamMiB: 64, batchSize: 256, readyTimeoutMs: 120_000 }
+const DEFAULTS = { threads: 1, slots: 4, ctxPerSlot: 2048, cacheRamMiB: 64, batchSize: 32, readyTimeoutMs: 120_000 }
 
 /** The environment variables every engine process runs with. */
 export function engineProcessEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
@@ -135,6 +140,9 @@ export interface EngineSlot {
   is_processing: boolean
   id_task?: number
   n_ctx?: number
+  /** Prompt tokens of the request the engine has taken into its steps so far. */
+  n_prompt_tokens_processed?: number
+  next_token?: { n_decoded?: number }[]
 }
 
 /** The server's slots (GET /slots; the server runs with --slots), within a deadline. */
@@ -192,6 +200,7 @@ export async function planEngine(
     binary: binaries.engine.llamaServer,
     threads: opts.threads ?? DEFAULTS.threads,
     slots: opts.slots ?? DEFAULTS.slots,
+    batchSize: opts.batchSize ?? DEFAULTS.batchSize,
     servers,
   }
 }
