@@ -93,7 +93,9 @@ export function engineProcessEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.
 
 /** The command line of one server. */
 export function engineArgs(server: EngineServerInfo, opts: EngineOptions = {}): string[] {
-  const o = { ...DEFAULTS, ...opts }
+  // An option named but undefined takes its default (a spread would pass the undefined on to the command line).
+  const set = Object.fromEntries(Object.entries(opts).filter(([, v]) => v !== undefined))
+  const o = { ...DEFAULTS, ...set }
   return [
     '--model',
     server.modelPath,
