@@ -3,8 +3,8 @@
 // writing to it: llama.cpp's server checks a waiting non-streaming request's connection only after a second with no
 // result for any request (tools/server/server-queue.cpp: recv_with_timeout restarts its wait on every result, and
 // server_response_reader::next asks should_stop only when that wait times out), so beside a streaming foreground
-// request a disconnected background request decodes on to its end. A streamed one fails at its next token's write
-// and is cancelled before the engine's next step.
+// request a disconnected background request decodes on to its end. A streamed one fails at its next write — a token,
+// or in its prompt the progress event after the chunk in flight (progress.ts) — and is cancelled at a step boundary.
 //
 // What is collected: per choice, the text (completions) or the message's role, content, reasoning_content and
 // tool_calls (chat), the finish_reason; the id, model, created and system_fingerprint; the usage (asked for with
