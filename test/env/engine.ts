@@ -46,9 +46,8 @@ export interface EngineOptions {
   /**
    * Largest prompt chunk one step takes (-b/-ub). A cancelled slot is let go only between steps, and a request closed
    * while its prompt is processed is seen closed at the progress event after the chunk in flight (the gate asks for
-   * them, cmd/gate/progress.ts): the chunk is what a closed prompt still holds the engine for. Default 32: on this
-   * CPU build a 32-token chunk is a seventh of a 256-token one while a foreground prompt costs the same in all
-   * (dev/bench/README.md, bench:yield).
+   * them, cmd/gate/progress.ts): the chunk is what a closed prompt still holds the engine for. Default 256; 32 halves
+   * the yield and costs a long foreground prompt about 15 % (dev/bench/README.md, bench:yield).
    */
   batchSize?: number
   /** How long to wait for /health. Default 120 s (the model is read and its weights repacked at start). */
@@ -82,7 +81,7 @@ export interface EngineInfo {
   servers: EngineServerInfo[]
 }
 
-const DEFAULTS = { threads: 1, slots: 4, ctxPerSlot: 2048, cacheRamMiB: 64, batchSize: 32, readyTimeoutMs: 120_000 }
+const DEFAULTS = { threads: 1, slots: 4, ctxPerSlot: 2048, cacheRamMiB: 64, batchSize: 256, readyTimeoutMs: 120_000 }
 
 /** The environment variables every engine process runs with. */
 export function engineProcessEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {

@@ -15,15 +15,15 @@ const server: EngineServerInfo = {
 const flag = (args: string[], name: string) => args[args.indexOf(name) + 1]
 
 describe('engineArgs', () => {
-  it('takes 32-token prompt chunks unless told otherwise, an undefined option included', () => {
+  it('takes 256-token prompt chunks unless told otherwise, an undefined option included', () => {
     for (const args of [engineArgs(server), engineArgs(server, { batchSize: undefined, threads: undefined })]) {
       expect([flag(args, '--batch-size'), flag(args, '--ubatch-size'), flag(args, '--threads')]).toEqual([
-        '32',
-        '32',
+        '256',
+        '256',
         '1',
       ])
     }
-    const args = engineArgs(server, { batchSize: 256 })
-    expect([flag(args, '--batch-size'), flag(args, '--ubatch-size')]).toEqual(['256', '256'])
+    const args = engineArgs(server, { batchSize: 32 })
+    expect([flag(args, '--batch-size'), flag(args, '--ubatch-size')]).toEqual(['32', '32'])
   })
 })
