@@ -3,12 +3,15 @@
 // writing to it: llama.cpp's server checks a waiting non-streaming request's connection only after a second with no
 // result for any request (tools/server/server-queue.cpp: recv_with_timeout restarts its wait on every result, and
 // server_response_reader::next asks should_stop only when that wait times out), so beside a streaming foreground
-// request a disconnected background request decodes on to its end. A streamed one fails at its next token's write
-// and is cancelled before the engine's next step.
+// request a disconnected background request decodes on to its end. A streamed one fails at its next write — a token,
+// or in its prompt the progress event after the chunk in flight (progress.ts) — and is cancelled at a step boundary.
 //
 // What is collected: per choice, the text (completions) or the message's role, content, reasoning_content and
 // tool_calls (chat), the finish_reason; the id, model, created and system_fingerprint; the usage (asked for with
 // stream_options.include_usage) and llama.cpp's timings. Anything else in the chunks is left out.
+
+import { isProgress } from './progress.js'
+import { SseDataReader } from './sse.js'
 
 /** Chat completions and text completions: the paths whose non-streaming requests are collected. */
 export function collectable(path: string): 'chat' | 'completions' | undefined {
@@ -51,8 +54,8 @@ const MAX_CHOICES = 128
 export const MAX_COLLECTED_BYTES = 16 * 1024 * 1024
 
 export class StreamCollector {
-  private buffer = ''
   private bytes = 0
+  private readonly reader = new SseDataReader((payload) => this.data(payload), MAX_COLLECTED_BYTES)
   private readonly choices = new Map<number, Choice>()
   private head: Json = {}
   private usage?: unknown
@@ -67,22 +70,17 @@ export class StreamCollector {
   push(chunk: Buffer | string): boolean {
     this.bytes += chunk.length
     if (this.bytes > MAX_COLLECTED_BYTES) return false
-    this.buffer += chunk.toString()
-    for (let nl = this.buffer.indexOf('\n'); nl >= 0; nl = this.buffer.indexOf('\n')) {
-      const line = this.buffer.slice(0, nl).replace(/\r$/, '')
-      this.buffer = this.buffer.slice(nl + 1)
-      this.line(line)
-    }
+    this.reader.push(chunk)
     return true
   }
 
-  private line(line: string) {
-    if (!line.startsWith('data:')) return
-    const data = line.slice(5).trim()
+  private data(data: string) {
     if (data === '[DONE]') {
       this.done = true
       return
     }
+    // The prompt progress the gate asked for (progress.ts): no part of the answer.
+    if (isProgress(data)) return
     let event: Json | undefined
     try {
       event = obj(JSON.parse(data))

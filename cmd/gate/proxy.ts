@@ -5,7 +5,9 @@
 // every request in flight by destroying its upstream connection: vLLM and SGLang abort a request whose client
 // disconnects, so the engine frees its batch slot at its next step instead of decoding to the end. llama.cpp notices
 // a disconnect reliably only while it streams, so on it a non-streaming request goes upstream as a stream and is
-// collected back into one answer (collect.ts); docs/gate.md says what each engine guarantees.
+// collected back into one answer (collect.ts), and every stream asks for llama.cpp's prompt progress, which the gate
+// takes back out (progress.ts): without it a request closed while processing its prompt goes on to the prompt's end.
+// docs/gate.md says what each engine guarantees.
 import http, { type IncomingMessage, type ServerResponse } from 'node:http'
 import https from 'node:https'
 import type { AddressInfo } from 'node:net'
@@ -14,6 +16,7 @@ import type { Logger } from '../../pkg/observability/log.js'
 import { WaitQueue } from '../../pkg/transport/jetstream-adapter.js'
 import { collectable, StreamCollector, streamedBody } from './collect.js'
 import { GateMetrics } from './metrics.js'
+import { RETURN_PROGRESS, withoutProgress } from './progress.js'
 import { TokenCounter } from './tokens.js'
 
 export const WORKLOAD_CLASS_HEADER = 'x-flexinfer-workload-class'
@@ -318,14 +321,15 @@ export class Gate {
 
   /**
    * The body with the background marks: the engine's priority (always ours: a workload cannot outrank foreground).
-   * On llama.cpp a non-streaming completion is sent as a stream, to be collected (`collect`).
+   * On llama.cpp a non-streaming completion is sent as a stream, to be collected (`collect`), and every streamed one
+   * asks for the prompt progress the workload did not ask for (`dropProgress`: taken back out of its stream).
    */
   private mark(
     body: Buffer,
     contentType: string | undefined,
     id: string,
     path: string,
-  ): { body: Buffer; collect?: 'chat' | 'completions' } {
+  ): { body: Buffer; collect?: 'chat' | 'completions'; dropProgress?: boolean } {
     if (!body.length || !contentType?.includes('json')) return { body }
     let parsed: unknown
     try {
@@ -342,7 +346,9 @@ export class Gate {
     const kind = this.opts.engine === 'llamacpp' ? collectable(path) : undefined
     const streamed = kind ? streamedBody(out) : undefined
     if (streamed) out = streamed
-    return { body: Buffer.from(JSON.stringify(out)), collect: streamed ? kind : undefined }
+    const dropProgress = kind !== undefined && out.stream === true && out[RETURN_PROGRESS] !== true
+    if (dropProgress) out[RETURN_PROGRESS] = true
+    return { body: Buffer.from(JSON.stringify(out)), collect: streamed ? kind : undefined, dropProgress }
   }
 
   /** The engine's event stream collected into the one JSON answer the workload asked for. */
@@ -363,7 +369,7 @@ export class Gate {
   private forward(req: IncomingMessage, res: ServerResponse, raw: Buffer) {
     if (this.state !== 'open') return this.refuse(res, 503, this.closedMessage())
     const id = `bg-${this.opts.job}-${++this.seq}`
-    const { body, collect } = this.mark(raw, req.headers['content-type'], id, req.url ?? '/')
+    const { body, collect, dropProgress } = this.mark(raw, req.headers['content-type'], id, req.url ?? '/')
     const headers: Record<string, string | string[]> = {}
     for (const [name, value] of Object.entries(req.headers)) {
       if (value !== undefined && !HOP_BY_HOP.has(name)) headers[name] = value
@@ -435,7 +441,8 @@ export class Gate {
         if (value !== undefined && !HOP_BY_HOP.has(name)) out[name] = value
       }
       res.writeHead(up.statusCode ?? 502, out)
-      up.pipe(res)
+      if (dropProgress && eventStream) up.pipe(withoutProgress()).pipe(res)
+      else up.pipe(res)
     })
     upstream.on('error', (err) => {
       finish()

@@ -56,13 +56,19 @@ export interface EngineDescription {
   model_file?: string
   slots?: number
   threads?: number
+  /** The largest prompt chunk one step takes (-b/-ub). */
+  batch_size?: number
 }
 
-/** Gemma 3 270M on the completions API (its honest API: a base model), one thread, four slots. */
+/**
+ * Gemma 3 270M on the completions API (its honest API: a base model), one thread, four slots; the prompt chunk the
+ * test environment's engine takes unless `batchSize` names another.
+ */
 export async function startRealEngine(
   binaries: Pick<Binaries, 'engine'>,
+  batchSize?: number,
 ): Promise<{ engine: EngineOnly; description: EngineDescription }> {
-  const engine = await startEngine({ apis: ['completions'], binaries })
+  const engine = await startEngine({ apis: ['completions'], binaries, batchSize })
   const server = engine.server('completions')
   const description: EngineDescription = {
     kind: 'llama.cpp',
@@ -72,6 +78,7 @@ export async function startRealEngine(
     model_file: basename(server.modelPath),
     slots: engine.slots,
     threads: engine.threads,
+    batch_size: engine.batchSize,
   }
   const props = await engineProps(server.url)
   if (props?.build_info) description.build_info = props.build_info
@@ -107,7 +114,8 @@ export async function readSlots(url: string, isBackground: (nPredict: number) =>
 
 /**
  * Polls /slots back to back until no background slot is processing (or `maxMs`): when the engine itself let go of
- * the background work. The engine answers /slots between its steps, so an answer comes at most one step late.
+ * the background work. The queue's worker answers /slots while a step runs (server_queue::yield_to_queue), so an
+ * answer is as fresh as the step boundary before it.
  */
 export async function backgroundIdleAt(
   url: string,

@@ -1,7 +1,8 @@
 // `npm run bench:gate`: what a foreground user feels while a backfill Job shares the engine. On the real engine when
 // it is built (llama-server serving Gemma 3 270M on the completions API, test/env/engine.ts; four slots, one
 // thread), else — or with `--sim` — on the SIMULATED engine (dev/bench/engine-sim: scheduling behaviour, not speed);
-// BENCH_ENGINE_URL names another OpenAI-compatible server (then also BENCH_MODEL, BENCH_GATE_ENGINE).
+// BENCH_ENGINE_URL names another OpenAI-compatible server (then also BENCH_MODEL, BENCH_GATE_ENGINE);
+// BENCH_ENGINE_BATCH sets the real engine's prompt chunk (-b/-ub; default test/env/engine.ts's).
 //
 // The arms run interleaved: BENCH_BLOCKS blocks, each one cycle of every arm in a random order. A cycle is a quiet
 // period (BENCH_QUIET_MS; an attempt's gate starts with it, its Job's requests BENCH_IDLE_FOR_MS in) then a busy one:
@@ -75,6 +76,8 @@ const cfg = {
   seed: num('BENCH_SEED', 7),
   arms: (process.env.BENCH_ARMS ?? 'none,job_delete,gate,gate_cap1,gate_short,gate_hold').split(',').filter(Boolean),
   gateEngine: process.env.BENCH_GATE_ENGINE ?? (sim ? 'vllm' : 'llamacpp'),
+  /** The real engine's prompt chunk (-b/-ub); 0: the test environment's default. */
+  engineBatch: num('BENCH_ENGINE_BATCH', 0),
 }
 const NS = 'bench'
 const MODEL = 'llm'
@@ -235,7 +238,7 @@ async function main() {
   let model: string
   let description: EngineDescription
   if (builtReal) {
-    const real = await startRealEngine(builtReal)
+    const real = await startRealEngine(builtReal, cfg.engineBatch || undefined)
     stopEngine = () => real.engine.stop()
     description = real.description
     engineUrl = description.url

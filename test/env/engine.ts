@@ -44,8 +44,10 @@ export interface EngineOptions {
   /** The prompt cache's cap in MiB (-cram): without it the cache grows with every distinct prompt. Default 64. */
   cacheRamMiB?: number
   /**
-   * Largest prompt chunk one step takes (-b/-ub). A cancelled slot is let go only between steps, so this bounds
-   * how long a cancelled prompt can still hold the engine. Default 256.
+   * Largest prompt chunk one step takes (-b/-ub). A cancelled slot is let go only between steps, and a request closed
+   * while its prompt is processed is seen closed at the progress event after the chunk in flight (the gate asks for
+   * them, cmd/gate/progress.ts): the chunk is what a closed prompt still holds the engine for. Default 256; 32 halves
+   * the yield and costs a long foreground prompt about 15 % (dev/bench/README.md, bench:yield).
    */
   batchSize?: number
   /** How long to wait for /health. Default 120 s (the model is read and its weights repacked at start). */
@@ -74,6 +76,8 @@ export interface EngineInfo {
   binary: string
   threads: number
   slots: number
+  /** The prompt chunk one step takes (-b/-ub). */
+  batchSize: number
   servers: EngineServerInfo[]
 }
 
@@ -88,7 +92,9 @@ export function engineProcessEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.
 
 /** The command line of one server. */
 export function engineArgs(server: EngineServerInfo, opts: EngineOptions = {}): string[] {
-  const o = { ...DEFAULTS, ...opts }
+  // An option named but undefined takes its default (a spread would pass the undefined on to the command line).
+  const set = Object.fromEntries(Object.entries(opts).filter(([, v]) => v !== undefined))
+  const o = { ...DEFAULTS, ...set }
   return [
     '--model',
     server.modelPath,
@@ -135,6 +141,9 @@ export interface EngineSlot {
   is_processing: boolean
   id_task?: number
   n_ctx?: number
+  /** Prompt tokens of the request the engine has taken into its steps so far. */
+  n_prompt_tokens_processed?: number
+  next_token?: { n_decoded?: number }[]
 }
 
 /** The server's slots (GET /slots; the server runs with --slots), within a deadline. */
@@ -192,6 +201,7 @@ export async function planEngine(
     binary: binaries.engine.llamaServer,
     threads: opts.threads ?? DEFAULTS.threads,
     slots: opts.slots ?? DEFAULTS.slots,
+    batchSize: opts.batchSize ?? DEFAULTS.batchSize,
     servers,
   }
 }

@@ -41,6 +41,16 @@ describe('collected answers (llamacpp profile)', () => {
     })
   })
 
+  it('keeps a character the socket split between two chunks whole', () => {
+    const bytes = Buffer.from(sse({ choices: [{ index: 0, text: 'café 日本' }] }, '[DONE]'))
+    for (let cut = 0; cut <= bytes.length; cut++) {
+      const c = new StreamCollector('completions')
+      c.push(bytes.subarray(0, cut))
+      c.push(bytes.subarray(cut))
+      expect((c.result().choices as { text: string }[])[0]?.text).toBe('café 日本')
+    }
+  })
+
   it('collects text completions per choice and tool calls by index', () => {
     const t = new StreamCollector('completions')
     t.push(

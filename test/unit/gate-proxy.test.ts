@@ -254,4 +254,43 @@ describe('the gate proxy', () => {
     const m = await gate.metrics.registry.getSingleMetricAsString('flexinfer_gate_tokens_total')
     expect(m).toContain(`outcome="discarded"} ${tokens.discarded}`)
   })
+
+  it('on llama.cpp asks every stream for its prompt progress and takes it back out of what the workload reads', async () => {
+    // An engine that answers as llama.cpp does with return_progress: progress events, then tokens.
+    const bodies: Record<string, unknown>[] = []
+    const progress = '{"choices":[{"text":"","index":0}],"prompt_progress":{"total":9,"cache":0,"processed":9}}'
+    const server = http.createServer((req, res) => {
+      const chunks: Buffer[] = []
+      req.on('data', (c) => chunks.push(c))
+      req.on('end', () => {
+        const body = JSON.parse(Buffer.concat(chunks).toString())
+        bodies.push(body)
+        res.writeHead(200, { 'content-type': 'text/event-stream' })
+        if (body.return_progress) res.write(`data: ${progress}\n\n`)
+        res.end('data: {"choices":[{"text":"a","index":0}]}\n\ndata: [DONE]\n\n')
+      })
+    })
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+    cleanups.push(async () => {
+      server.closeAllConnections()
+      await new Promise<void>((r) => server.close(() => r()))
+    })
+    const engine = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    const { gate, url } = await startGate(engine, { engine: 'llamacpp' })
+    gate.open()
+    const streamed = await (await post(url, { prompt: 'x', stream: true })).text()
+    expect(bodies[0]?.return_progress).toBe(true)
+    expect(streamed).toBe('data: {"choices":[{"text":"a","index":0}]}\n\ndata: [DONE]\n\n')
+    const collected = (await (await post(url, { prompt: 'x' })).json()) as { choices: { text: string }[] }
+    expect([bodies[1]?.stream, bodies[1]?.return_progress]).toEqual([true, true])
+    expect(collected.choices[0]?.text).toBe('a')
+    // A workload that asked for progress itself gets it.
+    expect(await (await post(url, { prompt: 'x', stream: true, return_progress: true })).text()).toContain(progress)
+    expect(gate.snapshot().tokens).toEqual({ completed: 3, discarded: 0 })
+    // Another engine's profile sends the body as the workload wrote it.
+    const other = await startGate(engine, { engine: 'vllm' })
+    other.gate.open()
+    await (await post(other.url, { prompt: 'x', stream: true })).text()
+    expect(bodies[3]?.return_progress).toBeUndefined()
+  })
 })

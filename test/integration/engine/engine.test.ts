@@ -6,6 +6,8 @@
 // - a foreground request, through the real demand path, while the backfill's streams decode: the gate closes and
 //   every slot of the engine is idle within a bound measured from the engine's own step time;
 // - a workload that ignores the 503 gets nothing through: the engine's counters do not move;
+// - a background request closed while its long prompt is processed: the engine takes at most three more steps (its
+//   own count of decode calls), not the rest of the prompt;
 // - the engine killed mid-attempt: the workload gets a 502 or an SSE error event with a message, within a deadline.
 // Prompts are fresh (a random tag) so the prompt cache does not answer them. The file runs alone (vitest.config.ts).
 import { randomBytes } from 'node:crypto'
@@ -27,6 +29,7 @@ import {
   type EngineApi,
   type EngineOnly,
   engineMetrics,
+  engineSlots,
   startEngine,
 } from '../../env/engine.js'
 import { useTestEnv } from '../../env/fixture.js'
@@ -325,6 +328,37 @@ describe('the gate on the real engine (llama.cpp)', () => {
     await waitUntil('the attempt preempted by foreground (the Job deleted)', async () =>
       (await sys.world.state(n.backfill))?.counters.preemptions.foreground === 1 ? true : undefined,
     )
+  })
+
+  it('a background request closed while its prompt is processed is let go within three steps, not at the prompt end', async () => {
+    const running = await gateFor('completions', 'prompt-phase')
+    // Many prompt chunks (-b, test/env/engine.ts): the prompt alone takes far more steps than the bound.
+    const prompt = `${fresh()} ${'The river bends past the old mill, under the stone bridge and on to the sea. '.repeat(70)}`
+    const request = post(running.url, 'completions', body('completions', 32, true, prompt)).then(
+      (r) => r.text(),
+      () => 'cut',
+    )
+    const inPrompt = async () => {
+      const slot = (await engineSlots(url('completions'))).find((s) => s.is_processing)
+      // Some chunks taken, no token yet: the prompt is under way.
+      return slot && (slot.n_prompt_tokens_processed ?? 0) > 0 && slot.next_token?.[0]?.n_decoded === 0
+        ? slot
+        : undefined
+    }
+    const slot = await waitUntil('the prompt under way', inPrompt, REQUEST_DEADLINE_MS)
+    // Finished decode calls: the step in flight is not counted yet.
+    const before = Number((await engineMetrics(url('completions'))).n_decode_total)
+    running.gate.close('preempted')
+    await idleSlotsAt('completions', REQUEST_DEADLINE_MS)
+    const steps = Number((await engineMetrics(url('completions'))).n_decode_total) - before
+    await within('the closed request', 10_000, request)
+    console.log(
+      `engine: closed in its prompt (${slot.n_prompt_tokens_processed} tokens taken, -b ${engine.batchSize}) → ` +
+        `slot idle after ${steps} more steps`,
+    )
+    // The chunk in flight, the next one when the cancel reaches the queue after it began, and one more for a server
+    // HTTP thread waiting for a core (two cores shared): never the rest of the prompt.
+    expect(steps).toBeLessThanOrEqual(3)
   })
 
   it('the engine going away mid-attempt is a clear error for the workload, within a deadline', async () => {
