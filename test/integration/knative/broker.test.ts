@@ -302,6 +302,8 @@ describe('WATCH_NAMESPACES in Knative mode, as in JetStream mode', () => {
         async () => (source.received.some((e) => e.endsWith(` ${other}`)) ? true : undefined),
         30_000,
       )
+      // Nothing may act on the backfill out of scope: had anything admitted it, its 2 s idle window would have
+      // ended and its status been written within this wait (the one in scope is Running by now).
       await new Promise((resolve) => setTimeout(resolve, 3_000))
       expect((await outside.getBackfill('outside'))?.status ?? null).toBeNull()
       expect(await outside.jobs()).toEqual([])
@@ -340,7 +342,9 @@ describe('failure paths through the real Broker (delivery: retry 8, exponential,
     // the three waits together at least the first two of those (lower bounds only: the machine is loaded).
     for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(150)
     expect((got[3] as { at: number }).at - (got[0] as { at: number }).at).toBeGreaterThanOrEqual(1_000)
-    await new Promise((r) => setTimeout(r, 2_000))
+    // A delivery after the take would be the Broker retrying anyway, one backoff after the fourth (0.2 s × 2^4 =
+    // 3.2 s): wait past it.
+    await new Promise((r) => setTimeout(r, 3_700))
     expect(probe.of(id)).toHaveLength(4) // taken: no more
   })
 
@@ -359,6 +363,7 @@ describe('failure paths through the real Broker (delivery: retry 8, exponential,
     )
     expect(letters[0]?.reason).toContain('answered 422')
     expect(letters[0]?.reason).toContain('delivery-probe')
+    // A retry would come 0.4 s after the refusal, a second 0.8 s after that: 2 s covers both.
     await new Promise((r) => setTimeout(r, 2_000))
     expect(probe.of(id)).toHaveLength(1)
   })
@@ -387,8 +392,9 @@ describe('a subscriber outage', () => {
     await lifecycle.stop()
     try {
       await world.gamingSession(`${r.backfill}-session`, r.node)
+      // The Broker keeps retrying the session's event while lifecycle is away (8 retries over ~50 s of backoff, still
+      // pending after this wait), and no other function acts on a gaming session: still running.
       await new Promise((resolve) => setTimeout(resolve, 3_000))
-      // Nobody took it: still running.
       expect((await world.getBackfill(r.backfill))?.status?.phase).toBe('Running')
     } finally {
       await lifecycle.start()
