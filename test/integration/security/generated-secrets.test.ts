@@ -313,7 +313,12 @@ describe('the generated secrets on a real nats-server', () => {
     const operator = await as('operator')
     const jsm = await jetstreamManager(operator)
     const eventsBefore = (await jsm.streams.info('FLEXINFER_EVENTS')).state.last_seq
-    for (const deliver of ['flexinfer.events.backfill.cancel', 'flexinfer.kv.flexinfer-claims.model.forged']) {
+    // Last, a control consumer delivering to the operator's own inbox: once its message has arrived, the server has
+    // had its chance to deliver the forged ones too (each consumer pushes what it holds as soon as it is created).
+    const control = `_INBOX_operator.control${Math.random().toString(36).slice(2, 8)}`
+    const controlSub = operator.subscribe(control, { max: 1 })
+    await operator.flush()
+    for (const deliver of ['flexinfer.events.backfill.cancel', 'flexinfer.kv.flexinfer-claims.model.forged', control]) {
       const name = `forge${Math.random().toString(36).slice(2, 8)}`
       const reply = await operator.request(
         `$JS.API.CONSUMER.CREATE.KV_flexinfer-claims.${name}.$KV.flexinfer-claims.>`,
@@ -334,7 +339,14 @@ describe('the generated secrets on a real nats-server', () => {
       )
       expect(reply.string()).toContain(deliver)
     }
-    await new Promise((r) => setTimeout(r, 2_000))
+    const controlArrived = (async () => {
+      for await (const _ of controlSub) return true
+      return false
+    })()
+    expect(await Promise.race([controlArrived, new Promise((r) => setTimeout(() => r('none in 10 s'), 10_000))])).toBe(
+      true,
+    )
+    await demand.flush()
     sub.unsubscribe()
     expect(mirrored).toEqual([])
     expect((await jsm.streams.info('FLEXINFER_EVENTS')).state.last_seq).toBe(eventsBefore)
