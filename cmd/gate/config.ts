@@ -16,6 +16,8 @@ export interface GateConfig {
   maxInFlight: number
   port: number
   host: string
+  /** The health listener (probes, /metrics) on the pod's address; undefined: none (a gate run by hand). */
+  health?: { port: number; host: string }
   /** How long foreground demand may be out of sight (NATS unanswered) before the gate closes. */
   natsBoundMs: number
 }
@@ -78,8 +80,15 @@ export function gateConfig(env: Readonly<Record<string, string | undefined>>): G
     maxInFlight: int(GATE_ENV.maxInFlight, 2, 1, MAX_GATE_MAX_IN_FLIGHT) as number,
     port: int(GATE_ENV.port, GATE_PORT, 0, 65_535) as number,
     host: env.GATE_HOST?.trim() || '127.0.0.1',
+    health: healthListener(int(GATE_ENV.healthPort, undefined, 0, 65_535), env[GATE_ENV.healthHost]),
     natsBoundMs: int('GATE_NATS_BOUND_MS', DEFAULT_NATS_BOUND_MS, 100, 60_000) as number,
   }
   if (problems.length) throw new Error(`gate: ${problems.join('; ')}`)
   return config
+}
+
+/** Admit sets the port and the pod's IP (the downward API); without the IP, every address of the pod. */
+function healthListener(port: number | undefined, host: string | undefined) {
+  if (port === undefined) return undefined
+  return { port, host: host?.trim() || '0.0.0.0' }
 }

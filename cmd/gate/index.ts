@@ -13,6 +13,7 @@ import { epochMs, Gate } from './proxy.js'
 export interface RunningGate {
   gate: Gate
   url: string
+  healthUrl?: string
   stop(): Promise<void>
 }
 
@@ -23,6 +24,7 @@ export async function startGate(config: GateConfig, log: Logger): Promise<Runnin
   const gate = new Gate({ ...config, log })
   // Listening first: the pod's startup probe answers and the workload starts; requests get 503 until NATS is seen.
   const url = await gate.listen(config.port, config.host)
+  const healthUrl = config.health ? await gate.listenHealth(config.health.port, config.health.host) : undefined
   const subject = preemptSubject(config.namespace, config.model)
   let nc: NatsConnection | undefined
   let stopped = false
@@ -98,6 +100,7 @@ export async function startGate(config: GateConfig, log: Logger): Promise<Runnin
   return {
     gate,
     url,
+    healthUrl,
     async stop() {
       stopped = true
       clearInterval(watchdog)

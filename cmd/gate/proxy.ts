@@ -22,6 +22,13 @@ import { TokenCounter } from './tokens.js'
 export const WORKLOAD_CLASS_HEADER = 'x-flexinfer-workload-class'
 /** The gate's own endpoints; everything else is proxied. */
 export const GATE_PATH = '/flexinfer-gate/'
+/**
+ * On every answer the gate gives itself (a refusal): its state then. A workload reads `closed` as its attempt's end —
+ * the model's foreground has it — not as a failure of the item it was doing.
+ */
+export const GATE_STATE_HEADER = 'x-flexinfer-gate-state'
+/** What the health listener answers; it proxies nothing. */
+const HEALTH_PATHS = new Set(['healthz', 'readyz', 'metrics'])
 
 export type GateState = 'starting' | 'open' | 'closed'
 export type CloseReason = 'preempted' | 'nats_unreachable' | 'stopping'
@@ -99,6 +106,7 @@ export class Gate {
   /** Background tokens of answers that ended normally, and of answers cut (tokens.ts). */
   private readonly tokens = { completed: 0, discarded: 0 }
   private server?: http.Server
+  private healthServer?: http.Server
   private readonly agent: http.Agent
   private readonly upstream: URL
   private readonly priority?: number
@@ -129,12 +137,20 @@ export class Gate {
     const server = http.createServer((req, res) => this.handle(req, res))
     server.requestTimeout = this.opts.requestTimeoutMs
     this.server = server
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject)
-      server.listen(port, host, () => resolve())
+    return listening(server, port, host)
+  }
+
+  /** The health listener (probes and /metrics, nothing proxied), on an address the kubelet can reach. */
+  async listenHealth(port: number, host: string): Promise<string> {
+    const server = http.createServer((req, res) => {
+      const path = (req.url ?? '/').split('?')[0] as string
+      const own = path.startsWith(GATE_PATH) ? path.slice(GATE_PATH.length) : ''
+      if (!HEALTH_PATHS.has(own)) return this.json(res, 404, { error: { message: 'not found' } })
+      this.own(own, res).catch(() => res.destroy())
     })
-    const { address, port: bound } = server.address() as AddressInfo
-    return `http://${address}:${bound}`
+    server.requestTimeout = 10_000
+    this.healthServer = server
+    return listening(server, port, host)
   }
 
   /** Admits background requests (once the gate can see foreground demand). A closed gate never opens again. */
@@ -192,10 +208,16 @@ export class Gate {
   async stop() {
     this.close('stopping')
     this.agent.destroy()
-    const server = this.server
-    if (!server) return
-    server.closeAllConnections()
-    await new Promise<void>((resolve) => server.close(() => resolve()))
+    await Promise.all(
+      [this.server, this.healthServer].map(
+        (server) =>
+          server &&
+          new Promise<void>((resolve) => {
+            server.closeAllConnections()
+            server.close(() => resolve())
+          }),
+      ),
+    )
   }
 
   /** What `/flexinfer-gate/state` answers (the benchmark and people read it). */
@@ -208,6 +230,13 @@ export class Gate {
       requests: this.seq,
       tokens: { ...this.tokens },
       lastPreemption: this.lastPreemption,
+      // What a workload records beside its results: the concurrency it measured was bounded by these.
+      profile: {
+        engine: this.opts.engine,
+        priority: this.priority,
+        maxInFlight: this.opts.maxInFlight,
+        maxQueued: this.opts.maxQueued,
+      },
     }
   }
 
@@ -259,7 +288,10 @@ export class Gate {
       res,
       status,
       { error: { message, type: status === 503 ? 'service_unavailable' : 'invalid_request_error', code: status } },
-      retryAfter === undefined ? {} : { 'retry-after': String(retryAfter) },
+      {
+        [GATE_STATE_HEADER]: this.state,
+        ...(retryAfter === undefined ? {} : { 'retry-after': String(retryAfter) }),
+      },
     )
   }
 
@@ -468,4 +500,14 @@ export class Gate {
     })
     upstream.end(body)
   }
+}
+
+function listening(server: http.Server, port: number, host: string): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, host, () => {
+      const { address, port: bound } = server.address() as AddressInfo
+      resolve(`http://${address.includes(':') ? `[${address}]` : address}:${bound}`)
+    })
+  })
 }

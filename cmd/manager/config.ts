@@ -362,8 +362,8 @@ export const OTHER_SETTINGS: readonly { env: string; doc: string; who: string }[
     who: 'gate',
   },
   {
-    env: 'GATE_MAX_IN_FLIGHT, GATE_PORT, GATE_PRIORITY, GATE_NATS_BOUND_MS',
-    doc: "The gate sidecar's limits, port, engine priority and how long NATS may go unanswered before it closes; see docs/gate.md.",
+    env: 'GATE_MAX_IN_FLIGHT, GATE_PORT, GATE_HEALTH_PORT, GATE_HEALTH_HOST, GATE_PRIORITY, GATE_NATS_BOUND_MS',
+    doc: "The gate sidecar's limits, ports (the proxy's on loopback; the probes' and metrics' on the pod's IP), engine priority and how long NATS may go unanswered before it closes; see docs/gate.md.",
     who: 'gate',
   },
 ]

@@ -40,6 +40,11 @@ export const MAX_GATE_MAX_IN_FLIGHT = 64
 export const GATE_CONTAINER = 'flexinfer-gate'
 /** The gate listens on the pod's loopback only: nothing outside the pod can reach it. */
 export const GATE_PORT = 18077
+/**
+ * The gate's health and metrics, on the pod's own address: the kubelet probes from the node's network namespace, where
+ * 127.0.0.1 is the node's loopback, not the pod's. This listener answers the probes and /metrics and proxies nothing.
+ */
+export const GATE_HEALTH_PORT = 18078
 /** The gate's NATS credential in the backfill's namespace (an NKey seed under key `seed`): nats/README.md. */
 export const GATE_SECRET = 'model-backfill-gate'
 export const GATE_SECRET_KEY = 'seed'
@@ -98,6 +103,11 @@ export function planGate(pod: V1PodSpec, settings: GateSettings): { plan?: GateP
     return { problem: `container name ${GATE_CONTAINER} is reserved for the gate` }
   if (pod.volumes?.some((v) => v.name === GATE_VOLUME))
     return { problem: `volume name ${GATE_VOLUME} is reserved for the gate` }
+  // The pod's containers share one network namespace: a workload port there would take the gate's.
+  for (const c of [...(pod.initContainers ?? []), ...pod.containers])
+    for (const p of c.ports ?? [])
+      if (p.containerPort === GATE_PORT || p.containerPort === GATE_HEALTH_PORT)
+        return { problem: `container ${c.name} declares port ${p.containerPort}, which the gate uses` }
   for (const c of pod.containers) {
     for (const e of c.env ?? []) {
       if (e.name !== name) continue
@@ -133,6 +143,8 @@ export const GATE_ENV = {
   engine: 'GATE_ENGINE',
   maxInFlight: 'GATE_MAX_IN_FLIGHT',
   port: 'GATE_PORT',
+  healthPort: 'GATE_HEALTH_PORT',
+  healthHost: 'GATE_HEALTH_HOST',
 } as const
 
 export interface GateTarget {
@@ -162,14 +174,20 @@ export function injectGate(pod: V1PodSpec, plan: GatePlan, target: GateTarget, d
     [GATE_ENV.engine]: plan.engine,
     [GATE_ENV.maxInFlight]: String(plan.maxInFlight),
     [GATE_ENV.port]: String(GATE_PORT),
+    [GATE_ENV.healthPort]: String(GATE_HEALTH_PORT),
     [WORKLOAD_CLASS_ENV]: 'background',
   }
-  const probe = (path: string) => ({ httpGet: { host: '127.0.0.1', path, port: GATE_PORT }, periodSeconds: 1 })
+  // No host: the kubelet connects to the pod's IP, where the health listener is (GATE_HEALTH_PORT's comment).
+  const probe = (path: string) => ({ httpGet: { path, port: GATE_HEALTH_PORT }, periodSeconds: 1 })
   const sidecar: V1Container = {
     name: GATE_CONTAINER,
     image: deployment.image,
     restartPolicy: 'Always',
-    env: Object.entries(env).map(([name, value]) => ({ name, value })),
+    env: [
+      ...Object.entries(env).map(([name, value]) => ({ name, value })),
+      { name: GATE_ENV.healthHost, valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
+    ],
+    ports: [{ name: 'gate-health', containerPort: GATE_HEALTH_PORT, protocol: 'TCP' }],
     resources: { requests: { cpu: '50m', memory: '64Mi' }, limits: { memory: '256Mi' } },
     startupProbe: { ...probe('/flexinfer-gate/healthz'), failureThreshold: 30 },
     // Ready while it admits background requests: `kubectl mbf explain` shows a closed gate as not ready.
@@ -184,7 +202,9 @@ export function injectGate(pod: V1PodSpec, plan: GatePlan, target: GateTarget, d
   }
   const volume: V1Volume = {
     name: GATE_VOLUME,
-    secret: { secretName: GATE_SECRET, items: [{ key: GATE_SECRET_KEY, path: GATE_SECRET_KEY }], defaultMode: 0o440 },
+    // 0444: the files belong to root and the gate runs as the image's non-root user (no fsGroup is set on the
+    // workload's pod); the volume is mounted into the gate's container alone.
+    secret: { secretName: GATE_SECRET, items: [{ key: GATE_SECRET_KEY, path: GATE_SECRET_KEY }], defaultMode: 0o444 },
   }
   return {
     ...pod,

@@ -25,6 +25,16 @@ describe('gate settings', () => {
     })
   })
 
+  it("a health listener only when GATE_HEALTH_PORT is set (admit sets it, with the pod's IP)", () => {
+    expect(gateConfig(GOOD).health).toBeUndefined()
+    expect(gateConfig({ ...GOOD, GATE_HEALTH_PORT: '18078' }).health).toEqual({ port: 18078, host: '0.0.0.0' })
+    expect(gateConfig({ ...GOOD, GATE_HEALTH_PORT: '18078', GATE_HEALTH_HOST: '10.244.3.7' }).health).toEqual({
+      port: 18078,
+      host: '10.244.3.7',
+    })
+    expect(() => gateConfig({ ...GOOD, GATE_HEALTH_PORT: 'x' })).toThrow(/GATE_HEALTH_PORT="x"/)
+  })
+
   it('names every bad setting at once', () => {
     expect(() =>
       gateConfig({

@@ -9,6 +9,7 @@ import {
   ANNOTATION_GATE_ENGINE,
   ANNOTATION_GATE_MAX_IN_FLIGHT,
   GATE_CONTAINER,
+  GATE_HEALTH_PORT,
   GATE_PORT,
   GATE_SECRET,
 } from '../../pkg/core/gate.js'
@@ -96,6 +97,30 @@ describe('the background gate in the Job', () => {
       ...EVAL.spec?.jobTemplate.spec?.template.spec?.containers[1],
       env: [{ name: 'FLEXINFER_WORKLOAD_CLASS', value: 'background' }],
     })
+  })
+
+  it("is probed on the pod's address (the kubelet cannot reach the pod's loopback), and its seed is readable by its user", () => {
+    const pod = build().spec?.template.spec
+    const sidecar = pod?.initContainers?.[0]
+    for (const probe of [sidecar?.startupProbe, sidecar?.readinessProbe]) {
+      expect(probe?.httpGet?.host).toBeUndefined()
+      expect(probe?.httpGet?.port).toBe(GATE_HEALTH_PORT)
+    }
+    expect(envOf(sidecar).GATE_HEALTH_PORT).toBe(String(GATE_HEALTH_PORT))
+    expect(sidecar?.env?.find((e) => e.name === 'GATE_HEALTH_HOST')?.valueFrom?.fieldRef?.fieldPath).toBe(
+      'status.podIP',
+    )
+    expect(sidecar?.ports).toEqual([{ name: 'gate-health', containerPort: GATE_HEALTH_PORT, protocol: 'TCP' }])
+    // The files of a secret volume are root's; the gate runs as the image's user, and no fsGroup is set.
+    expect(pod?.volumes?.find((v) => v.secret)?.secret?.defaultMode).toBe(0o444)
+    // A workload port on the gate's would collide in the pod's one network namespace.
+    const clash = template([
+      {
+        ...(EVAL.spec?.jobTemplate.spec?.template.spec?.containers[0] as V1Container),
+        ports: [{ containerPort: GATE_HEALTH_PORT }],
+      },
+    ])
+    expect(gateProblem(gated(), clash, DEPLOYMENT)).toMatch(/declares port 18078, which the gate uses/)
   })
 
   it('passes the GPU guard (the sidecar asks for CPU and memory only)', () => {

@@ -172,6 +172,31 @@ describe('the gate proxy', () => {
     expect(await (await fetch(`${url}/flexinfer-gate/metrics`)).text()).toContain('flexinfer_gate_open 0')
   })
 
+  it('its health listener answers the probes and /metrics and proxies nothing; refusals say the state; state says the cap', async () => {
+    const up = await recorder()
+    const { gate, url } = await startGate(up.url, { maxInFlight: 3, maxQueued: 7, engine: 'llamacpp' })
+    const health = await gate.listenHealth(0, '127.0.0.1')
+    expect((await fetch(`${health}/flexinfer-gate/healthz`)).status).toBe(200)
+    expect((await fetch(`${health}/flexinfer-gate/readyz`)).status).toBe(503)
+    const starting = await post(url, { prompt: 'x' })
+    expect(starting.headers.get('x-flexinfer-gate-state')).toBe('starting')
+    gate.open()
+    expect((await fetch(`${health}/flexinfer-gate/readyz`)).status).toBe(200)
+    expect(await (await fetch(`${health}/flexinfer-gate/metrics`)).text()).toContain('flexinfer_gate_open 1')
+    // Not a way around the loopback-only proxy: no request and no state from the pod's address.
+    expect((await post(health, { prompt: 'x' })).status).toBe(404)
+    expect((await fetch(`${health}/v1/models`)).status).toBe(404)
+    expect((await fetch(`${health}/flexinfer-gate/state`)).status).toBe(404)
+    expect(up.seen).toHaveLength(0)
+    const state = (await (await fetch(`${url}/flexinfer-gate/state`)).json()) as { profile: unknown }
+    expect(state.profile).toEqual({ engine: 'llamacpp', priority: undefined, maxInFlight: 3, maxQueued: 7 })
+    gate.close('preempted')
+    const closed = await post(url, { prompt: 'x' })
+    expect(closed.status).toBe(503)
+    expect(closed.headers.get('x-flexinfer-gate-state')).toBe('closed')
+    expect((await fetch(`${health}/flexinfer-gate/readyz`)).status).toBe(503)
+  })
+
   it('passes the workload disconnecting on to the engine', async () => {
     const { sim, url: engine } = await startSim()
     const { gate, url } = await startGate(engine)
