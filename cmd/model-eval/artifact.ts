@@ -3,6 +3,7 @@
 // it, the engine kind, the settings, the probe set's version, the run identity and the attempts it took).
 import type { IterationResult } from './benchmark.js'
 import { quantile } from './benchmark.js'
+import type { GateProfile } from './gate-profile.js'
 import type { AssembledRun } from './items.js'
 import { PROBE_SET_VERSION, type ProbeEvidence, type Verdict, verdictOf } from './probes.js'
 import type { Settings } from './settings.js'
@@ -22,6 +23,13 @@ export interface ModelArtifact {
     minDurationMs: number
     benchMaxTokens: number
   }
+  /**
+   * The benchmark's concurrency: BATCH_SIZE as configured, and the gate's cap in front of the endpoint (null without
+   * a gate); at most the smaller of the two requests reached the engine at once.
+   */
+  concurrency: { configured: number; gateMaxInFlight: number | null; effective: number }
+  /** The gate's profile as it reported it, or null. */
+  gate: GateProfile | null
   attempts: number[]
   items: { total: number; byAttempt: Record<string, number> }
   startedAt: string
@@ -81,6 +89,12 @@ export function modelArtifacts(run: AssembledRun, settings: Settings): ModelArti
         minDurationMs: settings.minDurationMs,
         benchMaxTokens: settings.benchMaxTokens,
       },
+      concurrency: {
+        configured: settings.batchSize,
+        gateMaxInFlight: settings.gate?.maxInFlight ?? null,
+        effective: Math.min(settings.batchSize, settings.gate?.maxInFlight ?? settings.batchSize),
+      },
+      gate: settings.gate ?? null,
       attempts: run.attempts,
       items: { total: mine.length, byAttempt },
       startedAt: new Date(Math.min(...times.map((t) => t.start))).toISOString(),

@@ -9,6 +9,7 @@
 import { randomBytes } from 'node:crypto'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { type ArtifactSink, type ProgressStore, runAttempt } from './attempt.js'
+import { gateProfile } from './gate-profile.js'
 import { planItems } from './items.js'
 import { OpenAiClient } from './openai.js'
 import { probeSet } from './probes.js'
@@ -18,6 +19,11 @@ import { executor } from './work.js'
 /** How long a stop may take before the process exits anyway: inside the second the pod is given to go. */
 const STOP_WITHIN_MS = 800
 const SA_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace'
+/**
+ * After the gate closed, how long the attempt waits for the SIGTERM of its Job's deletion before it exits on its own
+ * (a gate closed because NATS went away is not followed by one; the Job then retries with a fresh gate).
+ */
+const GATE_CLOSED_WAIT_MS = 60_000
 
 const log = (level: 'info' | 'warn' | 'error', msg: string, fields: Record<string, unknown> = {}) =>
   process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields })}\n`)
@@ -49,6 +55,7 @@ const writeTermination = () => {
 
 const stop = new AbortController()
 let closers: (() => Promise<void>)[] = []
+let gateClosed = false
 process.once('SIGTERM', () => {
   log('info', 'SIGTERM: stopping; the item in flight is not recorded', { runId: settings.runId, done })
   stop.abort()
@@ -105,6 +112,14 @@ function saNamespace(): string | undefined {
 
 let code = 0
 try {
+  const gate = await gateProfile(settings.baseUrl)
+  if (gate) {
+    settings = { ...settings, gate }
+    log('info', `the background gate is in front of the endpoint (at most ${gate.maxInFlight} requests in flight)`, {
+      gate,
+      batchSize: settings.batchSize,
+    })
+  }
   const { progress, sinks } = await openStores()
   const client = new OpenAiClient({
     baseUrl: settings.baseUrl,
@@ -113,6 +128,21 @@ try {
     requestTimeoutMs: settings.requestTimeoutMs,
     maxRetries: settings.maxRetries,
     signal: stop.signal,
+    gate: gate && {
+      onGateClosed: () => {
+        if (gateClosed) return
+        gateClosed = true
+        log(
+          'info',
+          'the background gate closed (foreground has the model): stopping; the item in flight is not recorded',
+          {
+            runId: settings.runId,
+            done,
+          },
+        )
+        stop.abort()
+      },
+    },
   })
   const result = await runAttempt({
     runId: settings.runId,
@@ -143,4 +173,7 @@ try {
 writeTermination()
 await Promise.race([Promise.all(closers.map((c) => c())), new Promise((r) => setTimeout(r, 500).unref())])
 closers = []
+// Exiting now would fail the pod and have the Job start another while foreground has the model: the Job's deletion
+// (SIGTERM, handled above) ends this process instead.
+if (gateClosed) await new Promise((r) => setTimeout(r, GATE_CLOSED_WAIT_MS))
 process.exit(code)

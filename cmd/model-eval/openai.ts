@@ -3,6 +3,7 @@
 // Retry-After asks (capped), and every failure named by what it means for the result: an endpoint that cannot be
 // reached, a model it does not serve, an answer that is not what the API promises. An abort (SIGTERM) ends a
 // request at once and is never retried.
+import { GATE_STATE_HEADER, gateClosed } from './gate-profile.js'
 import type { GauntletApi } from './settings.js'
 
 export const WORKLOAD_CLASS_HEADER = 'x-flexinfer-workload-class'
@@ -29,6 +30,11 @@ export interface ClientOptions {
   maxRetryWaitMs?: number
   /** Ends every request: the attempt is stopping. */
   signal: AbortSignal
+  /**
+   * The background gate is in front of the endpoint: a failure while it says it is closed is the attempt's end (a
+   * preemption), reported through onGateClosed and thrown as `aborted`, never recorded as the item's result.
+   */
+  gate?: { onGateClosed(): void }
   fetch?: typeof fetch
 }
 
@@ -59,14 +65,37 @@ export class OpenAiClient {
   }
 
   /** GET a JSON path of the endpoint (`/models`, or `/props` beside `/v1`). */
-  async getJson(path: string, { root = false } = {}): Promise<unknown> {
-    const base = root ? this.opts.baseUrl.replace(/\/v1$/, '') : this.opts.baseUrl
-    const res = await this.send(`${base}${path}`, { method: 'GET' })
-    return this.readJson(res, path)
+  getJson(path: string, { root = false } = {}): Promise<unknown> {
+    return this.guarded(async () => {
+      const base = root ? this.opts.baseUrl.replace(/\/v1$/, '') : this.opts.baseUrl
+      const res = await this.send(`${base}${path}`, { method: 'GET' })
+      return this.readJson(res, path)
+    })
   }
 
   /** One deterministic completion (temperature 0) over `api`, waited for whole. */
-  async complete(api: GauntletApi, model: string, prompt: string, maxTokens: number): Promise<Completion> {
+  complete(api: GauntletApi, model: string, prompt: string, maxTokens: number): Promise<Completion> {
+    return this.guarded(() => this.completeOnce(api, model, prompt, maxTokens))
+  }
+
+  /** One streamed completion: the time to its first content and the tokens (chunks, or the usage if sent). */
+  stream(api: GauntletApi, model: string, prompt: string, maxTokens: number): Promise<Completion> {
+    return this.guarded(() => this.streamOnce(api, model, prompt, maxTokens))
+  }
+
+  /** A failure through a gate that has closed is the attempt ending: `aborted`, and the owner is told. */
+  private async guarded<T>(call: () => Promise<T>): Promise<T> {
+    try {
+      return await call()
+    } catch (err) {
+      if (!this.opts.gate || (err instanceof WorkloadError && err.kind === 'aborted')) throw err
+      if (!(await gateClosed(this.opts.baseUrl, this.fetch))) throw err
+      this.opts.gate.onGateClosed()
+      throw new WorkloadError('aborted', 'the background gate closed: foreground has the model')
+    }
+  }
+
+  private async completeOnce(api: GauntletApi, model: string, prompt: string, maxTokens: number): Promise<Completion> {
     const started = performance.now()
     const res = await this.send(...this.request(api, model, prompt, maxTokens, false))
     const body = (await this.readJson(res, api)) as Record<string, unknown>
@@ -87,8 +116,7 @@ export class OpenAiClient {
     }
   }
 
-  /** One streamed completion: the time to its first content and the tokens (chunks, or the usage if sent). */
-  async stream(api: GauntletApi, model: string, prompt: string, maxTokens: number): Promise<Completion> {
+  private async streamOnce(api: GauntletApi, model: string, prompt: string, maxTokens: number): Promise<Completion> {
     const started = performance.now()
     const res = await this.send(...this.request(api, model, prompt, maxTokens, true))
     if (!res.body) throw new WorkloadError('malformed', 'a streamed answer without a body')
@@ -171,7 +199,9 @@ export class OpenAiClient {
       }
       if (res.ok) return res
       const detail = (await res.text().catch(() => '')).slice(0, 300)
-      if ((res.status === 429 || res.status === 503) && attempt < this.opts.maxRetries) {
+      // A closed gate does not reopen: waiting out its Retry-After would only delay the attempt's end.
+      const closed = res.headers.get(GATE_STATE_HEADER) === 'closed'
+      if (!closed && (res.status === 429 || res.status === 503) && attempt < this.opts.maxRetries) {
         const wait = Math.min(
           retryAfterMs(res.headers.get('retry-after')) ?? 250 * 2 ** attempt,
           this.opts.maxRetryWaitMs ?? DEFAULT_MAX_RETRY_WAIT_MS,

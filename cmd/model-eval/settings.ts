@@ -1,6 +1,8 @@
 // model-eval's settings: read once from the environment at start, each bad value named, nothing half-configured
 // runs. The names are the model-eval-gauntlet template's (the user guide's `spec.env` specialises them).
+
 import { z } from 'zod'
+import type { GateProfile } from './gate-profile.js'
 
 export const GAUNTLET_APIS = ['chat', 'completions'] as const
 export type GauntletApi = (typeof GAUNTLET_APIS)[number]
@@ -38,6 +40,8 @@ export interface Settings {
   configMaps: boolean
   namespace?: string
   terminationLogPath: string
+  /** Not read from the environment: the gate found in front of the endpoint at start (./gate-profile.ts). */
+  gate?: GateProfile
 }
 
 /** `MODELS`: `name=engine[,name=engine…]`, as the user guide's example (`gemma4-26b-a4b-gptq-5930k=vllm`). */

@@ -189,6 +189,8 @@ export function benchmarkData(a: ModelArtifact): Record<string, string> {
     latencyP50Ms: String(a.benchmark.latencyMs.p50),
     latencyP99Ms: String(a.benchmark.latencyMs.p99),
     attempts: String(a.attempts.length),
+    concurrency: String(a.concurrency.configured),
+    ...(a.concurrency.gateMaxInFlight === null ? {} : { gateMaxInFlight: String(a.concurrency.gateMaxInFlight) }),
     'result.json': JSON.stringify(a),
   }
 }

@@ -53,6 +53,16 @@ export const MIGRATIONS: { version: number; apply: (sql: postgres.TransactionSql
       )`
     },
   },
+  {
+    // The benchmark's concurrency and the gate it went through: a row is read against the cap that bounded it.
+    version: 2,
+    apply: async (sql) => {
+      await sql`alter table model_eval_runs
+        add column concurrency integer,
+        add column gate_max_in_flight integer,
+        add column gate jsonb`
+    },
+  },
 ]
 
 /** Any one lock id of this workload's own (pg_advisory_xact_lock takes a bigint): "mbf-eval" in ASCII. */
@@ -166,11 +176,12 @@ export class PostgresStores implements ProgressStore {
           const rows = await this.q(
             this.sql`insert into model_eval_runs (run_id, model, engine, reported, settings, probe_set_version,
                 attempts, attempt_numbers, items_total, items_by_attempt, started_at, finished_at, verdict_pass,
-                verdict, probes, benchmark, error)
+                verdict, probes, benchmark, error, concurrency, gate_max_in_flight, gate)
               values (${a.runId}, ${a.model}, ${a.engine}, ${json(a.reported)}, ${json(a.settings)},
                 ${a.probeSetVersion}, ${a.attempts.length}, ${a.attempts}, ${a.items.total}, ${json(a.items.byAttempt)},
                 ${a.startedAt}, ${a.finishedAt}, ${a.verdict.pass}, ${json(a.verdict)}, ${json(a.probes)},
-                ${json(a.benchmark)}, ${a.error ? json(a.error) : null})
+                ${json(a.benchmark)}, ${a.error ? json(a.error) : null}, ${a.concurrency.configured},
+                ${a.concurrency.gateMaxInFlight}, ${a.gate ? json(a.gate) : null})
               on conflict (run_id, model) do nothing returning id`,
             'run row',
           )
