@@ -13,7 +13,9 @@ const ownPackages = {
 // Three projects: pure unit tests need no servers; integration tests share one real environment
 // (etcd, kube-apiserver, kube-controller-manager, nats-server) started once by the global setup; the tests on the real
 // engine share it too and run last, alone.
-const ENGINE_TESTS = 'test/integration/engine/**/*.test.ts'
+// The evaluation workload on the real node runs with them: it decodes on the engine too, and one node runs at a time
+// (node.test.ts's are done by then).
+const ENGINE_TESTS = ['test/integration/engine/**/*.test.ts', 'test/integration/node/model-eval.test.ts']
 
 /** What both integration projects share: the one environment (global-setup.ts starts it once for both). */
 const integration = {
@@ -47,7 +49,7 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts'],
-          exclude: [...configDefaults.exclude, ENGINE_TESTS],
+          exclude: [...configDefaults.exclude, ...ENGINE_TESTS],
           ...integration,
           // Two cores: a few files at once keeps the apiserver responsive.
           maxWorkers: 2,
@@ -60,7 +62,7 @@ export default defineConfig({
         // so no other file takes the cores the engine's steps (and the bounds the tests hold them to) need.
         test: {
           name: 'integration-engine',
-          include: [ENGINE_TESTS],
+          include: ENGINE_TESTS,
           ...integration,
           testTimeout: 120_000,
           maxWorkers: 1,

@@ -16,6 +16,7 @@ import {
   relayEngineToNode,
 } from './engine.js'
 import { cmdline, isAlive, run, runOk, waitFor } from './exec.js'
+import { relayToNode } from './forwarder.js'
 import { type NatsServerInfo, natsClusterFromEnv, natsServerReady, natsUrlOf, writeNatsConfigs } from './nats.js'
 import { freePorts, httpGet, LOOPBACK } from './net.js'
 import { type NodeInfo, nodeApiserverPki, planNodeNetwork, startNode } from './node.js'
@@ -72,6 +73,8 @@ export interface EnvironmentInfo {
   natsUrl: string
   /** The first server's monitoring URL. */
   natsMonitorUrl: string
+  /** NATS as the node's pods reach it (a relay of the first server on the bridge address), with a node. */
+  natsNodeUrl?: string
   /** Whether NATS runs as a 3-server JetStream cluster (StartOptions.natsCluster). */
   natsCluster: boolean
   /** Each nats-server: name (`nats-server`, or `nats-0`…`nats-2` in a cluster), URLs, store directory. */
@@ -427,6 +430,18 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
     const postgres = await postgresReady
     await engineReady
     if (engine && node) await relayEngineToNode(engine, node.hostIp, start)
+    // Pods cannot reach loopback: NATS (the gate sidecar's) and PostgreSQL (the evaluation workload's) are relayed.
+    let natsNodeUrl: string | undefined
+    if (node) {
+      const first = new URL((natsServers[0] as NatsServerInfo).url)
+      natsNodeUrl = `nats://${await relayToNode(start, 'nats-relay', node.hostIp, Number(first.port))}`
+    }
+    if (postgres && node) {
+      const at = await relayToNode(start, 'postgres-relay', node.hostIp, postgres.port)
+      const url = new URL(postgres.url)
+      url.host = at
+      postgres.nodeUrl = url.toString()
+    }
 
     // A bin/ with just kubectl and nats, so env.sh can put exactly those first on PATH.
     const bin = join(dir, 'bin')
@@ -462,6 +477,7 @@ export async function startEnvironment(opts: StartOptions = {}): Promise<Environ
       etcdUrl,
       natsUrl,
       natsMonitorUrl,
+      natsNodeUrl,
       natsCluster,
       natsServers,
       envShPath,

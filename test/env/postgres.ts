@@ -15,6 +15,8 @@ import { type Reaper, type ServerProcess, startServer, whileRunning } from './su
 export interface PostgresInfo {
   /** postgres://user:password@127.0.0.1:port/database */
   url: string
+  /** The same as the node's pods reach it (a relay on the bridge address), with a node. */
+  nodeUrl?: string
   host: string
   port: number
   user: string

@@ -7,7 +7,7 @@ import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node'
 import { connect, type NatsConnection } from '@nats-io/transport-node'
-import { type Environment, startEnvironment } from '../../env/environment.js'
+import { type Environment, type StartOptions, startEnvironment } from '../../env/environment.js'
 import { waitFor } from '../../env/exec.js'
 import { CTR, K8S_NAMESPACE, type NodeInfo } from '../../env/node.js'
 
@@ -20,8 +20,13 @@ export interface NodeEnv {
   stop(): Promise<void>
 }
 
-export async function startNodeEnv(namespace: string): Promise<NodeEnv> {
-  const env = await startEnvironment({ node: true })
+/** `extra`: what else the environment runs beside the node (the engine, PostgreSQL, the project's image in it). */
+export async function startNodeEnv(
+  namespace: string,
+  extra: Pick<StartOptions, 'engine' | 'postgres'> & { appImage?: boolean } = {},
+): Promise<NodeEnv> {
+  const { appImage, ...rest } = extra
+  const env = await startEnvironment({ node: appImage ? { appImage } : true, ...rest })
   try {
     const node = env.node as NodeInfo
     const kc = new KubeConfig()

@@ -20,51 +20,11 @@ import { waitFor } from '../../env/exec.js'
 import { isApiError, useTestEnv } from '../../env/fixture.js'
 import { type PostgresInfo, startPostgres } from '../../env/postgres.js'
 import { Reaper } from '../../env/supervisor.js'
+import { CountingProxy } from '../../support/counting-proxy.js'
 
 const env = useTestEnv()
 const ITEMS = 1 + probeSet('READY').length + 3
 const MAIN = join(repoRoot, 'cmd/model-eval/main.ts')
-
-/** Counts what reaches the engine: each probe prompt answered, and the class of every request. */
-class CountingProxy {
-  readonly answered = new Map<string, number>()
-  readonly classes = new Set<string>()
-  private server?: http.Server
-  constructor(private readonly upstream: string) {}
-  async listen(): Promise<string> {
-    this.server = http.createServer((req, res) => {
-      const chunks: Buffer[] = []
-      req.on('data', (c: Buffer) => chunks.push(c))
-      req.on('end', () => {
-        const body = Buffer.concat(chunks)
-        this.classes.add(String(req.headers['x-flexinfer-workload-class']))
-        let prompt: string | undefined
-        try {
-          const parsed = JSON.parse(body.toString('utf8') || '{}')
-          if (parsed.stream !== true) prompt = parsed.messages?.[0]?.content ?? parsed.prompt
-        } catch {}
-        const up = http.request(new URL(req.url ?? '/', this.upstream), { method: req.method, headers: req.headers })
-        up.on('response', (r) => {
-          res.writeHead(r.statusCode ?? 502, r.headers)
-          r.pipe(res)
-          // Answered: the whole answer went to the workload (one cut by its stop is not).
-          res.on('finish', () => {
-            if (prompt && r.statusCode === 200) this.answered.set(prompt, (this.answered.get(prompt) ?? 0) + 1)
-          })
-        })
-        up.on('error', () => res.destroy())
-        res.on('close', () => up.destroy())
-        up.end(body)
-      })
-    })
-    await new Promise<void>((r) => this.server?.listen(0, '127.0.0.1', r))
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`
-  }
-  async stop() {
-    this.server?.closeAllConnections()
-    await new Promise<void>((r) => (this.server ? this.server.close(() => r()) : r()))
-  }
-}
 
 let sim: EngineSim
 let proxy: CountingProxy
