@@ -24,6 +24,12 @@ export class GateMetrics {
     help: 'Background requests in flight whose upstream connection the gate closed when it closed.',
     registers: [this.registry],
   })
+  readonly ended = new Counter({
+    name: 'flexinfer_gate_requests_ended_total',
+    help: 'Background requests that ended at the engine: completed (the whole answer), aborted (cut by the closing gate) or failed (the engine or the workload left).',
+    labelNames: ['outcome'],
+    registers: [this.registry],
+  })
   readonly abortSeconds = new Histogram({
     name: 'flexinfer_gate_abort_seconds',
     help: 'Closing signal received to the last in-flight upstream request aborted.',

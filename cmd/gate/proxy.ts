@@ -62,7 +62,11 @@ interface Flight {
   upstream?: http.ClientRequest
   res: ServerResponse
   abortedByGate: boolean
+  /** Background tokens streamed so far. */
+  tokens: () => number
 }
+
+export type RequestOutcome = 'completed' | 'aborted' | 'failed'
 
 interface Waiter {
   grant: () => void
@@ -105,6 +109,8 @@ export class Gate {
   private seq = 0
   /** Background tokens of answers that ended normally, and of answers cut (tokens.ts). */
   private readonly tokens = { completed: 0, discarded: 0 }
+  /** Background requests by how they ended at the engine. */
+  private readonly ended: Record<RequestOutcome, number> = { completed: 0, aborted: 0, failed: 0 }
   private server?: http.Server
   private healthServer?: http.Server
   private readonly agent: http.Agent
@@ -171,12 +177,14 @@ export class Gate {
     this.closeReason = reason
     this.metrics.setOpen(false)
     let aborted = 0
+    let cutTokens = 0
     // The engine's connections first: they are what frees its batch; the workload's side after.
     for (const flight of this.flights) {
       if (!flight.upstream) continue
       flight.abortedByGate = true
       flight.upstream.destroy()
       aborted++
+      cutTokens += flight.tokens()
     }
     const lastAbortAt = epochMs()
     // A stream under way can only be ended by cutting it; one not yet answered gets its 503 from the error path.
@@ -199,6 +207,9 @@ export class Gate {
         abortMs: Number((lastAbortAt - signalAt).toFixed(3)),
         aborted,
         refusedQueued,
+        // What the gate let through until now: the work the attempt kept, and what this close threw away.
+        requests: { completed: this.ended.completed, aborted: this.ended.aborted + aborted, failed: this.ended.failed },
+        tokens: { completed: this.tokens.completed, discarded: this.tokens.discarded + cutTokens },
       },
       'gate closed: signal received → last upstream request aborted',
     )
@@ -229,6 +240,7 @@ export class Gate {
       queued: this.queue.size,
       requests: this.seq,
       tokens: { ...this.tokens },
+      requestsEnded: { ...this.ended },
       lastPreemption: this.lastPreemption,
       // What a workload records beside its results: the concurrency it measured was bounded by these.
       profile: {
@@ -409,7 +421,8 @@ export class Gate {
     headers[WORKLOAD_CLASS_HEADER] = 'background'
     headers['x-request-id'] = id
     headers['content-length'] = String(body.length)
-    const flight: Flight = { id, res, abortedByGate: false }
+    const counter = new TokenCounter()
+    const flight: Flight = { id, res, abortedByGate: false, tokens: () => counter.tokens }
     this.flights.add(flight)
     this.metrics.requests.inc()
     this.metrics.inFlight.set(this.flights.size)
@@ -421,17 +434,26 @@ export class Gate {
       timeout: this.opts.requestTimeoutMs,
     })
     flight.upstream = upstream
-    const counter = new TokenCounter()
     let ended = false
+    let streamed = false
+    let status = 0
     let done = false
     const finish = () => {
       if (done) return
       done = true
-      const outcome = ended && !flight.abortedByGate && counter.done ? 'completed' : 'discarded'
+      const answered = ended && !flight.abortedByGate && (counter.done || !streamed)
+      const outcome = answered ? 'completed' : 'discarded'
       if (counter.tokens > 0) {
         this.tokens[outcome] += counter.tokens
         this.metrics.tokens.inc({ outcome }, counter.tokens)
       }
+      const request: RequestOutcome = flight.abortedByGate
+        ? 'aborted'
+        : answered && status < 400
+          ? 'completed'
+          : 'failed'
+      this.ended[request]++
+      this.metrics.ended.inc({ outcome: request })
       this.flights.delete(flight)
       this.metrics.inFlight.set(this.flights.size)
       this.next()
@@ -440,6 +462,8 @@ export class Gate {
     upstream.on('close', finish)
     upstream.on('response', (up) => {
       const eventStream = String(up.headers['content-type']).includes('event-stream')
+      streamed = eventStream
+      status = up.statusCode ?? 0
       if (eventStream) up.on('data', (chunk: Buffer) => counter.push(chunk))
       up.on('end', () => {
         ended = true

@@ -258,9 +258,17 @@ describe('the gate proxy', () => {
     await expect.poll(() => gate.inFlight).toBe(0)
   })
 
-  it('counts background tokens: completed for answers that ended, discarded for those the close cut', async () => {
+  it('counts background tokens and requests: completed for answers that ended, discarded and aborted for those the close cut; the closing line says so', async () => {
     const { sim, url: engine } = await startSim({ stepBaseMs: 10 })
-    const { gate, url } = await startGate(engine, { maxInFlight: 2 })
+    const lines: Record<string, unknown>[] = []
+    const logged = createLogger('gate-test', {
+      write: (line: string) => {
+        const entry = JSON.parse(line) as Record<string, unknown>
+        if (String(entry.msg).startsWith('gate closed')) lines.push(entry)
+      },
+    })
+    logged.level = 'info'
+    const { gate, url } = await startGate(engine, { maxInFlight: 2, log: logged })
     gate.open()
     const finished = await streamCompletion(url, { maxTokens: 5 })
     expect(ending(finished)).toBe('completed')
@@ -278,6 +286,17 @@ describe('the gate proxy', () => {
     expect(tokens.discarded).toBeLessThanOrEqual(outcome.tokens + 1)
     const m = await gate.metrics.registry.getSingleMetricAsString('flexinfer_gate_tokens_total')
     expect(m).toContain(`outcome="discarded"} ${tokens.discarded}`)
+    expect(gate.snapshot().requestsEnded).toEqual({ completed: 1, aborted: 1, failed: 0 })
+    const ended = await gate.metrics.registry.getSingleMetricAsString('flexinfer_gate_requests_ended_total')
+    expect(ended).toContain('outcome="completed"} 1')
+    expect(ended).toContain('outcome="aborted"} 1')
+    // The closing line, written at the close: what was kept, and what this close threw away.
+    expect(lines).toHaveLength(1)
+    expect(lines[0]?.requests).toEqual({ completed: 1, aborted: 1, failed: 0 })
+    const closingTokens = lines[0]?.tokens as { completed: number; discarded: number }
+    expect(closingTokens.completed).toBe(5)
+    expect(closingTokens.discarded).toBeGreaterThan(0)
+    expect(closingTokens.discarded).toBeLessThanOrEqual(tokens.discarded)
   })
 
   it('on llama.cpp asks every stream for its prompt progress and takes it back out of what the workload reads', async () => {
