@@ -2,6 +2,7 @@
 // that waits for NATS while it is down or restarting.
 import { readFileSync } from 'node:fs'
 import { type Authenticator, connect, credsAuthenticator, nkeyAuthenticator } from '@nats-io/transport-node'
+import { parseNatsServers } from '../../clients/ts/src/connection.js'
 import { describeError, type Logger } from '../observability/log.js'
 
 /** The credential files of a mounted Secret, by the variables that name them (cmd/manager/config.ts reads them). */
@@ -96,26 +97,16 @@ export function natsServerOptions(
   inboxPrefix?: string
   authenticator?: Authenticator
 } {
-  let user: string | undefined
-  let pass: string | undefined
-  const files: { creds?: string; seed?: string } = {}
-  const list = servers.split(',').map((entry) => {
-    let s = entry.trim()
-    const query = s.indexOf('?')
-    if (query >= 0) {
-      const params = new URLSearchParams(s.slice(query + 1))
-      files.creds = params.get('creds_file') ?? files.creds
-      files.seed = params.get('nkey_seed_file') ?? files.seed
-      s = s.slice(0, query)
-    }
-    const m = /^([a-z]+:\/\/)?([^:@/]+)(?::([^@/]*))?@(.+)$/i.exec(s)
-    if (!m) return s
-    user = decodeURIComponent(m[2] as string)
-    pass = m[3] === undefined ? undefined : decodeURIComponent(m[3])
-    return `${m[1] ?? ''}${m[4]}`
+  const {
+    servers: list,
+    user,
+    pass,
+    credsFile: creds,
+    seedFile: seed,
+  } = parseNatsServers(servers, {
+    NATS_CREDS_FILE: env.NATS_CREDS_FILE,
+    NATS_NKEY_SEED_FILE: env.NATS_NKEY_SEED_FILE,
   })
-  const creds = files.creds ?? (files.seed ? undefined : env.NATS_CREDS_FILE)
-  const seed = files.seed ?? (creds ? undefined : env.NATS_NKEY_SEED_FILE)
   const inbox = user === undefined ? {} : { inboxPrefix: `_INBOX_${user}` }
   if (creds) return { servers: list, ...inbox, authenticator: credsAuthenticator(() => readCredential(creds)) }
   if (seed) {
@@ -125,9 +116,8 @@ export function natsServerOptions(
   return { servers: list, ...(user === undefined ? {} : { user, pass }), ...inbox }
 }
 
-// The same reading as the gateway client's (clients/ts/src/connection.ts), kept apart on purpose: that package is
-// published for gateways and installs without the controller, and the controller's image, plugin and tooling do not
-// take the published client as a runtime dependency. test/unit/nats-options.test.ts holds both to the same answers.
+// The URL list is read by the gateway client's parser (clients/ts/src/connection.ts, compiled in from source: the
+// controller takes no runtime dependency on the published package); what it does with the credentials is its own.
 function readCredential(file: string): Uint8Array {
   const bytes = readFileSync(file)
   if (bytes.length === 0) throw new Error(`NATS credentials file ${file} is empty`)

@@ -41,7 +41,8 @@ const BELOW: Record<string, readonly string[]> = {
   [lib]: [],
   [observability]: [core, lib],
   [events]: [core, lib, observability],
-  [jetstream]: [core, lib, observability, events],
+  // The gateway client's NATS URL reading, from its source (one parser for both sides).
+  [jetstream]: [core, lib, observability, events, 'clients'],
   [kube]: [core, lib, observability, events],
   [transport]: [core, lib, observability, events, jetstream, kube],
   [admission]: [core, lib, observability, events, jetstream, kube, transport],
