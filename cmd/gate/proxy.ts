@@ -131,7 +131,11 @@ export class Gate {
     this.priority = options.priority ?? ENGINE_PRIORITY[options.engine]
     this.queue = new WaitQueue<Waiter>(this.opts.maxQueued)
     const Agent = this.upstream.protocol === 'https:' ? https.Agent : http.Agent
-    this.agent = new Agent({ keepAlive: true, maxSockets: options.maxInFlight })
+    // A connection per request, never reused: an engine's server may close a kept-alive connection (llama.cpp's after
+    // its idle timeout or request count) just as the next request goes out on it, and that request is lost as a
+    // "socket hang up" — a 502 the workload must record or retry. A connect costs nothing next to a completion, and
+    // the connection's end is the request's end, which is how the gate aborts.
+    this.agent = new Agent({ keepAlive: false, maxSockets: options.maxInFlight })
     this.metrics.setOpen(this.state === 'open')
   }
 

@@ -24,7 +24,12 @@ export class CountingProxy {
           const parsed = JSON.parse(body.toString('utf8') || '{}')
           prompt = parsed.messages?.[0]?.content ?? parsed.prompt
         } catch {}
-        const up = http.request(new URL(req.url ?? '/', this.upstream), { method: req.method, headers: req.headers })
+        const up = http.request(new URL(req.url ?? '/', this.upstream), {
+          method: req.method,
+          headers: req.headers,
+          // A connection per request, as the gate does: no kept-alive connection the engine may drop under a request.
+          agent: false,
+        })
         up.on('response', (r) => {
           res.writeHead(r.statusCode ?? 502, r.headers)
           r.pipe(res)

@@ -197,6 +197,30 @@ describe('the gate proxy', () => {
     expect((await fetch(`${health}/flexinfer-gate/readyz`)).status).toBe(503)
   })
 
+  it('sends each request on a connection of its own: an engine dropping a reused connection loses nothing', async () => {
+    // As llama.cpp's server may close a kept-alive connection when the next request goes out on it: any second
+    // request on one connection is dropped unanswered.
+    const uses = new WeakMap<object, number>()
+    const server = http.createServer((req, res) => {
+      const n = (uses.get(req.socket) ?? 0) + 1
+      uses.set(req.socket, n)
+      if (n > 1) return void req.socket.destroy()
+      req.resume()
+      req.on('end', () => res.end('{"ok":true}'))
+    })
+    server.keepAliveTimeout = 60_000
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+    cleanups.push(async () => {
+      server.closeAllConnections()
+      await new Promise<void>((r) => server.close(() => r()))
+    })
+    const { gate, url } = await startGate(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)
+    gate.open()
+    const statuses: number[] = []
+    for (let i = 0; i < 6; i++) statuses.push((await post(url, { prompt: `p${i}` })).status)
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 200])
+  })
+
   it('passes the workload disconnecting on to the engine', async () => {
     const { sim, url: engine } = await startSim()
     const { gate, url } = await startGate(engine)
