@@ -192,7 +192,7 @@ describe('the settings `--help` lists', () => {
   )
   /** Named in the usage but read by others: the Kubernetes client, the SDK, the gate sidecar (cmd/gate/config.ts). */
   const elsewhere =
-    /^(KUBECONFIG|OTEL_EXPORTER_OTLP_ENDPOINT|GATE_(UPSTREAM|NAMESPACE|MODEL|JOB|ENGINE|MAX_IN_FLIGHT|PORT|PRIORITY|NATS_BOUND_MS))$/
+    /^(KUBECONFIG|OTEL_EXPORTER_OTLP_ENDPOINT|GATE_(UPSTREAM|NAMESPACE|MODEL|JOB|ENGINE|MAX_IN_FLIGHT|PORT|HEALTH_PORT|HEALTH_HOST|PRIORITY|NATS_BOUND_MS))$/
 
   it('is what main.ts prints', () => {
     expect(main).toMatch(/\$\{renderUsage\(\)\}/)
