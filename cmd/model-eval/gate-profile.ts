@@ -18,9 +18,12 @@ const DEADLINE_MS = 2_000
 
 const stateUrl = (baseUrl: string) => `${new URL(baseUrl).origin}${STATE_PATH}`
 
+/** Marked background like every request of the workload: without a gate it reaches the engine (a 404). */
+const HEADERS = { 'x-flexinfer-workload-class': 'background' }
+
 async function state(baseUrl: string, doFetch: typeof fetch): Promise<Record<string, unknown> | undefined> {
   try {
-    const res = await doFetch(stateUrl(baseUrl), { signal: AbortSignal.timeout(DEADLINE_MS) })
+    const res = await doFetch(stateUrl(baseUrl), { headers: HEADERS, signal: AbortSignal.timeout(DEADLINE_MS) })
     if (!res.ok) return undefined
     const body = (await res.json()) as unknown
     return typeof body === 'object' && body !== null ? (body as Record<string, unknown>) : undefined
