@@ -11,7 +11,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http'
 import https from 'node:https'
 import type { AddressInfo } from 'node:net'
-import { ENGINE_PRIORITY, type GateEngine } from '../../pkg/core/gate.js'
+import { ENGINE_PRIORITY, GATE_PATH, GATE_STATE_HEADER, type GateEngine } from '../../pkg/core/gate.js'
 import type { Logger } from '../../pkg/observability/log.js'
 import { WaitQueue } from '../../pkg/transport/jetstream-adapter.js'
 import { collectable, StreamCollector, streamedBody } from './collect.js'
@@ -20,13 +20,6 @@ import { RETURN_PROGRESS, withoutProgress } from './progress.js'
 import { TokenCounter } from './tokens.js'
 
 export const WORKLOAD_CLASS_HEADER = 'x-flexinfer-workload-class'
-/** The gate's own endpoints; everything else is proxied. */
-export const GATE_PATH = '/flexinfer-gate/'
-/**
- * On every answer the gate gives itself (a refusal): its state then. A workload reads `closed` as its attempt's end —
- * the model's foreground has it — not as a failure of the item it was doing.
- */
-export const GATE_STATE_HEADER = 'x-flexinfer-gate-state'
 /** What the health listener answers; it proxies nothing. */
 const HEALTH_PATHS = new Set(['healthz', 'readyz', 'metrics'])
 

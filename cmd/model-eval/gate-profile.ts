@@ -11,9 +11,9 @@ export interface GateProfile {
   maxQueued: number
 }
 
-/** The header on every refusal the gate gives itself (cmd/gate/proxy.ts GATE_STATE_HEADER). */
-export const GATE_STATE_HEADER = 'x-flexinfer-gate-state'
-const STATE_PATH = '/flexinfer-gate/state'
+import { GATE_PATH } from '../../pkg/core/gate.js'
+
+const STATE_PATH = `${GATE_PATH}state`
 const DEADLINE_MS = 2_000
 
 const stateUrl = (baseUrl: string) => `${new URL(baseUrl).origin}${STATE_PATH}`

@@ -3,7 +3,8 @@
 // Retry-After asks (capped), and every failure named by what it means for the result: an endpoint that cannot be
 // reached, a model it does not serve, an answer that is not what the API promises. An abort (SIGTERM) ends a
 // request at once and is never retried.
-import { GATE_STATE_HEADER, gateClosed } from './gate-profile.js'
+import { GATE_STATE_HEADER } from '../../pkg/core/gate.js'
+import { gateClosed } from './gate-profile.js'
 import type { GauntletApi } from './settings.js'
 
 export const WORKLOAD_CLASS_HEADER = 'x-flexinfer-workload-class'

@@ -45,6 +45,13 @@ export const GATE_PORT = 18077
  * 127.0.0.1 is the node's loopback, not the pod's. This listener answers the probes and /metrics and proxies nothing.
  */
 export const GATE_HEALTH_PORT = 18078
+/** The gate's own endpoints (healthz, readyz, state, metrics); everything else is proxied. */
+export const GATE_PATH = '/flexinfer-gate/'
+/**
+ * On every answer the gate gives itself (a refusal): its state then. A workload reads `closed` as its attempt's end —
+ * the model's foreground has it — not as a failure of the item it was doing.
+ */
+export const GATE_STATE_HEADER = 'x-flexinfer-gate-state'
 /** The gate's NATS credential in the backfill's namespace (an NKey seed under key `seed`): nats/README.md. */
 export const GATE_SECRET = 'model-backfill-gate'
 export const GATE_SECRET_KEY = 'seed'

@@ -50,8 +50,9 @@ const BELOW: Record<string, readonly string[]> = {
   functions: [...LIBRARIES],
   'cmd/gate': [core, lib, observability, events, jetstream, transport],
   'cmd/kubectl-mbf': [...LIBRARIES],
-  // The reference backfill workload (its own entry point): the apiserver's error reading, HTTP and deadlines only.
-  'cmd/model-eval': [lib, kube],
+  // The reference backfill workload (its own entry point): the apiserver's error reading, HTTP and deadlines, and
+  // the gate's wire names (pkg/core/gate.ts).
+  'cmd/model-eval': [core, lib, kube],
   'cmd/manager': [...LIBRARIES, 'functions', 'cmd/gate'],
 }
 /** This repository's packages as other rooms import them: by name, not by path. */
