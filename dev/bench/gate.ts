@@ -46,15 +46,10 @@ import {
 } from './gate-engine.js'
 import { type ArmResult, armKeys, armLine, emptyArm, type FgSample, ratios, stepKeys } from './gate-report.js'
 import { FG_BODY, freshPrompt } from './prompts.js'
+import { envNumber, seededRandom } from './run-settings.js'
 
 const repoRoot = join(import.meta.dirname, '../..')
-const num = (name: string, fallback: number) => {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const n = Number(raw)
-  if (!Number.isFinite(n) || n < 0) throw new Error(`${name}="${raw}": expected a non-negative number`)
-  return n
-}
+const num = envNumber
 const quick = process.argv.includes('--quick')
 const wantSim = process.argv.includes('--sim')
 const builtReal = wantSim || process.env.BENCH_ENGINE_URL ? undefined : builtEngine()
@@ -104,18 +99,6 @@ const children: ChildProcess[] = []
 /** The real engine's servers, stopped on every way out (they are not children of this process's group). */
 let stopEngine: (() => Promise<void>) | undefined
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
-
-/** A deterministic PRNG (mulberry32): each block's foreground offsets and arm order. */
-function rng(seed: number) {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296
-  }
-}
 
 /** A process of ours, its stdout lines to `onLine`; killed at exit. */
 function spawnChild(
@@ -398,7 +381,7 @@ async function main() {
       `requests a cycle (${cfg.blocks * cfg.fgPerCycle} per arm, ${cfg.blocks} preempting); about ` +
       `${Math.round((cfg.blocks * cfg.arms.length * cycleMs) / 60_000)} min`,
   )
-  const random = rng(cfg.seed)
+  const random = seededRandom(cfg.seed)
   const started = Date.now()
   for (let b = 0; b < cfg.blocks; b++) {
     // The same foreground offsets for every arm of a block; the arms in a random order.

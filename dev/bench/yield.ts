@@ -12,6 +12,10 @@
 // and the prompt chunk (prompt_ms of the long foreground prompt over its chunks). Then, on the idle engine, one
 // foreground request with a long fresh prompt (about YIELD_FG_WORDS words): its TTFT and prompt_ms.
 // An arm `<batch>p` also asks for llama.cpp's return_progress: a streamed progress chunk after every prompt chunk.
+// An arm `<batch>k<K>` drives each background stream as a chain of K-token requests instead (llama.cpp's /completion
+// with the prompt as token ids, so each piece reuses its slot's cached prefix): closing it stops the chain and cuts
+// the piece in flight, which ends at the step in flight by itself. Every arm reports the background tokens/s it got
+// before the close (bg_tokens_per_s), the price of a mechanism beside its yield.
 // Prints the load average with the figures; one JSON object on the last line, also in dev/bench/results/yield-latest.json.
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { loadavg } from 'node:os'
@@ -22,15 +26,10 @@ import { type EngineTimings, streamCompletion } from './engine-sim/client.js'
 import { backgroundIdleAt, builtEngine, drained } from './gate-engine.js'
 import { percentile } from './percentile.js'
 import { BG_BODY, freshPrompt } from './prompts.js'
+import { envNumber, seededRandom } from './run-settings.js'
 
 const repoRoot = join(import.meta.dirname, '../..')
-const num = (name: string, fallback: number) => {
-  const raw = process.env[name]
-  if (raw === undefined || raw === '') return fallback
-  const n = Number(raw)
-  if (!Number.isFinite(n) || n < 0) throw new Error(`${name}="${raw}": expected a non-negative number`)
-  return n
-}
+const num = envNumber
 const quick = process.argv.includes('--quick')
 const cfg = {
   blocks: num('YIELD_BLOCKS', quick ? 2 : 15),
@@ -46,25 +45,20 @@ interface Arm {
   name: string
   batch: number
   progress: boolean
+  /** Tokens per request of a chained background stream; undefined: one streamed request. */
+  piece?: number
 }
 const ARMS: Arm[] = cfg.arms.map((a) => {
-  const m = /^(\d+)(p?)$/.exec(a)
-  if (!m || Number(m[1]) < 1) throw new Error(`YIELD_ARMS: "${a}" is not a batch size (optionally with p: progress)`)
-  return { name: a, batch: Number(m[1]), progress: m[2] === 'p' }
+  const m = /^(\d+)(?:(p)|k(\d+))?$/.exec(a)
+  if (!m || Number(m[1]) < 1 || (m[3] !== undefined && Number(m[3]) < 1))
+    throw new Error(`YIELD_ARMS: "${a}" is not a batch size (optionally with p: progress, or kK: K-token pieces)`)
+  return { name: a, batch: Number(m[1]), progress: m[2] === 'p', ...(m[3] ? { piece: Number(m[3]) } : {}) }
 })
 if (cfg.fgMaxTokens === cfg.bgMaxTokens) throw new Error('YIELD_FG_MAX_TOKENS must differ from YIELD_BG_MAX_TOKENS')
+for (const arm of ARMS)
+  if (arm.piece === cfg.fgMaxTokens)
+    throw new Error(`YIELD_ARMS: ${arm.name}'s pieces must differ from YIELD_FG_MAX_TOKENS`)
 
-/** A deterministic PRNG (mulberry32): the closing instants and the arm order. */
-function rng(seed: number) {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296
-  }
-}
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 const round = (n: number | undefined) => (n === undefined ? undefined : Math.round(n * 10) / 10)
 const load = () => loadavg().map((l) => Math.round(l * 100) / 100)
@@ -82,22 +76,71 @@ interface ArmResult {
   fgTtftMs: number[]
   fgPromptMs: number[]
   fgPromptN: number[]
+  /** Background tokens received before the close, and the milliseconds the streams were open by then. */
+  bgTokens: number
+  bgOpenMs: number
 }
-const isBackground = (nPredict: number) => nPredict === cfg.bgMaxTokens
+const isBackground = (nPredict: number) =>
+  nPredict === cfg.bgMaxTokens || ARMS.some((a) => a.piece !== undefined && nPredict === a.piece)
+
+/**
+ * One background stream as a chain of `piece`-token requests, each prompt the token ids so far, until `maxTokens` or
+ * the signal. Each piece is a request of its own, so nothing of the stream is queued in the engine beyond the piece
+ * in flight.
+ */
+async function pieceChain(url: string, prompt: string, piece: number, signal: AbortSignal, onToken: () => void) {
+  const post = async (path: string, body: unknown) => {
+    const r = await fetch(`${url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      signal,
+    })
+    if (r.status !== 200) throw new Error(`${path}: HTTP ${r.status}`)
+    return (await r.json()) as { tokens: number[] }
+  }
+  try {
+    let tokens = (await post('/tokenize', { content: prompt, add_special: true })).tokens
+    for (let n = 0; n < cfg.bgMaxTokens && !signal.aborted; ) {
+      const out = await post('/completion', {
+        prompt: tokens,
+        n_predict: piece,
+        ignore_eos: true,
+        cache_prompt: true,
+        return_tokens: true,
+      })
+      tokens = [...tokens, ...out.tokens]
+      n += out.tokens.length
+      for (let i = 0; i < out.tokens.length; i++) onToken()
+    }
+  } catch {
+    // the close: the piece in flight cut
+  }
+  return { status: 200, tokens: 0, cut: true } as {
+    status: number
+    tokens: number
+    cut: boolean
+    timings?: EngineTimings
+  }
+}
 
 async function trial(url: string, arm: Arm, closeAfterMs: number, r: ArmResult) {
   const abort = new AbortController()
   const received = Array.from({ length: cfg.bg }, () => 0)
+  const openedAt = epochMs()
+  const onToken = (i: number) => () => {
+    received[i] = (received[i] ?? 0) + 1
+  }
   const streams = received.map((_, i) =>
-    streamCompletion(url, {
-      maxTokens: cfg.bgMaxTokens,
-      prompt: freshPrompt(BG_BODY),
-      signal: abort.signal,
-      extra: { ignore_eos: true, timings_per_token: true, ...(arm.progress ? { return_progress: true } : {}) },
-      onToken: () => {
-        received[i] = (received[i] ?? 0) + 1
-      },
-    }),
+    arm.piece !== undefined
+      ? pieceChain(url, freshPrompt(BG_BODY), arm.piece, abort.signal, onToken(i))
+      : streamCompletion(url, {
+          maxTokens: cfg.bgMaxTokens,
+          prompt: freshPrompt(BG_BODY),
+          signal: abort.signal,
+          extra: { ignore_eos: true, timings_per_token: true, ...(arm.progress ? { return_progress: true } : {}) },
+          onToken: onToken(i),
+        }),
   )
   await sleep(closeAfterMs)
   // A progress chunk is no token: a stream with nothing but progress is still in its prompt.
@@ -107,6 +150,9 @@ async function trial(url: string, arm: Arm, closeAfterMs: number, r: ArmResult) 
   const before = (await engineMetrics(url)).n_decode_total ?? Number.NaN
   const closedAt = epochMs()
   abort.abort()
+  // Progress chunks count as tokens in a streamed arm: those of the prompt's chunks are taken out.
+  r.bgTokens += received.reduce((a, n) => a + Math.max(0, n - (arm.progress ? 3 : 0)), 0)
+  r.bgOpenMs += closedAt - openedAt
   const idle = await backgroundIdleAt(url, isBackground, 10_000)
   const after = (await engineMetrics(url)).n_decode_total ?? Number.NaN
   const outcomes = await Promise.all(streams)
@@ -164,6 +210,7 @@ function summary(r: ArmResult) {
     fg_long_ttft_p50_ms: p(r.fgTtftMs, 50),
     fg_long_prompt_ms_p50: p(r.fgPromptMs, 50),
     fg_long_prompt_n: r.fgPromptN[0],
+    bg_tokens_per_s: round(r.bgOpenMs > 0 ? (r.bgTokens / r.bgOpenMs) * 1000 : undefined),
   }
 }
 
@@ -189,17 +236,20 @@ async function main() {
         fgTtftMs: [],
         fgPromptMs: [],
         fgPromptN: [],
+        bgTokens: 0,
+        bgOpenMs: 0,
       },
     ]),
   )
   // Warm-up, not measured: each server's first steps.
   for (const arm of ARMS) await foreground(urlOf(arm), arm, { ...(results.get(arm.name) as ArmResult), fgTtftMs: [] })
-  for (const r of results.values()) Object.assign(r, { promptChunkMs: [], fgPromptMs: [], fgPromptN: [] })
+  for (const r of results.values())
+    Object.assign(r, { promptChunkMs: [], fgPromptMs: [], fgPromptN: [], bgTokens: 0, bgOpenMs: 0 })
   console.log(
     `bench:yield: ${cfg.blocks} blocks × arms ${ARMS.map((a) => a.name).join(', ')}; ${cfg.bg} background streams, ` +
       `closed within ${cfg.spreadMs} ms; load ${loadBefore.join(' ')}`,
   )
-  const random = rng(cfg.seed)
+  const random = seededRandom(cfg.seed)
   for (let b = 0; b < cfg.blocks; b++) {
     const closeAfter = random() * cfg.spreadMs
     for (const arm of [...ARMS].sort(() => random() - 0.5)) {
