@@ -46,10 +46,9 @@ import {
 } from './gate-engine.js'
 import { type ArmResult, armKeys, armLine, emptyArm, type FgSample, ratios, stepKeys } from './gate-report.js'
 import { FG_BODY, freshPrompt } from './prompts.js'
-import { envNumber, seededRandom } from './run-settings.js'
+import { envNumber as num, seededRandom } from './run-settings.js'
 
 const repoRoot = join(import.meta.dirname, '../..')
-const num = envNumber
 const quick = process.argv.includes('--quick')
 const wantSim = process.argv.includes('--sim')
 const builtReal = wantSim || process.env.BENCH_ENGINE_URL ? undefined : builtEngine()

@@ -14,7 +14,7 @@
 // An arm `<batch>p` also asks for llama.cpp's return_progress: a streamed progress chunk after every prompt chunk.
 // An arm `<batch>k<K>` drives each background stream as a chain of K-token requests instead (llama.cpp's /completion
 // with the prompt as token ids, so each piece reuses its slot's cached prefix): closing it stops the chain and cuts
-// the piece in flight, which ends at the step in flight by itself. Every arm reports the background tokens/s it got
+// the piece in flight, which holds at most K steps of work. Every arm reports the background tokens/s it got
 // before the close (bg_tokens_per_s), the price of a mechanism beside its yield.
 // Prints the load average with the figures; one JSON object on the last line, also in dev/bench/results/yield-latest.json.
 import { mkdirSync, writeFileSync } from 'node:fs'
@@ -22,14 +22,13 @@ import { loadavg } from 'node:os'
 import { join } from 'node:path'
 import { epochMs } from '../../cmd/gate/proxy.js'
 import { type EngineOnly, engineMetrics, startEngine } from '../../test/env/engine.js'
-import { type EngineTimings, streamCompletion } from './engine-sim/client.js'
+import { type EngineTimings, type StreamOutcome, streamCompletion } from './engine-sim/client.js'
 import { backgroundIdleAt, builtEngine, drained } from './gate-engine.js'
 import { percentile } from './percentile.js'
 import { BG_BODY, freshPrompt } from './prompts.js'
-import { envNumber, seededRandom } from './run-settings.js'
+import { envNumber as num, seededRandom } from './run-settings.js'
 
 const repoRoot = join(import.meta.dirname, '../..')
-const num = envNumber
 const quick = process.argv.includes('--quick')
 const cfg = {
   blocks: num('YIELD_BLOCKS', quick ? 2 : 15),
@@ -80,15 +79,22 @@ interface ArmResult {
   bgTokens: number
   bgOpenMs: number
 }
+/** At most the progress chunks a background prompt of this bench streams before its first token. */
+const PROGRESS_CHUNKS = 3
 const isBackground = (nPredict: number) =>
   nPredict === cfg.bgMaxTokens || ARMS.some((a) => a.piece !== undefined && nPredict === a.piece)
 
 /**
- * One background stream as a chain of `piece`-token requests, each prompt the token ids so far, until `maxTokens` or
- * the signal. Each piece is a request of its own, so nothing of the stream is queued in the engine beyond the piece
- * in flight.
+ * One background stream as a chain of `piece`-token requests, each prompt the token ids so far, until the background
+ * request's length or the signal. A piece is a request of its own: the stream never has more than one in the engine.
  */
-async function pieceChain(url: string, prompt: string, piece: number, signal: AbortSignal, onToken: () => void) {
+async function pieceChain(
+  url: string,
+  prompt: string,
+  piece: number,
+  signal: AbortSignal,
+  onToken: () => void,
+): Promise<StreamOutcome> {
   const post = async (path: string, body: unknown) => {
     const r = await fetch(`${url}${path}`, {
       method: 'POST',
@@ -116,12 +122,7 @@ async function pieceChain(url: string, prompt: string, piece: number, signal: Ab
   } catch {
     // the close: the piece in flight cut
   }
-  return { status: 200, tokens: 0, cut: true } as {
-    status: number
-    tokens: number
-    cut: boolean
-    timings?: EngineTimings
-  }
+  return { status: 200, tokens: 0, cut: true }
 }
 
 async function trial(url: string, arm: Arm, closeAfterMs: number, r: ArmResult) {
@@ -144,14 +145,15 @@ async function trial(url: string, arm: Arm, closeAfterMs: number, r: ArmResult) 
   )
   await sleep(closeAfterMs)
   // A progress chunk is no token: a stream with nothing but progress is still in its prompt.
-  const inPrompt = received.some((n) => n <= (arm.progress ? 3 : 0))
+  const progressChunks = arm.progress ? PROGRESS_CHUNKS : 0
+  const inPrompt = received.some((n) => n <= progressChunks)
   // The engine's count of finished llama_decode calls, read just before the close (a step in flight is not in it):
   // the steps the engine took after the close, load or no load, whatever each step's length.
   const before = (await engineMetrics(url)).n_decode_total ?? Number.NaN
   const closedAt = epochMs()
   abort.abort()
   // Progress chunks count as tokens in a streamed arm: those of the prompt's chunks are taken out.
-  r.bgTokens += received.reduce((a, n) => a + Math.max(0, n - (arm.progress ? 3 : 0)), 0)
+  r.bgTokens += received.reduce((a, n) => a + Math.max(0, n - progressChunks), 0)
   r.bgOpenMs += closedAt - openedAt
   const idle = await backgroundIdleAt(url, isBackground, 10_000)
   const after = (await engineMetrics(url)).n_decode_total ?? Number.NaN
